@@ -1,0 +1,18 @@
+//! skyconf's pure core: everything that decides a byte an agent sees, with no I/O.
+//!
+//! - [`reader`]: agent-configurations YAML → [`AgentConfigurations`], typed as SnakeYAML (YAML 1.1)
+//!   types it and stringified as Java prints it;
+//! - [`digest`]: the per-service SHA-512 digest agents echo back;
+//! - [`codec`]: the `ConfigurationDiscoveryCommand`, encoded (once per reload) and decoded;
+//! - [`table`]: the table itself.
+//!
+//! Golden vectors from the OAP's own loader pin all of it (`tests/`).
+
+pub mod codec;
+pub mod digest;
+pub mod reader;
+pub mod table;
+
+pub use digest::Digest;
+pub use reader::{Position, ReadError, read};
+pub use table::{AgentConfigurations, ServiceConfig};

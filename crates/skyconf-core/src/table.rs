@@ -1,0 +1,85 @@
+//! The agent-configurations table: service name → that service's settings and digest.
+
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use crate::digest::Digest;
+
+/// One service's configuration as the OAP would serve it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceConfig {
+    name: String,
+    entries: Vec<(String, String)>,
+    digest: Digest,
+}
+
+impl ServiceConfig {
+    /// A service with these stringified entries, in document order.
+    pub fn new(name: String, entries: Vec<(String, String)>) -> Self {
+        let digest = Digest::of_entries(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        Self {
+            name,
+            entries,
+            digest,
+        }
+    }
+
+    /// The service name agents send.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `(key, value)` pairs in document order.
+    pub fn entries(&self) -> &[(String, String)] {
+        &self.entries
+    }
+
+    /// The value of one key.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The digest agents echo back.
+    pub fn digest(&self) -> &Digest {
+        &self.digest
+    }
+}
+
+/// Every service of one accepted document. Cheap to clone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentConfigurations {
+    services: Arc<IndexMap<String, ServiceConfig>>,
+}
+
+impl AgentConfigurations {
+    /// A table of these services, in document order.
+    pub fn from_services(services: IndexMap<String, ServiceConfig>) -> Self {
+        Self {
+            services: Arc::new(services),
+        }
+    }
+
+    /// Exact, case-sensitive lookup, as the OAP does it.
+    pub fn get(&self, service: &str) -> Option<&ServiceConfig> {
+        self.services.get(service)
+    }
+
+    /// Services in document order.
+    pub fn services(&self) -> impl ExactSizeIterator<Item = &ServiceConfig> {
+        self.services.values()
+    }
+
+    /// How many services.
+    pub fn len(&self) -> usize {
+        self.services.len()
+    }
+
+    /// No services at all: every agent gets the EMPTY answer.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+    }
+}

@@ -1,0 +1,17 @@
+//! Compiles the protocol files with protox, a pure-Rust protobuf compiler, so the build needs no
+//! system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "proto/skywalking/v3/configuration_discovery.proto",
+        "proto/skywalking/v3/management.proto",
+        "proto/dcs/configuration_service.proto",
+    ];
+    let descriptors = protox::compile(files, ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(descriptors)?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Wire types and gRPC stubs for the two protocols skyconf speaks, generated at build time from the
+//! `.proto` files under `proto/` (written for skyconf from the published field numbers):
+//!
+//! - [`v3`]: `skywalking.v3`, the agent side: `ConfigurationDiscoveryService/fetchConfigurations`
+//!   and `ManagementService`;
+//! - [`dcs`]: SkyWalking's package-less `ConfigurationService` (`/ConfigurationService/call` and
+//!   `/ConfigurationService/callGroup`), which an OAP polls for its dynamic configuration.
+
+/// `skywalking.v3`: configuration discovery and instance management.
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations
+)]
+pub mod v3 {
+    tonic::include_proto!("skywalking.v3");
+}
+
+/// The dynamic configuration service (DCS). Its proto has no package, hence the `_` include.
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic,
+    missing_debug_implementations
+)]
+pub mod dcs {
+    tonic::include_proto!("_");
+}
+
+/// The full gRPC path agents call.
+pub const FETCH_CONFIGURATIONS_PATH: &str =
+    "/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    #[test]
+    fn field_numbers_match_the_published_protocol() {
+        // service = 1, uuid = 2: tag bytes 0x0a and 0x12.
+        let bytes = v3::ConfigurationSyncRequest {
+            service: "a".into(),
+            uuid: "b".into(),
+        }
+        .encode_to_vec();
+        assert_eq!(bytes, [0x0a, 1, b'a', 0x12, 1, b'b']);
+        // Commands.commands = 1, Command.command = 1, Command.args = 2, pair key = 1, value = 2.
+        let cmds = v3::Commands {
+            commands: vec![v3::Command {
+                command: "c".into(),
+                args: vec![v3::KeyStringValuePair {
+                    key: "k".into(),
+                    value: "v".into(),
+                }],
+            }],
+        };
+        assert_eq!(
+            cmds.encode_to_vec(),
+            [
+                0x0a, 11, 0x0a, 1, b'c', 0x12, 6, 0x0a, 1, b'k', 0x12, 1, b'v'
+            ]
+        );
+        let dcs = dcs::ConfigurationResponse {
+            config_table: vec![dcs::Config {
+                name: "n".into(),
+                value: "v".into(),
+            }],
+            uuid: "u".into(),
+        };
+        assert_eq!(
+            dcs.encode_to_vec(),
+            [0x0a, 6, 0x0a, 1, b'n', 0x12, 1, b'v', 0x12, 1, b'u']
+        );
+    }
+
+    #[test]
+    fn service_paths_are_the_upstream_ones() {
+        use dcs::configuration_service_server::SERVICE_NAME as DCS;
+        use v3::configuration_discovery_service_server::SERVICE_NAME as CDS;
+        assert_eq!(
+            format!("/{CDS}/fetchConfigurations"),
+            FETCH_CONFIGURATIONS_PATH
+        );
+        assert_eq!(DCS, "ConfigurationService");
+    }
+}
