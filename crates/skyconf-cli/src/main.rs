@@ -1,0 +1,74 @@
+//! `skyconf`: the one binary. Each subcommand lives in `commands/`; this file parses the command
+//! line, sets up logging and dispatches.
+
+mod commands;
+mod known_keys;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// skyconf: dynamic configuration for SkyWalking agents.
+#[derive(Debug, Parser)]
+#[command(name = "skyconf", version, about, long_about = None)]
+struct Cli {
+    /// Log format.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "SKYCONF_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve agent configurations to SkyWalking agents (configuration discovery over gRPC).
+    Serve(commands::serve::Args),
+    /// Call fetchConfigurations once, as an agent does, and print the answer as JSON.
+    Fetch(commands::fetch::Args),
+    /// Print, as JSON, what the server would serve each service of a document, digests included.
+    Digest(commands::digest::Args),
+    /// Check a document: exit status 0 when skyconf would serve it; warnings about keys no agent reads.
+    Validate(commands::validate::Args),
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SKYCONF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let result = match cli.command {
+        Command::Serve(args) => commands::serve::run(args),
+        Command::Fetch(args) => commands::fetch::run(args),
+        Command::Digest(args) => commands::digest::run(&args),
+        Command::Validate(args) => commands::validate::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("skyconf: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""An independent configuration-discovery client on grpcio (the C-core gRPC stack), written for
+skyconf's interop tests. Stubs are generated at run time from skyconf's own .proto files.
+
+    cds_client.py fetch --addr HOST:PORT --service NAME [--uuid U]   one call, JSON out
+    cds_client.py check --addr HOST:PORT --golden FILE               assert the server answers
+                                                                     exactly as the OAP would
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid as uuidlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTO_ROOT = os.path.join(HERE, "..", "..", "crates", "skyconf-proto", "proto")
+EMPTY_DIGEST = ("410bb567794fe14362a2fb5912af7331eba74877614b82f36f3861fe86201c614f53423e896e5036"
+                "509c0a815c7f444f20aefbc2bbe66545b382200299aced16")
+
+
+def load_stubs():
+    out = tempfile.mkdtemp(prefix="skyconf-grpcio-")
+    protos = ["skywalking/v3/common.proto", "skywalking/v3/configuration_discovery.proto"]
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_ROOT,
+                           "--python_out=" + out, "--grpc_python_out=" + out] + protos)
+    sys.path.insert(0, out)
+    from skywalking.v3 import configuration_discovery_pb2 as pb, configuration_discovery_pb2_grpc as rpc
+    return pb, rpc
+
+
+def call(stub, pb, service, uuid=""):
+    import grpc
+    try:
+        return stub.fetchConfigurations(pb.ConfigurationSyncRequest(service=service, uuid=uuid), timeout=10)
+    except grpc.RpcError as e:
+        raise SystemExit(f"fetchConfigurations({service!r}) failed: {e.code().name} {e.details()}")
+
+
+def as_json(commands):
+    return [{"command": c.command, "args": [[a.key, a.value] for a in c.args]} for c in commands.commands]
+
+
+def expect(condition, message):
+    if not condition:
+        raise SystemExit("FAIL: " + message)
+
+
+def check_command(commands, want_uuid, want_config, seen_serials):
+    expect(len(commands.commands) == 1, f"one command, got {as_json(commands)}")
+    cmd = commands.commands[0]
+    expect(cmd.command == "ConfigurationDiscoveryCommand", f"command name {cmd.command!r}")
+    args = [(a.key, a.value) for a in cmd.args]
+    expect(args[0][0] == "SerialNumber" and args[1][0] == "UUID", f"argument order {args[:2]}")
+    serial = uuidlib.UUID(args[0][1])
+    expect(serial.version == 4 and str(serial) == args[0][1], f"serial {args[0][1]!r} is a lowercase UUID v4")
+    expect(args[0][1] not in seen_serials, "a fresh serial number on every response")
+    seen_serials.add(args[0][1])
+    expect(args[1][1] == want_uuid, f"UUID {args[1][1]} != golden {want_uuid}")
+    expect(sorted(args[2:]) == sorted(want_config), f"config {args[2:]} != golden {want_config}")
+
+
+def check(stub, pb, golden):
+    seen = set()
+    services = {k: v for k, v in golden.items() if not k.startswith("__")}
+    expect(services, "the golden file names at least one service")
+    for service, want in services.items():
+        config = [tuple(pair) for pair in want["config"]]
+        for _ in range(2):
+            check_command(call(stub, pb, service), want["uuid"], config, seen)
+        check_command(call(stub, pb, service, "a-stale-digest"), want["uuid"], config, seen)
+        echoed = call(stub, pb, service, want["uuid"])
+        expect(len(echoed.commands) == 0, f"{service}: echoing the digest must give no command, got {as_json(echoed)}")
+    unknown = "skyconf-interop-no-such-service"
+    check_command(call(stub, pb, unknown), EMPTY_DIGEST, [], seen)
+    expect(len(call(stub, pb, unknown, EMPTY_DIGEST).commands) == 0, "unknown service echoing EMPTY gets no command")
+    print(json.dumps({"ok": True, "services": len(services), "calls": len(seen) + len(services) + 1}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["fetch", "check"])
+    ap.add_argument("--addr", required=True)
+    ap.add_argument("--service")
+    ap.add_argument("--uuid", default="")
+    ap.add_argument("--golden")
+    a = ap.parse_args()
+    import grpc
+    pb, rpc = load_stubs()
+    stub = rpc.ConfigurationDiscoveryServiceStub(grpc.insecure_channel(a.addr))
+    if a.mode == "fetch":
+        print(json.dumps(as_json(call(stub, pb, a.service, a.uuid))))
+    else:
+        with open(a.golden) as f:
+            check(stub, pb, json.load(f))
+
+
+if __name__ == "__main__":
+    main()
