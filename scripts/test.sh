@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every test of skyconf. On a fresh machine with only the Rust toolchain it first installs
+# what the integration tests talk to (python3 grpcio for the independent-client interop test),
+# and it makes those tests fail rather than skip when their dependencies are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
+  echo "test.sh: installing grpcio and grpcio-tools for the interop test" >&2
+  python3 -m pip install --quiet --disable-pip-version-check grpcio grpcio-tools
+fi
+export SKYCONF_REQUIRE_INTEROP=1
+
+cargo test --workspace --all-targets
+cargo test --workspace --doc
