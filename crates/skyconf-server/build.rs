@@ -14,8 +14,6 @@ fn main() {
         .package("skywalking.v3")
         .method(fetch)
         .build();
-    tonic_build::manual::Builder::new()
-        .build_client(false)
-        .compile(&[service]);
+    tonic_build::manual::Builder::new().build_client(false).compile(&[service]);
     println!("cargo:rerun-if-changed=build.rs");
 }

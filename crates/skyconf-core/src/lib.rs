@@ -4,13 +4,15 @@
 //!   types it and stringified as Java prints it;
 //! - [`digest`]: the per-service SHA-512 digest agents echo back;
 //! - [`codec`]: the `ConfigurationDiscoveryCommand`, encoded (once per reload) and decoded;
-//! - [`table`]: the table itself.
+//! - [`table`]: the table itself;
+//! - [`store`]: the OAP's dynamic-configuration store model and its change-detection rules.
 //!
 //! Golden vectors from the OAP's own loader pin all of it (`tests/`).
 
 pub mod codec;
 pub mod digest;
 pub mod reader;
+pub mod store;
 pub mod table;
 
 pub use digest::Digest;

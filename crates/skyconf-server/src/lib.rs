@@ -1,51 +1,86 @@
-//! The skyconf server: the CDS gRPC service agents poll, the reloader that keeps its table
-//! current, and the admin HTTP endpoints.
+//! The skyconf server: the CDS gRPC service agents poll, the DCS service OAPs poll, the hub and
+//! reloader that keep the table current from a store, and the admin HTTP endpoints.
 //!
-//! [`start`] loads the configuration *before* it opens a port, so no agent ever sees the empty
-//! table a freshly started OAP serves until its first store sync.
+//! [`start_with`] loads the configuration *before* it opens a port, so no agent ever sees the
+//! empty table a freshly started OAP serves until its first store sync; when the store is down it
+//! serves the persisted last good copy, and with nothing at all it answers "no change".
 
 pub mod admin;
 pub mod cds;
+pub mod dcs;
+pub mod hub;
+pub mod persist;
 pub mod reload;
 pub mod state;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use skyconf_sources::file::FileSource;
-use skyconf_sources::{Limits, SourceError};
+use skyconf_core::store::StoreContent;
+use skyconf_sources::{KeySet, Source, SourceError};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use cds::{CdsOptions, CdsService};
+pub use hub::Hub;
+pub use persist::LastGood;
 pub use reload::Reloader;
-pub use state::ServedTable;
+pub use state::{ServedTable, StoreView};
 
-/// Everything `skyconf serve` needs.
+/// How the server runs, whatever the store.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
-    /// The agent-configurations file.
-    pub file: PathBuf,
-    /// Where agents connect (gRPC).
+    /// Where agents connect (gRPC). The DCS service for OAPs is on the same port.
     pub grpc_addr: SocketAddr,
     /// Where operators and orchestrators connect (HTTP).
     pub admin_addr: SocketAddr,
     /// CDS behaviour.
     pub cds: CdsOptions,
-    /// Size limits for documents.
-    pub limits: Limits,
+    /// Where the last good configuration is persisted; none: not persisted.
+    pub data_dir: Option<PathBuf>,
+    /// The keys to ask the store about.
+    pub keys: KeySet,
+    /// How long the first read of the store may take before the server starts without it.
+    pub initial_load_timeout: Duration,
+    /// Refuse to start when the store cannot be read or holds a refused document and nothing is
+    /// persisted (right for a local file; a remote store may come back, so the server then starts
+    /// not ready and answers "no change").
+    pub require_initial_load: bool,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            grpc_addr: "0.0.0.0:11800".parse().expect("valid address"),
+            admin_addr: "0.0.0.0:12800".parse().expect("valid address"),
+            cds: CdsOptions::default(),
+            data_dir: None,
+            keys: KeySet::oap(),
+            initial_load_timeout: Duration::from_secs(10),
+            require_initial_load: true,
+        }
+    }
 }
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// The store could not be read at start-up.
+    /// The store could not be read at start-up and nothing was persisted.
     #[error(transparent)]
     Source(#[from] SourceError),
-    /// The document at start-up was refused; there is no last good table to fall back to.
+    /// The store did not answer in time at start-up and nothing was persisted.
+    #[error("{store} did not answer within {timeout:?}")]
+    SourceTimeout {
+        /// The store.
+        store: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// The document at start-up was refused and there is no last good table to fall back to.
     #[error("{origin}: {error}")]
     Document {
         /// Where the document came from.
@@ -80,6 +115,8 @@ pub struct Running {
     pub admin_addr: SocketAddr,
     /// The served table.
     pub served: Arc<ServedTable>,
+    /// The store's content and status.
+    pub store: Arc<StoreView>,
     shutdown: CancellationToken,
     tasks: JoinSet<Result<(), ServerError>>,
 }
@@ -113,66 +150,165 @@ impl Running {
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Bind { addr, source })
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
 }
 
-/// Loads the configuration, then opens the ports and serves until shut down.
-pub async fn start(config: ServeConfig) -> Result<Running, ServerError> {
-    let source = FileSource::new(&config.file).with_limits(config.limits.clone());
-    let origin = config.file.display().to_string();
-    let text = source.read()?;
-    let table = skyconf_core::read(&text).map_err(|error| ServerError::Document {
-        origin: origin.clone(),
-        error,
-    })?;
-    tracing::info!(file = %origin, services = table.len(), "Loaded agent configurations.");
-    let served = Arc::new(ServedTable::new(table));
+/// What the server starts with: the table, the text it came from, the store content, and
+/// whether that content is current.
+struct Initial {
+    served: ServedTable,
+    accepted: Option<String>,
+    content: StoreContent,
+    connected: bool,
+    stale: bool,
+    rejection: Option<state::Rejection>,
+    failure: Option<String>,
+}
+
+/// Reads the store once, falling back to the persisted copy.
+async fn initial_state<S: Source>(
+    source: &S,
+    config: &ServeConfig,
+    last_good: Option<&LastGood>,
+) -> Result<Initial, ServerError> {
+    let store = source.describe();
+    let persisted = last_good.and_then(|copy| match copy.load() {
+        Ok(p) => p,
+        Err(error) => {
+            tracing::warn!(%error, "Ignoring the persisted configuration.");
+            None
+        }
+    });
+    let from_persisted = |connected: bool, content: StoreContent, rejection, failure| {
+        let p = persisted.as_ref()?;
+        let text = p.content.agent_configurations().map(str::to_owned);
+        let table = skyconf_core::read(text.as_deref().unwrap_or("")).ok()?;
+        tracing::warn!(store = %store, saved_at = p.saved_at, services = table.len(), "Serving the persisted last good configuration.");
+        let (content, stale) = if connected { (content, false) } else { (p.content.clone(), true) };
+        Some(Initial { served: ServedTable::new(table), accepted: text, content, connected, stale, rejection, failure })
+    };
+    let loaded = tokio::time::timeout(config.initial_load_timeout, source.load(&config.keys)).await;
+    let failure = match loaded {
+        Ok(Ok(content)) => {
+            let text = content.agent_configurations().map(str::to_owned);
+            return match skyconf_core::read(text.as_deref().unwrap_or("")) {
+                Ok(table) => Ok(Initial {
+                    served: ServedTable::new(table),
+                    accepted: text,
+                    content,
+                    connected: true,
+                    stale: false,
+                    rejection: None,
+                    failure: None,
+                }),
+                Err(error) => {
+                    let rejection = state::Rejection {
+                        origin: store.clone(),
+                        error: error.to_string(),
+                        at: std::time::SystemTime::now(),
+                    };
+                    if let Some(initial) = from_persisted(true, content.clone(), Some(rejection.clone()), None) {
+                        return Ok(initial);
+                    }
+                    if config.require_initial_load {
+                        return Err(ServerError::Document { origin: store, error });
+                    }
+                    tracing::error!(store = %store, %error, "Refused the store's agent configurations and nothing is persisted; answering \"no change\" until a good document arrives.");
+                    Ok(Initial {
+                        served: ServedTable::waiting(),
+                        accepted: None,
+                        content,
+                        connected: true,
+                        stale: false,
+                        rejection: Some(rejection),
+                        failure: None,
+                    })
+                }
+            };
+        }
+        Ok(Err(error)) => error,
+        Err(_) => {
+            if persisted.is_none() && config.require_initial_load {
+                return Err(ServerError::SourceTimeout { store, timeout: config.initial_load_timeout });
+            }
+            SourceError::Unavailable {
+                store: store.clone(),
+                message: format!("no answer within {:?}", config.initial_load_timeout),
+            }
+        }
+    };
+    if let Some(initial) = from_persisted(false, StoreContent::default(), None, Some(failure.to_string())) {
+        return Ok(initial);
+    }
+    if config.require_initial_load {
+        return Err(failure.into());
+    }
+    tracing::error!(store = %store, error = %failure, "The store is unreachable and nothing is persisted; answering \"no change\" until it is back.");
+    Ok(Initial {
+        served: ServedTable::waiting(),
+        accepted: None,
+        content: StoreContent::default(),
+        connected: false,
+        stale: false,
+        rejection: None,
+        failure: Some(failure.to_string()),
+    })
+}
+
+/// Loads the configuration from `source` (or the persisted copy), then opens the ports and
+/// serves until shut down, applying every change the source reports.
+pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Running, ServerError> {
+    let store_name = source.describe();
+    let last_good = config.data_dir.as_deref().map(LastGood::in_dir);
+    let initial = initial_state(&source, &config, last_good.as_ref()).await?;
+    tracing::info!(store = %store_name, services = initial.served.snapshot().table.len(), ready = initial.served.snapshot().ready, stale = initial.stale, "Loaded agent configurations.");
+    let served = Arc::new(initial.served);
+    if let Some(rejection) = initial.rejection {
+        served.record_rejection(rejection);
+    }
+    let store = Arc::new(StoreView::new(store_name.clone(), initial.content, initial.connected, initial.stale));
+    if let Some(failure) = initial.failure {
+        store.mark_failed(failure);
+    }
 
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
 
-    let (updates_tx, updates_rx) = mpsc::channel(16);
-    let watch = source.watch(Some(&text), updates_tx, shutdown.clone())?;
-    tasks.spawn(async move {
-        watch.await;
-        Ok(())
-    });
-    let reloader = Reloader::new(Arc::clone(&served), origin, Some(&text));
-    tasks.spawn(async move {
-        reloader.run(updates_rx).await;
-        Ok(())
-    });
-
     let grpc_listener = bind(config.grpc_addr).await?;
     let admin_listener = bind(config.admin_addr).await?;
-    let grpc_addr = grpc_listener
-        .local_addr()
-        .map_err(|source| ServerError::Bind {
-            addr: config.grpc_addr,
-            source,
-        })?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(|source| ServerError::Bind {
-            addr: config.admin_addr,
-            source,
-        })?;
+    let grpc_addr =
+        grpc_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.grpc_addr, source })?;
+    let admin_addr =
+        admin_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.admin_addr, source })?;
+
+    let (updates_tx, updates_rx) = mpsc::channel(64);
+    let source = Arc::new(source);
+    let (watched, keys, stop) = (Arc::clone(&source), config.keys.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        watched.run(keys, updates_tx, stop).await;
+        Ok(())
+    });
+    let reloader = Reloader::new(Arc::clone(&served), store_name, initial.accepted.as_deref());
+    let hub = Hub::new(Arc::clone(&store), reloader, last_good);
+    tasks.spawn(async move {
+        hub.run(updates_rx).await;
+        Ok(())
+    });
 
     let cds = CdsService::new(Arc::clone(&served), config.cds).into_server();
+    let dcs = dcs::DcsService::new(Arc::clone(&store)).into_server();
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+        let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
             .add_service(cds)
+            .add_service(dcs)
             .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
             .await
             .map_err(ServerError::Grpc)
     });
 
-    let admin = admin::router(Arc::clone(&served));
+    let admin = admin::router(Arc::clone(&served), Arc::clone(&store));
     let stop = shutdown.clone();
     tasks.spawn(async move {
         axum::serve(admin_listener, admin)
@@ -182,11 +318,5 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServerError> {
     });
 
     tracing::info!(%grpc_addr, %admin_addr, "Serving configuration discovery.");
-    Ok(Running {
-        grpc_addr,
-        admin_addr,
-        served,
-        shutdown,
-        tasks,
-    })
+    Ok(Running { grpc_addr, admin_addr, served, store, shutdown, tasks })
 }

@@ -9,28 +9,26 @@ use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_server::{CdsOptions, Running, ServeConfig, ServerError};
+use skyconf_server::{Running, ServeConfig, ServerError};
+use skyconf_sources::file::FileSource;
 use tonic::transport::Channel;
 
-const GOOD: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
+const GOOD: &str =
+    "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
 /// Vector V5 of the behaviour reference.
 const GOOD_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e11bca6b606bb72d39ec9596d900520195cfaf88c98eff8695576af47fb1858a8f1e098ff35fb11";
 
 async fn start(path: &Path) -> Result<Running, ServerError> {
-    skyconf_server::start(ServeConfig {
-        file: path.to_path_buf(),
+    let config = ServeConfig {
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
         admin_addr: "127.0.0.1:0".parse().unwrap(),
-        cds: CdsOptions::default(),
-        limits: Default::default(),
-    })
-    .await
+        ..ServeConfig::default()
+    };
+    skyconf_server::start_with(FileSource::new(path), config).await
 }
 
 async fn client(running: &Running) -> ConfigurationDiscoveryServiceClient<Channel> {
-    ConfigurationDiscoveryServiceClient::connect(format!("http://{}", running.grpc_addr))
-        .await
-        .unwrap()
+    ConfigurationDiscoveryServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap()
 }
 
 async fn fetch(
@@ -38,15 +36,8 @@ async fn fetch(
     service: &str,
     uuid: &str,
 ) -> Option<DiscoveryCommand> {
-    let request = ConfigurationSyncRequest {
-        service: service.into(),
-        uuid: uuid.into(),
-    };
-    let commands = client
-        .fetch_configurations(request)
-        .await
-        .expect("the call succeeds")
-        .into_inner();
+    let request = ConfigurationSyncRequest { service: service.into(), uuid: uuid.into() };
+    let commands = client.fetch_configurations(request).await.expect("the call succeeds").into_inner();
     DiscoveryCommand::find(&commands)
 }
 
@@ -81,10 +72,7 @@ async fn answers_as_the_oap_does_over_grpc() {
     let first = fetch(&mut client, "svc", "").await.unwrap();
     assert_eq!(first.uuid.as_deref(), Some(GOOD_DIGEST));
     assert_eq!(first.config.len(), 2);
-    assert!(
-        fetch(&mut client, "svc", GOOD_DIGEST).await.is_none(),
-        "echoing the digest gets no command"
-    );
+    assert!(fetch(&mut client, "svc", GOOD_DIGEST).await.is_none(), "echoing the digest gets no command");
     let unknown = fetch(&mut client, "unknown", "").await.unwrap();
     assert_eq!(unknown.uuid.as_deref(), Some(EMPTY_DIGEST));
     assert!(unknown.config.is_empty());
@@ -118,10 +106,7 @@ async fn file_edits_are_served_within_100_ms() {
     }
     delays.sort();
     // The median, so one scheduling hiccup on a busy CI machine does not decide the result.
-    assert!(
-        delays[delays.len() / 2] <= Duration::from_millis(100),
-        "edit → served delays: {delays:?}"
-    );
+    assert!(delays[delays.len() / 2] <= Duration::from_millis(100), "edit → served delays: {delays:?}");
     running.stop().await.unwrap();
 }
 
@@ -134,43 +119,22 @@ async fn a_broken_file_keeps_the_last_good_config_and_recovers() {
     let mut client = client(&running).await;
     let mut changes = running.served.subscribe();
 
-    std::fs::write(
-        &path,
-        "configurations:\n  svc:\n    agent.sample_n_per_3_secs: [unclosed\n",
-    )
-    .unwrap();
+    std::fs::write(&path, "configurations:\n  svc:\n    agent.sample_n_per_3_secs: [unclosed\n").unwrap();
     let give_up = Instant::now() + Duration::from_secs(10);
     while running.served.last_rejection().is_none() {
-        assert!(
-            Instant::now() < give_up,
-            "the broken file was never noticed"
-        );
+        assert!(Instant::now() < give_up, "the broken file was never noticed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let rejection = running.served.last_rejection().unwrap();
     assert!(rejection.error.contains("line "), "{}", rejection.error);
-    assert_eq!(
-        served_digest(&mut client).await,
-        GOOD_DIGEST,
-        "the last good table is still served"
-    );
+    assert_eq!(served_digest(&mut client).await, GOOD_DIGEST, "the last good table is still served");
 
     let ready = http_get(running.admin_addr, "/readyz").await;
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
-    assert!(
-        ready.contains("last_rejection") && ready.contains("line "),
-        "{ready}"
-    );
+    assert!(ready.contains("last_rejection") && ready.contains("line "), "{ready}");
 
-    std::fs::write(
-        &path,
-        "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n",
-    )
-    .unwrap();
-    tokio::time::timeout(Duration::from_secs(10), changes.changed())
-        .await
-        .unwrap()
-        .unwrap();
+    std::fs::write(&path, "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n").unwrap();
+    tokio::time::timeout(Duration::from_secs(10), changes.changed()).await.unwrap().unwrap();
     assert_ne!(served_digest(&mut client).await, GOOD_DIGEST);
     assert!(running.served.last_rejection().is_none());
     running.stop().await.unwrap();
@@ -183,10 +147,7 @@ async fn refuses_to_start_on_a_bad_document_naming_line_and_column() {
     std::fs::write(&path, "configurations:\n  svc:\n    k:\n").unwrap();
     let error = start(&path).await.unwrap_err();
     let message = error.to_string();
-    assert!(
-        message.contains("line 3") && message.contains("column"),
-        "{message}"
-    );
+    assert!(message.contains("line 3") && message.contains("column"), "{message}");
 }
 
 #[tokio::test]
@@ -196,38 +157,22 @@ async fn bad_requests_never_end_with_a_code_that_drops_the_agent_channel() {
     let path = dir.path().join("agent.yaml");
     std::fs::write(&path, GOOD).unwrap();
     let running = start(&path).await.unwrap();
-    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let deadly = [
-        Code::Unknown,
-        Code::Unavailable,
-        Code::ResourceExhausted,
-        Code::Unauthenticated,
-        Code::PermissionDenied,
-    ];
+    let channel = Channel::from_shared(format!("http://{}", running.grpc_addr)).unwrap().connect().await.unwrap();
+    let deadly =
+        [Code::Unknown, Code::Unavailable, Code::ResourceExhausted, Code::Unauthenticated, Code::PermissionDenied];
 
     // Oversized: a 1 MiB service name.
     let mut client = ConfigurationDiscoveryServiceClient::new(channel.clone());
-    let huge = ConfigurationSyncRequest {
-        service: "x".repeat(1 << 20),
-        uuid: String::new(),
-    };
+    let huge = ConfigurationSyncRequest { service: "x".repeat(1 << 20), uuid: String::new() };
     let status = client.fetch_configurations(huge).await.unwrap_err();
     assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
 
     // Malformed protobuf.
-    let status = raw_call(channel.clone(), vec![0xff, 0xff, 0xff])
-        .await
-        .unwrap_err();
+    let status = raw_call(channel.clone(), vec![0xff, 0xff, 0xff]).await.unwrap_err();
     assert!(!deadly.contains(&status.code()), "{status:?}");
 
     // Invalid UTF-8 in the service name (field 1, length 2).
-    let status = raw_call(channel, vec![0x0a, 0x02, 0xc3, 0x28])
-        .await
-        .unwrap_err();
+    let status = raw_call(channel, vec![0x0a, 0x02, 0xc3, 0x28]).await.unwrap_err();
     assert!(!deadly.contains(&status.code()), "{status:?}");
     running.stop().await.unwrap();
 }
@@ -250,10 +195,7 @@ async fn raw_call(channel: Channel, body: Vec<u8>) -> Result<bytes::Bytes, tonic
     impl Decoder for RawDec {
         type Item = bytes::Bytes;
         type Error = tonic::Status;
-        fn decode(
-            &mut self,
-            src: &mut DecodeBuf<'_>,
-        ) -> Result<Option<bytes::Bytes>, tonic::Status> {
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<bytes::Bytes>, tonic::Status> {
             let n = bytes::Buf::remaining(src);
             Ok(Some(bytes::Buf::copy_to_bytes(src, n)))
         }
@@ -273,21 +215,14 @@ async fn raw_call(channel: Channel, body: Vec<u8>) -> Result<bytes::Bytes, tonic
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     let path = http::uri::PathAndQuery::from_static(skyconf_proto::FETCH_CONFIGURATIONS_PATH);
-    grpc.unary(tonic::Request::new(body), path, Raw)
-        .await
-        .map(tonic::Response::into_inner)
+    grpc.unary(tonic::Request::new(body), path, Raw).await.map(tonic::Response::into_inner)
 }
 
 /// A minimal HTTP/1.1 GET, to keep an HTTP client out of the dependencies.
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
     let mut out = String::new();
     stream.read_to_string(&mut out).await.unwrap();
     out
@@ -295,9 +230,5 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 
 #[test]
 fn the_empty_answer_is_zero_bytes() {
-    assert!(
-        skyconf_proto::v3::Commands::default()
-            .encode_to_vec()
-            .is_empty()
-    );
+    assert!(skyconf_proto::v3::Commands::default().encode_to_vec().is_empty());
 }

@@ -1,14 +1,23 @@
-//! The file store: one agent-configurations YAML file, hot-reloaded.
+//! The file store, in two forms:
 //!
-//! The watch is on the file's *parent directory*, because editors and Kubernetes ConfigMap mounts
-//! replace files by rename (or swap a `..data` symlink) rather than write in place, and a watch on
-//! the file itself would be left on the old inode. Every event in the directory triggers a re-read
-//! once the burst settles; the content hash decides whether anything changed. A slow periodic
-//! re-read is the safety net for missed events (network filesystems, a replaced directory).
+//! - **single file** (the embedded default): the file *is* the agent-configurations document;
+//! - **directory**: one file per key, named after the key
+//!   (`configuration-discovery.default.agentConfigurations`, `alarm.default.alarm-settings`, ...),
+//!   and one subdirectory per group key holding one file per sub-item — the layout of a
+//!   Kubernetes ConfigMap mounted as a volume. Names starting with `.` are skipped (the mount's
+//!   `..data` machinery, editors' swap files).
 //!
-//! A file that disappears or cannot be read is reported as [`Update::Failed`], not as a delete:
-//! for a file the absence is almost always a deploy in progress or a mistake.
+//! The watch is on the *directory* (the parent, for a single file), because editors and ConfigMap
+//! mounts replace files by rename (or swap a `..data` symlink) rather than write in place, and a
+//! watch on the file itself would stay on the old inode. Every event triggers a re-read once the
+//! burst settles; the content decides whether anything changed. A slow periodic re-read is the
+//! safety net for missed events (network filesystems, a replaced directory).
+//!
+//! A single file that disappears or cannot be read is reported as [`Update::Failed`], not as a
+//! delete: for a file the absence is almost always a deploy in progress or a mistake. In the
+//! directory form, removing a key's file deletes the key.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,27 +26,49 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::{AGENT_CONFIGURATIONS_KEY, DEFAULT_SETTLE, Limits, SourceError, Update, content_hash};
+use crate::{AGENT_CONFIGURATIONS_KEY, DEFAULT_SETTLE, KeySet, Limits, Source, SourceError, StoreContent, Update};
 
 /// The longest a burst of events may delay a re-read.
 const MAX_SETTLE: Duration = Duration::from_millis(60);
 
-/// One agent-configurations file.
+/// Which layout the path has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// One agent-configurations file.
+    SingleFile,
+    /// One file per key, one subdirectory per group.
+    Directory,
+}
+
+/// A file or directory store.
 #[derive(Debug, Clone)]
 pub struct FileSource {
     path: PathBuf,
+    form: Form,
     limits: Limits,
     rehash_every: Duration,
 }
 
 impl FileSource {
-    /// A source for `path`, re-read at least every 10 s.
+    /// A single agent-configurations file, re-read at least every 10 s.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
+            form: Form::SingleFile,
             limits: Limits::default(),
             rehash_every: Duration::from_secs(10),
         }
+    }
+
+    /// A directory with one file per key.
+    pub fn directory(path: impl Into<PathBuf>) -> Self {
+        Self { form: Form::Directory, ..Self::new(path) }
+    }
+
+    /// A directory store when `path` is a directory, a single-file store otherwise.
+    pub fn open(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        if path.is_dir() { Self::directory(path) } else { Self::new(path) }
     }
 
     /// Sets the size limit.
@@ -52,125 +83,240 @@ impl FileSource {
         self
     }
 
-    /// The file.
+    /// The file or directory.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Reads the file now.
-    pub fn read(&self) -> Result<String, SourceError> {
-        let what = self.path.display().to_string();
-        let io = |source| SourceError::Io {
-            path: what.clone(),
-            source,
-        };
-        let size = std::fs::metadata(&self.path).map_err(io)?.len();
+    /// The layout.
+    pub fn form(&self) -> Form {
+        self.form
+    }
+
+    /// Reads one file, within the size limit.
+    fn read_file(&self, path: &Path) -> Result<String, SourceError> {
+        let what = path.display().to_string();
+        let io = |source| SourceError::Io { path: what.clone(), source };
+        let size = std::fs::metadata(path).map_err(io)?.len();
         if size > self.limits.max_value_bytes {
-            return Err(SourceError::TooLarge {
-                what,
-                size,
-                limit: self.limits.max_value_bytes,
-            });
+            return Err(SourceError::TooLarge { what, size, limit: self.limits.max_value_bytes });
         }
-        let bytes = std::fs::read(&self.path).map_err(io)?;
+        let bytes = std::fs::read(path).map_err(io)?;
         String::from_utf8(bytes).map_err(|_| SourceError::NotText { what })
     }
 
-    /// Starts watching: the directory watch is in place when this returns, so a write after it is
-    /// seen. The returned future runs until `shutdown`, sending an [`Update`] for every content
-    /// change after `initial` (the text the caller already has) and for every failed read.
-    pub fn watch(
-        self,
-        initial: Option<&str>,
-        updates: mpsc::Sender<Update>,
-        shutdown: CancellationToken,
-    ) -> Result<impl Future<Output = ()> + Send + 'static, SourceError> {
-        let events = Arc::new(Notify::new());
-        let watcher = self.directory_watcher(Arc::clone(&events))?;
-        let initial = initial.map(content_hash);
-        Ok(async move {
-            let _watcher = watcher;
-            self.watch_loop(initial, &events, &updates, &shutdown).await;
-        })
+    /// Reads the single file now.
+    pub fn read(&self) -> Result<String, SourceError> {
+        self.read_file(&self.path)
     }
 
-    async fn watch_loop(
-        &self,
-        mut last_hash: Option<[u8; 32]>,
-        events: &Notify,
-        updates: &mpsc::Sender<Update>,
-        shutdown: &CancellationToken,
-    ) {
-        let mut last_failed = false;
+    /// Everything the store holds now.
+    pub fn read_content(&self) -> Result<StoreContent, SourceError> {
+        let mut content = StoreContent::default();
+        match self.form {
+            Form::SingleFile => {
+                content.singles.insert(AGENT_CONFIGURATIONS_KEY.to_owned(), self.read()?);
+            }
+            Form::Directory => {
+                for (name, path) in self.entries(&self.path)? {
+                    if path.is_dir() {
+                        let mut items = BTreeMap::new();
+                        for (item, item_path) in self.entries(&path)? {
+                            if item_path.is_file() {
+                                items.insert(item, self.read_file(&item_path)?);
+                            }
+                        }
+                        content.groups.insert(name, items);
+                    } else if path.is_file() {
+                        content.singles.insert(name, self.read_file(&path)?);
+                    }
+                }
+            }
+        }
+        Ok(content)
+    }
+
+    /// Visible entries of a directory (names not starting with `.`), following symlinks.
+    fn entries(&self, dir: &Path) -> Result<Vec<(String, PathBuf)>, SourceError> {
+        let io = |source| SourceError::Io { path: dir.display().to_string(), source };
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            if !name.starts_with('.') {
+                out.push((name, entry.path()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The directory to watch.
+    fn watched_dir(&self) -> PathBuf {
+        match self.form {
+            Form::Directory => self.path.clone(),
+            Form::SingleFile => match self.path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            },
+        }
+    }
+
+    fn directory_watcher(&self, events: Arc<Notify>) -> Result<notify::RecommendedWatcher, SourceError> {
+        let dir = self.watched_dir();
+        let watch_error =
+            |e: notify::Error| SourceError::Watch { what: dir.display().to_string(), message: e.to_string() };
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if let Ok(event) = event
+                && !event.kind.is_access()
+            {
+                events.notify_one();
+            }
+        })
+        .map_err(watch_error)?;
+        let mode = match self.form {
+            Form::SingleFile => RecursiveMode::NonRecursive,
+            Form::Directory => RecursiveMode::Recursive,
+        };
+        watcher.watch(&dir, mode).map_err(watch_error)?;
+        Ok(watcher)
+    }
+
+    /// What changed between two reads, as updates.
+    fn updates_between(&self, before: Option<&StoreContent>, now: &StoreContent) -> Vec<Update> {
+        match (self.form, before) {
+            (Form::SingleFile, _) => now
+                .agent_configurations()
+                .map(|text| Update::Single { key: AGENT_CONFIGURATIONS_KEY.to_owned(), value: Some(text.to_owned()) })
+                .into_iter()
+                .collect(),
+            (Form::Directory, None) => vec![Update::Snapshot(now.clone())],
+            (Form::Directory, Some(before)) => {
+                let mut updates = Vec::new();
+                let keys: std::collections::BTreeSet<_> = before.singles.keys().chain(now.singles.keys()).collect();
+                for key in keys {
+                    if before.singles.get(key) != now.singles.get(key) {
+                        updates.push(Update::Single { key: key.clone(), value: now.singles.get(key).cloned() });
+                    }
+                }
+                let groups: std::collections::BTreeSet<_> = before.groups.keys().chain(now.groups.keys()).collect();
+                for key in groups {
+                    if before.groups.get(key) != now.groups.get(key) {
+                        updates.push(Update::Group { key: key.clone(), items: now.groups.get(key).cloned() });
+                    }
+                }
+                updates
+            }
+        }
+    }
+
+    async fn watch_loop(&self, events: &Notify, updates: &mpsc::Sender<Update>, shutdown: &CancellationToken) {
+        let mut last: Option<StoreContent> = None;
+        let mut failed = false;
         let mut rehash = tokio::time::interval(self.rehash_every);
         rehash.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        rehash.tick().await;
         loop {
+            let batch = match self.read_content() {
+                Ok(now) if last.as_ref() == Some(&now) => Vec::new(),
+                Ok(now) => {
+                    failed = false;
+                    let batch = self.updates_between(last.as_ref(), &now);
+                    last = Some(now);
+                    batch
+                }
+                // Report a failure once until the store reads again; forget what was read so the
+                // same content is delivered again after recovery.
+                Err(_) if failed => Vec::new(),
+                Err(error) => {
+                    failed = true;
+                    last = None;
+                    vec![Update::Failed(error)]
+                }
+            };
+            for update in batch {
+                if updates.send(update).await.is_err() {
+                    return;
+                }
+            }
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = events.notified() => settle(events).await,
                 _ = rehash.tick() => {}
             }
-            let update = match self.read() {
-                Ok(text) => {
-                    last_failed = false;
-                    let hash = content_hash(&text);
-                    if last_hash == Some(hash) {
-                        continue;
-                    }
-                    last_hash = Some(hash);
-                    Update::Value {
-                        key: AGENT_CONFIGURATIONS_KEY.to_owned(),
-                        value: Some(text),
-                    }
-                }
-                Err(error) => {
-                    // Report a failure once until the file reads again; forget the hash so the
-                    // same content is delivered again after recovery.
-                    if last_failed {
-                        continue;
-                    }
-                    last_failed = true;
-                    last_hash = None;
-                    Update::Failed(error)
-                }
-            };
-            if updates.send(update).await.is_err() {
-                return;
-            }
         }
     }
 
-    fn directory_watcher(
-        &self,
-        events: Arc<Notify>,
-    ) -> Result<notify::RecommendedWatcher, SourceError> {
-        let dir = match self.path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let watch_error = |e: notify::Error| SourceError::Watch {
-            what: dir.display().to_string(),
-            message: e.to_string(),
-        };
-        let mut watcher =
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                if let Ok(event) = event
-                    && !event.kind.is_access()
-                {
-                    events.notify_one();
-                }
-            })
-            .map_err(watch_error)?;
-        watcher
-            .watch(&dir, RecursiveMode::NonRecursive)
-            .map_err(watch_error)?;
-        Ok(watcher)
+    /// Writes `text` to `path` by rename, so readers never see half a file.
+    fn write_atomically(path: &Path, text: &str) -> Result<(), SourceError> {
+        use std::io::Write as _;
+        let io = |source| SourceError::Io { path: path.display().to_string(), source };
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let staged = dir.join(format!(".{name}.skyconf-{}", std::process::id()));
+        let mut file = std::fs::File::create(&staged).map_err(io)?;
+        file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(io)?;
+        std::fs::rename(&staged, path).map_err(io)
     }
 }
 
-/// Waits until no event has arrived for [`DEFAULT_SETTLE`], or [`MAX_SETTLE`] at most, so an editor's
-/// truncate-then-write is read once, whole.
+impl Source for FileSource {
+    fn describe(&self) -> String {
+        match self.form {
+            Form::SingleFile => format!("file {}", self.path.display()),
+            Form::Directory => format!("directory {}", self.path.display()),
+        }
+    }
+
+    async fn load(&self, _keys: &KeySet) -> Result<StoreContent, SourceError> {
+        self.read_content()
+    }
+
+    async fn run(&self, _keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        let events = Arc::new(Notify::new());
+        let mut backoff = crate::Backoff::default();
+        // The watch first, then the first read: no change can fall between the two.
+        let watcher = loop {
+            match self.directory_watcher(Arc::clone(&events)) {
+                Ok(w) => break w,
+                Err(error) => {
+                    tracing::warn!(store = %self.describe(), %error, "Cannot watch the store; retrying.");
+                    if updates.send(Update::Failed(error)).await.is_err() {
+                        return;
+                    }
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(backoff.next_delay()) => {}
+                    }
+                }
+            }
+        };
+        self.watch_loop(&events, &updates, &shutdown).await;
+        drop(watcher);
+    }
+
+    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+        match (self.form, value) {
+            (Form::SingleFile, Some(text)) if key == AGENT_CONFIGURATIONS_KEY => {
+                Self::write_atomically(&self.path, text)
+            }
+            (Form::SingleFile, _) => Err(SourceError::Unsupported(format!(
+                "the single-file store holds only {AGENT_CONFIGURATIONS_KEY} and cannot delete it"
+            ))),
+            (Form::Directory, _) if key.is_empty() || key.starts_with('.') || key.contains(['/', '\\']) => {
+                Err(SourceError::Unsupported(format!("`{key}` cannot be a file name")))
+            }
+            (Form::Directory, Some(text)) => Self::write_atomically(&self.path.join(key), text),
+            (Form::Directory, None) => match std::fs::remove_file(self.path.join(key)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(SourceError::Io { path: self.path.join(key).display().to_string(), source: e })
+                }
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+/// Waits until no event has arrived for [`DEFAULT_SETTLE`], or [`MAX_SETTLE`] at most, so an
+/// editor's truncate-then-write is read once, whole.
 async fn settle(events: &Notify) {
     let deadline = tokio::time::Instant::now() + MAX_SETTLE;
     loop {
@@ -187,27 +333,36 @@ async fn settle(events: &Notify) {
 mod tests {
     use super::*;
 
-    async fn next_value(rx: &mut mpsc::Receiver<Update>) -> Option<String> {
-        match tokio::time::timeout(Duration::from_secs(5), rx.recv())
+    async fn next(rx: &mut mpsc::Receiver<Update>) -> Update {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
             .await
             .expect("an update within 5 s")
-        {
-            Some(Update::Value { value, .. }) => value,
-            Some(Update::Failed(e)) => panic!("unexpected failure: {e}"),
-            None => panic!("source stopped"),
+            .expect("source running")
+    }
+
+    async fn next_value(rx: &mut mpsc::Receiver<Update>) -> Option<String> {
+        match next(rx).await {
+            Update::Single { value, .. } => value,
+            other => panic!("unexpected {other:?}"),
         }
     }
 
+    fn spawn(source: FileSource) -> (mpsc::Receiver<Update>, CancellationToken, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(8);
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let task = tokio::spawn(async move { source.run(KeySet::oap(), tx, token).await });
+        (rx, stop, task)
+    }
+
     #[tokio::test]
-    async fn reports_in_place_writes_and_rename_replacements() {
+    async fn single_file_reports_in_place_writes_and_rename_replacements() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent.yaml");
         std::fs::write(&path, "a").unwrap();
-        let source = FileSource::new(&path);
-        assert_eq!(source.read().unwrap(), "a");
-        let (tx, mut rx) = mpsc::channel(8);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(source.watch(Some("a"), tx, stop.clone()).unwrap());
+        let (mut rx, stop, task) = spawn(FileSource::new(&path));
+        // The first report is the current content, sent once the watch is in place.
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
 
         std::fs::write(&path, "b").unwrap();
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("b"));
@@ -226,32 +381,66 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent.yaml");
         std::fs::write(&path, "a").unwrap();
-        let (tx, mut rx) = mpsc::channel(8);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(
-            FileSource::new(&path)
-                .watch(Some("a"), tx, stop.clone())
-                .unwrap(),
-        );
+        let (mut rx, stop, task) = spawn(FileSource::new(&path));
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
 
         std::fs::remove_file(&path).unwrap();
-        let update = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(
-            matches!(update, Update::Failed(SourceError::Io { .. })),
-            "{update:?}"
-        );
+        assert!(matches!(next(&mut rx).await, Update::Failed(SourceError::Io { .. })));
 
         std::fs::write(&path, "a").unwrap();
-        assert_eq!(
-            next_value(&mut rx).await.as_deref(),
-            Some("a"),
-            "same content is delivered again after a failure"
-        );
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"), "same content is delivered again after a failure");
         stop.cancel();
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn directory_form_maps_files_to_keys_and_subdirectories_to_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(AGENT_CONFIGURATIONS_KEY), "configurations: {}\n").unwrap();
+        std::fs::write(dir.path().join("..data"), "ignored").unwrap();
+        std::fs::create_dir(dir.path().join("core.default.endpoint-name-grouping-openapi")).unwrap();
+        std::fs::write(dir.path().join("core.default.endpoint-name-grouping-openapi/a.yaml"), "x").unwrap();
+        let source = FileSource::open(dir.path());
+        assert_eq!(source.form(), Form::Directory);
+        let (mut rx, stop, task) = spawn(source.clone());
+        let Update::Snapshot(content) = next(&mut rx).await else { panic!("a snapshot first") };
+        assert_eq!(content.agent_configurations(), Some("configurations: {}\n"));
+        assert_eq!(content.singles.len(), 1, "{content:?}");
+        assert_eq!(content.groups["core.default.endpoint-name-grouping-openapi"]["a.yaml"], "x");
+
+        source.put("alarm.default.alarm-settings", Some("rules: {}")).await.unwrap();
+        match next(&mut rx).await {
+            Update::Single { key, value } => {
+                assert_eq!(key, "alarm.default.alarm-settings");
+                assert_eq!(value.as_deref(), Some("rules: {}"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        source.put("alarm.default.alarm-settings", None).await.unwrap();
+        assert!(matches!(next(&mut rx).await, Update::Single { value: None, .. }));
+
+        std::fs::remove_file(dir.path().join("core.default.endpoint-name-grouping-openapi/a.yaml")).unwrap();
+        match next(&mut rx).await {
+            Update::Group { items: Some(items), .. } => assert!(items.is_empty()),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(source.put("../escape", Some("x")).await.is_err());
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn single_file_put_replaces_the_file_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, "a").unwrap();
+        let source = FileSource::new(&path);
+        source.put(AGENT_CONFIGURATIONS_KEY, Some("b")).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "b");
+        assert!(source.put("alarm.default.alarm-settings", Some("x")).await.is_err());
+        assert!(source.put(AGENT_CONFIGURATIONS_KEY, None).await.is_err());
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no staging file left behind");
     }
 
     #[test]
@@ -259,12 +448,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent.yaml");
         std::fs::write(&path, "x".repeat(100)).unwrap();
-        let source = FileSource::new(&path).with_limits(Limits {
-            max_value_bytes: 10,
-        });
-        assert!(matches!(
-            source.read(),
-            Err(SourceError::TooLarge { size: 100, .. })
-        ));
+        let source = FileSource::new(&path).with_limits(Limits { max_value_bytes: 10 });
+        assert!(matches!(source.read(), Err(SourceError::TooLarge { size: 100, .. })));
     }
 }

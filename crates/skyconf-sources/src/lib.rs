@@ -1,19 +1,24 @@
-//! Where skyconf reads configuration from. Each store is a cargo feature and reports the raw
-//! value of the configuration keys it holds; the server decides what a value means (parsing,
-//! validation, keeping the last good table).
+//! Where skyconf reads configuration from. Each store is a cargo feature implementing [`Source`]:
+//! it reports the raw values of the configuration keys it holds, watches them, and writes them
+//! back for the admin API. The server decides what a value means (parsing, validation, keeping the
+//! last good table); a source only reports, and never turns an outage into a delete.
 //!
-//! Keys are the OAP's dynamic-configuration keys, `<module>.<provider>.<item>`; agents'
-//! configuration lives under [`AGENT_CONFIGURATIONS_KEY`].
+//! Keys are the OAP's dynamic-configuration keys, `<module>.<provider>.<item>`, mapped onto each
+//! store exactly as the OAP maps them; agents' configuration lives under
+//! [`AGENT_CONFIGURATIONS_KEY`].
 
 #[cfg(feature = "file")]
 pub mod file;
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
-/// The dynamic-configuration key holding the agent-configurations document.
-pub const AGENT_CONFIGURATIONS_KEY: &str = "configuration-discovery.default.agentConfigurations";
+pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, StoreContent};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-/// Why a store could not be read. The last good configuration stays in service.
+/// Why a store could not be read or written. The last good configuration stays in service.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// Reading a file failed.
@@ -49,20 +54,110 @@ pub enum SourceError {
         /// Why it failed.
         message: String,
     },
+    /// The store cannot be reached or answered with an error.
+    #[error("{store} is unavailable: {message}")]
+    Unavailable {
+        /// The store, as [`Source::describe`] names it.
+        store: String,
+        /// Why.
+        message: String,
+    },
+    /// The store refused the request (authentication, permissions, bad settings).
+    #[error("{store} refused the request: {message}")]
+    Refused {
+        /// The store.
+        store: String,
+        /// Why.
+        message: String,
+    },
+    /// The operation is not possible on this store.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
-/// What a source reports about one key.
+/// What a source reports.
 #[derive(Debug)]
 pub enum Update {
-    /// The key's current raw value; `None` when the store holds no such key (a delete).
-    Value {
+    /// A single key's current raw value; `None` when the store holds no such key (a delete).
+    Single {
         /// The dynamic-configuration key.
         key: String,
         /// Its raw text.
         value: Option<String>,
     },
-    /// The store could not be read; nothing changes.
+    /// A group key's current sub-items; `None` when the group is absent.
+    Group {
+        /// The dynamic-configuration key.
+        key: String,
+        /// Sub-item name → raw value.
+        items: Option<BTreeMap<String, String>>,
+    },
+    /// Everything the store holds for the watched keys; anything not in it is absent. Sent when a
+    /// watch is (re-)established.
+    Snapshot(StoreContent),
+    /// The store could not be read or the watch broke; nothing changes. The source retries and
+    /// sends a fresh [`Update::Snapshot`] once it is back.
     Failed(SourceError),
+}
+
+/// The keys a store is asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySet {
+    /// SINGLE keys.
+    pub singles: Vec<String>,
+    /// GROUP keys.
+    pub groups: Vec<String>,
+}
+
+impl KeySet {
+    /// The keys an OAP registers (§3.6 of the behaviour reference).
+    pub fn oap() -> Self {
+        Self {
+            singles: OAP_SINGLE_KEYS.iter().map(|k| (*k).to_owned()).collect(),
+            groups: OAP_GROUP_KEYS.iter().map(|k| (*k).to_owned()).collect(),
+        }
+    }
+
+    /// The OAP's keys plus `extra` single keys.
+    pub fn oap_with(extra: impl IntoIterator<Item = String>) -> Self {
+        let mut keys = Self::oap();
+        for key in extra {
+            if !keys.singles.contains(&key) {
+                keys.singles.push(key);
+            }
+        }
+        keys
+    }
+}
+
+/// A configuration store skyconf can watch.
+///
+/// Contract, which every implementation's tests check against its real server:
+/// - [`Source::load`] reads the watched keys once; it fails rather than returning a partial view.
+/// - [`Source::run`] establishes its watch *first*, then sends an [`Update::Snapshot`] (so no
+///   change between the two is lost), then one update per change, promptly (no polling where the
+///   store can push). On an outage it sends one [`Update::Failed`], reconnects with backoff and
+///   jitter, and sends a fresh snapshot when back. It returns when `shutdown` is cancelled or the
+///   receiver is gone.
+/// - [`Source::put`] writes one single key (`None` deletes it), as the OAP's layout for the store
+///   requires; the change then arrives through `run` like any other.
+pub trait Source: Send + Sync + 'static {
+    /// Names the store for logs and status: kind, address, namespace.
+    fn describe(&self) -> String;
+
+    /// Reads the watched keys once.
+    fn load(&self, keys: &KeySet) -> impl Future<Output = Result<StoreContent, SourceError>> + Send;
+
+    /// Watches the keys until `shutdown`.
+    fn run(
+        &self,
+        keys: KeySet,
+        updates: mpsc::Sender<Update>,
+        shutdown: CancellationToken,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// Writes (or with `None`, deletes) one single key.
+    fn put(&self, key: &str, value: Option<&str>) -> impl Future<Output = Result<(), SourceError>> + Send;
 }
 
 /// Settings every source shares.
@@ -74,9 +169,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_value_bytes: 32 * 1024 * 1024,
-        }
+        Self { max_value_bytes: 32 * 1024 * 1024 }
     }
 }
 
@@ -87,4 +180,68 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_millis(15);
 pub fn content_hash(text: &str) -> [u8; 32] {
     use sha2::Digest as _;
     sha2::Sha256::digest(text.as_bytes()).into()
+}
+
+/// Exponential backoff with full jitter, for reconnecting to a store.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    /// Starts at `base`, doubling up to `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self { base, max, attempt: 0 }
+    }
+
+    /// The next delay: uniform in [0, min(max, base·2^attempt)].
+    pub fn next_delay(&mut self) -> Duration {
+        let ceiling = self.base.saturating_mul(1 << self.attempt.min(16)).min(self.max);
+        self.attempt = self.attempt.saturating_add(1);
+        ceiling.mul_f64(jitter_fraction())
+    }
+
+    /// Back to the first delay after a success.
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new(Duration::from_millis(200), Duration::from_secs(30))
+    }
+}
+
+/// A fraction in [0.5, 1), from the clock's low bits: enough to spread reconnecting replicas.
+fn jitter_fraction() -> f64 {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    0.5 + f64::from(nanos % 1000) / 2000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_ceiling_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let delays: Vec<_> = (0..8).map(|_| b.next_delay()).collect();
+        assert!(delays[0] <= Duration::from_millis(100));
+        assert!(delays.iter().all(|d| *d <= Duration::from_secs(1)));
+        assert!(delays[7] >= Duration::from_millis(500), "{delays:?}");
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn oap_keys_include_the_agent_configurations() {
+        let keys = KeySet::oap_with(["x.y.z".to_owned(), AGENT_CONFIGURATIONS_KEY.to_owned()]);
+        assert_eq!(keys.singles.iter().filter(|k| *k == AGENT_CONFIGURATIONS_KEY).count(), 1);
+        assert!(keys.singles.contains(&"x.y.z".to_owned()));
+        assert_eq!(keys.groups, ["core.default.endpoint-name-grouping-openapi"]);
+    }
 }

@@ -7,11 +7,13 @@ use std::process::ExitCode;
 
 use skyconf_server::{CdsOptions, ServeConfig};
 use skyconf_sources::Limits;
+use skyconf_sources::file::FileSource;
 
 /// Arguments of `skyconf serve`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent-configurations YAML file (`configurations: {service: {key: value}}`).
+    /// The agent-configurations YAML file (`configurations: {service: {key: value}}`), or a
+    /// directory holding one file per configuration key (a mounted ConfigMap).
     #[arg(long, env = "SKYCONF_FILE")]
     file: PathBuf,
     /// Where agents connect (gRPC; the OAP's default port is 11800).
@@ -26,22 +28,22 @@ pub(crate) struct Args {
     /// The largest document accepted, in bytes.
     #[arg(long, default_value_t = Limits::default().max_value_bytes, env = "SKYCONF_MAX_DOCUMENT_BYTES")]
     max_document_bytes: u64,
+    /// Where to persist the last good configuration, served at start-up when the store is unreachable.
+    #[arg(long, env = "SKYCONF_DATA_DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = ServeConfig {
-        file: args.file,
         grpc_addr: args.grpc_addr,
         admin_addr: args.admin_addr,
-        cds: CdsOptions {
-            disable_message_digest: args.disable_message_digest,
-        },
-        limits: Limits {
-            max_value_bytes: args.max_document_bytes,
-        },
+        cds: CdsOptions { disable_message_digest: args.disable_message_digest },
+        data_dir: args.data_dir,
+        ..ServeConfig::default()
     };
+    let source = FileSource::open(args.file).with_limits(Limits { max_value_bytes: args.max_document_bytes });
     super::runtime()?.block_on(async {
-        let running = skyconf_server::start(config).await?;
+        let running = skyconf_server::start_with(source, config).await?;
         let stop = running.shutdown_token();
         tokio::spawn(async move {
             wait_for_signal().await;
@@ -56,9 +58,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(
-            tokio::signal::unix::SignalKind::terminate(),
-        ) {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(s) => s,
             Err(error) => {
                 tracing::warn!(%error, "Cannot listen for SIGTERM; only Ctrl-C stops the server.");

@@ -13,17 +13,8 @@
 pub mod codec;
 
 mod generated {
-    #![allow(
-        missing_docs,
-        unreachable_pub,
-        clippy::all,
-        clippy::pedantic,
-        missing_debug_implementations
-    )]
-    include!(concat!(
-        env!("OUT_DIR"),
-        "/skywalking.v3.ConfigurationDiscoveryService.rs"
-    ));
+    #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
+    include!(concat!(env!("OUT_DIR"), "/skywalking.v3.ConfigurationDiscoveryService.rs"));
 }
 
 use std::panic::AssertUnwindSafe;
@@ -71,6 +62,10 @@ impl CdsService {
     /// The encoded answer for one request: the command, or an empty `Commands` (zero bytes).
     pub fn answer(&self, request: &ConfigurationSyncRequest) -> Bytes {
         self.served.with_snapshot(|snapshot| {
+            if !snapshot.ready {
+                // No table known yet: "no change" keeps every agent as it is.
+                return Bytes::new();
+            }
             let answer = snapshot.answer(&request.service);
             if !self.options.disable_message_digest && answer.digest == *request.uuid.as_str() {
                 Bytes::new()
@@ -109,28 +104,14 @@ mod tests {
 
     fn service(text: &str, disable_message_digest: bool) -> (Arc<ServedTable>, CdsService) {
         let served = Arc::new(ServedTable::new(skyconf_core::read(text).unwrap()));
-        (
-            Arc::clone(&served),
-            CdsService::new(
-                served,
-                CdsOptions {
-                    disable_message_digest,
-                },
-            ),
-        )
+        (Arc::clone(&served), CdsService::new(served, CdsOptions { disable_message_digest }))
     }
 
     fn ask(svc: &CdsService, service: &str, uuid: &str) -> Option<DiscoveryCommand> {
-        let bytes = svc.answer(&ConfigurationSyncRequest {
-            service: service.into(),
-            uuid: uuid.into(),
-        });
+        let bytes = svc.answer(&ConfigurationSyncRequest { service: service.into(), uuid: uuid.into() });
         let commands = Commands::decode(bytes).unwrap();
         assert!(commands.commands.len() <= 1, "one command at most");
-        commands
-            .commands
-            .first()
-            .map(|c| DiscoveryCommand::from_command(c).unwrap())
+        commands.commands.first().map(|c| DiscoveryCommand::from_command(c).unwrap())
     }
 
     // The OAP handler's acceptance cases (behaviour reference §5.1, item 3).
@@ -152,10 +133,7 @@ mod tests {
         assert_eq!(cmd.config.len(), 5);
         assert!(ask(&svc, "svc", V4_DIGEST).is_none());
         assert!(ask(&svc, "svc", "stale").is_some());
-        assert!(
-            ask(&svc, "SVC", V4_DIGEST).unwrap().config.is_empty(),
-            "lookup is case-sensitive"
-        );
+        assert!(ask(&svc, "SVC", V4_DIGEST).unwrap().config.is_empty(), "lookup is case-sensitive");
     }
 
     #[test]
@@ -167,12 +145,15 @@ mod tests {
     }
 
     #[test]
+    fn a_server_without_a_table_answers_no_change() {
+        let svc = CdsService::new(Arc::new(ServedTable::waiting()), CdsOptions::default());
+        assert!(ask(&svc, "svc", "").is_none());
+    }
+
+    #[test]
     fn a_delete_makes_everyone_empty() {
         let (served, svc) = service(V4, false);
         served.install(skyconf_core::AgentConfigurations::default());
-        assert_eq!(
-            ask(&svc, "svc", V4_DIGEST).unwrap().uuid.as_deref(),
-            Some(EMPTY_DIGEST)
-        );
+        assert_eq!(ask(&svc, "svc", V4_DIGEST).unwrap().uuid.as_deref(), Some(EMPTY_DIGEST));
     }
 }
