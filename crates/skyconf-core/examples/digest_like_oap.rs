@@ -14,11 +14,7 @@ fn main() -> std::io::Result<()> {
             Ok(table) => {
                 let mut out = serde_json::Map::new();
                 for service in table.services() {
-                    let config: Vec<_> = service
-                        .entries()
-                        .iter()
-                        .map(|(k, v)| serde_json::json!([k, v]))
-                        .collect();
+                    let config: Vec<_> = service.entries().iter().map(|(k, v)| serde_json::json!([k, v])).collect();
                     out.insert(
                         service.name().to_owned(),
                         serde_json::json!({ "uuid": service.digest().as_str(), "config": config }),

@@ -74,11 +74,7 @@ impl JavaValue {
             Self::Bool(b) => Identity::Bool(*b),
             Self::Integer(d) => Identity::Integer(d.clone()),
             // Double.equals compares doubleToLongBits, which folds every NaN into one.
-            Self::Double(d) => Identity::Double(if d.is_nan() {
-                f64::NAN.to_bits()
-            } else {
-                d.to_bits()
-            }),
+            Self::Double(d) => Identity::Double(if d.is_nan() { f64::NAN.to_bits() } else { d.to_bits() }),
             Self::Str(s) => Identity::Str(s.clone()),
             Self::Date(ms) => Identity::Date(*ms),
             Self::List(items) => Identity::List(items.iter().map(Self::identity).collect()),
@@ -88,10 +84,7 @@ impl JavaValue {
                 Identity::Set(ids)
             }
             Self::Map(entries) => {
-                let mut ids: Vec<_> = entries
-                    .iter()
-                    .map(|(k, v)| (k.identity(), v.identity()))
-                    .collect();
+                let mut ids: Vec<_> = entries.iter().map(|(k, v)| (k.identity(), v.identity())).collect();
                 ids.sort();
                 Identity::Map(ids)
             }
@@ -162,14 +155,7 @@ fn layout(out: &mut String, digits: &[u8], exponent: i32) {
     } else {
         out.push_str(&text(&digits[..1]));
         out.push('.');
-        out.push_str(
-            if digits.len() > 1 {
-                text(&digits[1..])
-            } else {
-                "0".to_owned()
-            }
-            .as_str(),
-        );
+        out.push_str(if digits.len() > 1 { text(&digits[1..]) } else { "0".to_owned() }.as_str());
         let _ = write!(out, "E{}", exponent - 1);
     }
 }
@@ -195,17 +181,9 @@ fn jdk_digits(d: f64) -> (Vec<u8>, i32) {
         // Subnormal: normalise so the leading one sits at bit 52.
         let raw = bits & SIGNIFICAND_MASK;
         let shift = raw.leading_zeros() as i32 - 11;
-        (
-            raw << shift,
-            1 - shift - 1023,
-            64 - raw.leading_zeros() as i32,
-        )
+        (raw << shift, 1 - shift - 1023, 64 - raw.leading_zeros() as i32)
     } else {
-        (
-            (bits & SIGNIFICAND_MASK) | (1 << 52),
-            biased - 1023,
-            SIGNIFICAND_BITS + 1,
-        )
+        ((bits & SIGNIFICAND_MASK) | (1 << 52), biased - 1023, SIGNIFICAND_BITS + 1)
     };
     let tail_zeros = fraction.trailing_zeros() as i32;
     let fraction_bits = SIGNIFICAND_BITS + 1 - tail_zeros;
@@ -213,11 +191,8 @@ fn jdk_digits(d: f64) -> (Vec<u8>, i32) {
 
     // An exact integer below 2^63: its digits, less those the binary precision cannot carry.
     if (-21..=62).contains(&bin_exp) && tiny_bits == 0 {
-        let insignificant = if bin_exp > significant_bits {
-            insignificant_digits(bin_exp - significant_bits - 1)
-        } else {
-            0
-        };
+        let insignificant =
+            if bin_exp > significant_bits { insignificant_digits(bin_exp - significant_bits - 1) } else { 0 };
         let mut value = if bin_exp >= SIGNIFICAND_BITS {
             fraction << (bin_exp - SIGNIFICAND_BITS)
         } else {
@@ -233,11 +208,7 @@ fn jdk_digits(d: f64) -> (Vec<u8>, i32) {
         }
         let text = value.to_string();
         let exponent = text.len() as i32 + insignificant;
-        let digits = text
-            .trim_end_matches('0')
-            .bytes()
-            .map(|b| b - b'0')
-            .collect();
+        let digits = text.trim_end_matches('0').bytes().map(|b| b - b'0').collect();
         return (digits, exponent);
     }
 
@@ -265,15 +236,7 @@ fn jdk_digits(d: f64) -> (Vec<u8>, i32) {
     }
     let b_bits = fraction_bits + b2 + pow5_bits(b5);
     let ten_s_bits = s2 + 1 + pow5_bits(s5 + 1);
-    let scale = Scale {
-        fraction,
-        b5,
-        b2,
-        s5,
-        s2,
-        m5,
-        m2,
-    };
+    let scale = Scale { fraction, b5, b2, s5, s2, m5, m2 };
     let generated = if b_bits < 32 && ten_s_bits < 32 {
         generate_fixed::<i32>(&scale, &mut dec_exp)
     } else if b_bits < 64 && ten_s_bits < 64 {
@@ -281,12 +244,7 @@ fn jdk_digits(d: f64) -> (Vec<u8>, i32) {
     } else {
         generate_big(&scale, &mut dec_exp)
     };
-    let Generated {
-        mut digits,
-        high,
-        low,
-        low_digit_difference,
-    } = generated;
+    let Generated { mut digits, high, low, low_digit_difference } = generated;
     let mut exponent = dec_exp + 1;
     let round_up = high
         && (!low
@@ -311,11 +269,7 @@ fn jdk_digits(d: f64) -> (Vec<u8>, i32) {
 
 /// How many low decimal digits a power-of-two gap of 2^p2 makes meaningless: floor(p2·log10 2).
 fn insignificant_digits(p2: i32) -> i32 {
-    if p2 > 1 && p2 < 64 {
-        p2 * 30_103 / 100_000
-    } else {
-        0
-    }
+    if p2 > 1 && p2 < 64 { p2 * 30_103 / 100_000 } else { 0 }
 }
 
 /// floor(log10(d)) estimated from the binary exponent and the leading significand bits, with the
@@ -323,8 +277,7 @@ fn insignificant_digits(p2: i32) -> i32 {
 #[allow(clippy::approx_constant)] // the JDK's truncated log10(2), not f64::consts::LOG10_2
 fn estimate_decimal_exponent(fraction: u64, bin_exp: i32) -> i32 {
     let significand = f64::from_bits(0x3ff0_0000_0000_0000 | (fraction & ((1 << 52) - 1)));
-    let estimate =
-        (significand - 1.5) * 0.289529654 + 0.176091259 + f64::from(bin_exp) * 0.301029995663981;
+    let estimate = (significand - 1.5) * 0.289529654 + 0.176091259 + f64::from(bin_exp) * 0.301029995663981;
     estimate.floor() as i32
 }
 
@@ -434,12 +387,7 @@ fn generate_fixed<T: Fixed>(sc: &Scale, dec_exp: &mut i32) -> Generated {
         digits.push(q.to_i64() as u8);
     }
     let low_digit_difference = b.shl(1).sub(tens).to_i64();
-    Generated {
-        digits,
-        high,
-        low,
-        low_digit_difference,
-    }
+    Generated { digits, high, low, low_digit_difference }
 }
 
 fn generate_big(sc: &Scale, dec_exp: &mut i32) -> Generated {
@@ -476,12 +424,7 @@ fn generate_big(sc: &Scale, dec_exp: &mut i32) -> Generated {
     } else {
         0
     };
-    Generated {
-        digits,
-        high,
-        low,
-        low_digit_difference,
-    }
+    Generated { digits, high, low, low_digit_difference }
 }
 
 /// Just enough unsigned big-integer arithmetic for digit generation (little-endian u32 limbs).
@@ -541,9 +484,7 @@ impl Big {
         let mut out = Vec::with_capacity(self.0.len().max(o.0.len()) + 1);
         let mut carry = 0u64;
         for i in 0..self.0.len().max(o.0.len()) {
-            let v = u64::from(*self.0.get(i).unwrap_or(&0))
-                + u64::from(*o.0.get(i).unwrap_or(&0))
-                + carry;
+            let v = u64::from(*self.0.get(i).unwrap_or(&0)) + u64::from(*o.0.get(i).unwrap_or(&0)) + carry;
             out.push(v as u32);
             carry = v >> 32;
         }
@@ -581,17 +522,12 @@ impl PartialOrd for Big {
 
 impl Ord for Big {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0
-            .len()
-            .cmp(&other.0.len())
-            .then_with(|| self.0.iter().rev().cmp(other.0.iter().rev()))
+        self.0.len().cmp(&other.0.len()).then_with(|| self.0.iter().rev().cmp(other.0.iter().rev()))
     }
 }
 
 const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-const MONTHS: [&str; 12] = [
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-];
+const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
 
 /// The first day of the Gregorian calendar in Java's default `GregorianCalendar`, 1582-10-15, in
 /// days since the epoch. Before it Java counts days in the Julian calendar.
@@ -603,11 +539,7 @@ pub(crate) fn date_to_string(millis: i64) -> String {
     let secs = millis.div_euclid(1000);
     let days = secs.div_euclid(86_400);
     let of_day = secs.rem_euclid(86_400);
-    let (year, month, day) = if days < GREGORIAN_CUTOVER_DAYS {
-        julian_from_days(days)
-    } else {
-        civil_from_days(days)
-    };
+    let (year, month, day) = if days < GREGORIAN_CUTOVER_DAYS { julian_from_days(days) } else { civil_from_days(days) };
     let year_of_era = if year <= 0 { 1 - year } else { year };
     format!(
         "{} {} {:02} {:02}:{:02}:{:02} UTC {}",
@@ -710,29 +642,17 @@ mod tests {
 
     #[test]
     fn dates_print_as_java_does_in_utc() {
-        assert_eq!(
-            date_to_string(days_from_civil(2001, 12, 14) * 86_400_000),
-            "Fri Dec 14 00:00:00 UTC 2001"
-        );
+        assert_eq!(date_to_string(days_from_civil(2001, 12, 14) * 86_400_000), "Fri Dec 14 00:00:00 UTC 2001");
         assert_eq!(date_to_string(0), "Thu Jan 01 00:00:00 UTC 1970");
         assert_eq!(date_to_string(-1000), "Wed Dec 31 23:59:59 UTC 1969");
-        assert_eq!(
-            date_to_string(951_782_400_000),
-            "Tue Feb 29 00:00:00 UTC 2000"
-        );
+        assert_eq!(date_to_string(951_782_400_000), "Tue Feb 29 00:00:00 UTC 2000");
     }
 
     #[test]
     fn julian_dates_before_the_cutover() {
         assert_eq!(days_from_julian(1582, 10, 5), GREGORIAN_CUTOVER_DAYS);
-        assert_eq!(
-            date_to_string(days_from_julian(1500, 2, 29) * 86_400_000),
-            "Sat Feb 29 00:00:00 UTC 1500"
-        );
-        assert_eq!(
-            date_to_string(days_from_julian(0, 1, 1) * 86_400_000),
-            "Thu Jan 01 00:00:00 UTC 1"
-        );
+        assert_eq!(date_to_string(days_from_julian(1500, 2, 29) * 86_400_000), "Sat Feb 29 00:00:00 UTC 1500");
+        assert_eq!(date_to_string(days_from_julian(0, 1, 1) * 86_400_000), "Thu Jan 01 00:00:00 UTC 1");
         for days in -1_500_000..GREGORIAN_CUTOVER_DAYS {
             let (y, m, d) = julian_from_days(days);
             assert_eq!(days_from_julian(y, m, d), days);
@@ -753,11 +673,7 @@ mod tests {
             (JavaValue::Str("x".into()), JavaValue::Integer("1".into())),
             (
                 JavaValue::Str("y".into()),
-                JavaValue::List(vec![
-                    JavaValue::Null,
-                    JavaValue::Double(0.5),
-                    JavaValue::Bool(true),
-                ]),
+                JavaValue::List(vec![JavaValue::Null, JavaValue::Double(0.5), JavaValue::Bool(true)]),
             ),
         ]);
         assert_eq!(v.to_java_string(), "{x=1, y=[null, 0.5, true]}");
@@ -766,18 +682,9 @@ mod tests {
 
     #[test]
     fn identity_follows_java_equals() {
-        assert_eq!(
-            JavaValue::Double(f64::NAN).identity(),
-            JavaValue::Double(-f64::NAN).identity()
-        );
-        assert_ne!(
-            JavaValue::Double(0.0).identity(),
-            JavaValue::Double(-0.0).identity()
-        );
-        assert_ne!(
-            JavaValue::Str("1".into()).identity(),
-            JavaValue::Integer("1".into()).identity()
-        );
+        assert_eq!(JavaValue::Double(f64::NAN).identity(), JavaValue::Double(-f64::NAN).identity());
+        assert_ne!(JavaValue::Double(0.0).identity(), JavaValue::Double(-0.0).identity());
+        assert_ne!(JavaValue::Str("1".into()).identity(), JavaValue::Integer("1".into()).identity());
     }
 }
 

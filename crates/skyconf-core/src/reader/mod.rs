@@ -20,7 +20,7 @@ use indexmap::IndexMap;
 
 use crate::table::{AgentConfigurations, ServiceConfig};
 use java::JavaValue;
-use resolve::{Constructor, Entry};
+use resolve::{Constructor, Entry, is_plain_mapping};
 use tree::NodeKind;
 
 /// Keys the command codec reserves: a configuration key with one of these names would overwrite
@@ -73,32 +73,21 @@ pub enum ReadError {
 
 impl ReadError {
     pub(crate) fn syntax(at: Position, message: impl Into<String>) -> Self {
-        Self::Syntax {
-            at,
-            message: message.into(),
-        }
+        Self::Syntax { at, message: message.into() }
     }
 
     pub(crate) fn structure(at: Position, message: impl Into<String>) -> Self {
-        Self::Structure {
-            at,
-            message: message.into(),
-        }
+        Self::Structure { at, message: message.into() }
     }
 
     pub(crate) fn value(at: Position, message: impl Into<String>) -> Self {
-        Self::Value {
-            at,
-            message: message.into(),
-        }
+        Self::Value { at, message: message.into() }
     }
 
     /// Where the problem is.
     pub fn position(&self) -> Option<Position> {
         match self {
-            Self::Syntax { at, .. } | Self::Structure { at, .. } | Self::Value { at, .. } => {
-                Some(*at)
-            }
+            Self::Syntax { at, .. } | Self::Structure { at, .. } | Self::Value { at, .. } => Some(*at),
         }
     }
 }
@@ -112,47 +101,53 @@ pub fn read(text: &str) -> Result<AgentConfigurations, ReadError> {
         return Ok(AgentConfigurations::default());
     };
     let mut constructor = Constructor::default();
-    if !matches!(root.kind, NodeKind::Mapping(_)) {
+    // `---` alone, `~`, `!!null x`: a null root, which the OAP reads as an empty table.
+    if matches!(root.kind, NodeKind::Scalar { .. }) && matches!(constructor.construct(&root), Ok(JavaValue::Null)) {
+        return Ok(AgentConfigurations::default());
+    }
+    if !is_plain_mapping(&root) {
         return Err(ReadError::structure(
             root.at,
             "the document must be a mapping with a top-level `configurations:` key",
         ));
     }
     let top = constructor.mapping_entries(&root)?;
-    let mut configurations = None;
+    // Everything is built in document order, as SnakeYAML builds it: building a mapping can
+    // rewrite nodes that later aliases see (see `Constructor::mapping_entries`).
+    let mut services = None;
     for entry in &top {
         if matches!(&entry.key, JavaValue::Str(k) if k == "configurations") {
-            configurations = Some(entry);
+            services = Some(read_services(&mut constructor, &entry.value)?);
         } else {
             // The OAP's loader builds every value; one it cannot build fails the document.
             constructor.construct(&entry.value)?;
         }
     }
-    let Some(configurations) = configurations else {
-        let found: Vec<String> = top
-            .iter()
-            .map(|e| format!("`{}`", e.key.to_java_string()))
-            .collect();
-        return Err(ReadError::structure(
-            root.at,
-            format!(
-                "no top-level `configurations:` key (found {}); without it every agent would lose its configuration",
-                if found.is_empty() {
-                    "none".to_owned()
-                } else {
-                    found.join(", ")
-                }
-            ),
-        ));
-    };
-    let services_node = &configurations.value;
-    match &services_node.kind {
-        NodeKind::Scalar { .. }
-            if matches!(constructor.construct(services_node)?, JavaValue::Null) =>
-        {
-            return Ok(AgentConfigurations::default());
+    match services {
+        Some(services) => Ok(AgentConfigurations::from_services(services)),
+        None => {
+            let found: Vec<String> = top.iter().map(|e| format!("`{}`", e.key.to_java_string())).collect();
+            Err(ReadError::structure(
+                root.at,
+                format!(
+                    "no top-level `configurations:` key (found {}); without it every agent would lose its configuration",
+                    if found.is_empty() { "none".to_owned() } else { found.join(", ") }
+                ),
+            ))
         }
-        NodeKind::Mapping(_) if services_node.tag.is_none() => {}
+    }
+}
+
+/// The value of `configurations`: service name to settings, in document order.
+fn read_services(
+    constructor: &mut Constructor,
+    services_node: &tree::Node,
+) -> Result<IndexMap<String, ServiceConfig>, ReadError> {
+    match &services_node.kind {
+        NodeKind::Scalar { .. } if matches!(constructor.construct(services_node)?, JavaValue::Null) => {
+            return Ok(IndexMap::new());
+        }
+        NodeKind::Mapping(_) if is_plain_mapping(services_node) => {}
         _ => {
             return Err(ReadError::structure(
                 services_node.at,
@@ -162,13 +157,11 @@ pub fn read(text: &str) -> Result<AgentConfigurations, ReadError> {
     }
     let mut services: IndexMap<String, ServiceConfig> = IndexMap::new();
     let mut service_at: HashMap<String, Position> = HashMap::new();
-    for Entry { key, key_at, value } in constructor.mapping_entries(services_node)? {
+    for Entry { key, key_node, value } in constructor.mapping_entries(services_node)? {
+        let key_at = key_node.at;
         let name = match &key {
             JavaValue::Null => {
-                return Err(ReadError::structure(
-                    key_at,
-                    "a service name is empty (null)",
-                ));
+                return Err(ReadError::structure(key_at, "a service name is empty (null)"));
             }
             other => other.to_java_string(),
         };
@@ -178,10 +171,10 @@ pub fn read(text: &str) -> Result<AgentConfigurations, ReadError> {
                 format!("service `{name}` is written twice in different forms (first at {first})"),
             ));
         }
-        let entries = read_service(&mut constructor, &name, &value)?;
+        let entries = read_service(constructor, &name, &value)?;
         services.insert(name.clone(), ServiceConfig::new(name, entries));
     }
-    Ok(AgentConfigurations::from_services(services))
+    Ok(services)
 }
 
 /// One service's `{key: value}` mapping, stringified in document order.
@@ -191,15 +184,11 @@ fn read_service(
     node: &tree::Node,
 ) -> Result<Vec<(String, String)>, ReadError> {
     match &node.kind {
-        NodeKind::Mapping(_) if node.tag.is_none() => {}
-        NodeKind::Scalar { text, plain: true }
-            if text.is_empty() || text == "~" || text == "null" =>
-        {
+        NodeKind::Mapping(_) if is_plain_mapping(node) => {}
+        NodeKind::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null" => {
             return Err(ReadError::structure(
                 node.at,
-                format!(
-                    "service `{service}` has no settings; write `{service}: {{}}` for an empty configuration"
-                ),
+                format!("service `{service}` has no settings; write `{service}: {{}}` for an empty configuration"),
             ));
         }
         _ => {
@@ -211,7 +200,8 @@ fn read_service(
     }
     let mut out = Vec::new();
     let mut seen: HashMap<String, Position> = HashMap::new();
-    for Entry { key, key_at, value } in constructor.mapping_entries(node)? {
+    for Entry { key, key_node, value } in constructor.mapping_entries(node)? {
+        let key_at = key_node.at;
         if matches!(key, JavaValue::Null) {
             return Err(ReadError::structure(
                 key_at,

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::java::{GREGORIAN_CUTOVER_DAYS, JavaValue, days_from_civil, days_from_julian};
-use super::tree::{Node, NodeKind, Tag};
+use super::java::{GREGORIAN_CUTOVER_DAYS, Identity, JavaValue, days_from_civil, days_from_julian};
+use super::tree::{CORE_PREFIX, Node, NodeKind, Tag};
 use super::{Position, ReadError};
 
 /// How many values one document may expand to through aliases before it is refused.
@@ -22,7 +22,7 @@ const MAX_VALUES: usize = 1_000_000;
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) key: JavaValue,
-    pub(crate) key_at: Position,
+    pub(crate) key_node: Rc<Node>,
     pub(crate) value: Rc<Node>,
 }
 
@@ -46,11 +46,7 @@ impl Constructor {
             NodeKind::Scalar { text, plain } => scalar(text, *plain, node.tag.as_ref(), node.at),
             NodeKind::Sequence(items) => {
                 expect_tag(node, &["seq"])?;
-                items
-                    .iter()
-                    .map(|item| self.construct(item))
-                    .collect::<Result<_, _>>()
-                    .map(JavaValue::List)
+                items.iter().map(|item| self.construct(item)).collect::<Result<_, _>>().map(JavaValue::List)
             }
             NodeKind::Mapping(_) => {
                 expect_tag(node, &["map", "set"])?;
@@ -72,102 +68,136 @@ impl Constructor {
     /// mapping's own keys the last of equal keys stays, at its own position; merged (`<<`)
     /// entries come in at the merge key's place and never override a key already present, while
     /// the mapping's own keys override merged ones in place.
+    ///
+    /// Like SnakeYAML, this rewrites the node with the flattened entries, so an alias to it
+    /// later sees them (and merges from it the same way again).
     pub(crate) fn mapping_entries(&mut self, node: &Node) -> Result<Vec<Entry>, ReadError> {
-        let NodeKind::Mapping(raw) = &node.kind else {
+        let NodeKind::Mapping(cell) = &node.kind else {
             return Err(ReadError::structure(node.at, "expected a mapping"));
         };
+        let raw = cell.borrow().clone();
         // Own keys first: drop the earlier of equal keys.
-        let mut own: Vec<Option<Entry>> = Vec::with_capacity(raw.len());
-        let mut merges: Vec<(usize, &Rc<Node>)> = Vec::new();
+        let mut own: Vec<Option<Own>> = Vec::with_capacity(raw.len());
         let mut seen: HashMap<_, usize> = HashMap::with_capacity(raw.len());
         for (key_node, value_node) in raw {
-            if is_merge_key(key_node) {
-                merges.push((own.len(), value_node));
-                own.push(None);
+            if is_merge_key(&key_node) {
+                own.push(Some(Own::Merge(value_node)));
                 continue;
             }
-            let key = self.construct(key_node)?;
+            let key = self.construct(&key_node)?;
             if let Some(earlier) = seen.insert(key.identity(), own.len()) {
                 own[earlier] = None;
             }
-            own.push(Some(Entry {
-                key,
-                key_at: key_node.at,
-                value: Rc::clone(value_node),
-            }));
+            own.push(Some(Own::Entry(Entry { key, key_node, value: value_node })));
         }
-        if merges.is_empty() {
-            return Ok(own.into_iter().flatten().collect());
-        }
-        // Then merge, in order, keeping first positions.
-        let mut out: Vec<Entry> = Vec::new();
-        let mut index: HashMap<_, usize> = HashMap::new();
-        let mut merges = merges.into_iter().peekable();
-        for (slot, entry) in own.into_iter().enumerate() {
-            match entry {
-                Some(entry) => match index.get(&entry.key.identity()) {
-                    Some(&at) => out[at] = entry,
-                    None => {
-                        index.insert(entry.key.identity(), out.len());
-                        out.push(entry);
-                    }
-                },
-                None => {
-                    let Some((_, source)) = merges.next_if(|(at, _)| *at == slot) else {
-                        continue;
-                    };
-                    for merged in self.merge_sources(source)? {
-                        if let std::collections::hash_map::Entry::Vacant(e) = index.entry(merged.key.identity()) {
-                            e.insert(out.len());
-                            out.push(merged);
-                        }
-                    }
-                }
+        let mut merged = Merged::default();
+        for item in own.into_iter().flatten() {
+            match item {
+                Own::Entry(entry) => merged.put(entry, true),
+                Own::Merge(source) => self.merge_from(&source, &mut merged)?,
             }
         }
-        Ok(out)
+        *cell.borrow_mut() = merged.entries.iter().map(|e| (Rc::clone(&e.key_node), Rc::clone(&e.value))).collect();
+        Ok(merged.entries)
     }
 
-    /// The entries a `<<` value brings: one mapping, or a sequence of mappings.
-    fn merge_sources(&mut self, source: &Node) -> Result<Vec<Entry>, ReadError> {
+    /// Adds what a `<<` value brings: one mapping, or a sequence of mappings, in order.
+    fn merge_from(&mut self, source: &Node, merged: &mut Merged) -> Result<(), ReadError> {
         match &source.kind {
-            NodeKind::Mapping(_) => self.mapping_entries(source),
+            NodeKind::Mapping(_) => self.merge_mapping(source, merged),
             NodeKind::Sequence(items) => {
-                let mut all = Vec::new();
                 for item in items {
                     if !matches!(item.kind, NodeKind::Mapping(_)) {
-                        return Err(ReadError::structure(
-                            item.at,
-                            "a `<<` merge list may hold only mappings",
-                        ));
+                        return Err(ReadError::structure(item.at, "a `<<` merge list may hold only mappings"));
                     }
-                    all.extend(self.mapping_entries(item)?);
+                    self.merge_mapping(item, merged)?;
                 }
-                Ok(all)
+                Ok(())
             }
-            NodeKind::Scalar { .. } => Err(ReadError::structure(
-                source.at,
-                "a `<<` merge key needs a mapping or a list of mappings",
-            )),
+            NodeKind::Scalar { .. } => {
+                Err(ReadError::structure(source.at, "a `<<` merge key needs a mapping or a list of mappings"))
+            }
+        }
+    }
+
+    /// Merges one mapping as SnakeYAML does: its entries as written (not flattened first, so
+    /// of two equal keys the first wins), its own `<<` merged in place, and those `<<` entries
+    /// dropped from the node for good.
+    fn merge_mapping(&mut self, node: &Node, merged: &mut Merged) -> Result<(), ReadError> {
+        let NodeKind::Mapping(cell) = &node.kind else {
+            return Ok(());
+        };
+        let raw = cell.borrow().clone();
+        let mut kept = Vec::with_capacity(raw.len());
+        for (key_node, value_node) in raw {
+            if is_merge_key(&key_node) {
+                self.merge_from(&value_node, merged)?;
+                continue;
+            }
+            kept.push((Rc::clone(&key_node), Rc::clone(&value_node)));
+            let key = self.construct(&key_node)?;
+            merged.put(Entry { key, key_node, value: value_node }, false);
+        }
+        *cell.borrow_mut() = kept;
+        Ok(())
+    }
+}
+
+/// One of a mapping's own items, before merging.
+enum Own {
+    Entry(Entry),
+    Merge(Rc<Node>),
+}
+
+/// Entries merged so far, with the index of every key.
+#[derive(Default)]
+struct Merged {
+    entries: Vec<Entry>,
+    index: HashMap<Identity, usize>,
+}
+
+impl Merged {
+    /// Adds `entry`; a key already present is replaced in place when `replace`, else kept.
+    fn put(&mut self, entry: Entry, replace: bool) {
+        match self.index.get(&entry.key.identity()) {
+            Some(&at) if replace => self.entries[at] = entry,
+            Some(_) => {}
+            None => {
+                self.index.insert(entry.key.identity(), self.entries.len());
+                self.entries.push(entry);
+            }
         }
     }
 }
 
 fn is_core(tag: &Tag, name: &str) -> bool {
-    tag.handle == "tag:yaml.org,2002:" && tag.suffix == name
+    tag.handle == CORE_PREFIX && tag.suffix == name
 }
 
 fn is_merge_key(node: &Node) -> bool {
     match (&node.kind, &node.tag) {
         (NodeKind::Scalar { text, plain: true }, None) => text == "<<",
-        (NodeKind::Scalar { .. }, Some(tag)) => is_core(tag, "merge"),
+        (NodeKind::Scalar { text, .. }, Some(tag)) => is_core(tag, "merge") || (is_non_specific(tag) && text == "<<"),
         _ => false,
     }
+}
+
+/// A mapping that SnakeYAML builds as a plain `LinkedHashMap`: untagged, `!` or `!!map` (a
+/// `!!set` is a mapping too, but the OAP's cast to `Map` fails on it).
+pub(crate) fn is_plain_mapping(node: &Node) -> bool {
+    matches!(node.kind, NodeKind::Mapping(_))
+        && node.tag.as_ref().is_none_or(|tag| is_non_specific(tag) || is_core(tag, "map"))
+}
+
+/// `!` alone: the node keeps the type its kind gives it (a string, a list, a map).
+fn is_non_specific(tag: &Tag) -> bool {
+    tag.handle == "!" && tag.suffix.is_empty()
 }
 
 fn expect_tag(node: &Node, allowed: &[&str]) -> Result<(), ReadError> {
     match &node.tag {
         None => Ok(()),
+        Some(tag) if is_non_specific(tag) => Ok(()),
         Some(tag) if allowed.iter().any(|name| is_core(tag, name)) => Ok(()),
         Some(tag) => Err(unsupported_tag(tag, node.at)),
     }
@@ -178,36 +208,29 @@ fn unsupported_tag(tag: &Tag, at: Position) -> ReadError {
 }
 
 /// The Java value of one scalar.
-fn scalar(
-    text: &str,
-    plain: bool,
-    tag: Option<&Tag>,
-    at: Position,
-) -> Result<JavaValue, ReadError> {
+fn scalar(text: &str, plain: bool, tag: Option<&Tag>, at: Position) -> Result<JavaValue, ReadError> {
     let invalid = |kind: &str| ReadError::value(at, format!("`{text}` is not a valid {kind}"));
     let Some(tag) = tag else {
-        return if plain {
-            Ok(resolve_plain(text).map_err(&invalid)?)
-        } else {
-            Ok(JavaValue::Str(text.to_owned()))
-        };
+        return if plain { Ok(resolve_plain(text).map_err(&invalid)?) } else { Ok(JavaValue::Str(text.to_owned())) };
     };
-    // `! value` is the non-specific tag: a string.
-    if tag.handle == "!" && tag.suffix.is_empty() {
-        return Ok(JavaValue::Str(text.to_owned()));
+    // `! value`, the non-specific tag: SnakeYAML types the text as if it were plain, whatever
+    // its style (`! "010"` is 8).
+    if is_non_specific(tag) {
+        return resolve_plain(text).map_err(&invalid);
     }
-    if tag.handle != "tag:yaml.org,2002:" {
+    if tag.handle != CORE_PREFIX {
         return Err(unsupported_tag(tag, at));
     }
     match tag.suffix.as_str() {
         "str" => Ok(JavaValue::Str(text.to_owned())),
         "int" => construct_int(text).ok_or_else(|| invalid("integer")),
         "float" => construct_float(text).ok_or_else(|| invalid("float")),
-        "bool" => match text.to_ascii_lowercase().as_str() {
-            "yes" | "true" | "on" => Ok(JavaValue::Bool(true)),
-            "no" | "false" | "off" => Ok(JavaValue::Bool(false)),
-            _ => Err(invalid("boolean")),
-        },
+        // SnakeYAML looks the text up in its table and gets null for anything else.
+        "bool" => Ok(match text.to_lowercase().as_str() {
+            "yes" | "true" | "on" => JavaValue::Bool(true),
+            "no" | "false" | "off" => JavaValue::Bool(false),
+            _ => JavaValue::Null,
+        }),
         "null" => Ok(JavaValue::Null),
         "timestamp" => construct_timestamp(text).ok_or_else(|| invalid("timestamp")),
         _ => Err(unsupported_tag(tag, at)),
@@ -267,8 +290,7 @@ fn strip_sign(text: &str) -> (bool, &str) {
 fn is_underscored_digits(s: &str, radix: u32) -> bool {
     let rest = s.trim_start_matches('_');
     let mut chars = rest.chars();
-    matches!(chars.next(), Some(c) if c.is_digit(radix))
-        && chars.all(|c| c == '_' || c.is_digit(radix))
+    matches!(chars.next(), Some(c) if c.is_digit(radix)) && chars.all(|c| c == '_' || c.is_digit(radix))
 }
 
 /// A non-empty run of decimal digits and underscores starting with a digit.
@@ -332,9 +354,7 @@ fn is_float(text: &str) -> bool {
         return dot > colon
             && is_decimal_run(&body[..colon])
             && is_sexagesimal_tail(&body[colon..dot])
-            && body[dot + 1..]
-                .chars()
-                .all(|c| c == '_' || c.is_ascii_digit());
+            && body[dot + 1..].chars().all(|c| c == '_' || c.is_ascii_digit());
     }
     // (\.[0-9_]+ | [0-9][0-9_]*(\.[0-9_]*)?) ([eE][-+]?[0-9]+)?, with a dot or an exponent.
     let (mantissa, exponent) = match body.find(['e', 'E']) {
@@ -347,88 +367,136 @@ fn is_float(text: &str) -> bool {
             return false;
         }
     }
-    
+
     match mantissa.split_once('.') {
-        Some(("", frac)) => {
-            !frac.is_empty() && frac.chars().all(|c| c == '_' || c.is_ascii_digit())
-        }
-        Some((int, frac)) => {
-            is_decimal_run(int) && frac.chars().all(|c| c == '_' || c.is_ascii_digit())
-        }
+        Some(("", frac)) => !frac.is_empty() && frac.chars().all(|c| c == '_' || c.is_ascii_digit()),
+        Some((int, frac)) => is_decimal_run(int) && frac.chars().all(|c| c == '_' || c.is_ascii_digit()),
         None => is_decimal_run(mantissa) && exponent.is_some(),
     }
 }
 
 // === constructors ===
 
-/// `Integer`/`Long`/`BigInteger` from an int scalar, as decimal digits.
+/// `Integer`/`Long`/`BigInteger` from an int scalar (implicit or `!!int`), as decimal digits,
+/// built the way SnakeYAML's int constructor builds it: underscores dropped, one sign stripped,
+/// then the radix chosen by prefix (`0b`, `0x`, a leading `0` for octal) or base 60 when there is
+/// a colon. The digits go to Java's `Integer.valueOf(s, radix)` (and `Long`, `BigInteger` when
+/// it overflows), which takes one more sign of its own: `!!int 0x-1` is -1.
 fn construct_int(text: &str) -> Option<JavaValue> {
-    let cleaned: String = text.chars().filter(|&c| c != '_').collect();
-    let (negative, body) = strip_sign(&cleaned);
-    let magnitude: Vec<u32> = if body == "0" {
-        vec![]
+    let value: String = text.chars().filter(|&c| c != '_').collect();
+    if value.is_empty() {
+        return None;
+    }
+    let (negative, body) = strip_sign(&value);
+    let digits = if body == "0" {
+        "0".to_owned()
     } else if let Some(bin) = body.strip_prefix("0b") {
-        parse_radix(bin, 2)?
+        java_integer(negative, bin, 2)?
     } else if let Some(hex) = body.strip_prefix("0x") {
-        parse_radix(hex, 16)?
-    } else if body.contains(':') {
-        // Base 60, each part decimal: the last part is units, the one before 60s, and so on.
-        let mut total = vec![];
-        for part in body.split(':') {
-            total = mul_add(&total, 60, 0);
-            total = add(&total, &parse_radix(part, 10)?);
-        }
-        total
+        java_integer(negative, hex, 16)?
     } else if let Some(oct) = body.strip_prefix('0') {
-        parse_radix(oct, 8)?
+        java_integer(negative, oct, 8)?
+    } else if body.contains(':') {
+        // Base 60 in Java `int` arithmetic: both the running value and the place value wrap
+        // silently (`1000000:00:00` is -694967296), each part goes through `Long.parseLong`.
+        let mut value: i32 = 0;
+        let mut place: i32 = 1;
+        for part in java_split_colons(body).iter().rev() {
+            let part = java_integer(false, part, 10)?;
+            let part: i64 = part.parse().ok()?;
+            value = i64::from(value).wrapping_add(part.wrapping_mul(i64::from(place))) as i32;
+            place = place.wrapping_mul(60);
+        }
+        java_integer(negative, &value.to_string(), 10)?
     } else {
-        parse_radix(body, 10)?
+        java_integer(negative, body, 10)?
     };
-    let digits = to_decimal(&magnitude);
-    Some(JavaValue::Integer(if negative && digits != "0" {
-        format!("-{digits}")
-    } else {
-        digits
-    }))
+    Some(JavaValue::Integer(digits))
 }
 
-/// `Double` from a float scalar.
+/// `String.split(":")`: trailing empty parts are dropped.
+fn java_split_colons(s: &str) -> Vec<&str> {
+    let mut parts: Vec<&str> = s.split(':').collect();
+    while parts.last() == Some(&"") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Java's integer parsing of `"-"` (when `negative`) followed by `digits`: at most one sign in
+/// all, then at least one digit of `radix`. The value as canonical decimal text.
+fn java_integer(negative: bool, digits: &str, radix: u32) -> Option<String> {
+    let (inner_negative, digits) = match digits.as_bytes().first() {
+        Some(b'-' | b'+') if negative => return None,
+        Some(b'-') => (true, &digits[1..]),
+        Some(b'+') => (false, &digits[1..]),
+        _ => (negative, digits),
+    };
+    let magnitude = to_decimal(&parse_radix(digits, radix)?);
+    Some(if inner_negative && magnitude != "0" { format!("-{magnitude}") } else { magnitude })
+}
+
+/// `Double` from a float scalar (implicit or `!!float`), as SnakeYAML's float constructor builds
+/// it: underscores dropped, one sign stripped, `.inf`/`.nan` in any case, base 60 summed from the
+/// right, and everything else through Java's lenient `Double.valueOf` (`!!float 1.5f` is 1.5).
 fn construct_float(text: &str) -> Option<JavaValue> {
-    let cleaned: String = text.chars().filter(|&c| c != '_').collect();
-    let (negative, body) = strip_sign(&cleaned);
+    let value: String = text.chars().filter(|&c| c != '_').collect();
+    let (negative, body) = strip_sign(&value);
     let sign = if negative { -1.0 } else { 1.0 };
-    let value = match body.to_ascii_lowercase().as_str() {
+    let magnitude = match body.to_lowercase().as_str() {
         ".inf" => f64::INFINITY,
         ".nan" => f64::NAN,
         _ if body.contains(':') => {
             let mut total = 0.0;
-            for part in body.split(':') {
-                total = total * 60.0 + java_parse_double(part)?;
+            let mut place: i32 = 1;
+            for part in java_split_colons(body).iter().rev() {
+                total += java_double_value_of(part)? * f64::from(place);
+                place = place.wrapping_mul(60);
             }
             total
         }
-        _ => java_parse_double(body)?,
+        _ => java_double_value_of(body)?,
     };
-    Some(JavaValue::Double(sign * value))
+    Some(JavaValue::Double(sign * magnitude))
 }
 
-/// `Double.parseDouble` for the decimal forms YAML produces: digits, an optional dot, an
-/// optional exponent. Rust's parser rounds correctly, as Java's does.
-fn java_parse_double(s: &str) -> Option<f64> {
-    let valid = !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
-        && s.chars().any(|c| c.is_ascii_digit());
-    if !valid {
+/// Java's `Double.valueOf(String)` for its decimal forms: blanks and control characters trimmed,
+/// one sign, `NaN`, `Infinity`, or digits with an optional dot and exponent and an optional
+/// `f`/`d` suffix. Rust's parser rounds correctly, as Java's does. Java's hexadecimal form
+/// (`0x1.8p3`) is not read: `None`, so such a `!!float` is refused.
+fn java_double_value_of(s: &str) -> Option<f64> {
+    let s = s.trim_matches(|c: char| c <= ' ');
+    let (negative, body) = strip_sign(s);
+    let sign = if negative { -1.0 } else { 1.0 };
+    match body {
+        "NaN" => return Some(f64::NAN),
+        "Infinity" => return Some(sign * f64::INFINITY),
+        _ => {}
+    }
+    let body = body.strip_suffix(['f', 'F', 'd', 'D']).unwrap_or(body);
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(e) => (&body[..e], Some(&body[e + 1..])),
+        None => (body, None),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    let valid_mantissa = all_digits(int) && all_digits(frac) && !(int.is_empty() && frac.is_empty());
+    let valid_exponent = exponent.is_none_or(|e| {
+        let digits = e.strip_prefix(['-', '+']).unwrap_or(e);
+        !digits.is_empty() && all_digits(digits)
+    });
+    if !(valid_mantissa && valid_exponent) {
         return None;
     }
-    s.parse().ok()
+    // Rust wants a digit before an exponent and reads huge exponents itself.
+    let text = format!("{}{}", if int.is_empty() { "0" } else { "" }, body);
+    text.parse::<f64>().ok().map(|v| sign * v)
 }
 
 /// A YAML 1.1 timestamp: `YYYY-MM-DD`, or date, `T`/`t`/blanks, `H:MM:SS`, optional fraction and
 /// optional zone (`Z`, `±H`, `±HH:MM`).
 fn is_timestamp(text: &str) -> bool {
-    parse_timestamp_fields(text).is_some()
+    parse_timestamp_fields(text, false).is_some()
 }
 
 struct TimestampFields {
@@ -446,19 +514,21 @@ fn take_digits(s: &str, min: usize, max: usize) -> Option<(i64, &str)> {
     Some((s[..n].parse().ok()?, &s[n..]))
 }
 
-fn parse_timestamp_fields(text: &str) -> Option<TimestampFields> {
+/// `date_only_short`: also take a date alone with one-digit month or day, as the timestamp
+/// constructor does (the implicit-typing pattern wants two digits there).
+fn parse_timestamp_fields(text: &str, date_only_short: bool) -> Option<TimestampFields> {
     let (year, rest) = take_digits(text, 4, 4)?;
     let rest = rest.strip_prefix('-')?;
+    if date_only_short && !rest.contains(['T', 't', ' ', '\t']) {
+        let (month, rest) = take_digits(rest, 1, 2)?;
+        let (day, rest) = take_digits(rest.strip_prefix('-')?, 1, 2)?;
+        return rest.is_empty().then_some(TimestampFields { year, month, day, time: None });
+    }
     if rest.len() == 5 && text.len() == 10 {
         // The date-only form needs two-digit month and day.
         let (month, rest) = take_digits(rest, 2, 2)?;
         let (day, rest) = take_digits(rest.strip_prefix('-')?, 2, 2)?;
-        return rest.is_empty().then_some(TimestampFields {
-            year,
-            month,
-            day,
-            time: None,
-        });
+        return rest.is_empty().then_some(TimestampFields { year, month, day, time: None });
     }
     let (month, rest) = take_digits(rest, 1, 2)?;
     let (day, rest) = take_digits(rest.strip_prefix('-')?, 1, 2)?;
@@ -476,9 +546,11 @@ fn parse_timestamp_fields(text: &str) -> Option<TimestampFields> {
     let (second, mut rest) = take_digits(rest.strip_prefix(':')?, 2, 2)?;
     let mut millis = 0;
     if let Some(frac) = rest.strip_prefix('.') {
+        // SnakeYAML parses "SS.fff…" as a double and rounds the part past the second to whole
+        // milliseconds, so `.9996` carries into the next second.
         let n = frac.bytes().take_while(u8::is_ascii_digit).count();
-        let ms_digits = &frac[..n.min(3)];
-        millis = format!("{ms_digits:0<3}").parse().ok()?;
+        let seconds: f64 = format!("{second}.{}", &frac[..n]).parse().ok()?;
+        millis = ((seconds - seconds.floor()) * 1000.0).round() as i64;
         rest = &frac[n..];
     }
     let zone = rest.trim_start_matches([' ', '\t']);
@@ -490,6 +562,9 @@ fn parse_timestamp_fields(text: &str) -> Option<TimestampFields> {
         let (hours, rest) = take_digits(body, 1, 2)?;
         let minutes = if rest.is_empty() {
             0
+        } else if date_only_short && rest == ":" {
+            // The constructor's pattern makes the minutes after the colon optional.
+            0
         } else {
             let (m, rest) = take_digits(rest.strip_prefix(':')?, 2, 2)?;
             if !rest.is_empty() {
@@ -500,18 +575,13 @@ fn parse_timestamp_fields(text: &str) -> Option<TimestampFields> {
         let total = hours * 60 + minutes;
         if negative { -total } else { total }
     };
-    Some(TimestampFields {
-        year,
-        month,
-        day,
-        time: Some((hour, minute, second, millis, offset_minutes)),
-    })
+    Some(TimestampFields { year, month, day, time: Some((hour, minute, second, millis, offset_minutes)) })
 }
 
 /// `java.util.Date` from a timestamp, with the lenient calendar arithmetic Java uses (month 13 is
 /// January of the next year). `Ok(None)` when the text is not a timestamp at all.
 fn construct_timestamp(text: &str) -> Option<JavaValue> {
-    let fields = parse_timestamp_fields(text)?;
+    let fields = parse_timestamp_fields(text, true)?;
     let months = fields.year * 12 + fields.month - 1;
     let (year, month) = (months.div_euclid(12), months.rem_euclid(12) + 1);
     // Java's calendar is Julian before 1582-10-15 (a date inside the ten skipped days lands after).
@@ -533,20 +603,6 @@ fn mul_add(n: &[u32], mul: u32, add: u32) -> Vec<u32> {
     let mut carry = u64::from(add);
     for &limb in n {
         let v = u64::from(limb) * u64::from(mul) + carry;
-        out.push(v as u32);
-        carry = v >> 32;
-    }
-    if carry > 0 {
-        out.push(carry as u32);
-    }
-    out
-}
-
-fn add(a: &[u32], b: &[u32]) -> Vec<u32> {
-    let mut out = Vec::with_capacity(a.len().max(b.len()) + 1);
-    let mut carry = 0u64;
-    for i in 0..a.len().max(b.len()) {
-        let v = u64::from(*a.get(i).unwrap_or(&0)) + u64::from(*b.get(i).unwrap_or(&0)) + carry;
         out.push(v as u32);
         carry = v >> 32;
     }
@@ -600,9 +656,7 @@ mod tests {
     use super::*;
 
     fn plain(text: &str) -> String {
-        resolve_plain(text)
-            .map(|v| v.to_java_string())
-            .unwrap_or_else(|e| format!("ERR {e}"))
+        resolve_plain(text).map(|v| v.to_java_string()).unwrap_or_else(|e| format!("ERR {e}"))
     }
 
     #[test]
@@ -651,10 +705,7 @@ mod tests {
             ("y", "y"),
             ("n", "n"),
             ("2001-12-14", "Fri Dec 14 00:00:00 UTC 2001"),
-            (
-                "2001-12-14t21:59:43.10-05:00",
-                "Sat Dec 15 02:59:43 UTC 2001",
-            ),
+            ("2001-12-14t21:59:43.10-05:00", "Sat Dec 15 02:59:43 UTC 2001"),
         ];
         for (input, want) in cases {
             assert_eq!(plain(input), want, "{input}");
@@ -666,25 +717,10 @@ mod tests {
         for null in ["", "~", "null", "Null", "NULL"] {
             assert!(matches!(resolve_plain(null), Ok(JavaValue::Null)), "{null}");
         }
-        for text in [
-            "nUll",
-            "0_",
-            "0x",
-            "0b",
-            "0o7",
-            "1:60",
-            ".e3",
-            "1.5e",
-            "+.",
-            "tRue",
-            "2001-12-14T21:59",
-        ] {
+        for text in ["nUll", "0_", "0x", "0b", "0o7", "1:60", ".e3", "1.5e", "+.", "tRue", "2001-12-14T21:59"] {
             assert_eq!(plain(text), text, "{text} stays a string");
         }
-        assert!(
-            plain("._").starts_with("ERR"),
-            "matches the float pattern but Java cannot parse it"
-        );
+        assert!(plain("._").starts_with("ERR"), "matches the float pattern but Java cannot parse it");
         assert!(plain("<<").starts_with("ERR"));
     }
 
@@ -701,13 +737,53 @@ mod tests {
     #[test]
     fn lenient_calendar_and_julian_dates() {
         assert_eq!(plain("2001-13-40"), "Sat Feb 09 00:00:00 UTC 2002");
-        assert_eq!(
-            plain("2001-12-14 21:59:43 -5"),
-            "Sat Dec 15 02:59:43 UTC 2001"
-        );
+        assert_eq!(plain("2001-12-14 21:59:43 -5"), "Sat Dec 15 02:59:43 UTC 2001");
         assert_eq!(plain("1500-02-29"), "Sat Feb 29 00:00:00 UTC 1500");
         assert_eq!(plain("1582-10-10"), "Wed Oct 20 00:00:00 UTC 1582");
         assert_eq!(plain("1582-10-04"), "Thu Oct 04 00:00:00 UTC 1582");
         assert_eq!(plain("0000-01-01"), "Thu Jan 01 00:00:00 UTC 1");
+    }
+
+    fn tagged(tag: &str, text: &str) -> String {
+        let tag = Tag { handle: CORE_PREFIX.to_owned(), suffix: tag.to_owned() };
+        scalar(text, false, Some(&tag), Position { line: 1, column: 1 })
+            .map(|v| v.to_java_string())
+            .unwrap_or_else(|e| format!("ERR {e}"))
+    }
+
+    #[test]
+    fn explicit_tags_build_as_snakeyaml_builds_them() {
+        // Pinned against the OAP's loader (SnakeYAML 1.33, JDK 17).
+        assert_eq!(tagged("int", "0x-1"), "-1", "Integer.valueOf takes a sign of its own");
+        assert!(tagged("int", "-0x-1").starts_with("ERR"));
+        assert!(tagged("int", "08").starts_with("ERR"), "a leading 0 means octal");
+        assert_eq!(tagged("int", "1:-1"), "59");
+        assert_eq!(tagged("int", "1000000:00:00"), "-694967296", "base 60 in int arithmetic");
+        assert_eq!(tagged("float", "1.5f"), "1.5");
+        assert_eq!(tagged("float", " -1"), "-1.0");
+        assert_eq!(tagged("float", "+NaN"), "NaN");
+        assert_eq!(tagged("float", "-Infinity"), "-Infinity");
+        assert!(tagged("float", "0x1.8p3").starts_with("ERR"), "hex floats are refused");
+        assert_eq!(tagged("bool", "y"), "null", "an unknown boolean is null, not an error");
+        assert_eq!(tagged("timestamp", "2001-1-1"), "Mon Jan 01 00:00:00 UTC 2001");
+        assert_eq!(tagged("timestamp", "2001-12-14T21:59:43+05:"), "Fri Dec 14 16:59:43 UTC 2001");
+        assert_eq!(tagged("timestamp", "2001-12-14T21:59:59.9996"), "Fri Dec 14 22:00:00 UTC 2001");
+    }
+
+    #[test]
+    fn non_specific_tag_types_any_style_as_plain() {
+        let tag = Tag { handle: "!".to_owned(), suffix: String::new() };
+        let at = Position { line: 1, column: 1 };
+        let quoted = scalar("010", false, Some(&tag), at).unwrap();
+        assert_eq!(quoted.to_java_string(), "8");
+        assert!(matches!(scalar("~", false, Some(&tag), at), Ok(JavaValue::Null)));
+    }
+
+    #[test]
+    fn sexagesimal_ints_overflow_like_java() {
+        assert_eq!(plain("35791394:07"), "2147483647");
+        assert_eq!(plain("35791394:08"), "-2147483648");
+        assert!(plain("-35791394:08").starts_with("ERR"), "\"--2147483648\" does not parse");
+        assert!(plain("99999999999999999999:00").starts_with("ERR"), "Long.parseLong overflows");
     }
 }

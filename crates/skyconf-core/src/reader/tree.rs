@@ -5,6 +5,8 @@
 //! The tree is untyped; `resolve` gives it Java types. Limits mirror SnakeYAML's defaults so a
 //! document the OAP refuses as an alias bomb or as too deep is refused here too.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -14,6 +16,9 @@ use super::{Position, ReadError};
 
 /// SnakeYAML's default `maxAliasesForCollections`.
 const MAX_COLLECTION_ALIASES: usize = 50;
+/// Characters that start YAML syntax rather than a plain scalar.
+const INDICATORS: [char; 19] =
+    ['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`'];
 /// SnakeYAML's default `nestingDepthLimit`.
 const MAX_NESTING_DEPTH: usize = 50;
 
@@ -27,8 +32,9 @@ pub(crate) struct Tag {
 impl std::fmt::Display for Tag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.handle.as_str() {
-            "tag:yaml.org,2002:" => write!(f, "!!{}", self.suffix),
+            CORE_PREFIX => write!(f, "!!{}", self.suffix),
             "!" => write!(f, "!{}", self.suffix),
+            "" => write!(f, "!<{}>", self.suffix),
             handle => write!(f, "{handle}{}", self.suffix),
         }
     }
@@ -45,22 +51,20 @@ pub(crate) struct Node {
 /// The three YAML node kinds.
 #[derive(Debug)]
 pub(crate) enum NodeKind {
-    Scalar { text: String, plain: bool },
+    Scalar {
+        text: String,
+        plain: bool,
+    },
     Sequence(Vec<Rc<Node>>),
-    Mapping(Vec<(Rc<Node>, Rc<Node>)>),
+    /// Entries as written. SnakeYAML rewrites a mapping node in place when it builds it or
+    /// merges from it, and later aliases see the rewritten node; `resolve` does the same.
+    Mapping(RefCell<Vec<(Rc<Node>, Rc<Node>)>>),
 }
 
 /// A collection under construction.
 enum Frame {
-    Sequence {
-        items: Vec<Rc<Node>>,
-        head: Head,
-    },
-    Mapping {
-        entries: Vec<(Rc<Node>, Rc<Node>)>,
-        key: Option<Rc<Node>>,
-        head: Head,
-    },
+    Sequence { items: Vec<Rc<Node>>, head: Head },
+    Mapping { entries: Vec<(Rc<Node>, Rc<Node>)>, key: Option<Rc<Node>>, head: Head },
 }
 
 /// What a collection's start event said about it.
@@ -68,40 +72,227 @@ struct Head {
     anchor: usize,
     tag: Option<Tag>,
     at: Position,
+    /// Inside a flow collection (this one or an outer one).
+    flow: bool,
+    /// Character index where the collection starts, properties included.
+    start: usize,
 }
 
 fn position(span: &Span) -> Position {
-    Position {
-        line: span.start.line(),
-        column: span.start.col() + 1,
-    }
+    Position { line: span.start.line(), column: span.start.col() + 1 }
 }
 
+/// The YAML core schema's tag prefix, what `!!` stands for.
+pub(crate) const CORE_PREFIX: &str = "tag:yaml.org,2002:";
+
+/// Normalises the parser's tag: a verbatim tag (`!<tag:yaml.org,2002:str>`) and the non-specific
+/// `!` both arrive with an empty handle and the whole tag as suffix; SnakeYAML treats them as the
+/// same tags written `!!str` and `!`, so they are split the same way here.
 fn tag_of(tag: Option<std::borrow::Cow<'_, saphyr_parser::Tag>>) -> Option<Tag> {
-    tag.map(|t| Tag {
-        handle: t.handle.clone(),
-        suffix: t.suffix.clone(),
+    tag.map(|t| {
+        if !t.handle.is_empty() {
+            return Tag { handle: t.handle.clone(), suffix: t.suffix.clone() };
+        }
+        if t.suffix == "!" {
+            return Tag { handle: "!".to_owned(), suffix: String::new() };
+        }
+        match t.suffix.strip_prefix(CORE_PREFIX) {
+            Some(name) => Tag { handle: CORE_PREFIX.to_owned(), suffix: name.to_owned() },
+            None => match t.suffix.strip_prefix('!') {
+                Some(local) => Tag { handle: "!".to_owned(), suffix: local.to_owned() },
+                None => Tag { handle: String::new(), suffix: t.suffix.clone() },
+            },
+        }
     })
 }
 
 /// Parses `text` into the root node of its single document; `None` for an empty stream (no
 /// document, or one holding only comments).
 pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
+    // YAML 1.1 counts NEL (U+0085) as a line break, YAML 1.2 does not; SnakeYAML reads it as
+    // `\n`, so it becomes one here (same character count, so positions stay right).
+    let text: Cow<'_, str> =
+        if text.contains('\u{85}') { Cow::Owned(text.replace('\u{85}', "\n")) } else { Cow::Borrowed(text) };
+    let text = text.as_ref();
     let mut builder = Builder::default();
+    let mut source = Source::new(text);
+    let total_chars = text.chars().count();
     for event in Parser::new_from_str(text) {
         let (event, span) = event.map_err(|e| {
             let mark = e.marker();
-            ReadError::syntax(
-                Position {
-                    line: mark.line(),
-                    column: mark.col() + 1,
-                },
-                e.info(),
-            )
+            ReadError::syntax(Position { line: mark.line(), column: mark.col() + 1 }, e.info())
         })?;
-        builder.on_event(event, &span)?;
+        let raw = source.check_yaml11(&event, &span)?;
+        let event = match event {
+            Event::Scalar(value, style @ (ScalarStyle::Literal | ScalarStyle::Folded), anchor, tag)
+                if span.end.index() >= total_chars && !text.ends_with(['\n', '\r']) =>
+            {
+                let value = source.block_scalar_at_eof(&span, &value).map_or(value, Cow::Owned);
+                Event::Scalar(value, style, anchor, tag)
+            }
+            event => event,
+        };
+        builder.on_event(event, &span, raw, &mut source)?;
+    }
+    // A `...` with no document before it ends nothing: SnakeYAML fails, the 1.2 parser skips it.
+    if builder.documents == 0
+        && text.lines().any(|line| line.strip_prefix("...").is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t'])))
+    {
+        return Err(ReadError::syntax(
+            Position { line: 1, column: 1 },
+            "a document end marker `...` with no document before it",
+        ));
     }
     Ok(builder.root)
+}
+
+/// The document text, read again where the parser (YAML 1.2) accepts what SnakeYAML (YAML 1.1)
+/// refuses. The parser's spans count characters; the text is walked forward to find their bytes.
+struct Source<'a> {
+    text: &'a str,
+    char_at: usize,
+    byte_at: usize,
+}
+
+impl<'a> Source<'a> {
+    fn new(text: &'a str) -> Self {
+        Self { text, char_at: 0, byte_at: 0 }
+    }
+
+    /// The text from character `index` on.
+    fn from(&mut self, index: usize) -> &'a str {
+        if index < self.char_at {
+            let back: usize =
+                self.text[..self.byte_at].chars().rev().take(self.char_at - index).map(char::len_utf8).sum();
+            self.byte_at -= back;
+            self.char_at = index;
+        }
+        let rest = &self.text[self.byte_at..];
+        let skip: usize = rest.chars().take(index - self.char_at).map(char::len_utf8).sum();
+        self.byte_at += skip;
+        self.char_at = index;
+        &self.text[self.byte_at..]
+    }
+
+    /// Refuses the two YAML 1.2 additions SnakeYAML does not read: anchor and alias names with
+    /// `.`, `/`, `*` or `&` in them (SnakeYAML ends a name there and then fails), and the `\\/`
+    /// escape in double-quoted scalars. Returns what the builder needs to know of the raw text.
+    fn check_yaml11(&mut self, event: &Event<'_>, span: &Span) -> Result<Raw, ReadError> {
+        let (has_anchor, double_quoted) = match event {
+            Event::Scalar(_, style, anchor, _) => (*anchor != 0, matches!(style, ScalarStyle::DoubleQuoted)),
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                // A flow collection's span ends just past its `[` or `{`.
+                let opener = span.end.index().checked_sub(1).and_then(|i| self.from(i).chars().next());
+                let raw = Raw { flow: matches!(opener, Some('[' | '{')), properties: false };
+                if *anchor == 0 {
+                    return Ok(raw);
+                }
+                return self.check_properties(span).map(|_| raw);
+            }
+            Event::Alias(_) => (true, false),
+            _ => return Ok(Raw::default()),
+        };
+        if !has_anchor && !double_quoted && !matches!(event, Event::Scalar(_, _, _, Some(_))) {
+            return Ok(Raw::default());
+        }
+        let (rest, properties) = self.check_properties(span)?;
+        if double_quoted {
+            let mut chars = rest.strip_prefix('"').unwrap_or(rest).chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => break,
+                    '\\' if chars.next() == Some('/') => {
+                        return Err(ReadError::syntax(
+                            position(span),
+                            "`\\/` is not a YAML 1.1 escape (the OAP's loader refuses it); write `/`",
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Raw { flow: false, properties })
+    }
+
+    /// The value of a block scalar that runs to the end of a text with no final line break. The
+    /// 1.2 parser counts a line break there that is not in the text (`|` then `a` at the very
+    /// end gives `a\n`); SnakeYAML counts only the breaks written, so rebuild the trailing ones.
+    fn block_scalar_at_eof(&mut self, span: &Span, value: &str) -> Option<String> {
+        // The span starts at the content; the header (`|+`, `>2-`, ...) ends the last line
+        // before it that is not blank.
+        let body = self.from(span.start.index());
+        let before = self.text[..self.byte_at].trim_end_matches([' ', '\t', '\r', '\n']);
+        let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+        let header =
+            line.char_indices().rev().filter(|&(_, c)| c == '|' || c == '>').map(|(i, _)| &line[i + 1..]).find(
+                |after| {
+                    let indicators = after.trim_start_matches(|c: char| c.is_ascii_digit() || c == '+' || c == '-');
+                    let rest = indicators.trim_start_matches([' ', '\t']);
+                    after.len() - indicators.len() <= 2 && (rest.is_empty() || rest.starts_with('#'))
+                },
+            )?;
+        let keep = header.starts_with('+') || header[..header.len().min(2)].contains('+');
+        let strip = header[..header.len().min(2)].contains('-');
+        let content = value.trim_end_matches('\n');
+        let breaks = match body.rfind(|c: char| !matches!(c, ' ' | '\t' | '\r' | '\n')) {
+            Some(at) => body[at..].matches('\n').count(),
+            None => body.matches('\n').count(),
+        };
+        let mut out = content.to_owned();
+        if keep {
+            out.push_str(&"\n".repeat(breaks));
+        } else if !strip && !content.is_empty() && breaks > 0 {
+            out.push('\n');
+        }
+        Some(out)
+    }
+
+    /// Whether the text just before character `index`, blanks skipped, is the explicit-key `?`.
+    fn after_question_mark(&mut self, index: usize) -> bool {
+        self.from(index);
+        self.text[..self.byte_at].trim_end_matches([' ', '\t', '\r', '\n']).ends_with('?')
+    }
+
+    /// Skips a node's properties (anchor, tag; in any order, separated by blanks), checking the
+    /// anchor or alias name; returns the text after them and whether there were any.
+    fn check_properties(&mut self, span: &Span) -> Result<(&'a str, bool), ReadError> {
+        let start = self.from(span.start.index());
+        let mut rest = start;
+        loop {
+            rest = rest.trim_start_matches([' ', '\t', '\r', '\n']);
+            if let Some(name) = rest.strip_prefix(['&', '*']) {
+                let end = name.find([' ', '\t', '\r', '\n', ',', '[', ']', '{', '}']).unwrap_or(name.len());
+                if name[..end].contains(['.', '/', '*', '&']) || name[end..].starts_with(['[', '{']) {
+                    return Err(ReadError::syntax(
+                        position(span),
+                        format!(
+                            "the anchor or alias name `{}` is not valid YAML 1.1 (the OAP's loader allows no `.`, `/`, `*` or `&` in it)",
+                            &name[..end]
+                        ),
+                    ));
+                }
+                if rest.starts_with('*') {
+                    return Ok((&name[end..], false));
+                }
+                rest = &name[end..];
+            } else if rest.starts_with('!') {
+                let end = rest.find([' ', '\t', '\r', '\n']).unwrap_or(rest.len());
+                rest = &rest[end..];
+            } else {
+                break;
+            }
+        }
+        Ok((rest, rest.len() != start.len()))
+    }
+}
+
+/// What the raw text says about a node event that the event itself does not.
+#[derive(Debug, Default, Clone, Copy)]
+struct Raw {
+    /// A collection written `[...]` or `{...}`.
+    flow: bool,
+    /// An anchor or a tag precedes the node.
+    properties: bool,
 }
 
 #[derive(Default)]
@@ -116,7 +307,7 @@ struct Builder {
 }
 
 impl Builder {
-    fn on_event(&mut self, event: Event<'_>, span: &Span) -> Result<(), ReadError> {
+    fn on_event(&mut self, event: Event<'_>, span: &Span, raw: Raw, source: &mut Source<'_>) -> Result<(), ReadError> {
         let at = position(span);
         match event {
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
@@ -131,15 +322,12 @@ impl Builder {
             }
             Event::Scalar(text, style, anchor, tag) => {
                 let plain = matches!(style, ScalarStyle::Plain);
-                let node = Rc::new(Node {
-                    kind: NodeKind::Scalar {
-                        text: text.into_owned(),
-                        plain,
-                    },
-                    tag: tag_of(tag),
-                    at,
-                });
-                self.complete(node, anchor)?;
+                let mut node = Node { kind: NodeKind::Scalar { text: text.into_owned(), plain }, tag: tag_of(tag), at };
+                if plain && self.in_flow() {
+                    node = self.flow_plain(node, raw)?;
+                }
+                self.check_key_length(span.start.index(), span.end.index(), at, source)?;
+                self.complete(Rc::new(node), anchor)?;
             }
             Event::SequenceStart(anchor, tag) => {
                 self.open(at, anchor)?;
@@ -149,6 +337,8 @@ impl Builder {
                         anchor,
                         tag: tag_of(tag),
                         at,
+                        flow: raw.flow || self.in_flow(),
+                        start: span.start.index(),
                     },
                 });
             }
@@ -161,25 +351,22 @@ impl Builder {
                         anchor,
                         tag: tag_of(tag),
                         at,
+                        flow: raw.flow || self.in_flow(),
+                        start: span.start.index(),
                     },
                 });
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (kind, head) = match self.stack.pop() {
                     Some(Frame::Sequence { items, head }) => (NodeKind::Sequence(items), head),
-                    Some(Frame::Mapping { entries, head, .. }) => {
-                        (NodeKind::Mapping(entries), head)
-                    }
+                    Some(Frame::Mapping { entries, head, .. }) => (NodeKind::Mapping(RefCell::new(entries)), head),
                     None => return Err(ReadError::syntax(at, "unbalanced collection end")),
                 };
                 if head.anchor != 0 {
                     self.open_anchors.retain(|&a| a != head.anchor);
                 }
-                let node = Rc::new(Node {
-                    kind,
-                    tag: head.tag,
-                    at: head.at,
-                });
+                self.check_key_length(head.start, span.end.index(), head.at, source)?;
+                let node = Rc::new(Node { kind, tag: head.tag, at: head.at });
                 self.complete(node, head.anchor)?;
             }
             Event::Alias(anchor) => {
@@ -211,12 +398,79 @@ impl Builder {
         Ok(())
     }
 
+    /// SnakeYAML gives up on an implicit key (one without `?`) when its `:` is more than 1024
+    /// characters past its start; the 1.2 parser has no such limit.
+    fn check_key_length(
+        &self,
+        start: usize,
+        end: usize,
+        at: Position,
+        source: &mut Source<'_>,
+    ) -> Result<(), ReadError> {
+        const MAX_IMPLICIT_KEY: usize = 1024;
+        let in_key_place = matches!(self.stack.last(), Some(Frame::Mapping { key: None, .. }));
+        if in_key_place && end.saturating_sub(start) > MAX_IMPLICIT_KEY && !source.after_question_mark(start) {
+            return Err(ReadError::syntax(
+                at,
+                format!("a key longer than {MAX_IMPLICIT_KEY} characters must be written as an explicit key (`? key`)"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn in_flow(&self) -> bool {
+        match self.stack.last() {
+            Some(Frame::Sequence { head, .. } | Frame::Mapping { head, .. }) => head.flow,
+            None => false,
+        }
+    }
+
+    /// SnakeYAML's reading of a plain scalar inside `[...]` or `{...}`, where YAML 1.1 differs
+    /// from 1.2: `?` is always the key indicator there (`{?x: 1}` has the key `x`, `[?x]` holds
+    /// the mapping `{x: null}`, and a `?` later in the scalar, as in `{url: /p?q=1}`, is a
+    /// syntax error), and so is a leading `:`.
+    fn flow_plain(&self, node: Node, raw: Raw) -> Result<Node, ReadError> {
+        let NodeKind::Scalar { text, .. } = &node.kind else {
+            return Ok(node);
+        };
+        let refuse = |why: &str| {
+            Err(ReadError::syntax(
+                node.at,
+                format!("`{text}`: {why} inside `[...]` or `{{...}}` (YAML 1.1, as the OAP reads it); quote the text"),
+            ))
+        };
+        let Some(rest) = text.strip_prefix('?') else {
+            if text.contains('?') {
+                return refuse("a plain scalar ends at `?`");
+            }
+            if text.starts_with(':') {
+                return refuse("a plain scalar cannot start with `:`");
+            }
+            return Ok(node);
+        };
+        if raw.properties || rest.contains('?') || rest.starts_with(INDICATORS) {
+            return refuse("`?` is the key indicator");
+        }
+        let key = Node { kind: NodeKind::Scalar { text: rest.to_owned(), plain: true }, tag: None, at: node.at };
+        match self.stack.last() {
+            // In a key's place the `?` just marks the key.
+            Some(Frame::Mapping { key: None, .. }) => Ok(key),
+            // A sequence entry becomes a one-pair mapping with a null value.
+            Some(Frame::Sequence { .. }) => {
+                let null = Node { kind: NodeKind::Scalar { text: String::new(), plain: true }, tag: None, at: node.at };
+                Ok(Node {
+                    kind: NodeKind::Mapping(RefCell::new(vec![(Rc::new(key), Rc::new(null))])),
+                    tag: None,
+                    at: node.at,
+                })
+            }
+            _ => refuse("`?` is the key indicator, and a value cannot start with it"),
+        }
+    }
+
     fn open(&mut self, at: Position, anchor: usize) -> Result<(), ReadError> {
         if self.stack.len() >= MAX_NESTING_DEPTH {
-            return Err(ReadError::structure(
-                at,
-                format!("collections nested deeper than {MAX_NESTING_DEPTH} levels"),
-            ));
+            return Err(ReadError::structure(at, format!("collections nested deeper than {MAX_NESTING_DEPTH} levels")));
         }
         if anchor != 0 {
             self.open_anchors.push(anchor);
@@ -255,16 +509,11 @@ mod tests {
     #[test]
     fn keeps_raw_scalar_text_style_and_position() {
         let node = root("a: 010\nb: '010'\n");
-        let NodeKind::Mapping(entries) = &node.kind else {
-            panic!("not a mapping")
-        };
-        let NodeKind::Scalar { text, plain } = &entries[0].1.kind else {
-            panic!()
-        };
+        let NodeKind::Mapping(entries) = &node.kind else { panic!("not a mapping") };
+        let entries = entries.borrow();
+        let NodeKind::Scalar { text, plain } = &entries[0].1.kind else { panic!() };
         assert_eq!((text.as_str(), *plain), ("010", true));
-        let NodeKind::Scalar { text, plain } = &entries[1].1.kind else {
-            panic!()
-        };
+        let NodeKind::Scalar { text, plain } = &entries[1].1.kind else { panic!() };
         assert_eq!((text.as_str(), *plain), ("010", false));
         assert_eq!(entries[1].1.at, Position { line: 2, column: 4 });
     }
@@ -284,9 +533,8 @@ mod tests {
     #[test]
     fn aliases_share_the_anchored_node() {
         let node = root("x: &v [1, 2]\ny: *v\n");
-        let NodeKind::Mapping(entries) = &node.kind else {
-            panic!()
-        };
+        let NodeKind::Mapping(entries) = &node.kind else { panic!() };
+        let entries = entries.borrow();
         assert!(Rc::ptr_eq(&entries[0].1, &entries[1].1));
     }
 
@@ -297,11 +545,7 @@ mod tests {
             bomb.push_str(&format!("k{i}: *a\n"));
         }
         assert!(parse(&bomb).unwrap_err().to_string().contains("aliases"));
-        let deep = format!(
-            "{}{}",
-            "[".repeat(MAX_NESTING_DEPTH + 1),
-            "]".repeat(MAX_NESTING_DEPTH + 1)
-        );
+        let deep = format!("{}{}", "[".repeat(MAX_NESTING_DEPTH + 1), "]".repeat(MAX_NESTING_DEPTH + 1));
         assert!(parse(&deep).unwrap_err().to_string().contains("nested"));
     }
 
@@ -310,5 +554,70 @@ mod tests {
         let err = parse("configurations:\n  svc:\n    k: [unclosed\n").unwrap_err();
         assert!(matches!(err, ReadError::Syntax { .. }), "{err:?}");
         assert!(err.position().unwrap().line >= 3, "{err}");
+    }
+
+    fn scalar_text(node: &Node) -> String {
+        match &node.kind {
+            NodeKind::Scalar { text, .. } => text.clone(),
+            NodeKind::Mapping(entries) => {
+                let entries = entries.borrow();
+                format!("{{{}: {}}}", scalar_text(&entries[0].0), scalar_text(&entries[0].1))
+            }
+            NodeKind::Sequence(items) => {
+                format!("[{}]", items.iter().map(|n| scalar_text(n)).collect::<Vec<_>>().join(", "))
+            }
+        }
+    }
+
+    fn value_of(text: &str) -> String {
+        let node = root(text);
+        let NodeKind::Mapping(entries) = &node.kind else { panic!() };
+        scalar_text(&entries.borrow()[0].1)
+    }
+
+    #[test]
+    fn refuses_what_yaml_1_1_does_not_read() {
+        for text in [
+            "a: &x.y 1\n",
+            "a: &x/y 1\n",
+            "a: \"\\/\"\n",
+            "a: {k: http://h/p?q=1}\n",
+            "a: [a?b]\n",
+            "a: {k: ?x}\n",
+            "a: [:x]\n",
+            "...\n",
+            &format!("{{{}: 1}}\n", "k".repeat(1100)),
+        ] {
+            assert!(parse(text).is_err(), "{text:?} must be refused");
+        }
+        assert!(parse(&format!("? {}\n: 1\n", "k".repeat(1100))).is_ok(), "explicit keys have no limit");
+        assert!(parse("a: &x-y_z:1 1\n").is_ok());
+    }
+
+    #[test]
+    fn question_mark_leads_a_key_in_flow_collections() {
+        assert_eq!(value_of("a: [?x]\n"), "[{x: }]");
+        let node = root("a: {?x: 1}\n");
+        let NodeKind::Mapping(entries) = &node.kind else { panic!() };
+        assert_eq!(value_of_node(&entries.borrow()[0].1), "x");
+    }
+
+    fn value_of_node(node: &Node) -> String {
+        let NodeKind::Mapping(entries) = &node.kind else { panic!() };
+        scalar_text(&entries.borrow()[0].0)
+    }
+
+    #[test]
+    fn block_scalars_at_the_very_end_count_only_written_breaks() {
+        assert_eq!(value_of("a: |\n  x"), "x");
+        assert_eq!(value_of("a: |+\n  x"), "x");
+        assert_eq!(value_of("a: |\n  x\n  "), "x\n");
+        assert_eq!(value_of("a: |+\n  x\n\n  "), "x\n\n");
+        assert_eq!(value_of("a: >- # c|d\n  x\n  y"), "x y");
+    }
+
+    #[test]
+    fn nel_is_a_line_break() {
+        assert_eq!(value_of("a: 'x\u{85}  y'\n"), "x y");
     }
 }
