@@ -7,8 +7,12 @@
 //! store exactly as the OAP maps them; agents' configuration lives under
 //! [`AGENT_CONFIGURATIONS_KEY`].
 
+#[cfg(feature = "dcs")]
+pub mod dcs;
 #[cfg(feature = "file")]
 pub mod file;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -1,0 +1,195 @@
+//! The DCS store: skyconf as a client of a SkyWalking dynamic configuration service
+//! (`/ConfigurationService/call` and `callGroup`), the `grpc` selector of the OAP's configuration
+//! module. The server may be any DCS implementation, including another skyconf.
+//!
+//! The protocol can only be polled, so this is the one store skyconf polls (every `period`,
+//! 20 s by default as in the OAP's application.yml). It follows the OAP's client (behaviour
+//! reference §1.2) exactly:
+//! - two remembered uuids, one for `call` and one for `callGroup`; a response whose uuid equals
+//!   the remembered one is "no change" (an empty uuid included, once remembered);
+//! - a changed response updates only the names it carries; an empty value is a value (`""`), never
+//!   a delete, because proto3 strings cannot be null;
+//! - a group present in a response replaces that group (missing sub-items are deleted); a group
+//!   absent from it is left alone;
+//! - on an error nothing changes and the uuid is kept, so the next round asks again.
+//!
+//! Unlike the OAP, which drops names it has no watcher for, skyconf keeps every name: it carries
+//! the whole store for its own DCS server and admin API.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use skyconf_proto::dcs::ConfigurationRequest;
+use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::{KeySet, Source, SourceError, StoreContent, Update};
+
+/// Settings of the `grpc` selector, named as in the OAP's `application.yml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct DcsSettings {
+    /// The DCS server's host (`SW_DCS_SERVER_HOST`); required.
+    pub host: String,
+    /// Its port (`SW_DCS_SERVER_PORT`, default 80).
+    pub port: u16,
+    /// The cluster name sent with every request (`SW_DCS_CLUSTER_NAME`, default `SkyWalking`).
+    pub cluster_name: String,
+    /// Seconds between polls (`SW_DCS_PERIOD`, default 20).
+    pub period: u64,
+    /// The largest response accepted, in bytes (`SW_DCS_MAX_INBOUND_MESSAGE_SIZE`, default 4 MiB).
+    pub max_inbound_message_size: usize,
+}
+
+impl Default for DcsSettings {
+    fn default() -> Self {
+        Self {
+            host: String::new(),
+            port: 80,
+            cluster_name: "SkyWalking".to_owned(),
+            period: 20,
+            max_inbound_message_size: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// What a DCS client remembers between rounds.
+#[derive(Debug, Default)]
+struct Remembered {
+    uuid: Option<String>,
+    group_uuid: Option<String>,
+}
+
+/// A DCS server polled as a store.
+#[derive(Debug)]
+pub struct DcsSource {
+    settings: DcsSettings,
+    channel: Channel,
+    remembered: Mutex<Remembered>,
+}
+
+impl DcsSource {
+    /// A client for the server in `settings`; the connection is made lazily.
+    pub fn new(settings: DcsSettings) -> Result<Self, SourceError> {
+        if settings.host.is_empty() {
+            return Err(SourceError::Refused { store: "dcs".into(), message: "No host setting.".into() });
+        }
+        if settings.port == 0 {
+            return Err(SourceError::Refused { store: "dcs".into(), message: "No port setting.".into() });
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{}:{}", settings.host, settings.port))
+            .map_err(|e| SourceError::Refused { store: "dcs".into(), message: e.to_string() })?
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30));
+        Ok(Self { channel: endpoint.connect_lazy(), settings, remembered: Mutex::new(Remembered::default()) })
+    }
+
+    fn client(&self) -> ConfigurationServiceClient<Channel> {
+        ConfigurationServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(self.settings.max_inbound_message_size)
+    }
+
+    fn unavailable(&self, status: &tonic::Status) -> SourceError {
+        SourceError::Unavailable {
+            store: self.describe(),
+            message: format!("{:?}: {}", status.code(), status.message()),
+        }
+    }
+
+    fn request(&self, uuid: Option<&String>) -> ConfigurationRequest {
+        ConfigurationRequest {
+            cluster_name: self.settings.cluster_name.clone(),
+            uuid: uuid.cloned().unwrap_or_default(),
+        }
+    }
+
+    /// One sync round as the OAP runs it: `call`, then `callGroup`. Returns the updates of the
+    /// changed responses; on an error nothing is returned and the uuids stay.
+    pub async fn round(&self) -> Result<Vec<Update>, SourceError> {
+        let mut remembered = self.remembered.lock().await;
+        let mut client = self.client();
+        let mut updates = Vec::new();
+        let single = client.call(self.request(remembered.uuid.as_ref())).await.map_err(|s| self.unavailable(&s))?;
+        let single = single.into_inner();
+        if remembered.uuid.as_deref() != Some(single.uuid.as_str()) {
+            updates
+                .extend(single.config_table.into_iter().map(|c| Update::Single { key: c.name, value: Some(c.value) }));
+            remembered.uuid = Some(single.uuid);
+        }
+        // An error in the single step skips the group step for this round, as in the OAP.
+        let group = client
+            .call_group(self.request(remembered.group_uuid.as_ref()))
+            .await
+            .map_err(|s| self.unavailable(&s))?
+            .into_inner();
+        if remembered.group_uuid.as_deref() != Some(group.uuid.as_str()) {
+            updates.extend(group.group_config_table.into_iter().map(|g| Update::Group {
+                key: g.group_name,
+                items: Some(g.items.into_iter().map(|c| (c.name, c.value)).collect::<BTreeMap<_, _>>()),
+            }));
+            remembered.group_uuid = Some(group.uuid);
+        }
+        Ok(updates)
+    }
+}
+
+impl Source for DcsSource {
+    fn describe(&self) -> String {
+        format!("dcs {}:{} (cluster {})", self.settings.host, self.settings.port, self.settings.cluster_name)
+    }
+
+    async fn load(&self, _keys: &KeySet) -> Result<StoreContent, SourceError> {
+        // A fresh client's view: everything, without touching the remembered uuids.
+        let mut client = self.client();
+        let single = client.call(self.request(None)).await.map_err(|s| self.unavailable(&s))?.into_inner();
+        let group = client.call_group(self.request(None)).await.map_err(|s| self.unavailable(&s))?.into_inner();
+        Ok(StoreContent {
+            singles: single.config_table.into_iter().map(|c| (c.name, c.value)).collect(),
+            groups: group
+                .group_config_table
+                .into_iter()
+                .map(|g| (g.group_name, g.items.into_iter().map(|c| (c.name, c.value)).collect()))
+                .collect(),
+        })
+    }
+
+    async fn run(&self, _keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        let period = Duration::from_secs(self.settings.period.max(1));
+        let mut failing = false;
+        loop {
+            let batch = match self.round().await {
+                Ok(batch) => {
+                    failing = false;
+                    batch
+                }
+                Err(error) => {
+                    // Logged once per outage; the round simply runs again next period.
+                    let report = !failing;
+                    failing = true;
+                    if report {
+                        tracing::warn!(store = %self.describe(), %error, "Remote config center is not available.");
+                        vec![Update::Failed(error)]
+                    } else {
+                        Vec::new()
+                    }
+                }
+            };
+            for update in batch {
+                if updates.send(update).await.is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(period) => {}
+            }
+        }
+    }
+
+    async fn put(&self, _key: &str, _value: Option<&str>) -> Result<(), SourceError> {
+        Err(SourceError::Unsupported("a DCS server is read-only; change the configuration at its source".into()))
+    }
+}
