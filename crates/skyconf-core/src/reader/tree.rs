@@ -114,6 +114,7 @@ pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
     let text: Cow<'_, str> =
         if text.contains('\u{85}') { Cow::Owned(text.replace('\u{85}', "\n")) } else { Cow::Borrowed(text) };
     let text = text.as_ref();
+    check_stream(text)?;
     let mut builder = Builder::default();
     let mut source = Source::new(text);
     let total_chars = text.chars().count();
@@ -218,11 +219,16 @@ impl<'a> Source<'a> {
     /// 1.2 parser counts a line break there that is not in the text (`|` then `a` at the very
     /// end gives `a\n`); SnakeYAML counts only the breaks written, so rebuild the trailing ones.
     fn block_scalar_at_eof(&mut self, span: &Span, value: &str) -> Option<String> {
-        // The span starts at the content; the header (`|+`, `>2-`, ...) ends the last line
-        // before it that is not blank.
-        let body = self.from(span.start.index());
-        let before = self.text[..self.byte_at].trim_end_matches([' ', '\t', '\r', '\n']);
-        let line = &before[before.rfind('\n').map_or(0, |i| i + 1)..];
+        // With an anchor or a tag the span starts there, at the header (`|+`, `>2-`, ...);
+        // without, it starts at the content and the header ends the last non-blank line before.
+        let (rest, properties) = self.check_properties(span).ok()?;
+        let (line, body) = if properties {
+            rest.split_once('\n')?
+        } else {
+            let body = self.from(span.start.index());
+            let before = self.text[..self.byte_at].trim_end_matches([' ', '\t', '\r', '\n']);
+            (&before[before.rfind('\n').map_or(0, |i| i + 1)..], body)
+        };
         let header =
             line.char_indices().rev().filter(|&(_, c)| c == '|' || c == '>').map(|(i, _)| &line[i + 1..]).find(
                 |after| {
@@ -256,17 +262,17 @@ impl<'a> Source<'a> {
     /// Skips a node's properties (anchor, tag; in any order, separated by blanks), checking the
     /// anchor or alias name; returns the text after them and whether there were any.
     fn check_properties(&mut self, span: &Span) -> Result<(&'a str, bool), ReadError> {
-        let start = self.from(span.start.index());
-        let mut rest = start;
+        let mut rest = self.from(span.start.index());
+        let mut any = false;
         loop {
             rest = rest.trim_start_matches([' ', '\t', '\r', '\n']);
             if let Some(name) = rest.strip_prefix(['&', '*']) {
                 let end = name.find([' ', '\t', '\r', '\n', ',', '[', ']', '{', '}']).unwrap_or(name.len());
-                if name[..end].contains(['.', '/', '*', '&']) || name[end..].starts_with(['[', '{']) {
+                if name[..end].contains(['.', '/', '*', '&', ':']) || name[end..].starts_with(['[', '{']) {
                     return Err(ReadError::syntax(
                         position(span),
                         format!(
-                            "the anchor or alias name `{}` is not valid YAML 1.1 (the OAP's loader allows no `.`, `/`, `*` or `&` in it)",
+                            "the anchor or alias name `{}` is not valid YAML 1.1 (the OAP's loader allows no `.`, `/`, `*` or `&` in it, and ends it at `:`)",
                             &name[..end]
                         ),
                     ));
@@ -275,14 +281,16 @@ impl<'a> Source<'a> {
                     return Ok((&name[end..], false));
                 }
                 rest = &name[end..];
+                any = true;
             } else if rest.starts_with('!') {
                 let end = rest.find([' ', '\t', '\r', '\n']).unwrap_or(rest.len());
                 rest = &rest[end..];
+                any = true;
             } else {
                 break;
             }
         }
-        Ok((rest, rest.len() != start.len()))
+        Ok((rest, any))
     }
 }
 
@@ -293,6 +301,36 @@ struct Raw {
     flow: bool,
     /// An anchor or a tag precedes the node.
     properties: bool,
+}
+
+/// What SnakeYAML refuses in the raw stream before it parses anything: a character outside
+/// YAML 1.1's printable set (even in a comment), and a `%YAML` directive of another major
+/// version than 1.
+fn check_stream(text: &str) -> Result<(), ReadError> {
+    let printable = |c: char| {
+        matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+            || c >= '\u{10000}'
+    };
+    for (number, line) in text.split('\n').enumerate() {
+        if let Some((column, c)) = line.chars().enumerate().find(|&(_, c)| !printable(c)) {
+            return Err(ReadError::syntax(
+                Position { line: number + 1, column: column + 1 },
+                format!(
+                    "the character U+{:04X} is not allowed in YAML 1.1 (the OAP's loader refuses it)",
+                    u32::from(c)
+                ),
+            ));
+        }
+        if let Some(version) = line.strip_prefix("%YAML").and_then(|v| v.split_whitespace().next())
+            && !version.starts_with("1.")
+        {
+            return Err(ReadError::syntax(
+                Position { line: number + 1, column: 1 },
+                format!("YAML version {version}: the OAP's loader reads only 1.x"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Default)]
@@ -326,7 +364,10 @@ impl Builder {
                 if plain && self.in_flow() {
                     node = self.flow_plain(node, raw)?;
                 }
-                self.check_key_length(span.start.index(), span.end.index(), at, source)?;
+                // A block scalar can only be an explicit key.
+                if !matches!(style, ScalarStyle::Literal | ScalarStyle::Folded) {
+                    self.check_implicit_key(span.start.index(), span, at, source)?;
+                }
                 self.complete(Rc::new(node), anchor)?;
             }
             Event::SequenceStart(anchor, tag) => {
@@ -365,7 +406,7 @@ impl Builder {
                 if head.anchor != 0 {
                     self.open_anchors.retain(|&a| a != head.anchor);
                 }
-                self.check_key_length(head.start, span.end.index(), head.at, source)?;
+                self.check_implicit_key(head.start, span, head.at, source)?;
                 let node = Rc::new(Node { kind, tag: head.tag, at: head.at });
                 self.complete(node, head.anchor)?;
             }
@@ -398,21 +439,27 @@ impl Builder {
         Ok(())
     }
 
-    /// SnakeYAML gives up on an implicit key (one without `?`) when its `:` is more than 1024
-    /// characters past its start; the 1.2 parser has no such limit.
-    fn check_key_length(
+    /// SnakeYAML gives up on an implicit key (one without `?`) that spans lines or whose `:` is
+    /// more than 1024 characters past its start; the 1.2 parser allows both inside `{...}`.
+    fn check_implicit_key(
         &self,
         start: usize,
-        end: usize,
+        end: &Span,
         at: Position,
         source: &mut Source<'_>,
     ) -> Result<(), ReadError> {
         const MAX_IMPLICIT_KEY: usize = 1024;
-        let in_key_place = matches!(self.stack.last(), Some(Frame::Mapping { key: None, .. }));
-        if in_key_place && end.saturating_sub(start) > MAX_IMPLICIT_KEY && !source.after_question_mark(start) {
+        if !matches!(self.stack.last(), Some(Frame::Mapping { key: None, .. })) {
+            return Ok(());
+        }
+        let too_long = end.end.index().saturating_sub(start) > MAX_IMPLICIT_KEY;
+        let multi_line = end.end.line() != at.line;
+        if (too_long || multi_line) && !source.after_question_mark(start) {
             return Err(ReadError::syntax(
                 at,
-                format!("a key longer than {MAX_IMPLICIT_KEY} characters must be written as an explicit key (`? key`)"),
+                format!(
+                    "a key that spans lines or is longer than {MAX_IMPLICIT_KEY} characters must be written as an explicit key (`? key`)"
+                ),
             ));
         }
         Ok(())
@@ -591,7 +638,8 @@ mod tests {
             assert!(parse(text).is_err(), "{text:?} must be refused");
         }
         assert!(parse(&format!("? {}\n: 1\n", "k".repeat(1100))).is_ok(), "explicit keys have no limit");
-        assert!(parse("a: &x-y_z:1 1\n").is_ok());
+        assert!(parse("a: &x-y_z 1\nb: *x-y_z\n").is_ok());
+        assert!(parse("a: &x:y 1\n").is_err(), "SnakeYAML ends the name at the colon");
     }
 
     #[test]
@@ -614,6 +662,7 @@ mod tests {
         assert_eq!(value_of("a: |\n  x\n  "), "x\n");
         assert_eq!(value_of("a: |+\n  x\n\n  "), "x\n\n");
         assert_eq!(value_of("a: >- # c|d\n  x\n  y"), "x y");
+        assert_eq!(value_of("a: &x >+\n  x\n  y"), "x y");
     }
 
     #[test]
