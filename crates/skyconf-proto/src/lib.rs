@@ -4,7 +4,8 @@
 //! - [`v3`]: `skywalking.v3`, the agent side: `ConfigurationDiscoveryService/fetchConfigurations`
 //!   and `ManagementService`;
 //! - [`dcs`]: SkyWalking's package-less `ConfigurationService` (`/ConfigurationService/call` and
-//!   `/ConfigurationService/callGroup`), which an OAP polls for its dynamic configuration.
+//!   `/ConfigurationService/callGroup`), which an OAP polls for its dynamic configuration;
+//! - [`etcd`]: the subset of etcd's v3 API the etcd store uses (KV, Watch, Auth), client side only.
 
 /// `skywalking.v3`: configuration discovery and instance management.
 #[allow(
@@ -28,6 +29,34 @@ pub mod v3 {
 )]
 pub mod dcs {
     tonic::include_proto!("_");
+}
+
+/// etcd's v3 API, the part skyconf's etcd store needs: `etcdserverpb` (KV, Watch, Auth) and
+/// `mvccpb` (KeyValue, Event). Client stubs only.
+pub mod etcd {
+    /// `mvccpb`: stored keys and watch events.
+    #[allow(
+        missing_docs,
+        unreachable_pub,
+        clippy::all,
+        clippy::pedantic,
+        missing_debug_implementations
+    )]
+    pub mod mvccpb {
+        tonic::include_proto!("mvccpb");
+    }
+
+    /// `etcdserverpb`: the KV, Watch and Auth services.
+    #[allow(
+        missing_docs,
+        unreachable_pub,
+        clippy::all,
+        clippy::pedantic,
+        missing_debug_implementations
+    )]
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
 }
 
 /// The full gRPC path agents call.
