@@ -1,0 +1,138 @@
+//! How a poll reaches the server: the [`Transport`] trait, and [`GrpcTransport`], the tonic
+//! client every real deployment uses. Tests substitute an in-memory transport, which lets the poll
+//! loop run under paused tokio time.
+
+use std::future::Future;
+use std::time::Duration;
+
+use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
+use skyconf_proto::v3::{Commands, ConfigurationSyncRequest};
+use tonic::Code;
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::AgentError;
+
+/// The metadata key the OAP checks when `receiver-sharing-server.default.authentication` is set.
+pub const AUTHENTICATION_METADATA: &str = "authentication";
+
+/// One `fetchConfigurations` call.
+pub trait Transport: Send + 'static {
+    /// Sends `request` and returns the server's answer. `timeout` is the call's deadline; the
+    /// agent also enforces it, so an implementation may ignore it.
+    fn fetch(
+        &mut self,
+        request: ConfigurationSyncRequest,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Commands, tonic::Status>> + Send;
+}
+
+/// Why a poll got no answer. The agent keeps every current value and its uuid in all cases.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PollError {
+    /// The server answered with an error status, or could not be reached (`UNAVAILABLE`).
+    #[error("the server answered {}: {}", .0.code(), .0.message())]
+    Status(tonic::Status),
+    /// No answer within the deadline.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+}
+
+impl PollError {
+    /// The gRPC status code (`DEADLINE_EXCEEDED` for a timeout).
+    pub fn code(&self) -> Code {
+        match self {
+            Self::Status(status) => status.code(),
+            Self::Timeout(_) => Code::DeadlineExceeded,
+        }
+    }
+
+    /// True when the failure says something is set up wrong rather than temporarily down: the
+    /// server has no configuration discovery (`UNIMPLEMENTED`), refuses our token
+    /// (`UNAUTHENTICATED`, `PERMISSION_DENIED`) or our request (`INVALID_ARGUMENT`,
+    /// `OUT_OF_RANGE`, `FAILED_PRECONDITION`). Such failures are logged at WARN level; the others
+    /// (a server that is down, slow or overloaded) at INFO after the first.
+    pub fn is_misconfiguration(&self) -> bool {
+        matches!(
+            self.code(),
+            Code::Unimplemented
+                | Code::Unauthenticated
+                | Code::PermissionDenied
+                | Code::InvalidArgument
+                | Code::OutOfRange
+                | Code::FailedPrecondition
+        )
+    }
+}
+
+/// The tonic client: a lazily connected channel that reconnects on its own after a server
+/// restart, and the `authentication` metadata the OAP expects when it checks a token.
+#[derive(Debug, Clone)]
+pub struct GrpcTransport {
+    client: ConfigurationDiscoveryServiceClient<Channel>,
+    token: Option<MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl GrpcTransport {
+    /// A transport to `addr` (`host:port`, or a `http://` / `https://` URI). Nothing is
+    /// connected until the first poll, so a server that is not up yet is not an error. Call it
+    /// inside a tokio runtime: the channel spawns its worker task.
+    pub fn lazy(addr: &str) -> Result<Self, AgentError> {
+        let uri = if addr.contains("://") { addr.to_owned() } else { format!("http://{addr}") };
+        let endpoint = Endpoint::from_shared(uri)
+            .map_err(|source| AgentError::InvalidAddress { addr: addr.to_owned(), source })?;
+        Ok(Self::from_channel(endpoint.connect_timeout(Duration::from_secs(10)).tcp_nodelay(true).connect_lazy()))
+    }
+
+    /// A transport over a channel the service already has (TLS, a shared connection).
+    pub fn from_channel(channel: Channel) -> Self {
+        Self { client: ConfigurationDiscoveryServiceClient::new(channel), token: None }
+    }
+
+    /// Sends `token` as the `authentication` metadata on every call, as the Java agent does with
+    /// `agent.authentication`.
+    pub fn with_authentication(mut self, token: &str) -> Result<Self, AgentError> {
+        self.token = Some(token.parse().map_err(|_| AgentError::InvalidToken)?);
+        Ok(self)
+    }
+}
+
+impl Transport for GrpcTransport {
+    async fn fetch(&mut self, request: ConfigurationSyncRequest, timeout: Duration) -> Result<Commands, tonic::Status> {
+        let mut request = tonic::Request::new(request);
+        // Sent as `grpc-timeout`, so the server can give up too.
+        request.set_timeout(timeout);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert(AUTHENTICATION_METADATA, token.clone());
+        }
+        Ok(self.client.fetch_configurations(request).await?.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Building a channel spawns its worker, hence the runtime.
+    #[tokio::test]
+    async fn addresses_with_and_without_scheme() {
+        assert!(GrpcTransport::lazy("127.0.0.1:11800").is_ok());
+        assert!(GrpcTransport::lazy("http://oap:11800").is_ok());
+        assert!(matches!(GrpcTransport::lazy("not a uri"), Err(AgentError::InvalidAddress { .. })));
+    }
+
+    #[tokio::test]
+    async fn tokens_must_be_ascii_metadata() {
+        let t = GrpcTransport::lazy("127.0.0.1:1").unwrap();
+        assert!(t.clone().with_authentication("secret").is_ok());
+        assert!(matches!(t.with_authentication("bad\nvalue"), Err(AgentError::InvalidToken)));
+    }
+
+    #[test]
+    fn timeouts_read_as_deadline_exceeded() {
+        let e = PollError::Timeout(Duration::from_secs(30));
+        assert_eq!(e.code(), Code::DeadlineExceeded);
+        assert!(!e.is_misconfiguration());
+        assert!(PollError::Status(tonic::Status::unimplemented("x")).is_misconfiguration());
+    }
+}
