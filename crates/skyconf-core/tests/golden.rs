@@ -56,6 +56,9 @@ fn classes() -> BTreeMap<String, String> {
     }
 }
 
+/// One service as served: name, digest, pairs in order.
+type Served = (String, String, Vec<(String, String)>);
+
 /// What the OAP makes of a document, as the oracle printed it.
 enum Oracle {
     /// The load failed: the OAP keeps its old table.
@@ -63,7 +66,7 @@ enum Oracle {
     /// Table building stopped part-way: the OAP installs the services before the failure.
     Partial,
     /// service → (uuid, pairs), in document order.
-    Table(Vec<(String, String, Vec<(String, String)>)>),
+    Table(Vec<Served>),
 }
 
 fn oracle_of(value: &Value) -> Oracle {
@@ -90,7 +93,7 @@ fn oracle_of(value: &Value) -> Oracle {
     Oracle::Table(services)
 }
 
-fn table_of(table: &AgentConfigurations) -> Vec<(String, String, Vec<(String, String)>)> {
+fn table_of(table: &AgentConfigurations) -> Vec<Served> {
     table.services().map(|s| (s.name().to_owned(), s.digest().as_str().to_owned(), s.entries().to_vec())).collect()
 }
 
