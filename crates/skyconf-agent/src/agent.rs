@@ -20,7 +20,7 @@
 //!
 //! | status | meaning | logged |
 //! |---|---|---|
-//! | `UNAVAILABLE` | the server is down or unreachable (no connection, connection reset) | WARN once, then DEBUG until it recovers |
+//! | `UNAVAILABLE` | the server is down or unreachable: no connection, or it broke under the call (tonic says `UNKNOWN: transport error` for that; [`GrpcTransport`](crate::GrpcTransport) reports it as `UNAVAILABLE`) | WARN once, then DEBUG until it recovers |
 //! | `DEADLINE_EXCEEDED` | no answer within the deadline: server overloaded or stuck | as above |
 //! | `RESOURCE_EXHAUSTED`, `ABORTED`, `CANCELLED`, `INTERNAL`, `UNKNOWN`, `DATA_LOSS` | the server failed this call | as above |
 //! | `UNIMPLEMENTED` | the server has no configuration discovery: an OAP without the module, or a proxy that routes it elsewhere | WARN on every failure |

@@ -105,7 +105,22 @@ impl Transport for GrpcTransport {
         if let Some(token) = &self.token {
             request.metadata_mut().insert(AUTHENTICATION_METADATA, token.clone());
         }
-        Ok(self.client.fetch_configurations(request).await?.into_inner())
+        match self.client.fetch_configurations(request).await {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) => Err(local_failure_as_unavailable(status)),
+        }
+    }
+}
+
+/// tonic reports a connection that broke under a call (a server killed mid-connection) as
+/// `UNKNOWN: transport error`. A status that came over the wire never carries a source error, so
+/// one that does is a local transport failure: the server is unreachable, which gRPC calls
+/// `UNAVAILABLE`.
+fn local_failure_as_unavailable(status: tonic::Status) -> tonic::Status {
+    if status.code() == Code::Unknown && std::error::Error::source(&status).is_some() {
+        tonic::Status::unavailable(format!("connection lost: {}", status.message()))
+    } else {
+        status
     }
 }
 
@@ -126,6 +141,15 @@ mod tests {
         let t = GrpcTransport::lazy("127.0.0.1:1").unwrap();
         assert!(t.clone().with_authentication("secret").is_ok());
         assert!(matches!(t.with_authentication("bad\nvalue"), Err(AgentError::InvalidToken)));
+    }
+
+    #[test]
+    fn local_transport_failures_read_as_unavailable() {
+        let local = tonic::Status::from_error(Box::new(std::io::Error::other("reset")));
+        assert_eq!(local.code(), Code::Unknown);
+        assert_eq!(local_failure_as_unavailable(local).code(), Code::Unavailable);
+        let remote = tonic::Status::unknown("the server says so");
+        assert_eq!(local_failure_as_unavailable(remote).code(), Code::Unknown);
     }
 
     #[test]
