@@ -81,6 +81,7 @@ def classify(text, o_raw, u_raw):
 # Known differences, each recognised narrowly by skyconf's message and the oracle's answer.
 KNOWN_REFUSALS = [
     ("known:continuation-less-indented", lambda m, t: "invalid indentation" in m),
+    ("known:tab-indented-continuation", lambda m, t: "tab cannot be used as indentation" in m),
     ("known:surrogate-escape", lambda m, t: "invalid Unicode character escape" in m or "found invalid Unicode" in m),
     ("known:recursive-alias", lambda m, t: "recursive structures are not supported" in m),
     ("known:bom-inside-document", lambda m, t: "byte order mark must not appear inside" in m),

@@ -530,6 +530,174 @@ class Gen:
         return text
 
 
+class TreeGen(Gen):
+    """A second shape of document: a random value tree first, then rendered with random layout
+    choices (block or flow at every level, indentation, indentless sequences, explicit keys,
+    properties on keys and collections, tabs as separators, comments between any lines, a
+    document that ends without a line break in the middle of any construct)."""
+
+    def tree(self, depth):
+        roll = self.r.random()
+        if depth < 4 and roll < 0.18:
+            return ("map", [(self.key_text(), self.tree(depth + 1)) for _ in range(self.r.randint(0, 4))])
+        if depth < 4 and roll < 0.3:
+            return ("seq", [self.tree(depth + 1) for _ in range(self.r.randint(0, 4))])
+        return ("scalar", self.scalar_text(allow_null=True, long_ok=depth > 0))
+
+    def key_text(self):
+        return self.pick(SETTING_KEYS) if self.p(0.7) else self.scalar_text(long_ok=False)
+
+    def sep(self):
+        return self.pick([" ", " ", " ", "  ", "\t", " \t"])
+
+    def props(self, kind):
+        out = []
+        if self.p(0.06):
+            name = self.anchor_name().replace(".", "_")
+            self.anchors.append((name, kind))
+            out.append("&" + name)
+        if self.p(0.04):
+            out.append(self.pick({"map": ["!!map", "!"], "seq": ["!!seq", "!"], "scalar": ["!!str", "!"]}[kind]))
+        self.r.shuffle(out)
+        return " ".join(out)
+
+    def scalar_lines(self, text, indent, flow, key=False):
+        """Renders a given text in a random style; the first line continues the current one."""
+        roll = self.r.random()
+        if not flow and not key and roll < 0.1 and text and "\n" not in text:
+            header, body = self.block_scalar(indent)
+            return [header] + body
+        if roll < 0.6 and self.plain_ok(text, flow):
+            if not flow and not key and self.p(0.1) and " " in text:
+                return self.plain_multiline(text, indent).split("\n")
+            return [text]
+        if roll < 0.8:
+            return (self.single_quoted(text, indent, not key) or self.double_quoted(text, indent, False)).split("\n")
+        return self.double_quoted(text, indent, not key).split("\n")
+
+    def flow(self, node, indent, depth):
+        kind, v = node
+        if kind == "scalar":
+            if v in ("~", "null", "Null", "NULL") and self.p(0.3):
+                return ""
+            return " ".join(self.scalar_lines(v, indent, flow=True))
+        if self.p(0.1) and self.anchors:
+            return "*" + self.pick(self.anchors)[0]
+        props = self.props(kind)
+        props = props + " " if props else ""
+        brk = "\n" + " " * (indent + self.r.randint(1, 3)) if self.p(0.15) else " "
+        if kind == "seq":
+            return props + "[" + ("," + brk).join(self.flow(x, indent, depth + 1) or "~" for x in v) + "]"
+        items = []
+        for k, x in v:
+            kt = " ".join(self.scalar_lines(k, indent, flow=True, key=True))
+            items.append(kt + ":" + self.pick([" ", " ", "\t"]) + (self.flow(x, indent, depth + 1) or "~"))
+        return props + "{" + ("," + brk).join(items) + "}"
+
+    def block(self, node, indent, depth, in_seq=False):
+        """Lines for `node` as a block value: [first-line suffix, more lines...]."""
+        kind, v = node
+        if kind == "scalar" or (not v) or self.p(0.25):
+            if kind == "scalar":
+                lines = self.scalar_lines(v, indent, flow=False)
+                props = self.props("scalar") if self.p(0.5) else ""
+                return [(props + " " if props else "") + lines[0]] + lines[1:]
+            return [self.flow(node, indent, depth)]
+        props = self.props(kind)
+        head = props + (self.trailing_comment() if not props else "")
+        out = [head]
+        if kind == "map":
+            pad = indent + self.r.randint(1, 4)
+            out += self.block_map_lines(v, pad, depth + 1)
+        else:
+            pad = indent + self.pick([0, 0, 2, 2, 3, 4]) if not in_seq else indent + 2
+            if pad == indent and in_seq:
+                pad += 2
+            out += self.block_seq_lines(v, pad, depth + 1)
+        return out
+
+    def block_map_lines(self, entries, indent, depth):
+        pad = " " * indent
+        out = []
+        for k, x in entries:
+            if self.p(0.05):
+                out.append(" " * self.r.randint(0, indent) + self.comment())
+            if self.p(0.06):
+                key = self.scalar_lines(k, indent + 2, flow=False)
+                out.append(pad + "?" + self.sep() + key[0])
+                out += key[1:]
+                val = self.block(x, indent, depth)
+                out.append(pad + ":" + (self.sep() + val[0] if val[0] else ""))
+                out += val[1:]
+                continue
+            key = " ".join(self.scalar_lines(k, indent, flow=False, key=True))
+            kp = self.props("scalar") if self.p(0.05) else ""
+            key = (kp + " " if kp else "") + key
+            val = self.block(x, indent, depth)
+            first = pad + key + ":" + (self.sep() + val[0] if val[0] else "")
+            out.append(first)
+            out += val[1:]
+        return out or [pad + "{}"]
+
+    def block_seq_lines(self, items, indent, depth):
+        pad = " " * indent
+        out = []
+        for x in items:
+            if self.p(0.05):
+                out.append(" " * self.r.randint(0, indent) + self.comment())
+            kind, v = x
+            if kind == "map" and v and self.p(0.6):
+                sub = self.block_map_lines(v, indent + 2, depth + 1)
+                out.append(pad + "-" + self.pick([" ", " ", "   "])[:1] + sub[0].lstrip(" "))
+                out += sub[1:]
+                continue
+            val = self.block(x, indent, depth, in_seq=True)
+            out.append(pad + "-" + (self.sep() + val[0] if val[0] else ""))
+            out += val[1:]
+        return out
+
+    def document(self):
+        lines = []
+        if self.p(0.1):
+            lines.append(self.pick(["---", "--- # doc"]))
+        if self.p(0.3):
+            name = self.anchor_name().replace(".", "_")
+            base = ("map", [(self.key_text(), self.tree(2)) for _ in range(self.r.randint(1, 3))])
+            self.anchors.append((name, "map"))
+            lines.append("defaults: &" + name)
+            lines += self.block_map_lines(base[1], 2, 1)
+        services = []
+        for _ in range(self.r.randint(1, 3)):
+            entries = [(self.key_text(), self.tree(1)) for _ in range(self.r.randint(0, 5))]
+            entries = [(k, v if v != ("scalar", "") else ("scalar", "x")) for k, v in entries]
+            services.append((self.pick(SERVICE_NAMES), entries))
+        ind = self.pick([1, 2, 2, 4])
+        lines.append("configurations:" + self.trailing_comment())
+        for name, entries in services:
+            if not self.plain_ok(name, False):
+                name = '"' + name + '"'
+            maps = [a for a, kind in self.anchors if kind == "map"]
+            if self.p(0.2):
+                lines.append(" " * ind + name + ": " + self.flow(("map", entries), ind, 1))
+                continue
+            lines.append(" " * ind + name + ":")
+            sub = ind + self.r.randint(1, 4)
+            if maps and self.p(0.25):
+                if self.p(0.3) and len(maps) > 1:
+                    lines.append(" " * sub + "<<:")
+                    lines += [" " * (sub + 2) + "- *" + m for m in self.r.sample(maps, 2)]
+                else:
+                    lines.append(" " * sub + "<<: *" + self.pick(maps))
+            if entries or not (maps and lines[-1].lstrip().startswith(("<<", "- *"))):
+                lines += self.block_map_lines(entries, sub, 2)
+        if self.p(0.1):
+            lines.append(self.comment())
+        text = "\n".join(lines)
+        if self.p(0.75):
+            text += "\n"
+        return text
+
+
 # --- hand-written edge documents ---------------------------------------------------------------
 
 LICENSE = "\n".join("# " + line for line in """
@@ -785,7 +953,8 @@ def main():
         paths.append(p)
     rng = random.Random(args.seed)
     for i in range(args.count):
-        g = Gen(random.Random(rng.getrandbits(64)))
+        # Two shapes in turn: feature-dense documents, and random trees rendered block-heavy.
+        g = (Gen if i % 2 == 0 else TreeGen)(random.Random(rng.getrandbits(64)))
         p = os.path.join(out, "g%05d.yaml" % i)
         with open(p, "w", encoding="utf-8", newline="") as f:
             f.write(g.document())

@@ -118,12 +118,17 @@ pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
     let mut builder = Builder::default();
     let mut source = Source::new(text);
     let total_chars = text.chars().count();
+    let has_tabs = text.contains('\t');
+    let mut scalars: Vec<Extent> = Vec::new();
     for event in Parser::new_from_str(text) {
         let (event, span) = event.map_err(|e| {
             let mark = e.marker();
             ReadError::syntax(Position { line: mark.line(), column: mark.col() + 1 }, e.info())
         })?;
         let raw = source.check_yaml11(&event, &span)?;
+        if has_tabs && let Event::Scalar(_, style, ..) = &event {
+            scalars.push(source.scalar_extent(&span, *style));
+        }
         let event = match event {
             Event::Scalar(value, style @ (ScalarStyle::Literal | ScalarStyle::Folded), anchor, tag)
                 if span.end.index() >= total_chars && !text.ends_with(['\n', '\r']) =>
@@ -134,6 +139,9 @@ pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
             event => event,
         };
         builder.on_event(event, &span, raw, &mut source)?;
+    }
+    if has_tabs {
+        check_tabs(text, &scalars)?;
     }
     // A `...` with no document before it ends nothing: SnakeYAML fails, the 1.2 parser skips it.
     if builder.documents == 0
@@ -253,6 +261,53 @@ impl<'a> Source<'a> {
         Some(out)
     }
 
+    /// The extent of a scalar event: its content start (after any anchor and tag) and its end.
+    fn scalar_extent(&mut self, span: &Span, style: ScalarStyle) -> Extent {
+        let block = matches!(style, ScalarStyle::Literal | ScalarStyle::Folded);
+        let (start, block_column) = match self.check_properties(span) {
+            Ok((rest, true)) => {
+                let offset = rest.as_ptr() as usize - self.text.as_ptr() as usize;
+                // With properties the span starts on the header line; the indentation is that
+                // of the first content line.
+                let indentation = rest
+                    .split('\n')
+                    .skip(1)
+                    .find(|line| !line.trim().is_empty())
+                    .map(|line| line.len() - line.trim_start_matches(' ').len());
+                (self.char_at + self.text[self.byte_at..offset].chars().count(), indentation)
+            }
+            _ => (span.start.index(), Some(span.start.col())),
+        };
+        // A quoted scalar's span runs on past its closing quote; end it at the quote.
+        let end = match style {
+            ScalarStyle::SingleQuoted | ScalarStyle::DoubleQuoted => {
+                let quote = if matches!(style, ScalarStyle::SingleQuoted) { '\'' } else { '"' };
+                let mut chars = self.from(start).chars().enumerate().skip(1);
+                let mut close = None;
+                while let Some((n, c)) = chars.next() {
+                    if c == '\\' && quote == '"' {
+                        chars.next();
+                    } else if c == quote {
+                        if quote == '\'' && self.text[self.byte_at..].chars().nth(n + 1) == Some('\'') {
+                            chars.next();
+                        } else {
+                            close = Some(n + 1);
+                            break;
+                        }
+                    }
+                }
+                close.map_or(span.end.index(), |n| start + n)
+            }
+            _ => span.end.index(),
+        };
+        Extent {
+            start,
+            end,
+            plain: matches!(style, ScalarStyle::Plain),
+            block_column: if block { Some(block_column.unwrap_or(0)) } else { None },
+        }
+    }
+
     /// Whether the text just before character `index`, blanks skipped, is the explicit-key `?`.
     fn after_question_mark(&mut self, index: usize) -> bool {
         self.from(index);
@@ -292,6 +347,71 @@ impl<'a> Source<'a> {
         }
         Ok((rest, any))
     }
+}
+
+/// Where a scalar's text lies, in characters: from its content (properties skipped) to its end.
+#[derive(Debug, Clone, Copy)]
+struct Extent {
+    start: usize,
+    end: usize,
+    /// Plain scalars own the blanks that follow them on their line.
+    plain: bool,
+    /// For block scalars, the column (0-based) where their span starts: a tab left of it is
+    /// indentation, not content.
+    block_column: Option<usize>,
+}
+
+/// SnakeYAML separates tokens with spaces only: a tab outside a scalar, a comment, or the blanks
+/// that end a plain scalar fails with "found character '\t' that cannot start any token"
+/// (`k:<TAB>v`, `[a,<TAB>b]`, `"q"<TAB>`), where the 1.2 parser takes it as white space.
+fn check_tabs(text: &str, scalars: &[Extent]) -> Result<(), ReadError> {
+    let mut next = 0; // the first scalar that does not end before the current character
+    let mut index = 0;
+    for (number, line) in text.split('\n').enumerate() {
+        let mut comment = false;
+        let mut after_plain = false;
+        let mut previous = ' ';
+        let mut text_before = false;
+        for (column, c) in line.chars().enumerate() {
+            let i = index + column;
+            while next < scalars.len() && scalars[next].end <= i {
+                next += 1;
+            }
+            let inside = scalars.get(next).filter(|x| x.start <= i);
+            match c {
+                _ if comment => {}
+                '#' if inside.is_none() && matches!(previous, ' ' | '\t') => comment = true,
+                '#' if inside.is_none() && column == 0 => comment = true,
+                '\t' => {
+                    let allowed = match inside {
+                        Some(x) => x.block_column.is_none_or(|block| column >= block || text_before),
+                        None => after_plain,
+                    };
+                    if !allowed {
+                        return Err(ReadError::syntax(
+                            Position { line: number + 1, column: column + 1 },
+                            "a tab separates tokens here, which YAML 1.1 (the OAP's loader) does not allow; use spaces",
+                        ));
+                    }
+                }
+                ' ' => {}
+                _ => after_plain = false,
+            }
+            if inside.is_none() && !matches!(c, ' ' | '\t') {
+                after_plain = false;
+            }
+            if let Some(x) = inside
+                && x.plain
+                && x.end == i + 1
+            {
+                after_plain = true;
+            }
+            previous = c;
+            text_before |= !matches!(c, ' ' | '\t');
+        }
+        index += line.chars().count() + 1;
+    }
+    Ok(())
 }
 
 /// What the raw text says about a node event that the event itself does not.
@@ -663,6 +783,16 @@ mod tests {
         assert_eq!(value_of("a: |+\n  x\n\n  "), "x\n\n");
         assert_eq!(value_of("a: >- # c|d\n  x\n  y"), "x y");
         assert_eq!(value_of("a: &x >+\n  x\n  y"), "x y");
+    }
+
+    #[test]
+    fn tabs_separate_nothing_in_yaml_1_1() {
+        for text in ["a:\tv\n", "a: [x,\ty]\n", "a: \"q\"\t# c\n", "a: &x\tv\n", "a: v\n\t\n", "a:\n-\tx\n"] {
+            assert!(parse(text).is_err(), "{text:?} must be refused");
+        }
+        for text in ["a: x\ty\n", "a\t: v\n", "a: v\t\n", "a: v # c\td\n", "a: '\t'\n", "a: |\n  x\n  \ty\n"] {
+            assert!(parse(text).is_ok(), "{text:?} must be read");
+        }
     }
 
     #[test]
