@@ -3,6 +3,7 @@
 
 mod commands;
 mod known_keys;
+mod settings;
 
 use std::process::ExitCode;
 

@@ -9,10 +9,7 @@ use assert_cmd::cargo::CommandCargoExt;
 use predicates::prelude::*;
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 fn skyconf() -> Command {
@@ -28,11 +25,7 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
 #[test]
 fn digest_prints_what_the_server_would_serve() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(
-        &dir,
-        "a.yaml",
-        "configurations:\n  svc:\n    agent.sample_rate: 0.50\n",
-    );
+    let path = write(&dir, "a.yaml", "configurations:\n  svc:\n    agent.sample_rate: 0.50\n");
     let output = assert_cmd::Command::from_std(skyconf())
         .arg("digest")
         .arg(&path)
@@ -60,35 +53,19 @@ fn digest_and_validate_refuse_a_bad_document_with_line_and_column() {
             .arg(&path)
             .assert()
             .code(2)
-            .stderr(
-                predicate::str::contains("line 3, column")
-                    .and(predicate::str::contains("bad.yaml")),
-            );
+            .stderr(predicate::str::contains("line 3, column").and(predicate::str::contains("bad.yaml")));
     }
 }
 
 #[test]
 fn validate_warns_about_keys_no_agent_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(
-        &dir,
-        "a.yaml",
-        "configurations:\n  svc:\n    agent.sample_n_per_3_sec: 1\n",
+    let path = write(&dir, "a.yaml", "configurations:\n  svc:\n    agent.sample_n_per_3_sec: 1\n");
+    assert_cmd::Command::from_std(skyconf()).arg("validate").arg(&path).assert().success().stderr(
+        predicate::str::contains("agent.sample_n_per_3_sec`")
+            .and(predicate::str::contains("agent.sample_n_per_3_secs,")),
     );
-    assert_cmd::Command::from_std(skyconf())
-        .arg("validate")
-        .arg(&path)
-        .assert()
-        .success()
-        .stderr(
-            predicate::str::contains("agent.sample_n_per_3_sec`")
-                .and(predicate::str::contains("agent.sample_n_per_3_secs,")),
-        );
-    assert_cmd::Command::from_std(skyconf())
-        .args(["validate", "--strict"])
-        .arg(&path)
-        .assert()
-        .code(1);
+    assert_cmd::Command::from_std(skyconf()).args(["validate", "--strict"]).arg(&path).assert().code(1);
     let output = assert_cmd::Command::from_std(skyconf())
         .args(["validate", "--json"])
         .arg(&path)
@@ -122,52 +99,33 @@ struct Server {
 
 impl Server {
     fn start(file: &Path) -> Self {
-        let mut child = skyconf()
-            .args([
-                "--log-format",
-                "json",
-                "serve",
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--admin-addr",
-                "127.0.0.1:0",
-                "--file",
-            ])
-            .arg(file)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut command = skyconf();
+        command
+            .args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--file"])
+            .arg(file);
+        Self::spawn(command)
+    }
+
+    /// Runs a prepared `skyconf ... serve` command and waits for its addresses.
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let (grpc_addr, admin_addr) = loop {
-            let line = lines
-                .next()
-                .expect("the server logs its addresses")
-                .unwrap();
+            let line = lines.next().expect("the server logs its addresses").unwrap();
             let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
-            if let (Some(g), Some(a)) = (
-                json["fields"]["grpc_addr"].as_str(),
-                json["fields"]["admin_addr"].as_str(),
-            ) {
+            if let (Some(g), Some(a)) = (json["fields"]["grpc_addr"].as_str(), json["fields"]["admin_addr"].as_str()) {
                 break (g.to_owned(), a.to_owned());
             }
         };
         // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        Self {
-            child,
-            grpc_addr,
-            admin_addr,
-        }
+        Self { child, grpc_addr, admin_addr }
     }
 
     fn terminate(mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
         assert!(status.success());
         self.child.wait().unwrap()
     }
@@ -183,13 +141,7 @@ impl Drop for Server {
 fn serve_answers_fetch_and_stops_cleanly_on_sigterm() {
     let server = Server::start(&repo_root().join("examples/agent-configurations.yaml"));
     let output = assert_cmd::Command::from_std(skyconf())
-        .args([
-            "fetch",
-            "--addr",
-            &server.grpc_addr,
-            "--service",
-            "inventory-go",
-        ])
+        .args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go"])
         .assert()
         .success()
         .get_output()
@@ -197,34 +149,72 @@ fn serve_answers_fetch_and_stops_cleanly_on_sigterm() {
         .clone();
     let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
     let args = &json["commands"][0]["args"];
-    assert_eq!(
-        json["commands"][0]["command"],
-        "ConfigurationDiscoveryCommand"
-    );
+    assert_eq!(json["commands"][0]["command"], "ConfigurationDiscoveryCommand");
     assert_eq!(args[0][0], "SerialNumber");
     assert_eq!(args[2], serde_json::json!(["agent.sample_rate", "0.5"]));
     let uuid = args[1][1].as_str().unwrap().to_owned();
     let output = assert_cmd::Command::from_std(skyconf())
-        .args([
-            "fetch",
-            "--addr",
-            &server.grpc_addr,
-            "--service",
-            "inventory-go",
-            "--uuid",
-            &uuid,
-        ])
+        .args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go", "--uuid", &uuid])
         .assert()
         .success()
         .get_output()
         .stdout
         .clone();
-    assert_eq!(
-        String::from_utf8(output).unwrap().trim(),
-        r#"{"commands":[]}"#
-    );
+    assert_eq!(String::from_utf8(output).unwrap().trim(), r#"{"commands":[]}"#);
     assert!(server.admin_addr.starts_with("127.0.0.1:"));
     assert!(server.terminate().success(), "SIGTERM is a clean exit");
+}
+
+fn fetch_digest(addr: &str, service: &str) -> String {
+    let output = assert_cmd::Command::from_std(skyconf())
+        .args(["fetch", "--addr", addr, "--service", service])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    json["commands"][0]["args"][1][1].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn serve_reads_an_oap_application_yml_and_its_sw_variables() {
+    // An upstream skyconf on the example file, and a second one that reads it over DCS, configured
+    // by an OAP-style application.yml whose placeholders come from the environment.
+    let upstream = Server::start(&repo_root().join("examples/agent-configurations.yaml"));
+    let port = upstream.grpc_addr.rsplit(':').next().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        &dir,
+        "application.yml",
+        "core:\n  default:\n    role: Mixed\nconfiguration:\n  selector: ${SW_CONFIGURATION:none}\n  grpc:\n    host: ${SW_DCS_SERVER_HOST:\"\"}\n    port: ${SW_DCS_SERVER_PORT:80}\n    clusterName: ${SW_DCS_CLUSTER_NAME:SkyWalking}\n    period: ${SW_DCS_PERIOD:20}\n",
+    );
+    let mut command = skyconf();
+    command
+        .env("SW_CONFIGURATION", "grpc")
+        .env("SW_DCS_SERVER_HOST", "127.0.0.1")
+        .env("SW_DCS_SERVER_PORT", &port)
+        .args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
+        .arg(&config);
+    let downstream = Server::spawn(command);
+    assert_eq!(fetch_digest(&downstream.grpc_addr, "inventory-go"), fetch_digest(&upstream.grpc_addr, "inventory-go"));
+}
+
+#[test]
+fn serve_explains_a_missing_store() {
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+        .env_remove("SKYCONF_FILE")
+        .env_remove("SKYCONF_STORE")
+        .env_remove("SKYCONF_CONFIG")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("no store chosen"));
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--store", "consul"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("not supported yet"));
 }
 
 #[test]
@@ -232,14 +222,7 @@ fn serve_refuses_to_start_on_a_bad_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, "bad.yaml", "configurations: [1, 2]\n");
     assert_cmd::Command::from_std(skyconf())
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--file",
-        ])
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--file"])
         .arg(&path)
         .assert()
         .failure()
@@ -253,18 +236,14 @@ fn serve_refuses_to_start_on_a_bad_file() {
 #[test]
 fn an_independent_grpcio_client_sees_exactly_the_oap_answers() {
     let root = repo_root();
-    let has_grpcio = Command::new("python3")
-        .args(["-c", "import grpc, grpc_tools"])
-        .status()
-        .is_ok_and(|s| s.success());
+    let has_grpcio =
+        Command::new("python3").args(["-c", "import grpc, grpc_tools"]).status().is_ok_and(|s| s.success());
     if !has_grpcio {
         assert!(
             std::env::var_os("SKYCONF_REQUIRE_INTEROP").is_none(),
             "python3 with grpcio and grpcio-tools is required"
         );
-        eprintln!(
-            "skipped: python3 with grpcio and grpcio-tools is not installed (pip install grpcio grpcio-tools)"
-        );
+        eprintln!("skipped: python3 with grpcio and grpcio-tools is not installed (pip install grpcio grpcio-tools)");
         return;
     }
     let server = Server::start(&root.join("examples/agent-configurations.yaml"));

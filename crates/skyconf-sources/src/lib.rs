@@ -164,6 +164,28 @@ pub trait Source: Send + Sync + 'static {
     fn put(&self, key: &str, value: Option<&str>) -> impl Future<Output = Result<(), SourceError>> + Send;
 }
 
+/// The OAP's `none` selector: a store that holds nothing, so every agent gets the EMPTY answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoStore;
+
+impl Source for NoStore {
+    fn describe(&self) -> String {
+        "none".to_owned()
+    }
+
+    async fn load(&self, _keys: &KeySet) -> Result<StoreContent, SourceError> {
+        Ok(StoreContent::default())
+    }
+
+    async fn run(&self, _keys: KeySet, _updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        shutdown.cancelled().await;
+    }
+
+    async fn put(&self, _key: &str, _value: Option<&str>) -> Result<(), SourceError> {
+        Err(SourceError::Unsupported("the `none` store holds nothing and cannot be written".into()))
+    }
+}
+
 /// Settings every source shares.
 #[derive(Debug, Clone)]
 pub struct Limits {

@@ -1,58 +1,166 @@
-//! `skyconf serve`: loads the agent-configurations file, serves it to agents over gRPC and keeps
-//! it current as the file changes. Stops gracefully on SIGTERM or Ctrl-C.
+//! `skyconf serve`: loads the agent configurations from a store, serves them to agents over gRPC
+//! (and the whole store to OAPs over DCS) and keeps them current as the store changes. Stops
+//! gracefully on SIGTERM or Ctrl-C.
+//!
+//! Settings come from defaults, then `--config` (a `skyconf.yaml` or an OAP `application.yml`),
+//! then `SKYCONF_*` environment variables and flags; see `crate::settings`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::{Context as _, bail};
 use skyconf_server::{CdsOptions, ServeConfig};
-use skyconf_sources::Limits;
+use skyconf_sources::dcs::{DcsSettings, DcsSource};
 use skyconf_sources::file::FileSource;
+use skyconf_sources::{KeySet, Limits, NoStore, Source};
+
+use crate::settings::{ConfigFile, FileSettings, SkyconfSection, canonical_selector};
 
 /// Arguments of `skyconf serve`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
+    /// A config file: skyconf.yaml, or an OAP application.yml (its `configuration:` and
+    /// `configuration-discovery:` sections are used as they are).
+    #[arg(long, env = "SKYCONF_CONFIG")]
+    config: Option<PathBuf>,
+    /// The store: file, etcd, zookeeper, nacos, dcs (the OAP's `grpc`), none. Default: the config
+    /// file's `configuration.selector`, or `file` when --file is given.
+    #[arg(long, env = "SKYCONF_STORE")]
+    store: Option<String>,
     /// The agent-configurations YAML file (`configurations: {service: {key: value}}`), or a
     /// directory holding one file per configuration key (a mounted ConfigMap).
     #[arg(long, env = "SKYCONF_FILE")]
-    file: PathBuf,
-    /// Where agents connect (gRPC; the OAP's default port is 11800).
-    #[arg(long, default_value = "0.0.0.0:11800", env = "SKYCONF_GRPC_ADDR")]
-    grpc_addr: SocketAddr,
-    /// Where health checks and operators connect (HTTP).
-    #[arg(long, default_value = "0.0.0.0:12800", env = "SKYCONF_ADMIN_ADDR")]
-    admin_addr: SocketAddr,
+    file: Option<PathBuf>,
+    /// Where agents (and OAPs, for DCS) connect [default: 0.0.0.0:11800].
+    #[arg(long, env = "SKYCONF_GRPC_ADDR")]
+    grpc_addr: Option<SocketAddr>,
+    /// Where health checks and operators connect [default: 0.0.0.0:12800].
+    #[arg(long, env = "SKYCONF_ADMIN_ADDR")]
+    admin_addr: Option<SocketAddr>,
     /// Always send the whole configuration, even to agents that hold it (the OAP's `disableMessageDigest`).
     #[arg(long, env = "SKYCONF_DISABLE_MESSAGE_DIGEST")]
     disable_message_digest: bool,
-    /// The largest document accepted, in bytes.
-    #[arg(long, default_value_t = Limits::default().max_value_bytes, env = "SKYCONF_MAX_DOCUMENT_BYTES")]
-    max_document_bytes: u64,
+    /// The largest document accepted, in bytes [default: 33554432].
+    #[arg(long, env = "SKYCONF_MAX_DOCUMENT_BYTES")]
+    max_document_bytes: Option<u64>,
     /// Where to persist the last good configuration, served at start-up when the store is unreachable.
     #[arg(long, env = "SKYCONF_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    dcs: DcsArgs,
+}
+
+/// Flags of the DCS store (the OAP's `grpc` selector).
+#[derive(Debug, clap::Args)]
+struct DcsArgs {
+    /// DCS server host.
+    #[arg(long, env = "SW_DCS_SERVER_HOST")]
+    dcs_host: Option<String>,
+    /// DCS server port.
+    #[arg(long, env = "SW_DCS_SERVER_PORT")]
+    dcs_port: Option<u16>,
+    /// Cluster name sent to the DCS server.
+    #[arg(long, env = "SW_DCS_CLUSTER_NAME")]
+    dcs_cluster_name: Option<String>,
+    /// Seconds between DCS polls.
+    #[arg(long, env = "SW_DCS_PERIOD")]
+    dcs_period: Option<u64>,
+}
+
+/// Everything `serve` needs, resolved and validated.
+struct Plan {
+    config: ServeConfig,
+    limits: Limits,
+    selector: &'static str,
+    file: FileSettings,
+    dcs: DcsSettings,
+}
+
+fn plan(args: Args) -> anyhow::Result<Plan> {
+    let env = |name: &str| std::env::var(name).ok();
+    let file_config = args.config.as_deref().map(|path| ConfigFile::read(path, &env)).transpose()?;
+    let own: SkyconfSection = match &file_config {
+        Some(f) => f.section("skyconf")?.unwrap_or_default(),
+        None => SkyconfSection::default(),
+    };
+    let selector_name = args
+        .store
+        .clone()
+        .or_else(|| file_config.as_ref().and_then(|f| f.string("configuration.selector")))
+        .or_else(|| args.file.as_ref().map(|_| "file".to_owned()))
+        .context("no store chosen: give --file PATH, --store NAME, or --config FILE with a `configuration.selector`")?;
+    let selector = canonical_selector(&selector_name)?;
+
+    let mut file: FileSettings = match &file_config {
+        Some(f) => f.section("configuration.file")?.unwrap_or_default(),
+        None => FileSettings::default(),
+    };
+    if let Some(path) = args.file {
+        file.path = Some(path);
+    }
+    let mut dcs: DcsSettings = match &file_config {
+        Some(f) => f.section("configuration.grpc")?.unwrap_or_default(),
+        None => DcsSettings::default(),
+    };
+    let DcsArgs { dcs_host, dcs_port, dcs_cluster_name, dcs_period } = args.dcs;
+    dcs.host = dcs_host.unwrap_or(dcs.host);
+    dcs.port = dcs_port.unwrap_or(dcs.port);
+    dcs.cluster_name = dcs_cluster_name.unwrap_or(dcs.cluster_name);
+    dcs.period = dcs_period.unwrap_or(dcs.period);
+
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default)]
+    struct Discovery {
+        disable_message_digest: bool,
+    }
+    let discovery: Discovery = match &file_config {
+        Some(f) => f.section("configuration-discovery.default")?.unwrap_or_default(),
+        None => Discovery::default(),
+    };
+    let defaults = ServeConfig::default();
+    let config = ServeConfig {
+        grpc_addr: args.grpc_addr.or(own.grpc_addr).unwrap_or(defaults.grpc_addr),
+        admin_addr: args.admin_addr.or(own.admin_addr).unwrap_or(defaults.admin_addr),
+        cds: CdsOptions { disable_message_digest: args.disable_message_digest || discovery.disable_message_digest },
+        data_dir: args.data_dir.or(own.data_dir),
+        keys: KeySet::oap_with(own.extra_keys),
+        // A local file is there or it is a mistake; a remote store may come back.
+        require_initial_load: selector == "file",
+        ..defaults
+    };
+    let limits = Limits { max_value_bytes: args.max_document_bytes.or(own.max_document_bytes).unwrap_or(Limits::default().max_value_bytes) };
+    Ok(Plan { config, limits, selector, file, dcs })
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let config = ServeConfig {
-        grpc_addr: args.grpc_addr,
-        admin_addr: args.admin_addr,
-        cds: CdsOptions { disable_message_digest: args.disable_message_digest },
-        data_dir: args.data_dir,
-        ..ServeConfig::default()
-    };
-    let source = FileSource::open(args.file).with_limits(Limits { max_value_bytes: args.max_document_bytes });
-    super::runtime()?.block_on(async {
-        let running = skyconf_server::start_with(source, config).await?;
-        let stop = running.shutdown_token();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("Shutting down.");
-            stop.cancel();
-        });
-        running.wait().await?;
-        Ok(ExitCode::SUCCESS)
+    let plan = plan(args)?;
+    super::runtime()?.block_on(async move {
+        match plan.selector {
+            "file" => {
+                let Some(path) = plan.file.path else { bail!("the file store needs a path: --file PATH or configuration.file.path") };
+                serve(FileSource::open(path).with_limits(plan.limits), plan.config).await
+            }
+            "grpc" => serve(DcsSource::new(plan.dcs)?, plan.config).await,
+            "none" => {
+                tracing::warn!("No store: every agent gets the EMPTY answer, as an OAP with `configuration: selector: none` gives.");
+                serve(NoStore, plan.config).await
+            }
+            other => bail!("the `{other}` store is not built into this binary"),
+        }
     })
+}
+
+async fn serve<S: Source>(source: S, config: ServeConfig) -> anyhow::Result<ExitCode> {
+    let running = skyconf_server::start_with(source, config).await?;
+    let stop = running.shutdown_token();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("Shutting down.");
+        stop.cancel();
+    });
+    running.wait().await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn wait_for_signal() {

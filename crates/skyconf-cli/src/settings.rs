@@ -1,0 +1,222 @@
+//! The server's settings: defaults, then a config file, then `SKYCONF_*` environment variables and
+//! flags (clap), merged once into a validated [`ServePlan`].
+//!
+//! The config file is skyconf's own `skyconf.yaml` or an OAP `application.yml` as it is: skyconf
+//! reads its `configuration:` and `configuration-discovery:` sections with the OAP's selector
+//! names, setting names and `${SW_*:default}` placeholders (resolved from the environment, as the
+//! OAP resolves them), and ignores every other module's section. skyconf's own settings live under
+//! `skyconf:`.
+//!
+//! ```yaml
+//! skyconf:
+//!   grpcAddr: 0.0.0.0:11800
+//!   adminAddr: 0.0.0.0:12800
+//!   dataDir: /var/lib/skyconf
+//! configuration:
+//!   selector: ${SW_CONFIGURATION:etcd}
+//!   etcd:
+//!     endpoints: ${SW_CONFIG_ETCD_ENDPOINTS:http://localhost:2379}
+//!     namespace: ${SW_CONFIG_ETCD_NAMESPACE:/skywalking}
+//! configuration-discovery:
+//!   selector: ${SW_CONFIGURATION_DISCOVERY:default}
+//!   default:
+//!     disableMessageDigest: ${SW_DISABLE_MESSAGE_DIGEST:false}
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// skyconf's own section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct SkyconfSection {
+    pub(crate) grpc_addr: Option<SocketAddr>,
+    pub(crate) admin_addr: Option<SocketAddr>,
+    pub(crate) data_dir: Option<PathBuf>,
+    pub(crate) max_document_bytes: Option<u64>,
+    /// Single keys to watch besides the OAP's own (stores that cannot list their keys).
+    pub(crate) extra_keys: Vec<String>,
+}
+
+/// The `file` selector (skyconf's; the OAP has no file store).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct FileSettings {
+    /// An agent-configurations file, or a directory with one file per key.
+    pub(crate) path: Option<PathBuf>,
+}
+
+/// A parsed config file.
+#[derive(Debug)]
+pub(crate) struct ConfigFile {
+    config: config::Config,
+    origin: String,
+}
+
+impl ConfigFile {
+    /// Reads `path`, resolving `${NAME:default}` placeholders from `env`.
+    pub(crate) fn read(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Self::parse(&text, &path.display().to_string(), env)
+    }
+
+    /// Parses config-file text.
+    pub(crate) fn parse(text: &str, origin: &str, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let mut tree: serde_json::Value =
+            serde_saphyr::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        if tree.is_null() {
+            tree = serde_json::json!({});
+        }
+        if !tree.is_object() {
+            bail!("{origin}: the config file must be a mapping of sections");
+        }
+        resolve_placeholders(&mut tree, env);
+        // Only skyconf's sections are read; an OAP application.yml has many others.
+        let mut kept = serde_json::Map::new();
+        for section in ["skyconf", "configuration", "configuration-discovery"] {
+            if let Some(value) = tree.get(section) {
+                kept.insert(section.to_owned(), value.clone());
+            }
+        }
+        let config = config::Config::builder()
+            .add_source(config::Config::try_from(&serde_json::Value::Object(kept))?)
+            .build()
+            .with_context(|| format!("{origin}: cannot read the settings"))?;
+        Ok(Self { config, origin: origin.to_owned() })
+    }
+
+    /// A section (dotted path), leniently typed as the OAP types it ("2379" is a port); `None`
+    /// when absent.
+    pub(crate) fn section<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<Option<T>> {
+        match self.config.get::<T>(path) {
+            Ok(value) => Ok(Some(value)),
+            Err(config::ConfigError::NotFound(_)) => Ok(None),
+            Err(e) => Err(anyhow::anyhow!("{}: `{path}`: {e}", self.origin)),
+        }
+    }
+
+    /// A string setting.
+    pub(crate) fn string(&self, path: &str) -> Option<String> {
+        self.config.get_string(path).ok().filter(|s| !s.is_empty())
+    }
+}
+
+/// Replaces `${NAME:default}` (and `${NAME}`) in every string with the environment variable or the
+/// default, as the OAP does for its application.yml.
+fn resolve_placeholders(value: &mut serde_json::Value, env: &dyn Fn(&str) -> Option<String>) {
+    match value {
+        serde_json::Value::String(text) if text.contains("${") => *text = substitute(text, env),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| resolve_placeholders(v, env)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| resolve_placeholders(v, env)),
+        _ => {}
+    }
+}
+
+fn substitute(text: &str, env: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let inner = &after[..end];
+        let (name, default) = inner.split_once(':').unwrap_or((inner, ""));
+        // The OAP writes an empty default as `""`.
+        let default = match default {
+            "\"\"" | "''" => "",
+            d => d,
+        };
+        out.push_str(&env(name).unwrap_or_else(|| default.to_owned()));
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The selector's canonical name: the OAP's, with `dcs` accepted for `grpc`.
+pub(crate) fn canonical_selector(name: &str) -> anyhow::Result<&'static str> {
+    Ok(match name.trim() {
+        "file" => "file",
+        "grpc" | "dcs" => "grpc",
+        "etcd" => "etcd",
+        "zookeeper" => "zookeeper",
+        "nacos" => "nacos",
+        "none" => "none",
+        other @ ("consul" | "apollo" | "k8s-configmap") => {
+            bail!("the `{other}` store is not supported yet; supported: file, etcd, zookeeper, nacos, grpc (dcs), none")
+        }
+        other => bail!("unknown store `{other}`; supported: file, etcd, zookeeper, nacos, grpc (dcs), none"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+    }
+
+    #[test]
+    fn placeholders_resolve_from_the_environment_or_their_default() {
+        let e = env(&[("SW_A", "x")]);
+        assert_eq!(substitute("${SW_A:d}", &e), "x");
+        assert_eq!(substitute("${SW_B:http://localhost:2379}", &e), "http://localhost:2379");
+        assert_eq!(substitute("a-${SW_A}-${SW_B:}-b", &e), "a-x--b");
+        assert_eq!(substitute("${unclosed", &e), "${unclosed");
+        assert_eq!(substitute(r#"${SW_B:""}"#, &e), "");
+    }
+
+    #[test]
+    fn reads_an_oap_application_yml_as_it_is() {
+        let text = r#"
+cluster:
+  selector: ${SW_CLUSTER:standalone}
+  standalone:
+core:
+  default:
+    role: ${SW_CORE_ROLE:Mixed}
+configuration:
+  selector: ${SW_CONFIGURATION:none}
+  none:
+  grpc:
+    host: ${SW_DCS_SERVER_HOST:""}
+    port: ${SW_DCS_SERVER_PORT:80}
+    clusterName: ${SW_DCS_CLUSTER_NAME:SkyWalking}
+    period: ${SW_DCS_PERIOD:20}
+    maxInboundMessageSize: ${SW_DCS_MAX_INBOUND_MESSAGE_SIZE:4194304}
+configuration-discovery:
+  selector: ${SW_CONFIGURATION_DISCOVERY:default}
+  default:
+    disableMessageDigest: ${SW_DISABLE_MESSAGE_DIGEST:false}
+"#;
+        let e = env(&[("SW_CONFIGURATION", "grpc"), ("SW_DCS_SERVER_HOST", "dcs.local"), ("SW_DISABLE_MESSAGE_DIGEST", "true")]);
+        let file = ConfigFile::parse(text, "application.yml", &e).unwrap();
+        assert_eq!(file.string("configuration.selector").as_deref(), Some("grpc"));
+        let dcs: skyconf_sources::dcs::DcsSettings = file.section("configuration.grpc").unwrap().unwrap();
+        assert_eq!((dcs.host.as_str(), dcs.port, dcs.period), ("dcs.local", 80, 20));
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Discovery {
+            disable_message_digest: bool,
+        }
+        let d: Discovery = file.section("configuration-discovery.default").unwrap().unwrap();
+        assert!(d.disable_message_digest);
+        assert!(file.section::<SkyconfSection>("skyconf").unwrap().is_none());
+    }
+
+    #[test]
+    fn selectors_use_the_oap_names() {
+        assert_eq!(canonical_selector("dcs").unwrap(), "grpc");
+        assert_eq!(canonical_selector("etcd").unwrap(), "etcd");
+        assert!(canonical_selector("consul").unwrap_err().to_string().contains("not supported yet"));
+        assert!(canonical_selector("nope").is_err());
+    }
+}
