@@ -25,36 +25,12 @@ pub(crate) struct KnownKey {
 
 /// Every dynamic key of the Java and Go agents.
 pub(crate) const KNOWN_KEYS: &[KnownKey] = &[
-    KnownKey {
-        key: "agent.sample_n_per_3_secs",
-        agent: "java",
-        kind: ValueKind::JavaInt,
-    },
-    KnownKey {
-        key: "agent.span_limit_per_segment",
-        agent: "java",
-        kind: ValueKind::JavaInt,
-    },
-    KnownKey {
-        key: "agent.ignore_suffix",
-        agent: "java",
-        kind: ValueKind::Text,
-    },
-    KnownKey {
-        key: "agent.trace.ignore_path",
-        agent: "java (trace-ignore plugin)",
-        kind: ValueKind::Text,
-    },
-    KnownKey {
-        key: "plugin.jdbc.trace_sql_parameters",
-        agent: "java (JDBC plugins)",
-        kind: ValueKind::JavaBool,
-    },
-    KnownKey {
-        key: "agent.sample_rate",
-        agent: "go",
-        kind: ValueKind::GoFloat,
-    },
+    KnownKey { key: "agent.sample_n_per_3_secs", agent: "java", kind: ValueKind::JavaInt },
+    KnownKey { key: "agent.span_limit_per_segment", agent: "java", kind: ValueKind::JavaInt },
+    KnownKey { key: "agent.ignore_suffix", agent: "java", kind: ValueKind::Text },
+    KnownKey { key: "agent.trace.ignore_path", agent: "java (trace-ignore plugin)", kind: ValueKind::Text },
+    KnownKey { key: "plugin.jdbc.trace_sql_parameters", agent: "java (JDBC plugins)", kind: ValueKind::JavaBool },
+    KnownKey { key: "agent.sample_rate", agent: "go", kind: ValueKind::GoFloat },
 ];
 
 /// The known key named `key`.
@@ -67,18 +43,16 @@ pub(crate) fn value_problem(kind: ValueKind, value: &str) -> Option<String> {
     match kind {
         ValueKind::JavaInt => {
             let digits = value.strip_prefix(['+', '-']).unwrap_or(value);
-            let ok = !digits.is_empty()
-                && digits.bytes().all(|b| b.is_ascii_digit())
-                && value.parse::<i32>().is_ok();
-            (!ok).then(|| format!("`{value}` is not a 32-bit integer; the Java agent logs an error and keeps its current value"))
+            let ok = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && value.parse::<i32>().is_ok();
+            (!ok).then(|| {
+                format!("`{value}` is not a 32-bit integer; the Java agent logs an error and keeps its current value")
+            })
         }
-        ValueKind::JavaBool => (!value.eq_ignore_ascii_case("true")
-            && !value.eq_ignore_ascii_case("false"))
-        .then(|| format!("`{value}` is neither true nor false; the Java agent reads it as false")),
-        ValueKind::GoFloat => value
-            .parse::<f64>()
-            .is_err()
-            .then(|| format!("`{value}` is not a number; the Go agent ignores it")),
+        ValueKind::JavaBool => (!value.eq_ignore_ascii_case("true") && !value.eq_ignore_ascii_case("false"))
+            .then(|| format!("`{value}` is neither true nor false; the Java agent reads it as false")),
+        ValueKind::GoFloat => {
+            value.parse::<f64>().is_err().then(|| format!("`{value}` is not a number; the Go agent ignores it"))
+        }
         ValueKind::Text => None,
     }
 }

@@ -18,15 +18,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Ok(table) => {
             let mut out = Map::new();
             for service in table.services() {
-                let config: Map<String, Value> = service
-                    .entries()
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                    .collect();
-                out.insert(
-                    service.name().to_owned(),
-                    json!({ "uuid": service.digest().as_str(), "config": config }),
-                );
+                let config: Map<String, Value> =
+                    service.entries().iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+                out.insert(service.name().to_owned(), json!({ "uuid": service.digest().as_str(), "config": config }));
             }
             println!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
             Ok(ExitCode::SUCCESS)

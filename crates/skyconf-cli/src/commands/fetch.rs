@@ -28,12 +28,8 @@ pub(crate) struct Args {
 
 /// Parses `250ms`, `20s`, `2m` or a plain number of seconds.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((text, "s"), |i| text.split_at(i));
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("not a duration: {text}"))?;
+    let (number, unit) = text.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((text, "s"), |i| text.split_at(i));
+    let value: f64 = number.parse().map_err(|_| format!("not a duration: {text}"))?;
     let seconds = match unit {
         "ms" => value / 1000.0,
         "s" => value,
@@ -49,15 +45,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .context("invalid address")?
             .timeout(args.timeout)
             .connect_timeout(args.timeout);
-        let channel = endpoint
-            .connect()
-            .await
-            .with_context(|| format!("cannot connect to {}", args.addr))?;
+        let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {}", args.addr))?;
         let mut client = ConfigurationDiscoveryServiceClient::new(channel);
-        let request = ConfigurationSyncRequest {
-            service: args.service,
-            uuid: args.uuid,
-        };
+        let request = ConfigurationSyncRequest { service: args.service, uuid: args.uuid };
         match client.fetch_configurations(request).await {
             Ok(response) => {
                 let commands: Vec<_> = response
@@ -65,11 +55,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     .commands
                     .into_iter()
                     .map(|c| {
-                        let args: Vec<_> = c
-                            .args
-                            .into_iter()
-                            .map(|a| json!([a.key, a.value]))
-                            .collect();
+                        let args: Vec<_> = c.args.into_iter().map(|a| json!([a.key, a.value])).collect();
                         json!({ "command": c.command, "args": args })
                     })
                     .collect();
@@ -77,10 +63,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             Err(status) => {
-                println!(
-                    "{}",
-                    json!({ "error": format!("{:?}", status.code()), "message": status.message() })
-                );
+                println!("{}", json!({ "error": format!("{:?}", status.code()), "message": status.message() }));
                 Ok(ExitCode::from(3))
             }
         }

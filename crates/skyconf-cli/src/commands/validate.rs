@@ -54,11 +54,7 @@ fn warnings_for(table: &skyconf_core::AgentConfigurations, text_chars: usize) ->
                     service.name()
                 ));
             } else if let Some(problem) = known_keys::value_problem(known.kind, value) {
-                warnings.push(format!(
-                    "service `{}`: `{key}` ({} agent): {problem}",
-                    service.name(),
-                    known.agent
-                ));
+                warnings.push(format!("service `{}`: `{key}` ({} agent): {problem}", service.name(), known.agent));
             }
         }
     }
@@ -66,8 +62,8 @@ fn warnings_for(table: &skyconf_core::AgentConfigurations, text_chars: usize) ->
 }
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.path.display()))?;
+    let text =
+        std::fs::read_to_string(&args.path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", args.path.display()))?;
     let path = args.path.display().to_string();
     match skyconf_core::read(&text) {
         Err(error) => {
@@ -95,17 +91,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 for warning in &warnings {
                     eprintln!("warning: {warning}");
                 }
-                println!(
-                    "{path}: valid, {} services, {settings} settings, {} warnings",
-                    table.len(),
-                    warnings.len()
-                );
+                println!("{path}: valid, {} services, {settings} settings, {} warnings", table.len(), warnings.len());
             }
-            Ok(if args.strict && !warnings.is_empty() {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(if args.strict && !warnings.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }
     }
 }
@@ -123,9 +111,7 @@ mod tests {
         let warnings = warnings_for(&table, 10);
         assert_eq!(warnings.len(), 3, "{warnings:?}");
         assert!(warnings[0].contains("not a 32-bit integer"));
-        assert!(
-            warnings[1].contains("agent.typo") && warnings[1].contains("agent.sample_n_per_3_secs")
-        );
+        assert!(warnings[1].contains("agent.typo") && warnings[1].contains("agent.sample_n_per_3_secs"));
         assert!(warnings[2].contains("white space"));
     }
 }
