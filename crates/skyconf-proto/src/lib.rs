@@ -8,25 +8,13 @@
 //! - [`etcd`]: the subset of etcd's v3 API the etcd store uses (KV, Watch, Auth), client side only.
 
 /// `skywalking.v3`: configuration discovery and instance management.
-#[allow(
-    missing_docs,
-    unreachable_pub,
-    clippy::all,
-    clippy::pedantic,
-    missing_debug_implementations
-)]
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
 pub mod v3 {
     tonic::include_proto!("skywalking.v3");
 }
 
 /// The dynamic configuration service (DCS). Its proto has no package, hence the `_` include.
-#[allow(
-    missing_docs,
-    unreachable_pub,
-    clippy::all,
-    clippy::pedantic,
-    missing_debug_implementations
-)]
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
 pub mod dcs {
     tonic::include_proto!("_");
 }
@@ -35,33 +23,20 @@ pub mod dcs {
 /// `mvccpb` (KeyValue, Event). Client stubs only.
 pub mod etcd {
     /// `mvccpb`: stored keys and watch events.
-    #[allow(
-        missing_docs,
-        unreachable_pub,
-        clippy::all,
-        clippy::pedantic,
-        missing_debug_implementations
-    )]
+    #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
     pub mod mvccpb {
         tonic::include_proto!("mvccpb");
     }
 
     /// `etcdserverpb`: the KV, Watch and Auth services.
-    #[allow(
-        missing_docs,
-        unreachable_pub,
-        clippy::all,
-        clippy::pedantic,
-        missing_debug_implementations
-    )]
+    #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
     pub mod etcdserverpb {
         tonic::include_proto!("etcdserverpb");
     }
 }
 
 /// The full gRPC path agents call.
-pub const FETCH_CONFIGURATIONS_PATH: &str =
-    "/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations";
+pub const FETCH_CONFIGURATIONS_PATH: &str = "/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations";
 
 #[cfg(test)]
 mod tests {
@@ -71,49 +46,28 @@ mod tests {
     #[test]
     fn field_numbers_match_the_published_protocol() {
         // service = 1, uuid = 2: tag bytes 0x0a and 0x12.
-        let bytes = v3::ConfigurationSyncRequest {
-            service: "a".into(),
-            uuid: "b".into(),
-        }
-        .encode_to_vec();
+        let bytes = v3::ConfigurationSyncRequest { service: "a".into(), uuid: "b".into() }.encode_to_vec();
         assert_eq!(bytes, [0x0a, 1, b'a', 0x12, 1, b'b']);
         // Commands.commands = 1, Command.command = 1, Command.args = 2, pair key = 1, value = 2.
         let cmds = v3::Commands {
             commands: vec![v3::Command {
                 command: "c".into(),
-                args: vec![v3::KeyStringValuePair {
-                    key: "k".into(),
-                    value: "v".into(),
-                }],
+                args: vec![v3::KeyStringValuePair { key: "k".into(), value: "v".into() }],
             }],
         };
-        assert_eq!(
-            cmds.encode_to_vec(),
-            [
-                0x0a, 11, 0x0a, 1, b'c', 0x12, 6, 0x0a, 1, b'k', 0x12, 1, b'v'
-            ]
-        );
+        assert_eq!(cmds.encode_to_vec(), [0x0a, 11, 0x0a, 1, b'c', 0x12, 6, 0x0a, 1, b'k', 0x12, 1, b'v']);
         let dcs = dcs::ConfigurationResponse {
-            config_table: vec![dcs::Config {
-                name: "n".into(),
-                value: "v".into(),
-            }],
+            config_table: vec![dcs::Config { name: "n".into(), value: "v".into() }],
             uuid: "u".into(),
         };
-        assert_eq!(
-            dcs.encode_to_vec(),
-            [0x0a, 6, 0x0a, 1, b'n', 0x12, 1, b'v', 0x12, 1, b'u']
-        );
+        assert_eq!(dcs.encode_to_vec(), [0x0a, 6, 0x0a, 1, b'n', 0x12, 1, b'v', 0x12, 1, b'u']);
     }
 
     #[test]
     fn service_paths_are_the_upstream_ones() {
         use dcs::configuration_service_server::SERVICE_NAME as DCS;
         use v3::configuration_discovery_service_server::SERVICE_NAME as CDS;
-        assert_eq!(
-            format!("/{CDS}/fetchConfigurations"),
-            FETCH_CONFIGURATIONS_PATH
-        );
+        assert_eq!(format!("/{CDS}/fetchConfigurations"), FETCH_CONFIGURATIONS_PATH);
         assert_eq!(DCS, "ConfigurationService");
     }
 }

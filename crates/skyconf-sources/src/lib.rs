@@ -9,6 +9,8 @@
 
 #[cfg(feature = "dcs")]
 pub mod dcs;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "file")]
 pub mod file;
 #[cfg(feature = "zookeeper")]

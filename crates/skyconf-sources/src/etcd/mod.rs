@@ -1,0 +1,474 @@
+//! The etcd store (v3 API), laid out as the OAP's `configuration: etcd` selector lays it out: a
+//! single key at `{namespace}/{key}`, a group's sub-items under `{namespace}/{key}/` (see
+//! [`layout`](self::layout) for the details), values as text.
+//!
+//! Where the OAP polls each registered key every `period` (60 s), skyconf reads the whole
+//! namespace once and then follows one prefix watch on it, so a change is reported as soon as etcd
+//! commits it:
+//!
+//! - **First connection**: a range read of the namespace at revision R, then a watch from R + 1:
+//!   nothing committed between the two is missed. The read goes out as an [`Update::Snapshot`].
+//! - **Reconnection** (the stream broke, or a new [`Source::run`] on the same source): the watch
+//!   resumes from the revision after the last one reported, *then* the namespace is read again for
+//!   a fresh snapshot; events the read already reflects are skipped by revision. The watch and the
+//!   reported state therefore never have a gap.
+//! - **Compaction**: when etcd no longer keeps the revision a watch asks for, it cancels the watch
+//!   with its compaction revision; the source then reads the namespace again (a full snapshot) and
+//!   watches from the revision after that read.
+//! - **Outage**: a connection that cannot be made, or a read or watch that fails, is reported as
+//!   one [`Update::Failed`]; the source retries with backoff and jitter and sends a fresh snapshot
+//!   when the store answers again. A watch that breaks while the store still answers is simply
+//!   re-established.
+//!
+//! Values are decoded as UTF-8, with malformed bytes replaced as the OAP's JVM decoder replaces
+//! them, so both compute the same digest. A value larger than [`Limits::max_value_bytes`] is not
+//! reported (the key keeps its previous value) and an [`Update::Failed`] says why.
+//!
+//! With `authentication` on, the source logs in (`Auth.Authenticate`) on every connection and
+//! sends the token with each request; a refused login is reported as [`SourceError::Refused`].
+//! `https://` endpoints use rustls, with the CA, client certificate and key of the settings.
+
+mod client;
+mod layout;
+mod settings;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use skyconf_proto::etcd::mvccpb;
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use self::client::{Connection, Connector, EtcdError};
+use self::layout::{Layout, Slot};
+pub use self::settings::{ENV_NAMES, EtcdSettings, InvalidSettings};
+use crate::{Backoff, KeySet, Limits, Source, SourceError, StoreContent, Update};
+
+/// Room for etcd's framing around the largest value accepted.
+const MESSAGE_OVERHEAD: usize = 16 * 1024 * 1024;
+
+/// An etcd namespace as a configuration store.
+#[derive(Debug)]
+pub struct EtcdSource {
+    settings: EtcdSettings,
+    endpoints: Vec<String>,
+    prefix: String,
+    connector: Connector,
+    limits: Limits,
+    backoff: Backoff,
+    /// The last revision `run` reported (0: none), so the next watch resumes right after it.
+    reported: AtomicI64,
+    /// The connection `put` reuses.
+    writer: Mutex<Option<Connection>>,
+}
+
+/// How a watch session ended.
+enum SessionEnd {
+    /// The receiver is gone: stop.
+    ReceiverGone,
+    /// The history the watch needed is gone (compaction, or a store whose revisions went back):
+    /// read the namespace again at once.
+    Relist(String),
+    /// The store failed; `established` when a watch had been running.
+    Failed { error: SourceError, established: bool },
+}
+
+impl EtcdSource {
+    /// A source for `settings`; nothing is contacted until it is used.
+    pub fn new(settings: EtcdSettings) -> Result<Self, InvalidSettings> {
+        settings.validate()?;
+        let endpoints = settings.endpoint_list()?;
+        let limits = Limits::default();
+        Ok(Self {
+            connector: Connector::new(settings.clone(), endpoints.clone(), message_limit(&limits)),
+            prefix: settings.key_prefix(),
+            endpoints,
+            settings,
+            limits,
+            backoff: Backoff::default(),
+            reported: AtomicI64::new(0),
+            writer: Mutex::new(None),
+        })
+    }
+
+    /// Sets the size limit for one value.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.connector = Connector::new(self.settings.clone(), self.endpoints.clone(), message_limit(&limits));
+        self.limits = limits;
+        self
+    }
+
+    /// Sets the reconnect backoff.
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &EtcdSettings {
+        &self.settings
+    }
+
+    /// The store's error as a [`SourceError`]: refused (login, permissions, settings) or
+    /// unavailable (everything else).
+    fn error(&self, error: &EtcdError) -> SourceError {
+        let (store, message) = (self.describe(), error.to_string());
+        if error.is_refusal() {
+            SourceError::Refused { store, message }
+        } else {
+            SourceError::Unavailable { store, message }
+        }
+    }
+
+    /// Reads the whole namespace: the mirror, the revision it reflects, and the values it had to
+    /// leave out.
+    async fn read(
+        &self,
+        connection: &Connection,
+        layout: &Layout,
+    ) -> Result<(Mirror, i64, Vec<SourceError>), EtcdError> {
+        let (key, range_end) = layout.range();
+        let response = connection.range(key, range_end).await?;
+        let revision = response.header.map(|h| h.revision).unwrap_or_default();
+        let mut mirror = Mirror { layout: layout.clone(), content: StoreContent::default(), last_revision: 0 };
+        let problems =
+            mirror.apply_all(response.kvs.into_iter().map(|kv| (Op::Put, kv)), self.limits.max_value_bytes).1;
+        Ok((mirror, revision, problems))
+    }
+
+    /// One connection's life: connect, read and watch, report until the watch ends.
+    async fn session(
+        &self,
+        layout: &Layout,
+        updates: &mpsc::Sender<Update>,
+        failing: &mut bool,
+        backoff: &mut Backoff,
+    ) -> SessionEnd {
+        let failed = |error: &EtcdError| SessionEnd::Failed { error: self.error(error), established: false };
+        let connection = match self.connector.connect().await {
+            Ok(connection) => connection,
+            Err(error) => return failed(&error),
+        };
+        let (key, range_end) = layout.range();
+        let resume_after = self.reported.load(Ordering::Acquire);
+        let established = if resume_after > 0 {
+            // The watch first, so nothing after the last reported revision can be missed; then a
+            // fresh read for the snapshot.
+            let watch = match connection.watch(key, range_end, resume_after + 1).await {
+                Ok(watch) => watch,
+                Err(error @ EtcdError::Compacted { .. }) => return SessionEnd::Relist(error.to_string()),
+                Err(error) => return failed(&error),
+            };
+            match self.read(&connection, layout).await {
+                Ok((_, revision, _)) if revision < resume_after => {
+                    return SessionEnd::Relist(format!(
+                        "the store's revision {revision} is behind the last one seen, {resume_after}: a new or restored cluster"
+                    ));
+                }
+                Ok(read) => (watch, read),
+                Err(error) => return failed(&error),
+            }
+        } else {
+            let read = match self.read(&connection, layout).await {
+                Ok(read) => read,
+                Err(error) => return failed(&error),
+            };
+            match connection.watch(key, range_end, read.1 + 1).await {
+                Ok(watch) => (watch, read),
+                Err(error) => return failed(&error),
+            }
+        };
+        let (mut watch, (mut mirror, revision, problems)) = established;
+        self.reported.fetch_max(revision, Ordering::AcqRel);
+        *failing = false;
+        backoff.reset();
+        tracing::info!(store = %self.describe(), revision, singles = mirror.content.singles.len(), groups = mirror.content.groups.len(), "Watching the etcd namespace.");
+        let first = std::iter::once(Update::Snapshot(mirror.content.clone()));
+        if !send_all(updates, first.chain(problems.into_iter().map(Update::Failed))).await {
+            return SessionEnd::ReceiverGone;
+        }
+        loop {
+            let response = match watch.next().await {
+                Ok(response) => response,
+                Err(error @ EtcdError::Compacted { .. }) => return SessionEnd::Relist(error.to_string()),
+                Err(error) => return SessionEnd::Failed { error: self.error(&error), established: true },
+            };
+            let events = response.events.into_iter().filter_map(|event| {
+                let op = if event.r#type == mvccpb::event::EventType::Delete as i32 { Op::Delete } else { Op::Put };
+                // Already in the snapshot when the watch resumed before the read.
+                event.kv.filter(|kv| kv.mod_revision > revision).map(|kv| (op, kv))
+            });
+            let (batch, problems) = mirror.apply_all(events, self.limits.max_value_bytes);
+            self.reported.fetch_max(mirror.last_revision, Ordering::AcqRel);
+            if !send_all(updates, batch.into_iter().chain(problems.into_iter().map(Update::Failed))).await {
+                return SessionEnd::ReceiverGone;
+            }
+        }
+    }
+}
+
+impl Source for EtcdSource {
+    fn describe(&self) -> String {
+        let namespace = if self.prefix.is_empty() { "(none)" } else { self.prefix.as_str() };
+        format!("etcd {} namespace {namespace}", self.endpoints.join(","))
+    }
+
+    async fn load(&self, keys: &KeySet) -> Result<StoreContent, SourceError> {
+        let layout = Layout::new(&self.prefix, keys);
+        let connection = self.connector.connect().await.map_err(|e| self.error(&e))?;
+        let (mirror, _, problems) = self.read(&connection, &layout).await.map_err(|e| self.error(&e))?;
+        // Rather no view than a partial one.
+        match problems.into_iter().next() {
+            Some(problem) => Err(problem),
+            None => Ok(mirror.content),
+        }
+    }
+
+    async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        let layout = Layout::new(&self.prefix, &keys);
+        let mut backoff = self.backoff.clone();
+        let mut failing = false;
+        loop {
+            let ended = tokio::select! {
+                () = shutdown.cancelled() => return,
+                ended = self.session(&layout, &updates, &mut failing, &mut backoff) => ended,
+            };
+            match ended {
+                SessionEnd::ReceiverGone => return,
+                SessionEnd::Relist(why) => {
+                    tracing::info!(store = %self.describe(), reason = %why, "Reading the etcd namespace again.");
+                    self.reported.store(0, Ordering::Release);
+                    continue;
+                }
+                SessionEnd::Failed { error, established: true } => {
+                    // The store may well still be there: reconnect before calling it an outage.
+                    tracing::warn!(store = %self.describe(), %error, "The etcd watch ended; reconnecting.");
+                }
+                SessionEnd::Failed { error, established: false } => {
+                    if failing {
+                        tracing::debug!(store = %self.describe(), %error, "The etcd store is still unavailable.");
+                    } else {
+                        failing = true;
+                        tracing::warn!(store = %self.describe(), %error, "The etcd store is unavailable; retrying with backoff.");
+                        if updates.send(Update::Failed(error)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(backoff.next_delay()) => {}
+            }
+        }
+    }
+
+    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+        if key.is_empty() || key.contains('/') {
+            return Err(SourceError::Unsupported(format!(
+                "`{key}` cannot be a single key: it must be non-empty, without `/`"
+            )));
+        }
+        let etcd_key = layout::single_key(&self.prefix, key);
+        // One writer at a time; the lock is tokio's and may be held across the calls.
+        let mut writer = self.writer.lock().await;
+        let mut retried = false;
+        loop {
+            let connection = match writer.as_ref() {
+                Some(connection) => connection.clone(),
+                None => {
+                    let connection = self.connector.connect().await.map_err(|e| self.error(&e))?;
+                    *writer = Some(connection.clone());
+                    connection
+                }
+            };
+            let result = match value {
+                Some(text) => connection.put(etcd_key.clone(), text.as_bytes().to_vec()).await,
+                None => connection.delete(etcd_key.clone()).await,
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                // A stale connection or an expired token: once more on a fresh, logged-in one.
+                Err(error) if !retried && (error.is_token_problem() || !error.is_refusal()) => {
+                    tracing::debug!(store = %self.describe(), %error, "Retrying the write on a new connection.");
+                    *writer = None;
+                    retried = true;
+                }
+                Err(error) => return Err(self.error(&error)),
+            }
+        }
+    }
+}
+
+/// The largest gRPC message accepted: a whole namespace read can hold several large values.
+fn message_limit(limits: &Limits) -> usize {
+    usize::try_from(limits.max_value_bytes).unwrap_or(usize::MAX).saturating_mul(2).saturating_add(MESSAGE_OVERHEAD)
+}
+
+/// Sends every update; false when the receiver is gone.
+async fn send_all(updates: &mpsc::Sender<Update>, batch: impl IntoIterator<Item = Update>) -> bool {
+    for update in batch {
+        if updates.send(update).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// What happened to a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Put,
+    Delete,
+}
+
+/// The namespace's content as last reported, kept current with the watch's events.
+#[derive(Debug)]
+struct Mirror {
+    layout: Layout,
+    content: StoreContent,
+    last_revision: i64,
+}
+
+impl Mirror {
+    /// Applies a batch of changes (a read or one watch response); the updates that report the
+    /// keys whose value changed, once each with its final value, and the values left out.
+    fn apply_all(
+        &mut self,
+        changes: impl Iterator<Item = (Op, mvccpb::KeyValue)>,
+        max_value_bytes: u64,
+    ) -> (Vec<Update>, Vec<SourceError>) {
+        let mut singles_before: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut groups_before: BTreeMap<String, Option<BTreeMap<String, String>>> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (op, kv) in changes {
+            self.last_revision = self.last_revision.max(kv.mod_revision);
+            let Some(slot) = self.layout.slot(&kv.key) else { continue };
+            let value = match op {
+                Op::Delete => None,
+                Op::Put if kv.value.len() as u64 > max_value_bytes => {
+                    problems.push(SourceError::TooLarge {
+                        what: format!("etcd key {}", String::from_utf8_lossy(&kv.key)),
+                        size: kv.value.len() as u64,
+                        limit: max_value_bytes,
+                    });
+                    continue;
+                }
+                Op::Put => Some(String::from_utf8_lossy(&kv.value).into_owned()),
+            };
+            match slot {
+                Slot::Single(key) => {
+                    singles_before.entry(key.clone()).or_insert_with(|| self.content.singles.get(&key).cloned());
+                    self.content.set_single(&key, value);
+                }
+                Slot::Item(group, item) => {
+                    groups_before.entry(group.clone()).or_insert_with(|| self.content.groups.get(&group).cloned());
+                    match value {
+                        Some(value) => {
+                            self.content.groups.entry(group).or_default().insert(item, value);
+                        }
+                        None => {
+                            if let Some(items) = self.content.groups.get_mut(&group) {
+                                items.remove(&item);
+                                // A group is its sub-items: with none left it is absent.
+                                if items.is_empty() {
+                                    self.content.groups.remove(&group);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut updates = Vec::new();
+        for (key, before) in singles_before {
+            let now = self.content.singles.get(&key).cloned();
+            if now != before {
+                updates.push(Update::Single { key, value: now });
+            }
+        }
+        for (key, before) in groups_before {
+            let now = self.content.groups.get(&key).cloned();
+            if now != before {
+                updates.push(Update::Group { key, items: now });
+            }
+        }
+        (updates, problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, value: &str, revision: i64) -> mvccpb::KeyValue {
+        mvccpb::KeyValue { key: key.into(), value: value.into(), mod_revision: revision, ..Default::default() }
+    }
+
+    fn mirror() -> Mirror {
+        Mirror { layout: Layout::new("/sw/", &KeySet::oap()), content: StoreContent::default(), last_revision: 0 }
+    }
+
+    #[test]
+    fn a_batch_reports_each_changed_key_once_with_its_final_value() {
+        let mut m = mirror();
+        let (updates, problems) = m.apply_all(
+            [
+                (Op::Put, kv("/sw/a", "1", 2)),
+                (Op::Put, kv("/sw/a", "2", 3)),
+                (Op::Put, kv("/sw/g/x", "v", 3)),
+                (Op::Put, kv("/other", "x", 3)),
+            ]
+            .into_iter(),
+            100,
+        );
+        assert!(problems.is_empty());
+        assert_eq!(updates.len(), 2, "{updates:?}");
+        assert!(matches!(&updates[0], Update::Single { key, value: Some(v) } if key == "a" && v == "2"));
+        assert!(matches!(&updates[1], Update::Group { key, items: Some(items) } if key == "g" && items["x"] == "v"));
+        assert_eq!(m.last_revision, 3);
+
+        let (updates, _) = m.apply_all([(Op::Put, kv("/sw/a", "2", 4))].into_iter(), 100);
+        assert!(updates.is_empty(), "rewriting the same value is no change");
+        let (updates, _) =
+            m.apply_all([(Op::Put, kv("/sw/a", "3", 5)), (Op::Put, kv("/sw/a", "2", 6))].into_iter(), 100);
+        assert!(updates.is_empty(), "a change undone within the batch is no change");
+    }
+
+    #[test]
+    fn deletes_remove_singles_and_empty_groups() {
+        let mut m = mirror();
+        m.apply_all([(Op::Put, kv("/sw/a", "1", 2)), (Op::Put, kv("/sw/g/x", "v", 3))].into_iter(), 100);
+        let (updates, _) =
+            m.apply_all([(Op::Delete, kv("/sw/a", "", 4)), (Op::Delete, kv("/sw/g/x", "", 4))].into_iter(), 100);
+        assert!(matches!(&updates[0], Update::Single { value: None, .. }));
+        assert!(matches!(&updates[1], Update::Group { items: None, .. }), "{updates:?}");
+        assert_eq!(m.content, StoreContent::default());
+        let (updates, _) = m.apply_all([(Op::Delete, kv("/sw/a", "", 5))].into_iter(), 100);
+        assert!(updates.is_empty(), "deleting what is not there is no change");
+    }
+
+    #[test]
+    fn oversized_and_malformed_values() {
+        let mut m = mirror();
+        m.apply_all([(Op::Put, kv("/sw/a", "ok", 2))].into_iter(), 5);
+        let (updates, problems) = m.apply_all([(Op::Put, kv("/sw/a", "too large", 3))].into_iter(), 5);
+        assert!(updates.is_empty());
+        assert!(matches!(&problems[..], [SourceError::TooLarge { size: 9, limit: 5, .. }]));
+        assert_eq!(m.content.singles["a"], "ok", "the key keeps its value");
+        let bad =
+            mvccpb::KeyValue { key: b"/sw/a".to_vec(), value: vec![b'x', 0xff], mod_revision: 4, ..Default::default() };
+        let (updates, _) = m.apply_all([(Op::Put, bad)].into_iter(), 5);
+        assert!(
+            matches!(&updates[0], Update::Single { value: Some(v), .. } if v == "x\u{fffd}"),
+            "decoded as a JVM would"
+        );
+    }
+
+    #[test]
+    fn refuses_settings_that_cannot_work() {
+        assert!(EtcdSource::new(EtcdSettings { endpoints: String::new(), ..Default::default() }).is_err());
+        let source = EtcdSource::new(EtcdSettings::default()).unwrap();
+        assert_eq!(source.describe(), "etcd http://localhost:2379 namespace /skywalking/");
+    }
+}

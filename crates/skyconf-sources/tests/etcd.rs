@@ -1,0 +1,287 @@
+//! The etcd store against a real etcd (see `etcd/server.rs`): the [`Source`] contract — load,
+//! snapshot then one update per change, put and delete, one failure per outage and a fresh
+//! snapshot after it, re-listing after compaction, authentication — and the OAP's key layout.
+
+#![cfg(feature = "etcd")]
+
+#[path = "etcd/server.rs"]
+mod server;
+
+use std::time::Duration;
+
+use server::EtcdServer;
+use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, KeySet, Source, SourceError, StoreContent, Update};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const GROUP: &str = "core.default.endpoint-name-grouping-openapi";
+
+fn settings(server: &EtcdServer) -> EtcdSettings {
+    EtcdSettings { endpoints: server.url(), ..EtcdSettings::default() }
+}
+
+fn source(settings: EtcdSettings) -> EtcdSource {
+    EtcdSource::new(settings).unwrap().with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
+}
+
+fn key(k: &str) -> String {
+    format!("/skywalking/{k}")
+}
+
+/// A running source and the means to stop it.
+struct Running {
+    updates: mpsc::Receiver<Update>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn spawn(source: &std::sync::Arc<EtcdSource>) -> Self {
+        let (tx, updates) = mpsc::channel(64);
+        let stop = CancellationToken::new();
+        let (source, token) = (std::sync::Arc::clone(source), stop.clone());
+        let task = tokio::spawn(async move { source.run(KeySet::oap(), tx, token).await });
+        Self { updates, stop, task }
+    }
+
+    async fn next(&mut self) -> Update {
+        tokio::time::timeout(Duration::from_secs(20), self.updates.recv())
+            .await
+            .expect("an update within 20 s")
+            .expect("the source is running")
+    }
+
+    async fn snapshot(&mut self) -> StoreContent {
+        match self.next().await {
+            Update::Snapshot(content) => content,
+            other => panic!("expected a snapshot, got {other:?}"),
+        }
+    }
+
+    async fn single(&mut self) -> (String, Option<String>) {
+        match self.next().await {
+            Update::Single { key, value } => (key, value),
+            other => panic!("expected a single key, got {other:?}"),
+        }
+    }
+
+    /// Applies updates to `content` until `done` holds; a failure, or 20 s without it, fails.
+    async fn follow(&mut self, content: &mut StoreContent, done: impl Fn(&StoreContent) -> bool) {
+        while !done(content) {
+            match self.next().await {
+                Update::Snapshot(new) => *content = new,
+                Update::Single { key, value } => drop(content.set_single(&key, value)),
+                Update::Group { key, items } => drop(content.set_group(&key, items)),
+                Update::Failed(error) => panic!("unexpected failure: {error}"),
+            }
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn reports_the_namespace_then_every_change() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "configurations: {}\n").await;
+    admin.put(&key("alarm.default.alarm-settings"), "rules: {}").await;
+    admin.put(&key(&format!("{GROUP}/customerAPI-v1.yaml")), "a").await;
+    admin.put(&key(&format!("{GROUP}/")), "the prefix key itself is skipped").await;
+    admin.put(&key("test-module.default.testKey"), "unregistered keys are reported too").await;
+    admin.put("/elsewhere/x", "outside the namespace").await;
+
+    let source = std::sync::Arc::new(source(settings(&etcd)));
+    let loaded = source.load(&KeySet::oap()).await.unwrap();
+    assert_eq!(loaded.agent_configurations(), Some("configurations: {}\n"));
+    assert_eq!(loaded.singles.len(), 3, "{loaded:?}");
+    assert_eq!(loaded.groups[GROUP].len(), 1, "{loaded:?}");
+    assert_eq!(loaded.groups[GROUP]["customerAPI-v1.yaml"], "a");
+
+    let mut run = Running::spawn(&source);
+    assert_eq!(run.snapshot().await, loaded, "the first report is what load read");
+
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "configurations:\n  a: {k: v}\n").await;
+    assert_eq!(
+        run.single().await,
+        (AGENT_CONFIGURATIONS_KEY.to_owned(), Some("configurations:\n  a: {k: v}\n".to_owned()))
+    );
+
+    admin.delete(&key("alarm.default.alarm-settings")).await;
+    assert_eq!(run.single().await, ("alarm.default.alarm-settings".to_owned(), None));
+
+    admin.put("/elsewhere/y", "not ours").await;
+    admin.put(&key(&format!("{GROUP}/productAPI-v1.yaml")), "b").await;
+    match run.next().await {
+        Update::Group { key, items: Some(items) } => {
+            assert_eq!(key, GROUP);
+            assert_eq!(items.len(), 2);
+            assert_eq!(items["productAPI-v1.yaml"], "b");
+        }
+        other => panic!("expected the group, got {other:?}"),
+    }
+    admin.delete(&key(&format!("{GROUP}/customerAPI-v1.yaml"))).await;
+    admin.delete(&key(&format!("{GROUP}/productAPI-v1.yaml"))).await;
+    assert!(matches!(run.next().await, Update::Group { items: Some(items), .. } if items.len() == 1));
+    assert!(matches!(run.next().await, Update::Group { items: None, .. }), "a group without items is absent");
+
+    // put writes {namespace}/{key}; the change comes back through the watch.
+    source.put("core.default.apdexThreshold", Some("default: 500")).await.unwrap();
+    assert_eq!(admin.get(&key("core.default.apdexThreshold")).await.as_deref(), Some(&b"default: 500"[..]));
+    assert_eq!(run.single().await, ("core.default.apdexThreshold".to_owned(), Some("default: 500".to_owned())));
+    source.put("core.default.apdexThreshold", None).await.unwrap();
+    assert_eq!(admin.get(&key("core.default.apdexThreshold")).await, None);
+    assert_eq!(run.single().await, ("core.default.apdexThreshold".to_owned(), None));
+    assert!(matches!(source.put("a/b", Some("x")).await, Err(SourceError::Unsupported(_))));
+
+    // Bytes that are not UTF-8 are decoded as the OAP's JVM decodes them.
+    admin.put(&key("test-module.default.testKey"), vec![b'x', 0xff]).await;
+    assert_eq!(run.single().await.1.as_deref(), Some("x\u{fffd}"));
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn namespaces_map_as_the_oap_maps_them() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put("/skywalking/a.b.c", "1").await;
+    admin.put("top.level.key", "2").await;
+
+    let with = |namespace: &str| EtcdSettings { namespace: namespace.to_owned(), ..settings(&etcd) };
+    let slash = source(with("/skywalking/")).load(&KeySet::oap()).await.unwrap();
+    assert_eq!(slash.singles["a.b.c"], "1", "a trailing slash is not doubled");
+    assert_eq!(slash.singles.len(), 1);
+
+    let none = source(with("")).load(&KeySet::oap()).await.unwrap();
+    assert_eq!(none.singles["top.level.key"], "2", "an empty namespace is no prefix");
+    assert!(!none.singles.contains_key("a.b.c"), "deeper keys are not single keys: {none:?}");
+
+    source(with("")).put("written.at.root", Some("3")).await.unwrap();
+    assert_eq!(admin.get("written.at.root").await.as_deref(), Some(&b"3"[..]));
+}
+
+#[tokio::test]
+async fn an_outage_is_one_failure_then_a_fresh_snapshot() {
+    let Some(mut etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v1").await;
+    let source = std::sync::Arc::new(source(settings(&etcd)));
+    let mut run = Running::spawn(&source);
+    assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
+
+    etcd.kill();
+    match run.next().await {
+        Update::Failed(SourceError::Unavailable { message, .. }) => assert!(!message.is_empty()),
+        other => panic!("expected one failure, got {other:?}"),
+    }
+    let failed = run.updates.try_recv();
+    assert!(failed.is_err(), "one failure per outage, not one per retry: {failed:?}");
+
+    etcd.restart().await;
+    let admin = etcd.admin().await;
+    // Written right after the restart, possibly before the source is back: it must still arrive.
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v2").await;
+    let content = loop {
+        match run.next().await {
+            Update::Snapshot(content) => break content,
+            Update::Failed(error) => panic!("a second failure in one outage: {error}"),
+            other => panic!("expected the recovery snapshot, got {other:?}"),
+        }
+    };
+    let value = match content.agent_configurations() {
+        Some("v2") => "v2".to_owned(),
+        // The snapshot was read before the write: the write follows as a change.
+        Some("v1") => run.single().await.1.unwrap(),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(value, "v2");
+
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v3").await;
+    assert_eq!(run.single().await.1.as_deref(), Some("v3"), "watching again");
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn resumes_after_the_last_revision_and_relists_after_compaction() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v1").await;
+    let source = std::sync::Arc::new(source(settings(&etcd)));
+
+    let mut run = Running::spawn(&source);
+    assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
+    run.stop().await;
+
+    // Changes while nobody watched arrive in the next run's snapshot, once.
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v2").await;
+    admin.put(&key("x.y.z"), "1").await;
+    let mut run = Running::spawn(&source);
+    let content = run.snapshot().await;
+    assert_eq!(content.agent_configurations(), Some("v2"));
+    assert_eq!(content.singles["x.y.z"], "1");
+    admin.put(&key("x.y.z"), "2").await;
+    assert_eq!(
+        run.single().await,
+        ("x.y.z".to_owned(), Some("2".to_owned())),
+        "replayed events are not reported again"
+    );
+    run.stop().await;
+
+    // The revision to resume from is compacted away: the source re-lists instead of failing.
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v3").await;
+    admin.delete(&key("x.y.z")).await;
+    let latest = admin.put(&key("a.b.c"), "new").await;
+    admin.compact(latest).await;
+    let mut run = Running::spawn(&source);
+    let mut content = run.snapshot().await;
+    // etcd may cancel the resumed watch for compaction after that snapshot went out; whichever
+    // way, the source's view converges on the store's and no failure is reported.
+    run.follow(&mut content, |c| {
+        c.agent_configurations() == Some("v3")
+            && !c.singles.contains_key("x.y.z")
+            && c.singles.get("a.b.c").is_some_and(|v| v == "new")
+    })
+    .await;
+    admin.put(&key("a.b.c"), "newer").await;
+    run.follow(&mut content, |c| c.singles.get("a.b.c").is_some_and(|v| v == "newer")).await;
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn logs_in_and_refuses_a_wrong_password_clearly() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await.enable_auth("s3cret").await;
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v1").await;
+
+    let login = |password: &str| EtcdSettings {
+        authentication: true,
+        user: "root".into(),
+        password: password.into(),
+        ..settings(&etcd)
+    };
+    let good = std::sync::Arc::new(source(login("s3cret")));
+    assert_eq!(good.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("v1"));
+    let mut run = Running::spawn(&good);
+    assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
+    good.put(AGENT_CONFIGURATIONS_KEY, Some("v2")).await.unwrap();
+    assert_eq!(run.single().await.1.as_deref(), Some("v2"));
+    run.stop().await;
+
+    let wrong = std::sync::Arc::new(source(login("wrong")));
+    match wrong.load(&KeySet::oap()).await {
+        Err(SourceError::Refused { message, .. }) => assert!(message.contains("authentication failed"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(matches!(wrong.put(AGENT_CONFIGURATIONS_KEY, Some("x")).await, Err(SourceError::Refused { .. })));
+    let mut run = Running::spawn(&wrong);
+    assert!(matches!(run.next().await, Update::Failed(SourceError::Refused { .. })));
+    run.stop().await;
+
+    let anonymous = source(settings(&etcd));
+    assert!(matches!(anonymous.load(&KeySet::oap()).await, Err(SourceError::Refused { .. })), "no login, no read");
+    assert_eq!(admin.get(&key(AGENT_CONFIGURATIONS_KEY)).await.as_deref(), Some(&b"v2"[..]));
+}

@@ -1,0 +1,231 @@
+//! A real etcd for tests: the `etcd` binary (Debian's `etcd-server`) started on loopback with
+//! ephemeral ports and a temporary data directory, killed when dropped; plus a small admin client
+//! (put, delete, compact, switch authentication on) built on skyconf-proto's etcd stubs.
+//!
+//! Without the binary, [`EtcdServer::start`] returns `None` and the test skips with a message,
+//! unless `SKYCONF_REQUIRE_ETCD` is set (scripts/test.sh sets it), in which case it panics.
+//!
+//! Shared by skyconf-sources' and skyconf-server's etcd tests (the latter includes this file).
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use skyconf_proto::etcd::etcdserverpb as pb;
+use skyconf_proto::etcd::etcdserverpb::auth_client::AuthClient;
+use skyconf_proto::etcd::etcdserverpb::kv_client::KvClient;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::Channel;
+
+/// How long etcd may take to start answering.
+const START_LIMIT: Duration = Duration::from_secs(30);
+
+/// A running (or stopped, restartable) etcd.
+#[derive(Debug)]
+pub struct EtcdServer {
+    binary: PathBuf,
+    dir: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+impl EtcdServer {
+    /// Starts an etcd and waits until it answers; `None` (after saying why) when the binary is
+    /// missing and not required.
+    pub async fn start() -> Option<Self> {
+        let Some(binary) = find_binary() else {
+            assert!(
+                std::env::var_os("SKYCONF_REQUIRE_ETCD").is_none(),
+                "SKYCONF_REQUIRE_ETCD is set but no `etcd` binary was found (apt-get install etcd-server)"
+            );
+            eprintln!("skipping: no `etcd` binary (apt-get install etcd-server, or run scripts/test.sh)");
+            return None;
+        };
+        // Ports picked by the kernel can be taken again before etcd binds them: try a few times.
+        for _ in 0..5 {
+            let mut server = Self {
+                binary: binary.clone(),
+                dir: tempfile::tempdir().expect("a temp dir"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                child: None,
+            };
+            server.spawn();
+            if server.wait_ready().await {
+                return Some(server);
+            }
+            server.kill();
+        }
+        panic!("etcd did not start; see the logs above");
+    }
+
+    /// The client URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn spawn(&mut self) {
+        let client = self.url();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("etcd.log"))
+            .expect("a log file");
+        let child = Command::new(&self.binary)
+            .args(["--name", "skyconf-test", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("skyconf-test={peer}")])
+            .args(["--logger", "zap", "--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("a log file"))
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+    }
+
+    /// Polls etcd's `/health` until it says healthy; false when it exited or took too long.
+    async fn wait_ready(&mut self) -> bool {
+        let give_up = Instant::now() + START_LIMIT;
+        while Instant::now() < give_up {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                eprintln!("etcd exited with {status}: {}", self.log());
+                return false;
+            }
+            if http_get(self.client_port, "/health").await.is_some_and(|r| r.contains("\"health\":\"true\"")) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eprintln!("etcd did not answer within {START_LIMIT:?}: {}", self.log());
+        false
+    }
+
+    /// Kills etcd (SIGKILL: a crash, not a shutdown) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data directory and waits until it answers.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        assert!(self.wait_ready().await, "etcd did not restart");
+    }
+
+    /// What etcd logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+
+    /// An admin client, without login.
+    pub async fn admin(&self) -> Admin {
+        let channel = Channel::from_shared(self.url()).unwrap().connect().await.expect("etcd answers");
+        Admin { channel, token: None }
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Direct etcd operations for tests.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    channel: Channel,
+    token: Option<AsciiMetadataValue>,
+}
+
+impl Admin {
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert("token", token.clone());
+        }
+        request
+    }
+
+    fn kv(&self) -> KvClient<Channel> {
+        KvClient::new(self.channel.clone())
+    }
+
+    /// Writes a key; the revision it created.
+    pub async fn put(&self, key: &str, value: impl Into<Vec<u8>>) -> i64 {
+        let request = pb::PutRequest { key: key.into(), value: value.into(), ..Default::default() };
+        self.kv().put(self.request(request)).await.expect("put").into_inner().header.unwrap().revision
+    }
+
+    /// Deletes a key.
+    pub async fn delete(&self, key: &str) -> i64 {
+        let request = pb::DeleteRangeRequest { key: key.into(), ..Default::default() };
+        self.kv().delete_range(self.request(request)).await.expect("delete").into_inner().header.unwrap().revision
+    }
+
+    /// The value of a key.
+    pub async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let request = pb::RangeRequest { key: key.into(), ..Default::default() };
+        let response = self.kv().range(self.request(request)).await.expect("range").into_inner();
+        response.kvs.into_iter().next().map(|kv| kv.value)
+    }
+
+    /// Discards history before `revision`.
+    pub async fn compact(&self, revision: i64) {
+        let request = pb::CompactionRequest { revision, physical: true };
+        self.kv().compact(self.request(request)).await.expect("compact");
+    }
+
+    /// Creates `root` with `password`, switches authentication on, and returns a client logged
+    /// in as root.
+    pub async fn enable_auth(&self, password: &str) -> Self {
+        let mut auth = AuthClient::new(self.channel.clone());
+        let user = pb::AuthUserAddRequest { name: "root".into(), password: password.into() };
+        auth.user_add(user).await.expect("user add");
+        auth.role_add(pb::AuthRoleAddRequest { name: "root".into() }).await.expect("role add");
+        let grant = pb::AuthUserGrantRoleRequest { user: "root".into(), role: "root".into() };
+        auth.user_grant_role(grant).await.expect("grant");
+        auth.auth_enable(pb::AuthEnableRequest {}).await.expect("auth enable");
+        let login = pb::AuthenticateRequest { name: "root".into(), password: password.into() };
+        let token = auth.authenticate(login).await.expect("login").into_inner().token;
+        Self { channel: self.channel.clone(), token: Some(token.parse().unwrap()) }
+    }
+}
+
+fn find_binary() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join("etcd"))
+        .find(|p| p.is_file());
+    on_path.or_else(|| Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.is_file()))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A minimal HTTP/1.1 GET on loopback; `None` when nothing answers.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    };
+    tokio::time::timeout(Duration::from_secs(2), attempt).await.ok().flatten()
+}
