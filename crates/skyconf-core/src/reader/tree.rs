@@ -19,7 +19,10 @@ const MAX_COLLECTION_ALIASES: usize = 50;
 /// Characters that start YAML syntax rather than a plain scalar.
 const INDICATORS: [char; 19] =
     ['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`'];
-/// SnakeYAML's default `nestingDepthLimit`.
+/// SnakeYAML's default `codePointLimit` (3 MiB): a longer document fails to load.
+const MAX_CODE_POINTS: usize = 3 * 1024 * 1024;
+/// SnakeYAML's default `nestingDepthLimit`: no node may sit inside more collections than this
+/// (so an empty collection may be the 51st level, a value inside it may not).
 const MAX_NESTING_DEPTH: usize = 50;
 
 /// An explicit tag, as written (`!!int` arrives as handle `tag:yaml.org,2002:` and suffix `int`).
@@ -111,8 +114,22 @@ fn tag_of(tag: Option<std::borrow::Cow<'_, saphyr_parser::Tag>>) -> Option<Tag> 
 pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
     // YAML 1.1 counts NEL (U+0085) as a line break, YAML 1.2 does not; SnakeYAML reads it as
     // `\n`, so it becomes one here (same character count, so positions stay right).
-    let text: Cow<'_, str> =
-        if text.contains('\u{85}') { Cow::Owned(text.replace('\u{85}', "\n")) } else { Cow::Borrowed(text) };
+    // A CR alone is a line break in both versions, but the 1.2 parser misses it in places; as
+    // `\n` it reads the same everywhere (line breaks in scalars become `\n` anyway).
+    let text: Cow<'_, str> = if text.contains('\u{85}') || text.contains('\r') {
+        let mut out = String::with_capacity(text.len());
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            out.push(match c {
+                '\u{85}' => '\n',
+                '\r' if chars.peek() != Some(&'\n') => '\n',
+                c => c,
+            });
+        }
+        Cow::Owned(out)
+    } else {
+        Cow::Borrowed(text)
+    };
     let text = text.as_ref();
     check_stream(text)?;
     let mut builder = Builder::default();
@@ -245,8 +262,8 @@ impl<'a> Source<'a> {
                     after.len() - indicators.len() <= 2 && (rest.is_empty() || rest.starts_with('#'))
                 },
             )?;
-        let keep = header.starts_with('+') || header[..header.len().min(2)].contains('+');
-        let strip = header[..header.len().min(2)].contains('-');
+        let indicators: String = header.chars().take_while(|c| c.is_ascii_digit() || matches!(c, '+' | '-')).collect();
+        let (keep, strip) = (indicators.contains('+'), indicators.contains('-'));
         let content = value.trim_end_matches('\n');
         let breaks = match body.rfind(|c: char| !matches!(c, ' ' | '\t' | '\r' | '\n')) {
             Some(at) => body[at..].matches('\n').count(),
@@ -277,6 +294,17 @@ impl<'a> Source<'a> {
                 (self.char_at + self.text[self.byte_at..offset].chars().count(), indentation)
             }
             _ => (span.start.index(), Some(span.start.col())),
+        };
+        // A block scalar's header line (`|`, `>-` and what follows) is not content.
+        let start = if block {
+            let from = self.from(start);
+            match from.strip_prefix(['|', '>']).map(|h| h.find('\n')) {
+                Some(Some(newline)) => start + from[..newline + 1].chars().count(),
+                Some(None) => start + from.chars().count(),
+                None => start,
+            }
+        } else {
+            start
         };
         // A quoted scalar's span runs on past its closing quote; end it at the quote.
         let end = match style {
@@ -423,14 +451,23 @@ struct Raw {
     properties: bool,
 }
 
-/// What SnakeYAML refuses in the raw stream before it parses anything: a character outside
-/// YAML 1.1's printable set (even in a comment), and a `%YAML` directive of another major
-/// version than 1.
+/// What SnakeYAML refuses in the raw stream before it parses anything: more than 3 MiB of
+/// characters, a character outside YAML 1.1's printable set (even in a comment), and a `%YAML`
+/// directive of another major version than 1.
 fn check_stream(text: &str) -> Result<(), ReadError> {
     let printable = |c: char| {
         matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
             || c >= '\u{10000}'
     };
+    if let Some((index, _)) = text.char_indices().nth(MAX_CODE_POINTS) {
+        let before = &text[..index];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        return Err(ReadError::structure(
+            Position { line, column },
+            format!("the document is longer than {MAX_CODE_POINTS} characters (the OAP's loader stops there)"),
+        ));
+    }
     for (number, line) in text.split('\n').enumerate() {
         if let Some((column, c)) = line.chars().enumerate().find(|&(_, c)| !printable(c)) {
             return Err(ReadError::syntax(
@@ -479,10 +516,20 @@ impl Builder {
                 }
             }
             Event::Scalar(text, style, anchor, tag) => {
+                self.check_depth(at)?;
                 let plain = matches!(style, ScalarStyle::Plain);
                 let mut node = Node { kind: NodeKind::Scalar { text: text.into_owned(), plain }, tag: tag_of(tag), at };
                 if plain && self.in_flow() {
                     node = self.flow_plain(node, raw)?;
+                } else if plain
+                    && !raw.properties
+                    && matches!(&node.kind, NodeKind::Scalar { text, .. } if text.is_empty())
+                    && matches!(self.stack.last(), Some(Frame::Mapping { key: None, .. }))
+                    && !source.after_question_mark(span.start.index())
+                {
+                    // `: value` with nothing before the colon: SnakeYAML has no empty implicit
+                    // keys in block mappings.
+                    return Err(ReadError::syntax(at, "a mapping entry has no key before its `:`"));
                 }
                 // A block scalar can only be an explicit key.
                 if !matches!(style, ScalarStyle::Literal | ScalarStyle::Folded) {
@@ -531,6 +578,7 @@ impl Builder {
                 self.complete(node, head.anchor)?;
             }
             Event::Alias(anchor) => {
+                self.check_depth(at)?;
                 if self.open_anchors.contains(&anchor) {
                     return Err(ReadError::structure(
                         at,
@@ -635,10 +683,15 @@ impl Builder {
         }
     }
 
-    fn open(&mut self, at: Position, anchor: usize) -> Result<(), ReadError> {
-        if self.stack.len() >= MAX_NESTING_DEPTH {
+    fn check_depth(&self, at: Position) -> Result<(), ReadError> {
+        if self.stack.len() > MAX_NESTING_DEPTH {
             return Err(ReadError::structure(at, format!("collections nested deeper than {MAX_NESTING_DEPTH} levels")));
         }
+        Ok(())
+    }
+
+    fn open(&mut self, at: Position, anchor: usize) -> Result<(), ReadError> {
+        self.check_depth(at)?;
         if anchor != 0 {
             self.open_anchors.push(anchor);
         }
@@ -712,8 +765,11 @@ mod tests {
             bomb.push_str(&format!("k{i}: *a\n"));
         }
         assert!(parse(&bomb).unwrap_err().to_string().contains("aliases"));
-        let deep = format!("{}{}", "[".repeat(MAX_NESTING_DEPTH + 1), "]".repeat(MAX_NESTING_DEPTH + 1));
-        assert!(parse(&deep).unwrap_err().to_string().contains("nested"));
+        let nested = |n: usize, inner: &str| format!("{}{inner}{}", "[".repeat(n), "]".repeat(n));
+        assert!(parse(&nested(MAX_NESTING_DEPTH + 1, "")).is_ok(), "an empty innermost collection is not counted");
+        assert!(parse(&nested(MAX_NESTING_DEPTH + 1, "x")).unwrap_err().to_string().contains("nested"));
+        assert!(parse(&nested(MAX_NESTING_DEPTH + 2, "")).unwrap_err().to_string().contains("nested"));
+        assert!(parse(&nested(MAX_NESTING_DEPTH, "x")).is_ok());
     }
 
     #[test]
@@ -793,6 +849,27 @@ mod tests {
         for text in ["a: x\ty\n", "a\t: v\n", "a: v\t\n", "a: v # c\td\n", "a: '\t'\n", "a: |\n  x\n  \ty\n"] {
             assert!(parse(text).is_ok(), "{text:?} must be read");
         }
+    }
+
+    #[test]
+    fn block_mappings_have_no_empty_implicit_keys() {
+        assert!(parse("a: 1\n: 2\n").is_err());
+        assert!(parse("? \n: 2\n").is_ok(), "an explicit empty key is fine");
+        assert!(parse("a: {: 2}\n").is_ok(), "so is an empty key in a flow mapping");
+    }
+
+    #[test]
+    fn refuses_more_than_3_mib_of_characters() {
+        let doc = |n: usize| format!("a: {}\n", "é".repeat(n - 4));
+        assert!(parse(&doc(MAX_CODE_POINTS)).is_ok(), "characters, not bytes, are counted");
+        let err = parse(&doc(MAX_CODE_POINTS + 1)).unwrap_err();
+        assert_eq!(err.position(), Some(Position { line: 1, column: MAX_CODE_POINTS + 1 }), "{err}");
+    }
+
+    #[test]
+    fn a_lone_carriage_return_is_a_line_break() {
+        assert_eq!(value_of("a: |\r  x\r  y\r"), "x\ny\n");
+        assert!(parse("a: x\r: y\n").is_err(), "`: y` starts a new line without a key");
     }
 
     #[test]
