@@ -934,6 +934,22 @@ EDGE = {
     "nonspecific_quoted": "configurations:\n  s: {a: ! '010', b: ! \"yes\", c: ! '2001-12-14', d: [! '~']}\n",
     "sexagesimal_overflow": "configurations:\n  s: {a: 35791394:07, b: 35791394:08, c: 1000000:00:00}\n",
     "sexagesimal_too_big": "configurations:\n  s: {a: 99999999999999999999:00}\n",
+    "tab_after_colon_value": "configurations:\n  s:\n    k:\tv\n",
+    "tab_in_flow": "configurations:\n  s:\n    k: [a,\tb]\n",
+    "tab_after_quoted": "configurations:\n  s:\n    k: 'q'\t# c\n",
+    "tab_after_plain": "configurations:\n  s:\n    k\t: v\t# c\n",
+    "tab_after_block_header": "configurations:\n  s:\n    k: >\t\n      x\n",
+    "tab_in_block_content": "configurations:\n  s:\n    k: |\n      x\t\n      \ty\n",
+    "tab_line_alone": "configurations:\n  s:\n    k: v\n\t\n",
+    "empty_implicit_key_root": "configurations:\n  s: {k: v}\n: x\n",
+    "lone_cr_breaks": "configurations:\r  s:\r    k: |\r      a\r      b\r",
+    "comment_right_after_quoted": "configurations:\n  s:\n    k: \"q\"#c\n",
+    "text_right_after_quoted": "configurations:\n  s:\n    ? \"k\"v\n",
+    "nesting_50": "configurations:\n  s: {k: " + "[" * 47 + "x" + "]" * 47 + "}\n",
+    "nesting_51_empty": "configurations:\n  s: {k: " + "[" * 48 + "]" * 48 + "}\n",
+    "nesting_51": "configurations:\n  s: {k: " + "[" * 48 + "x" + "]" * 48 + "}\n",
+    "aliases_50": "a: &a [x]\nb: [" + ", ".join(["*a"] * 50) + "]\nconfigurations:\n  s: {k: v}\n",
+    "aliases_51": "a: &a [x]\nb: [" + ", ".join(["*a"] * 51) + "]\nconfigurations:\n  s: {k: v}\n",
 }
 
 

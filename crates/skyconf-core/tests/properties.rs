@@ -7,7 +7,7 @@ use skyconf_core::{Digest, read};
 
 /// Characters that make up YAML syntax, to reach deep into the parser more often than random
 /// text would.
-const YAML_ALPHABET: &str = "ab01:-?,[]{}#&*!|>'\"%@`~. \n\t\\<=_xyeE+^";
+const YAML_ALPHABET: &str = "ab01:-?,[]{}#&*!|>'\"%@`~. \n\t\\<=_xyeE+^é😀\u{85}\u{2028}\u{feff}\r";
 
 fn yamlish() -> impl Strategy<Value = String> {
     let chars: Vec<char> = YAML_ALPHABET.chars().collect();
