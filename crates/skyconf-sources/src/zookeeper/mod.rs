@@ -1,0 +1,445 @@
+//! The ZooKeeper store: every child znode of a namespace is a key, laid out as the OAP's
+//! `configuration.zookeeper` provider reads it (see [`layout`](self) rules: data = single value,
+//! children = group items).
+//!
+//! Where the OAP polls every `period` seconds, this source watches: one persistent recursive watch
+//! on the namespace (ZooKeeper 3.6 or newer) reports every create, delete and data change below
+//! it, and the key it concerns is re-read at once. The watch is added before the namespace is read,
+//! so no change can fall between the snapshot and the first event.
+//!
+//! Outages: the client keeps its session across a lost connection and re-registers the watch by
+//! itself, but ZooKeeper does not replay the events missed meanwhile, so a disconnect is reported
+//! as one [`Update::Failed`] and the reconnect is followed by a fresh [`Update::Snapshot`]. When the
+//! session itself ends (expiry, authentication), a new one is opened after a backoff with jitter
+//! (`baseSleepTimeMs`, doubling `maxRetries` times at most) and the cycle starts over.
+
+mod layout;
+mod settings;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zk;
+
+use self::layout::{KeyState, Namespace};
+pub use self::settings::{InvalidSettings, ZookeeperSettings};
+use crate::{KeySet, Source, SourceError, StoreContent, Update};
+
+/// The session timeout asked for (the server may grant less): long enough to ride out a leader
+/// election or a server restart without losing the session.
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one request, or opening a session, may take.
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest value written: ZooKeeper's default packet limit (`jute.maxbuffer`) is just under
+/// 1 MiB and a server drops the connection of a client that sends more.
+const MAX_VALUE_BYTES: u64 = 1024 * 1024 - 4096;
+
+/// At most this many queued watch events are handled as one batch (one read per key touched).
+const MAX_BATCH: usize = 4096;
+
+/// A ZooKeeper namespace, watched.
+#[derive(Debug, Clone)]
+pub struct ZookeeperSource {
+    settings: ZookeeperSettings,
+    connect: String,
+    namespace: Namespace,
+    session_timeout: Duration,
+    request_timeout: Duration,
+    /// One session shared by `load`, `run` and `put`; replaced when it ends.
+    client: Arc<Mutex<Option<zk::Client>>>,
+}
+
+/// Why a request failed: ZooKeeper's answer, or none in time.
+#[derive(Debug)]
+enum Failure {
+    Zk(zk::Error),
+    Timeout(Duration),
+}
+
+/// Why a watch session stopped.
+enum SessionEnd {
+    /// The update receiver is gone: stop.
+    ReceiverGone,
+    /// The session or the watch broke: report, back off, start a new session.
+    Lost(SourceError),
+}
+
+impl ZookeeperSource {
+    /// A source for `settings`, or why they cannot work. Connects lazily.
+    pub fn new(settings: ZookeeperSettings) -> Result<Self, InvalidSettings> {
+        let connect = settings.connect_string()?;
+        let namespace = Namespace::new(settings.namespace_prefix()?);
+        Ok(Self {
+            settings,
+            connect,
+            namespace,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            client: Arc::default(),
+        })
+    }
+
+    /// Sets the session timeout asked of the server (it grants a value within its own bounds).
+    pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// Sets how long one request, or opening a session, may take.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ZookeeperSettings {
+        &self.settings
+    }
+
+    /// The znode holding `key`.
+    pub fn znode_of(&self, key: &str) -> String {
+        self.namespace.key_path(key)
+    }
+
+    fn unavailable(&self, message: impl Into<String>) -> SourceError {
+        SourceError::Unavailable { store: self.describe(), message: message.into() }
+    }
+
+    fn error(&self, failure: Failure) -> SourceError {
+        match failure {
+            Failure::Zk(error @ (zk::Error::NoAuth | zk::Error::AuthFailed | zk::Error::InvalidAcl)) => {
+                SourceError::Refused { store: self.describe(), message: error.to_string() }
+            }
+            Failure::Zk(error) => self.unavailable(error.to_string()),
+            Failure::Timeout(limit) => self.unavailable(format!("no answer within {limit:?}")),
+        }
+    }
+
+    /// Runs one request (or several) within the request timeout.
+    async fn timed<T>(&self, request: impl Future<Output = Result<T, zk::Error>>) -> Result<T, Failure> {
+        match tokio::time::timeout(self.request_timeout, request).await {
+            Ok(result) => result.map_err(Failure::Zk),
+            Err(_) => Err(Failure::Timeout(self.request_timeout)),
+        }
+    }
+
+    /// The shared session, opened if there is none or it has ended.
+    async fn client(&self) -> Result<zk::Client, SourceError> {
+        // A tokio mutex, held while connecting so concurrent callers share one new session.
+        let mut slot = self.client.lock().await;
+        if let Some(client) = slot.as_ref().filter(|c| !c.state().is_terminated()) {
+            return Ok(client.clone());
+        }
+        let connecting = zk::Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .with_fail_eagerly()
+            .connect(&self.connect);
+        let client = self.timed(connecting).await.map_err(|f| self.error(f))?;
+        tracing::debug!(store = %self.describe(), session = %client.session_id(), timeout = ?client.session_timeout(), "Opened a ZooKeeper session.");
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Drops the shared session if it is `client`'s, so the next caller opens a new one.
+    async fn forget(&self, client: &zk::Client) {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_some_and(|c| c.session_id() == client.session_id()) {
+            *slot = None;
+        }
+    }
+
+    /// Reads one key's znode: data and children in one round trip, then the items' data.
+    async fn read_key(&self, client: &zk::Client, key: &str, groups: &BTreeSet<String>) -> Result<KeyState, zk::Error> {
+        let path = self.namespace.key_path(key);
+        // Both requests are sent before either answer is awaited.
+        let data = client.get_data(&path);
+        let children = client.get_children(&path);
+        let (data, children) = match (data.await, children.await) {
+            // Deleted meanwhile: absent (the delete's own event follows).
+            (Err(zk::Error::NoNode), _) | (_, Err(zk::Error::NoNode)) => return Ok(KeyState::default()),
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+            (Ok((data, _)), Ok((children, _))) => (data, children),
+        };
+        let reads: Vec<_> = children
+            .into_iter()
+            .map(|item| {
+                let item_path = format!("{path}/{item}");
+                let read = client.get_data(&item_path);
+                (item, item_path, read)
+            })
+            .collect();
+        let mut items = BTreeMap::new();
+        for (item, item_path, read) in reads {
+            match read.await {
+                Ok((value, _)) => {
+                    items.insert(item, layout::text(&item_path, value));
+                }
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let data = (!data.is_empty()).then(|| layout::text(&path, data));
+        Ok(KeyState::of(data, items, groups.contains(key)))
+    }
+
+    /// Reads every key under the namespace.
+    async fn read_all(&self, client: &zk::Client, groups: &BTreeSet<String>) -> Result<StoreContent, zk::Error> {
+        let mut content = StoreContent::default();
+        let keys = match client.get_children(self.namespace.path()).await {
+            Ok((children, _)) => children,
+            Err(zk::Error::NoNode) => return Ok(content),
+            Err(e) => return Err(e),
+        };
+        let keys: Vec<String> = keys.into_iter().filter(|k| self.namespace.is_key(k)).collect();
+        let states = futures_util::future::join_all(keys.iter().map(|k| self.read_key(client, k, groups))).await;
+        for (key, state) in keys.iter().zip(states) {
+            state?.add_to(key, &mut content);
+        }
+        Ok(content)
+    }
+
+    /// Watches with one session until it breaks.
+    async fn watch_session(
+        &self,
+        groups: &BTreeSet<String>,
+        updates: &mpsc::Sender<Update>,
+        failing: &mut bool,
+        backoff: &mut crate::Backoff,
+    ) -> SessionEnd {
+        let client = match self.client().await {
+            Ok(client) => client,
+            Err(error) => return SessionEnd::Lost(error),
+        };
+        let end = self.watch_with(&client, groups, updates, failing, backoff).await;
+        if matches!(end, SessionEnd::Lost(_)) {
+            self.forget(&client).await;
+        }
+        end
+    }
+
+    async fn watch_with(
+        &self,
+        client: &zk::Client,
+        groups: &BTreeSet<String>,
+        updates: &mpsc::Sender<Update>,
+        failing: &mut bool,
+        backoff: &mut crate::Backoff,
+    ) -> SessionEnd {
+        let store = self.describe();
+        // The watch first, then the read: a change between the two is both read and reported.
+        let watch = client.watch(self.namespace.path(), zk::AddWatchMode::PersistentRecursive);
+        let mut watcher = match self.timed(watch).await {
+            Ok(watcher) => watcher,
+            Err(failure) => return SessionEnd::Lost(self.error(failure)),
+        };
+        let mut content = match self.timed(self.read_all(client, groups)).await {
+            Ok(content) => content,
+            Err(failure) => return SessionEnd::Lost(self.error(failure)),
+        };
+        tracing::info!(store = %store, session = %client.session_id(), singles = content.singles.len(), groups = content.groups.len(), "Watching the ZooKeeper namespace.");
+        if updates.send(Update::Snapshot(content.clone())).await.is_err() {
+            return SessionEnd::ReceiverGone;
+        }
+        *failing = false;
+        backoff.reset();
+
+        let mut connected = true;
+        loop {
+            let Some(first) = next_event(&mut watcher).await else {
+                return SessionEnd::Lost(self.unavailable("the watch ended"));
+            };
+            // Everything already queued is handled together: one read per key touched.
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH && !ends_session(&batch[batch.len() - 1]) {
+                match AssertUnwindSafe(watcher.changed()).catch_unwind().now_or_never() {
+                    Some(Ok(event)) => batch.push(event),
+                    Some(Err(_)) => return SessionEnd::Lost(self.unavailable("the watch ended")),
+                    None => break,
+                }
+            }
+            let mut dirty = BTreeSet::new();
+            let mut resync = false;
+            for event in &batch {
+                if event.event_type != zk::EventType::Session {
+                    if let Some(key) = self.namespace.key_of(&event.path) {
+                        dirty.insert(key.to_owned());
+                    }
+                    continue;
+                }
+                match event.session_state {
+                    state if state.is_terminated() => {
+                        // The watcher must not be polled again after a terminal state.
+                        return SessionEnd::Lost(self.unavailable(format!("the session ended: {state}")));
+                    }
+                    zk::SessionState::Disconnected => {
+                        connected = false;
+                        if !*failing {
+                            *failing = true;
+                            tracing::warn!(store = %store, "Lost the connection to ZooKeeper; reconnecting.");
+                            let error = self.unavailable("disconnected");
+                            if updates.send(Update::Failed(error)).await.is_err() {
+                                return SessionEnd::ReceiverGone;
+                            }
+                        }
+                    }
+                    _ => {
+                        // Back within the session; events missed meanwhile are not replayed.
+                        connected = true;
+                        resync = true;
+                    }
+                }
+            }
+            if !connected {
+                continue;
+            }
+            if resync {
+                // zookeeper-client 0.11.2 does not re-register persistent watches on a reconnect
+                // (its SetWatches request leaves their lists out), so the watch is added again,
+                // before the re-read. Replacing the watcher does not remove the watch.
+                let watch = client.watch(self.namespace.path(), zk::AddWatchMode::PersistentRecursive);
+                match self.timed(watch).await {
+                    Ok(fresh) => watcher = fresh,
+                    Err(_) if client.state() == zk::SessionState::Disconnected => continue,
+                    Err(failure) => return SessionEnd::Lost(self.error(failure)),
+                }
+                match self.timed(self.read_all(client, groups)).await {
+                    Ok(now) => {
+                        content = now;
+                        tracing::info!(store = %store, session = %client.session_id(), singles = content.singles.len(), groups = content.groups.len(), "Reconnected to ZooKeeper.");
+                        if updates.send(Update::Snapshot(content.clone())).await.is_err() {
+                            return SessionEnd::ReceiverGone;
+                        }
+                        *failing = false;
+                    }
+                    // Lost again: the next connected event resyncs.
+                    Err(_) if client.state() == zk::SessionState::Disconnected => {}
+                    Err(failure) => return SessionEnd::Lost(self.error(failure)),
+                }
+                continue;
+            }
+            for key in dirty {
+                let state = match self.timed(self.read_key(client, &key, groups)).await {
+                    Ok(state) => state,
+                    Err(_) if client.state() == zk::SessionState::Disconnected => break,
+                    Err(failure) => return SessionEnd::Lost(self.error(failure)),
+                };
+                for update in state.apply_to(&key, &mut content) {
+                    tracing::debug!(store = %store, key = %key, "A key changed in ZooKeeper.");
+                    if updates.send(update).await.is_err() {
+                        return SessionEnd::ReceiverGone;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn write(&self, client: &zk::Client, path: &str, value: &str) -> Result<(), Failure> {
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        // Set, or create when missing; a concurrent create or delete just means another round.
+        let mut rounds = 0;
+        loop {
+            match self.timed(client.set_data(path, value.as_bytes(), None)).await {
+                Err(Failure::Zk(zk::Error::NoNode)) => {}
+                other => return other.map(drop),
+            }
+            if self.namespace.path() != "/" {
+                self.timed(client.mkdir(self.namespace.path(), &options)).await?;
+            }
+            rounds += 1;
+            match self.timed(client.create(path, value.as_bytes(), &options)).await {
+                Err(Failure::Zk(zk::Error::NodeExists)) if rounds < 3 => {}
+                other => return other.map(drop),
+            }
+        }
+    }
+}
+
+/// The next watch event; `None` if the watcher broke (the client never panics here once a terminal
+/// state has been seen, but a store must not bring the server down if it did).
+async fn next_event(watcher: &mut zk::PersistentWatcher) -> Option<zk::WatchedEvent> {
+    AssertUnwindSafe(watcher.changed()).catch_unwind().await.ok()
+}
+
+fn ends_session(event: &zk::WatchedEvent) -> bool {
+    event.event_type == zk::EventType::Session && event.session_state.is_terminated()
+}
+
+impl Source for ZookeeperSource {
+    fn describe(&self) -> String {
+        format!("zookeeper {} namespace {}", self.connect, self.namespace.path())
+    }
+
+    async fn load(&self, keys: &KeySet) -> Result<StoreContent, SourceError> {
+        let groups: BTreeSet<String> = keys.groups.iter().cloned().collect();
+        let client = self.client().await?;
+        let read = self.timed(self.read_all(&client, &groups)).await.map_err(|f| self.error(f));
+        if read.is_err() && client.state().is_terminated() {
+            self.forget(&client).await;
+        }
+        read
+    }
+
+    async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        let groups: BTreeSet<String> = keys.groups.into_iter().collect();
+        let mut backoff = self.settings.backoff();
+        let mut failing = false;
+        loop {
+            let end = tokio::select! {
+                () = shutdown.cancelled() => return,
+                end = self.watch_session(&groups, &updates, &mut failing, &mut backoff) => end,
+            };
+            let error = match end {
+                SessionEnd::ReceiverGone => return,
+                SessionEnd::Lost(error) => error,
+            };
+            let delay = backoff.next_delay();
+            if failing {
+                tracing::debug!(store = %self.describe(), %error, ?delay, "Still cannot watch ZooKeeper; retrying.");
+            } else {
+                failing = true;
+                tracing::warn!(store = %self.describe(), %error, ?delay, "Cannot watch ZooKeeper; retrying.");
+                if updates.send(Update::Failed(error)).await.is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+        if let Some(why) = self.namespace.refuse_key(key) {
+            return Err(SourceError::Unsupported(why));
+        }
+        let path = self.namespace.key_path(key);
+        if let Some(size) = value.map(|v| v.len() as u64).filter(|n| *n > MAX_VALUE_BYTES) {
+            return Err(SourceError::TooLarge { what: path, size, limit: MAX_VALUE_BYTES });
+        }
+        let client = self.client().await?;
+        let result = match value {
+            Some(value) => self.write(&client, &path, value).await.map_err(|f| self.error(f)),
+            None => match self.timed(client.delete(&path, None)).await {
+                Ok(()) | Err(Failure::Zk(zk::Error::NoNode)) => Ok(()),
+                Err(Failure::Zk(zk::Error::NotEmpty)) => Err(SourceError::Refused {
+                    store: self.describe(),
+                    message: format!("{path} has children (it holds a group's items); delete them first"),
+                }),
+                Err(failure) => Err(self.error(failure)),
+            },
+        };
+        if result.is_err() && client.state().is_terminated() {
+            self.forget(&client).await;
+        }
+        result
+    }
+}
