@@ -13,6 +13,8 @@ pub mod dcs;
 pub mod etcd;
 #[cfg(feature = "file")]
 pub mod file;
+#[cfg(feature = "nacos")]
+pub mod nacos;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

@@ -1,0 +1,240 @@
+//! A real Nacos-protocol server for the Nacos tests: an `rnacos` process on ephemeral loopback
+//! ports with its own data directory, stopped when dropped.
+//!
+//! Not part of the library: `tests/nacos.rs` here and `skyconf-server/tests/nacos.rs` include it
+//! with `#[path]`, so both test the store against the same server set-up.
+//!
+//! The binary is `$SKYCONF_RNACOS`, else `rnacos` on `PATH`, else `~/.cargo/bin/rnacos`
+//! (`scripts/deps/nacos.sh` installs it). Without it a test prints why and skips, unless
+//! `SKYCONF_REQUIRE_NACOS` is set, when it fails.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use skyconf_sources::nacos::NacosSettings;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long rnacos may take to start answering writes.
+const STARTUP: Duration = Duration::from_secs(60);
+
+/// A running (or stopped, between [`Rnacos::stop`] and [`Rnacos::restart`]) rnacos.
+#[derive(Debug)]
+pub(crate) struct Rnacos {
+    binary: PathBuf,
+    child: Option<Child>,
+    http_port: u16,
+    grpc_port: u16,
+    dir: PathBuf,
+    login: Option<(String, String)>,
+}
+
+impl Rnacos {
+    /// Starts rnacos without authentication; `None` (after saying why) when it is not installed.
+    pub(crate) async fn start(test: &str) -> Option<Self> {
+        Self::launch(test, None).await
+    }
+
+    /// Starts rnacos with open-API authentication and one user.
+    pub(crate) async fn start_with_login(test: &str, username: &str, password: &str) -> Option<Self> {
+        Self::launch(test, Some((username.to_owned(), password.to_owned()))).await
+    }
+
+    async fn launch(test: &str, login: Option<(String, String)>) -> Option<Self> {
+        let Some(binary) = find_binary() else {
+            assert!(
+                std::env::var_os("SKYCONF_REQUIRE_NACOS").is_none(),
+                "SKYCONF_REQUIRE_NACOS is set but rnacos is not installed (scripts/deps/nacos.sh installs it)"
+            );
+            eprintln!("skipping {test}: rnacos is not installed (cargo install rnacos --locked)");
+            return None;
+        };
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let dir = std::env::temp_dir().join(format!("skyconf-rnacos-{test}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let mut server = Self { binary, child: None, http_port: 0, grpc_port: 0, dir, login };
+        // Ports are picked free and then released, so another process may take one first: retry.
+        for _ in 0..3 {
+            (server.http_port, server.grpc_port) = free_ports();
+            server.spawn();
+            if server.wait_ready().await {
+                return Some(server);
+            }
+            server.kill();
+        }
+        panic!("rnacos did not start; its log:\n{}", server.log());
+    }
+
+    /// Settings for a store on this server, in `group` and `namespace`.
+    pub(crate) fn settings(&self, group: &str, namespace: &str) -> NacosSettings {
+        NacosSettings {
+            server_addr: "127.0.0.1".to_owned(),
+            port: self.http_port,
+            group: group.to_owned(),
+            namespace: namespace.to_owned(),
+            ..NacosSettings::default()
+        }
+    }
+
+    /// `127.0.0.1:port` of the HTTP API.
+    pub(crate) fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.http_port)
+    }
+
+    /// Stops the server (gracefully, so it flushes its data), keeping its data and ports.
+    pub(crate) async fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Starts the server again on the same ports and data.
+    pub(crate) async fn restart(&mut self) {
+        self.stop().await;
+        // The ports were just released by the stopped server; retry while the kernel frees them.
+        for _ in 0..5 {
+            self.spawn();
+            if self.wait_ready().await {
+                return;
+            }
+            self.kill();
+        }
+        panic!("rnacos did not restart; its log:\n{}", self.log());
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("rnacos.log"))
+            .expect("a log file");
+        let mut command = Command::new(&self.binary);
+        // Its working directory is the temporary one: rnacos reads a `.env` file from there.
+        command
+            .current_dir(&self.dir)
+            .env("RNACOS_HTTP_PORT", self.http_port.to_string())
+            .env("RNACOS_GRPC_PORT", self.grpc_port.to_string())
+            .env("RNACOS_HTTP_CONSOLE_PORT", "0")
+            .env("RNACOS_SDK_HOST", "127.0.0.1")
+            .env("RNACOS_CONSOLE_HOST", "127.0.0.1")
+            .env("RNACOS_RAFT_NODE_ADDR", format!("127.0.0.1:{}", self.grpc_port))
+            .env("RNACOS_DATA_DIR", self.dir.join("data"))
+            .env("RNACOS_HTTP_WORKERS", "2")
+            .env("RNACOS_ENABLE_METRICS", "false")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("a log file"))
+            .stderr(log);
+        if let Some((username, password)) = &self.login {
+            command
+                .env("RNACOS_ENABLE_OPEN_API_AUTH", "true")
+                .env("RNACOS_INIT_ADMIN_USERNAME", username)
+                .env("RNACOS_INIT_ADMIN_PASSWORD", password);
+        }
+        self.child = Some(command.spawn().expect("rnacos starts"));
+    }
+
+    /// Waits (bounded) until the server accepts a write; false if it exited or never did.
+    async fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + STARTUP;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(_)) = child.try_wait()
+            {
+                return false;
+            }
+            let token = self.token().await.unwrap_or_default();
+            let body = format!("dataId=skyconf.probe&group=skyconf-probe&content=1&accessToken={token}");
+            if let Some((200, answer)) = http(&self.addr(), "POST", "/nacos/v1/cs/configs", &body).await
+                && answer.trim() == "true"
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// An access token, when the server has a login.
+    async fn token(&self) -> Option<String> {
+        let (username, password) = self.login.as_ref()?;
+        let body = format!("username={username}&password={password}");
+        let (_, answer) = http(&self.addr(), "POST", "/nacos/v1/auth/login", &body).await?;
+        let start = answer.find("\"accessToken\":\"")? + "\"accessToken\":\"".len();
+        let end = start + answer[start..].find('"')?;
+        Some(answer[start..end].to_owned())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("rnacos.log")).unwrap_or_default()
+    }
+
+    /// The data directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Rnacos {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The rnacos binary, if installed.
+fn find_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SKYCONF_RNACOS") {
+        return Some(PathBuf::from(path));
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join("rnacos")).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let in_cargo = std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo/bin/rnacos"));
+    on_path.into_iter().chain(in_cargo).find(|path| path.is_file())
+}
+
+/// Two free loopback ports.
+fn free_ports() -> (u16, u16) {
+    let a = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let b = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    (a.local_addr().unwrap().port(), b.local_addr().unwrap().port())
+}
+
+/// One HTTP/1.1 request with a form body; the status and body, or `None` when it failed.
+pub(crate) async fn http(addr: &str, method: &str, path: &str, form: &str) -> Option<(u16, String)> {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        );
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok()?;
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let status = answer.split(' ').nth(1)?.parse().ok()?;
+        let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+        Some((status, body))
+    };
+    tokio::time::timeout(Duration::from_secs(5), exchange).await.ok().flatten()
+}
