@@ -91,7 +91,9 @@ KNOWN_REFUSALS = [
     ("known:surrogate-escape", lambda m, t: "invalid Unicode character escape" in m or "found invalid Unicode" in m),
     ("known:recursive-alias", lambda m, t: "recursive structures are not supported" in m),
     ("known:bom-inside-document", lambda m, t: "byte order mark must not appear inside" in m),
-    ("known:anchor-name-with-colon", lambda m, t: re.search(r"anchor or alias name `[^`]*:[^`]*`", m)),
+    ("known:anchor-name-with-colon", lambda m, t: re.search(r"anchor or alias name `[^`]*:[^`]*`", m)
+     or re.search(r"&[^\s,\[\]{}]*:", t)),
+    ("known:colon-before-flow-collection", lambda m, t: "may not precede any of `[{`" in m),
     ("known:alias-followed-by-colon", lambda m, t: "found unknown anchor" in m and re.search(r"\*[^\s,\[\]{}]*:", t)),
     ("known:dash-before-flow-indicator", lambda m, t: "cannot start with '-' followed by" in m),
     ("known:java-hex-float", lambda m, t: "is not a valid float" in m and re.search(r"!!float\s+['\"]?[-+]?0[xX]", t)),

@@ -206,11 +206,14 @@ impl<'a> Source<'a> {
     fn check_yaml11(&mut self, event: &Event<'_>, span: &Span) -> Result<Raw, ReadError> {
         let (has_anchor, double_quoted) = match event {
             Event::Scalar(_, style, anchor, _) => (*anchor != 0, matches!(style, ScalarStyle::DoubleQuoted)),
-            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
-                // A flow collection's span ends just past its `[` or `{`.
-                let opener = span.end.index().checked_sub(1).and_then(|i| self.from(i).chars().next());
-                let raw = Raw { flow: matches!(opener, Some('[' | '{')), properties: false };
-                if *anchor == 0 {
+            Event::SequenceStart(anchor, tag) | Event::MappingStart(anchor, tag) => {
+                // A flow collection's span ends past its `[` or `{` (and any blanks after it);
+                // a block collection's ends before its first key or at its first `-`.
+                let length = span.end.index().saturating_sub(span.start.index());
+                let opener = self.from(span.start.index()).chars().take(length).collect::<String>();
+                let flow = opener.trim_end_matches([' ', '\t', '\r', '\n']).ends_with(['[', '{']);
+                let raw = Raw { flow, properties: false };
+                if *anchor == 0 && tag.is_none() {
                     return Ok(raw);
                 }
                 return self.check_properties(span).map(|_| raw);
@@ -367,6 +370,7 @@ impl<'a> Source<'a> {
                 any = true;
             } else if rest.starts_with('!') {
                 let end = rest.find([' ', '\t', '\r', '\n']).unwrap_or(rest.len());
+                check_tag(&rest[..end], position(span))?;
                 rest = &rest[end..];
                 any = true;
             } else {
@@ -442,6 +446,26 @@ fn check_tabs(text: &str, scalars: &[Extent]) -> Result<(), ReadError> {
     Ok(())
 }
 
+/// SnakeYAML reads a tag as URI characters up to a blank: another character in it (`#`, `{`,
+/// non-ASCII) fails, and `,` `[` `]` would be part of its tag where the 1.2 parser ends the tag
+/// before them; both are refused.
+fn check_tag(tag: &str, at: Position) -> Result<(), ReadError> {
+    let uri = |c: char| c.is_ascii_alphanumeric() || "-;/?:@&=+$_.!~*'()%".contains(c);
+    let valid = match tag.strip_prefix("!<") {
+        Some(verbatim) => {
+            verbatim.strip_suffix('>').is_some_and(|inner| inner.chars().all(|c| uri(c) || ",[]".contains(c)))
+        }
+        None => tag.chars().all(uri),
+    };
+    if valid {
+        return Ok(());
+    }
+    Err(ReadError::syntax(
+        at,
+        format!("the tag `{tag}` is not valid YAML 1.1 (the OAP's loader reads a tag as URI characters up to a blank)"),
+    ))
+}
+
 /// What the raw text says about a node event that the event itself does not.
 #[derive(Debug, Default, Clone, Copy)]
 struct Raw {
@@ -468,7 +492,23 @@ fn check_stream(text: &str) -> Result<(), ReadError> {
             format!("the document is longer than {MAX_CODE_POINTS} characters (the OAP's loader stops there)"),
         ));
     }
+    let mut prologue = true;
     for (number, line) in text.split('\n').enumerate() {
+        let trimmed = line.trim_start_matches([' ', '\t', '\r']);
+        prologue &= trimmed.is_empty() || trimmed.starts_with(['#', '%']) || line.starts_with("---");
+        if prologue && let Some(directive) = line.strip_prefix('%') {
+            // A directive's name is letters, digits, `-` and `_`, then a blank.
+            let name_end = directive.find([' ', '\t', '\r']).unwrap_or(directive.len());
+            if !directive[..name_end].chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(ReadError::syntax(
+                    Position { line: number + 1, column: 1 },
+                    format!("`%{}` is not a directive YAML 1.1 can read", &directive[..name_end]),
+                ));
+            }
+        }
+        if line.starts_with("---") {
+            prologue = false;
+        }
         if let Some((column, c)) = line.chars().enumerate().find(|&(_, c)| !printable(c)) {
             return Err(ReadError::syntax(
                 Position { line: number + 1, column: column + 1 },
@@ -661,6 +701,9 @@ impl Builder {
             if text.starts_with(':') {
                 return refuse("a plain scalar cannot start with `:`");
             }
+            if text.starts_with(['|', '>', '@', '`', '%', '!', '&', '*', '#', '\'', '"']) {
+                return refuse("a plain scalar cannot start with an indicator");
+            }
             return Ok(node);
         };
         if raw.properties || rest.contains('?') || rest.starts_with(INDICATORS) {
@@ -849,6 +892,15 @@ mod tests {
         for text in ["a: x\ty\n", "a\t: v\n", "a: v\t\n", "a: v # c\td\n", "a: '\t'\n", "a: |\n  x\n  \ty\n"] {
             assert!(parse(text).is_ok(), "{text:?} must be read");
         }
+    }
+
+    #[test]
+    fn tags_are_uri_characters_up_to_a_blank() {
+        for text in ["a: !!st#r v\n", "a: [!!str, b]\n", "a: !é v\n", "%YAML1.1\n---\na: 1\n"] {
+            assert!(parse(text).is_err(), "{text:?} must be refused");
+        }
+        assert!(parse("a: !<tag:yaml.org,2002:str> v\n").is_ok());
+        assert!(parse("a: { >x: 1}\n").is_err(), "`>` cannot start a plain scalar in a flow collection");
     }
 
     #[test]
