@@ -185,12 +185,10 @@ async fn an_outage_is_one_failure_then_a_fresh_snapshot() {
     let admin = etcd.admin().await;
     // Written right after the restart, possibly before the source is back: it must still arrive.
     admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v2").await;
-    let content = loop {
-        match run.next().await {
-            Update::Snapshot(content) => break content,
-            Update::Failed(error) => panic!("a second failure in one outage: {error}"),
-            other => panic!("expected the recovery snapshot, got {other:?}"),
-        }
+    let content = match run.next().await {
+        Update::Snapshot(content) => content,
+        Update::Failed(error) => panic!("a second failure in one outage: {error}"),
+        other => panic!("expected the recovery snapshot, got {other:?}"),
     };
     let value = match content.agent_configurations() {
         Some("v2") => "v2".to_owned(),
@@ -229,6 +227,7 @@ async fn resumes_after_the_last_revision_and_relists_after_compaction() {
         ("x.y.z".to_owned(), Some("2".to_owned())),
         "replayed events are not reported again"
     );
+    assert_eq!(source.relists(), 0, "a resume within the kept history needs no re-list");
     run.stop().await;
 
     // The revision to resume from is compacted away: the source re-lists instead of failing.
@@ -246,6 +245,11 @@ async fn resumes_after_the_last_revision_and_relists_after_compaction() {
             && c.singles.get("a.b.c").is_some_and(|v| v == "new")
     })
     .await;
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while source.relists() == 0 {
+        assert!(std::time::Instant::now() < give_up, "the compaction never made the source re-list");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     admin.put(&key("a.b.c"), "newer").await;
     run.follow(&mut content, |c| c.singles.get("a.b.c").is_some_and(|v| v == "newer")).await;
     run.stop().await;

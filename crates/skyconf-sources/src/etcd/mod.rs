@@ -33,7 +33,7 @@ mod layout;
 mod settings;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use skyconf_proto::etcd::mvccpb;
 use tokio::sync::{Mutex, mpsc};
@@ -58,6 +58,8 @@ pub struct EtcdSource {
     backoff: Backoff,
     /// The last revision `run` reported (0: none), so the next watch resumes right after it.
     reported: AtomicI64,
+    /// How many times the namespace was read again because the watch's history was gone.
+    relists: AtomicU64,
     /// The connection `put` reuses.
     writer: Mutex<Option<Connection>>,
 }
@@ -87,6 +89,7 @@ impl EtcdSource {
             limits,
             backoff: Backoff::default(),
             reported: AtomicI64::new(0),
+            relists: AtomicU64::new(0),
             writer: Mutex::new(None),
         })
     }
@@ -107,6 +110,12 @@ impl EtcdSource {
     /// The settings.
     pub fn settings(&self) -> &EtcdSettings {
         &self.settings
+    }
+
+    /// How many times the namespace was read again because etcd no longer had the history a
+    /// watch needed (compaction, or a restored cluster).
+    pub fn relists(&self) -> u64 {
+        self.relists.load(Ordering::Relaxed)
     }
 
     /// The store's error as a [`SourceError`]: refused (login, permissions, settings) or
@@ -238,6 +247,7 @@ impl Source for EtcdSource {
                 SessionEnd::Relist(why) => {
                     tracing::info!(store = %self.describe(), reason = %why, "Reading the etcd namespace again.");
                     self.reported.store(0, Ordering::Release);
+                    self.relists.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 SessionEnd::Failed { error, established: true } => {

@@ -203,6 +203,69 @@ impl Admin {
     }
 }
 
+/// A loopback TCP proxy in front of etcd that a test can cut and restore: an outage of the
+/// connection to the store while the store itself keeps running (and can be changed meanwhile).
+#[derive(Debug)]
+pub struct Proxy {
+    port: u16,
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` (a `http://127.0.0.1:PORT` URL), open.
+    pub async fn start(upstream: &str) -> Self {
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (is_open, tracked) = (open.clone(), connections.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                // Cut: accepted and dropped at once, like a store that resets every connection.
+                if !is_open.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let copy = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tracked.lock().unwrap().push(copy.abort_handle());
+            }
+        });
+        Self { port, open, connections, task }
+    }
+
+    /// The URL to give the client.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Drops every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    /// Lets connections through again.
+    pub fn restore(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.task.abort();
+    }
+}
+
 fn find_binary() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .into_iter()
