@@ -9,7 +9,7 @@ mod server;
 
 use std::time::Duration;
 
-use server::EtcdServer;
+use server::{EtcdServer, TestCerts};
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, KeySet, Source, SourceError, StoreContent, Update};
 use tokio::sync::mpsc;
@@ -288,4 +288,42 @@ async fn logs_in_and_refuses_a_wrong_password_clearly() {
     let anonymous = source(settings(&etcd));
     assert!(matches!(anonymous.load(&KeySet::oap()).await, Err(SourceError::Refused { .. })), "no login, no read");
     assert_eq!(admin.get(&key(AGENT_CONFIGURATIONS_KEY)).await.as_deref(), Some(&b"v2"[..]));
+}
+
+#[tokio::test]
+async fn speaks_tls_with_a_private_ca_and_a_client_certificate() {
+    let Some(certs) = TestCerts::generate() else { return };
+    let Some(etcd) = EtcdServer::start_tls(certs.clone()).await else { return };
+    let tls = EtcdSettings {
+        ca_file: Some(certs.ca.clone()),
+        cert_file: Some(certs.client_cert.clone()),
+        key_file: Some(certs.client_key.clone()),
+        ..settings(&etcd)
+    };
+    assert!(etcd.url().starts_with("https://"));
+    let source = std::sync::Arc::new(source(tls.clone()));
+    // etcd listens before it serves: poll until it answers.
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while let Err(error) = source.put(AGENT_CONFIGURATIONS_KEY, Some("over tls")).await {
+        assert!(std::time::Instant::now() < give_up, "no TLS connection: {error}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(source.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("over tls"));
+    let mut run = Running::spawn(&source);
+    assert_eq!(run.snapshot().await.agent_configurations(), Some("over tls"));
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("still tls")).await.unwrap();
+    assert_eq!(run.single().await.1.as_deref(), Some("still tls"));
+    run.stop().await;
+
+    let no_client_certificate = EtcdSettings { cert_file: None, key_file: None, ..tls.clone() };
+    assert!(source_err(no_client_certificate).await.contains("etcd"), "the server requires a client certificate");
+    let system_roots = EtcdSettings { ca_file: None, ..tls };
+    assert!(!source_err(system_roots).await.is_empty(), "a private CA is not trusted by default");
+}
+
+async fn source_err(settings: EtcdSettings) -> String {
+    match source(settings).load(&KeySet::oap()).await {
+        Ok(content) => panic!("expected a failure, read {content:?}"),
+        Err(error) => error.to_string(),
+    }
 }

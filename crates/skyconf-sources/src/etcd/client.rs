@@ -66,7 +66,15 @@ impl StatusText {
 
 impl From<tonic::Status> for EtcdError {
     fn from(status: tonic::Status) -> Self {
-        Self::Status(Box::new(StatusText { code: status.code(), message: status.message().to_owned() }))
+        // Transport failures keep their cause (a TLS alert, a reset) in the source chain.
+        let message = match std::error::Error::source(&status) {
+            Some(cause) => {
+                let cause = chain(cause);
+                if cause.starts_with(status.message()) { cause } else { format!("{}: {cause}", status.message()) }
+            }
+            None => status.message().to_owned(),
+        };
+        Self::Status(Box::new(StatusText { code: status.code(), message }))
     }
 }
 

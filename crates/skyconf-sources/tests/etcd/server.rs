@@ -30,12 +30,23 @@ pub struct EtcdServer {
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    tls: Option<TestCerts>,
 }
 
 impl EtcdServer {
     /// Starts an etcd and waits until it answers; `None` (after saying why) when the binary is
     /// missing and not required.
     pub async fn start() -> Option<Self> {
+        Self::start_with(None).await
+    }
+
+    /// Starts an etcd serving clients over TLS with `certs`, requiring a client certificate
+    /// signed by their CA.
+    pub async fn start_tls(certs: TestCerts) -> Option<Self> {
+        Self::start_with(Some(certs)).await
+    }
+
+    async fn start_with(tls: Option<TestCerts>) -> Option<Self> {
         let Some(binary) = find_binary() else {
             assert!(
                 std::env::var_os("SKYCONF_REQUIRE_ETCD").is_none(),
@@ -52,6 +63,7 @@ impl EtcdServer {
                 client_port: free_port(),
                 peer_port: free_port(),
                 child: None,
+                tls: tls.clone(),
             };
             server.spawn();
             if server.wait_ready().await {
@@ -64,7 +76,8 @@ impl EtcdServer {
 
     /// The client URL.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     fn spawn(&mut self) {
@@ -75,7 +88,18 @@ impl EtcdServer {
             .append(true)
             .open(self.dir.path().join("etcd.log"))
             .expect("a log file");
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.server_cert)
+                .arg("--key-file")
+                .arg(&tls.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .args(["--name", "skyconf-test", "--data-dir"])
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
@@ -100,7 +124,13 @@ impl EtcdServer {
                 eprintln!("etcd exited with {status}: {}", self.log());
                 return false;
             }
-            if http_get(self.client_port, "/health").await.is_some_and(|r| r.contains("\"health\":\"true\"")) {
+            let ready = if self.tls.is_some() {
+                // Listening is all a plain client can see; TLS tests poll with their own client.
+                tokio::net::TcpStream::connect(("127.0.0.1", self.client_port)).await.is_ok()
+            } else {
+                http_get(self.client_port, "/health").await.is_some_and(|r| r.contains("\"health\":\"true\""))
+            };
+            if ready {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -200,6 +230,100 @@ impl Admin {
         let login = pb::AuthenticateRequest { name: "root".into(), password: password.into() };
         let token = auth.authenticate(login).await.expect("login").into_inner().token;
         Self { channel: self.channel.clone(), token: Some(token.parse().unwrap()) }
+    }
+}
+
+/// A private CA with a server certificate for 127.0.0.1 and a client certificate, made with the
+/// `openssl` command line tool.
+#[derive(Debug, Clone)]
+pub struct TestCerts {
+    dir: std::sync::Arc<tempfile::TempDir>,
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl TestCerts {
+    /// Makes the certificates; `None` (after saying why) without `openssl`, unless etcd tests are
+    /// required.
+    pub fn generate() -> Option<Self> {
+        let available =
+            Command::new("openssl").arg("version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+        if !available {
+            assert!(
+                std::env::var_os("SKYCONF_REQUIRE_ETCD").is_none(),
+                "SKYCONF_REQUIRE_ETCD is set but there is no `openssl` to make test certificates"
+            );
+            eprintln!("skipping: no `openssl` command to make test certificates");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(dir.path()).output().expect("openssl runs");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=skyconf test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ]);
+        for (name, cn, usage) in [("server", "127.0.0.1", "serverAuth,clientAuth"), ("client", "root", "clientAuth")] {
+            std::fs::write(
+                path(&format!("{name}.ext")),
+                format!("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage={usage}\n"),
+            )
+            .unwrap();
+            openssl(&[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+            ]);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+                "-out",
+                &format!("{name}.pem"),
+            ]);
+        }
+        Some(Self {
+            ca: path("ca.pem"),
+            server_cert: path("server.pem"),
+            server_key: path("server.key"),
+            client_cert: path("client.pem"),
+            client_key: path("client.key"),
+            dir: std::sync::Arc::new(dir),
+        })
     }
 }
 
