@@ -12,6 +12,7 @@
 mod java;
 mod resolve;
 mod tree;
+mod yaml11;
 
 use std::collections::HashMap;
 use std::fmt;
