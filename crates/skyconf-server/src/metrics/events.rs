@@ -1,0 +1,185 @@
+//! Named events: each one writes its log line and counts itself, in one place, so the logs and
+//! the metrics can never disagree (Vector's `internal_events`). Callers hold cheap, pre-resolved
+//! handles ([`Events`], [`OriginEvents`]) and call one method per event.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct OriginLabels {
+    pub(crate) origin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct StoreLabels {
+    pub(crate) store: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct GrpcDeniedLabels {
+    pub(crate) service: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct AdminDeniedLabels {
+    pub(crate) status: &'static str,
+}
+
+/// The gRPC services a token can guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardedService {
+    /// Configuration discovery, which agents call.
+    Cds,
+    /// The management service (instance properties, keep-alive), which agents call on the same
+    /// channel; the OAP guards it with the same token.
+    Management,
+    /// The dynamic configuration service, which OAPs call.
+    Dcs,
+}
+
+impl GuardedService {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cds => "cds",
+            Self::Management => "management",
+            Self::Dcs => "dcs",
+        }
+    }
+}
+
+/// Why the admin API turned a request away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminDenial {
+    /// No bearer token, or one that is not configured: 401.
+    Unauthenticated,
+    /// A read token on a write route: 403.
+    ReadOnly,
+}
+
+/// The counters behind the events. Cheap to clone; [`Events::default`] makes counters that no
+/// registry exposes (for tests and for parts built without a server).
+#[derive(Debug, Clone, Default)]
+pub struct Events {
+    reloads: Family<OriginLabels, Counter>,
+    rejected: Family<OriginLabels, Counter>,
+    store_failures: Family<StoreLabels, Counter>,
+    grpc_denied: Family<GrpcDeniedLabels, Counter>,
+    admin_denied: Family<AdminDeniedLabels, Counter>,
+}
+
+impl Events {
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "skyconf_reloads",
+            "Agent-configuration documents installed (a delete installs the empty table), by origin",
+            self.reloads.clone(),
+        );
+        registry.register(
+            "skyconf_documents_rejected",
+            "Agent-configuration documents refused (the last good table stayed), by origin",
+            self.rejected.clone(),
+        );
+        registry.register(
+            "skyconf_store_failures",
+            "Failures the configuration store reported (outages, broken watches), by store",
+            self.store_failures.clone(),
+        );
+        registry.register(
+            "skyconf_grpc_denied",
+            "gRPC calls refused with PERMISSION_DENIED for a missing or wrong token, by service",
+            self.grpc_denied.clone(),
+        );
+        registry.register(
+            "skyconf_admin_denied",
+            "Admin API requests refused: 401 (no or unknown token) or 403 (read token on a write)",
+            self.admin_denied.clone(),
+        );
+        // Present from the start, at zero: a rate over a series that appears late misses its
+        // first increment.
+        for service in [GuardedService::Cds, GuardedService::Management, GuardedService::Dcs] {
+            let _ = self.grpc_denied.get_or_create_owned(&GrpcDeniedLabels { service: service.as_str() });
+        }
+        for status in ["401", "403"] {
+            let _ = self.admin_denied.get_or_create_owned(&AdminDeniedLabels { status });
+        }
+    }
+
+    /// The events of documents from `origin`, with their counters resolved once.
+    pub fn for_origin(&self, origin: &str) -> OriginEvents {
+        let labels = OriginLabels { origin: origin.to_owned() };
+        OriginEvents {
+            origin: labels.origin.clone(),
+            reloads: self.reloads.get_or_create_owned(&labels),
+            rejected: self.rejected.get_or_create_owned(&labels),
+        }
+    }
+
+    /// Makes `store`'s failure counter visible (at zero) before its first failure.
+    pub fn watch_store(&self, store: &str) {
+        let _ = self.store_failures.get_or_create_owned(&StoreLabels { store: store.to_owned() });
+    }
+
+    /// The store failed; the last good configuration stays in service.
+    pub fn store_failed(&self, store: &str, error: &str) {
+        self.store_failures.get_or_create(&StoreLabels { store: store.to_owned() }).inc();
+        tracing::error!(store, error, "The configuration store failed; still serving the last good configuration.");
+    }
+
+    /// A gRPC call was refused for its token. Logged at debug: a misconfigured fleet polls every
+    /// 20 s per agent, and the counter is the signal.
+    pub fn grpc_denied(&self, service: GuardedService, token_sent: bool) {
+        self.grpc_denied.get_or_create(&GrpcDeniedLabels { service: service.as_str() }).inc();
+        tracing::debug!(
+            service = service.as_str(),
+            token_sent,
+            "Refused a call with PERMISSION_DENIED: the Authentication metadata does not match."
+        );
+    }
+
+    /// An admin request was turned away.
+    pub fn admin_denied(&self, denial: AdminDenial, method: &http::Method, path: &str) {
+        let status = match denial {
+            AdminDenial::Unauthenticated => "401",
+            AdminDenial::ReadOnly => "403",
+        };
+        self.admin_denied.get_or_create(&AdminDeniedLabels { status }).inc();
+        tracing::info!(status, %method, path, "Refused an admin request for its bearer token.");
+    }
+}
+
+/// The events of one origin (a store or file) of agent-configuration documents.
+#[derive(Debug, Clone)]
+pub struct OriginEvents {
+    origin: String,
+    reloads: Counter,
+    rejected: Counter,
+}
+
+impl Default for OriginEvents {
+    fn default() -> Self {
+        Events::default().for_origin("")
+    }
+}
+
+impl OriginEvents {
+    /// A new table is served.
+    pub fn document_installed(&self, version: u64, services: usize) {
+        self.reloads.inc();
+        tracing::info!(origin = %self.origin, version, services, "Installed new agent configurations.");
+    }
+
+    /// The key was deleted: the empty table is served, every service gets EMPTY.
+    pub fn document_deleted(&self, version: u64) {
+        self.reloads.inc();
+        tracing::warn!(origin = %self.origin, version, "The agent configurations were deleted; every service now gets the EMPTY answer.");
+    }
+
+    /// A document was refused; the previous table stays.
+    pub fn document_rejected(&self, error: &str) {
+        self.rejected.inc();
+        tracing::error!(origin = %self.origin, error, "Refused agent configurations; still serving the last good configuration.");
+    }
+}

@@ -1,0 +1,313 @@
+//! Prometheus metrics, served at `GET /metrics` on the admin address in the OpenMetrics text
+//! format.
+//!
+//! One explicit [`Registry`] per server, built once in [`Metrics::for_server`]: no globals, so
+//! tests run servers side by side and read each one's numbers. The README lists every family.
+//!
+//! - The CDS hot path ([`CdsMetrics::record`]) touches only counters resolved at start-up and
+//!   an atomic histogram: no lock, no label lookup, no allocation.
+//! - Reloads, rejected documents, store failures and refused credentials are *named events*
+//!   ([`events`]): one call logs the line and counts it.
+//! - The table's and the store's state (up, stale, ages, version) is read at scrape time.
+//! - The fleet tracker sets its gauges through [`FleetGauges`].
+
+pub mod events;
+mod fleet;
+mod histogram;
+mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+pub use events::{AdminDenial, Events, GuardedService, OriginEvents};
+pub use fleet::{AgentsPerDigest, FleetGauges, StuckAgents};
+use histogram::{AtomicHistogram, FETCH_BUCKETS};
+
+use crate::state::{ServedTable, StoreView};
+
+/// The content type of the exposition.
+pub const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What one `fetchConfigurations` call answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// The service's command: its digest differs from the one the agent echoed.
+    Changed,
+    /// An empty `Commands`: the agent echoed the current digest.
+    Unchanged,
+    /// The EMPTY command: the service has no entry (or the table was deleted).
+    Empty,
+    /// No table known yet: "no change", whatever was asked.
+    NotReady,
+}
+
+impl FetchOutcome {
+    const ALL: [Self; 4] = [Self::Changed, Self::Unchanged, Self::Empty, Self::NotReady];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Changed => "changed",
+            Self::Unchanged => "unchanged",
+            Self::Empty => "empty",
+            Self::NotReady => "not_ready",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DcsLabels {
+    method: &'static str,
+    outcome: &'static str,
+}
+
+/// The CDS handler's metrics. Cheap to clone; [`CdsMetrics::default`] counts into nothing that
+/// is exposed.
+#[derive(Debug, Clone)]
+pub struct CdsMetrics {
+    fetches: Family<OutcomeLabels, Counter>,
+    /// Indexed by `FetchOutcome as usize`; the same atomics as the family's children.
+    by_outcome: [Counter; 4],
+    latency: AtomicHistogram,
+}
+
+impl Default for CdsMetrics {
+    fn default() -> Self {
+        let fetches = Family::<OutcomeLabels, Counter>::default();
+        let by_outcome = FetchOutcome::ALL.map(|o| fetches.get_or_create_owned(&OutcomeLabels { outcome: o.as_str() }));
+        Self { fetches, by_outcome, latency: AtomicHistogram::new(&FETCH_BUCKETS) }
+    }
+}
+
+impl CdsMetrics {
+    /// Counts one answered call and how long the handler took.
+    #[inline]
+    pub fn record(&self, outcome: FetchOutcome, elapsed: Duration) {
+        self.by_outcome[outcome as usize].inc();
+        self.latency.observe(elapsed);
+    }
+
+    /// Calls answered with `outcome` so far.
+    pub fn fetches(&self, outcome: FetchOutcome) -> u64 {
+        self.by_outcome[outcome as usize].get()
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "skyconf_fetches",
+            "fetchConfigurations calls answered, by outcome: changed (the service's command), unchanged (empty Commands), empty (the EMPTY command), not_ready (no table yet)",
+            self.fetches.clone(),
+        );
+        registry.register(
+            "skyconf_fetch_duration_seconds",
+            "Time the server spent answering one fetchConfigurations call (lookup, digest comparison, serial number), excluding network and HTTP/2",
+            self.latency.clone(),
+        );
+    }
+}
+
+/// The DCS service's metrics. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DcsMetrics {
+    calls: Family<DcsLabels, Counter>,
+    /// `call` changed/unchanged, then `callGroup` changed/unchanged.
+    resolved: [Counter; 4],
+}
+
+impl Default for DcsMetrics {
+    fn default() -> Self {
+        let calls = Family::<DcsLabels, Counter>::default();
+        let resolved = [("call", "changed"), ("call", "unchanged"), ("callGroup", "changed"), ("callGroup", "unchanged")]
+            .map(|(method, outcome)| calls.get_or_create_owned(&DcsLabels { method, outcome }));
+        Self { calls, resolved }
+    }
+}
+
+impl DcsMetrics {
+    /// Counts one `call` (`group: false`) or `callGroup`, and whether it carried a change.
+    pub fn record(&self, group: bool, changed: bool) {
+        let index = usize::from(group) * 2 + usize::from(!changed);
+        self.resolved[index].inc();
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "skyconf_dcs_calls",
+            "Dynamic configuration service calls from OAPs, by method (call, callGroup) and outcome (changed: the table was sent; unchanged: the OAP's uuid was current)",
+            self.calls.clone(),
+        );
+    }
+}
+
+/// Every metric of one server, and the registry that exposes them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    cds: CdsMetrics,
+    dcs: DcsMetrics,
+    events: Events,
+    fleet: FleetGauges,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::build(None)
+    }
+}
+
+impl Metrics {
+    /// The metrics of a server answering from `served`, fed by `store`.
+    pub fn for_server(served: Arc<ServedTable>, store: Arc<StoreView>) -> Self {
+        Self::build(Some(state::StateCollector { served, store }))
+    }
+
+    fn build(state: Option<state::StateCollector>) -> Self {
+        let mut registry = Registry::default();
+        let (cds, dcs, events, fleet) =
+            (CdsMetrics::default(), DcsMetrics::default(), Events::default(), FleetGauges::default());
+        cds.register(&mut registry);
+        dcs.register(&mut registry);
+        events.register(&mut registry);
+        if let Some(state) = state {
+            events.watch_store(&state.store.status().store);
+            registry.register_collector(Box::new(state));
+        }
+        registry.register_collector(Box::new(fleet.clone()));
+        Self { registry, cds, dcs, events, fleet }
+    }
+
+    /// The CDS handler's handle.
+    pub fn cds(&self) -> CdsMetrics {
+        self.cds.clone()
+    }
+
+    /// The DCS handler's handle.
+    pub fn dcs(&self) -> DcsMetrics {
+        self.dcs.clone()
+    }
+
+    /// The named events' handle.
+    pub fn events(&self) -> Events {
+        self.events.clone()
+    }
+
+    /// The fleet tracker's handle.
+    pub fn fleet(&self) -> FleetGauges {
+        self.fleet.clone()
+    }
+
+    /// The exposition, in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            // Only a failing writer errs, and a String never fails; keep what was written.
+            tracing::error!(%error, "Cannot encode the metrics.");
+        }
+        text
+    }
+
+    /// `GET /metrics`.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new().route("/metrics", get(scrape)).with_state(Arc::clone(self))
+    }
+}
+
+async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    ([(CONTENT_TYPE, CONTENT_TYPE_OPENMETRICS)], metrics.encode())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn fetch_counters_and_the_histogram_are_exposed_from_the_start() {
+        let metrics = Metrics::default();
+        let text = metrics.encode();
+        for outcome in FetchOutcome::ALL {
+            let series = format!("skyconf_fetches_total{{outcome=\"{}\"}} 0", outcome.as_str());
+            assert!(text.contains(&series), "{series} in\n{text}");
+        }
+        metrics.cds().record(FetchOutcome::Changed, Duration::from_micros(3));
+        metrics.cds().record(FetchOutcome::Unchanged, Duration::from_micros(3));
+        metrics.cds().record(FetchOutcome::Unchanged, Duration::from_micros(3));
+        let text = metrics.encode();
+        assert_eq!(line(&text, "skyconf_fetches_total{outcome=\"unchanged\"}"), Some("skyconf_fetches_total{outcome=\"unchanged\"} 2"));
+        assert_eq!(line(&text, "skyconf_fetch_duration_seconds_count"), Some("skyconf_fetch_duration_seconds_count 3"));
+        assert!(text.contains("skyconf_fetch_duration_seconds_bucket{le=\"+Inf\"} 3"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn events_count_by_origin() {
+        let metrics = Metrics::default();
+        let origin = metrics.events().for_origin("file a.yaml");
+        origin.document_installed(2, 1);
+        origin.document_rejected("line 1, column 1: bad");
+        origin.document_rejected("line 1, column 1: bad");
+        let text = metrics.encode();
+        assert!(text.contains("skyconf_reloads_total{origin=\"file a.yaml\"} 1"), "{text}");
+        assert!(text.contains("skyconf_documents_rejected_total{origin=\"file a.yaml\"} 2"), "{text}");
+    }
+
+    #[test]
+    fn dcs_calls_count_by_method_and_outcome() {
+        let metrics = Metrics::default();
+        metrics.dcs().record(false, true);
+        metrics.dcs().record(true, false);
+        let text = metrics.encode();
+        assert!(text.contains("skyconf_dcs_calls_total{method=\"call\",outcome=\"changed\"} 1"), "{text}");
+        assert!(text.contains("skyconf_dcs_calls_total{method=\"callGroup\",outcome=\"unchanged\"} 1"), "{text}");
+        assert!(text.contains("skyconf_dcs_calls_total{method=\"call\",outcome=\"unchanged\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn fleet_gauges_replace_their_series_whole() {
+        let metrics = Metrics::default();
+        let fleet = metrics.fleet();
+        assert!(!metrics.encode().contains("skyconf_fleet_agents"), "no series before the tracker sets any");
+        fleet.set_agents_per_digest(vec![
+            AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 3 },
+            AgentsPerDigest { service: "a".into(), digest: "d0".into(), agents: 1 },
+        ]);
+        fleet.set_stuck_agents(vec![StuckAgents { service: "a".into(), agents: 1 }]);
+        let text = metrics.encode();
+        assert!(text.contains("skyconf_fleet_agents{service=\"a\",digest=\"d1\"} 3"), "{text}");
+        assert!(text.contains("skyconf_fleet_agents_stuck{service=\"a\"} 1"), "{text}");
+        fleet.set_agents_per_digest(vec![AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 4 }]);
+        let text = metrics.encode();
+        assert!(!text.contains("digest=\"d0\""), "{text}");
+    }
+
+    #[test]
+    fn state_gauges_follow_the_store_and_the_table() {
+        let served = Arc::new(ServedTable::new(skyconf_core::read("configurations:\n  a: {k: v}\n").unwrap()));
+        let store = Arc::new(StoreView::new("file x".into(), Default::default(), true, false));
+        let metrics = Metrics::for_server(Arc::clone(&served), Arc::clone(&store));
+        let text = metrics.encode();
+        assert!(text.contains("skyconf_store_up{store=\"file x\"} 1"), "{text}");
+        assert!(text.contains("skyconf_table_services 1"), "{text}");
+        assert!(text.contains("skyconf_store_failures_total{store=\"file x\"} 0"), "{text}");
+        store.mark_failed("down".into());
+        assert!(metrics.encode().contains("skyconf_store_up{store=\"file x\"} 0"));
+    }
+}

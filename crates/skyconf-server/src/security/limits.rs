@@ -1,0 +1,79 @@
+//! Limits: what one connection or request may cost the server.
+//!
+//! gRPC, besides the 64 KiB CDS message limit (`crate::cds::MAX_REQUEST_BYTES`, answered with
+//! `OUT_OF_RANGE`): the HTTP/2 header list size, concurrent streams per connection, and
+//! keep-alive pings that find dead peers. None of them can answer an agent's call with a status
+//! that drops its channel: a client keeps to the advertised stream limit by queueing its calls
+//! (grpc-java, grpc-go and tonic all do), and the header limit is far above anything an agent
+//! sends (a few hundred bytes of metadata). A header block over it is answered with HTTP 431,
+//! which gRPC clients report as UNKNOWN: such a request is not from an agent.
+//!
+//! Admin: request bodies are bounded by the largest document plus an envelope on write routes,
+//! and by a few KiB everywhere else (a `GET` carries no body).
+
+use std::time::Duration;
+
+use axum::Router;
+use tower_http::limit::RequestBodyLimitLayer;
+
+/// HTTP/2 limits of the gRPC port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcLimits {
+    /// The largest header block (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`), in bytes.
+    pub max_header_list_bytes: u32,
+    /// Concurrent calls per connection (`SETTINGS_MAX_CONCURRENT_STREAMS`); clients queue the rest.
+    pub max_concurrent_streams: u32,
+    /// How often an idle connection is pinged; `None`: never.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// TCP keep-alive on accepted sockets; `None`: off.
+    pub tcp_keepalive: Option<Duration>,
+}
+
+impl Default for GrpcLimits {
+    fn default() -> Self {
+        Self {
+            max_header_list_bytes: 16 * 1024,
+            // Proxies such as Envoy multiplex many agents onto few connections.
+            max_concurrent_streams: 1024,
+            keepalive_interval: Some(Duration::from_secs(60)),
+            keepalive_timeout: Duration::from_secs(20),
+            tcp_keepalive: Some(Duration::from_secs(60)),
+        }
+    }
+}
+
+impl GrpcLimits {
+    /// `server` with the HTTP/2 limits.
+    pub fn apply<L>(&self, server: tonic::transport::Server<L>) -> tonic::transport::Server<L> {
+        server
+            .http2_max_header_list_size(self.max_header_list_bytes)
+            .max_concurrent_streams(self.max_concurrent_streams)
+            .http2_keepalive_interval(self.keepalive_interval)
+            .http2_keepalive_timeout(Some(self.keepalive_timeout))
+    }
+
+    /// The accepted sockets of `listener`, with TCP keep-alive and no Nagle delay.
+    pub fn incoming(&self, listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+        tonic::transport::server::TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(self.tcp_keepalive)
+    }
+}
+
+/// The body limit of admin routes that take no document.
+pub const ADMIN_SMALL_BODY_BYTES: usize = 16 * 1024;
+
+/// Room for a JSON envelope around the largest document.
+pub const ADMIN_ENVELOPE_BYTES: usize = 64 * 1024;
+
+/// The body limit of write routes for documents up to `max_document_bytes`.
+pub fn admin_write_body_bytes(max_document_bytes: usize) -> usize {
+    max_document_bytes.saturating_add(ADMIN_ENVELOPE_BYTES)
+}
+
+/// `router` refusing bodies over `bytes` with 413, before a handler reads them.
+pub fn limit_body(router: Router, bytes: usize) -> Router {
+    router.layer(RequestBodyLimitLayer::new(bytes))
+}

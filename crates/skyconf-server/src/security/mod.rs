@@ -1,0 +1,131 @@
+//! Who may talk to skyconf, over what, and how much they may send.
+//!
+//! - [`auth`]: the agent token, checked exactly as the OAP checks it (gRPC metadata
+//!   `Authentication`, exact match, `PERMISSION_DENIED`), and bearer tokens with read and write
+//!   roles on the admin API.
+//! - [`tls`]: rustls (ring provider) for the gRPC and admin ports, from PEM files, with optional
+//!   client certificates.
+//! - [`limits`]: HTTP/2 limits of the gRPC port and request body limits of the admin API.
+//!
+//! Everything is off by default, as on an OAP. Secrets are [`Secret`]s: their `Debug` is
+//! redacted and they have no `Display`, so none can reach a log line by accident.
+
+pub mod auth;
+pub mod limits;
+pub mod tls;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_rustls::rustls::ServerConfig;
+
+use crate::metrics::Metrics;
+
+pub use auth::{AdminTokens, Role, Secret};
+pub use limits::GrpcLimits;
+pub use tls::{ClientAuth, ClientCerts, TlsFiles};
+
+/// The security settings of one server; [`Default`] is everything off.
+#[derive(Debug, Clone, Default)]
+pub struct SecurityConfig {
+    /// The token agents must send as gRPC metadata `Authentication` to the CDS service (the
+    /// OAP's `receiver-sharing-server.default.authentication`); `None`: not checked.
+    pub agent_token: Option<Secret>,
+    /// The token OAPs must send to the DCS service. A stock OAP's DCS client sends no metadata,
+    /// so setting this locks stock OAPs out; for DCS clients that can send it.
+    pub dcs_token: Option<Secret>,
+    /// Bearer tokens of the admin API; none: the API is open.
+    pub admin_tokens: AdminTokens,
+    /// `/metrics` without a token even when admin tokens are configured.
+    pub metrics_open: bool,
+    /// TLS on the gRPC port.
+    pub grpc_tls: Option<TlsFiles>,
+    /// TLS on the admin port.
+    pub admin_tls: Option<TlsFiles>,
+    /// HTTP/2 limits of the gRPC port.
+    pub grpc_limits: GrpcLimits,
+}
+
+/// Why a security setting cannot be used. Raised at start-up: the server does not open a port
+/// with half of its security.
+#[derive(Debug, thiserror::Error)]
+pub enum SecurityError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A PEM file holds nothing usable.
+    #[error("{path}: {message}")]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// rustls refused the certificate, key or CA bundle.
+    #[error("TLS setup of the {what} port: {message}")]
+    Tls {
+        /// `gRPC` or `admin`.
+        what: &'static str,
+        /// rustls' or tonic's reason.
+        message: String,
+    },
+    /// A token file line is not `read <token>` or `write <token>`.
+    #[error("{path}, line {line}: expected `read <token>` or `write <token>`")]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line (its text is not repeated: it may hold a token).
+        line: usize,
+    },
+}
+
+/// The admin app: the admin API's route groups behind their roles and body limits, and
+/// `/metrics`. `/healthz` and `/readyz` stay open: orchestrators probe them without tokens.
+pub fn admin_app(
+    admin: &crate::admin::Admin,
+    metrics: &Arc<Metrics>,
+    security: &SecurityConfig,
+    max_document_bytes: usize,
+) -> Router {
+    let tokens = Arc::new(security.admin_tokens.clone());
+    let events = metrics.events();
+    // The body limit sits inside the token check: an unauthenticated upload is refused (401)
+    // before anything is read.
+    let protect = |routes: Router, role: Role, body_bytes: usize| {
+        auth::require(limits::limit_body(routes, body_bytes), role, &tokens, &events)
+    };
+    let small = limits::ADMIN_SMALL_BODY_BYTES;
+    let metrics_routes = if security.metrics_open {
+        limits::limit_body(metrics.router(), small)
+    } else {
+        protect(metrics.router(), Role::Read, small)
+    };
+    limits::limit_body(admin.health_routes(), small)
+        .merge(metrics_routes)
+        .merge(protect(admin.read_routes(), Role::Read, small))
+        .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)))
+}
+
+/// Serves `app` on `listener`, over TLS when `tls` is given, until `stop` completes.
+pub async fn serve_admin(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<Arc<ServerConfig>>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    match tls {
+        None => axum::serve(listener, app).with_graceful_shutdown(stop).await,
+        Some(config) => {
+            axum::serve(tls::TlsListener::new(listener, config)?, app).with_graceful_shutdown(stop).await
+        }
+    }
+}

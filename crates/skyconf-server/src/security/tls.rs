@@ -1,0 +1,216 @@
+//! TLS for both ports, from PEM files: a certificate chain and its key, and optionally a CA
+//! bundle that client certificates must chain to (required, or only requested).
+//!
+//! rustls with the *ring* provider throughout: no OpenSSL, no aws-lc-sys. The gRPC port uses
+//! tonic's own rustls acceptor (`tls-ring`); the admin port keeps `axum::serve` (and with it
+//! graceful shutdown and HTTP/1.1 + HTTP/2) over a [`TlsListener`] that completes handshakes
+//! with tokio-rustls in their own tasks, each bounded by [`HANDSHAKE_TIMEOUT`], so one slow
+//! client never holds up the others. The files are read and checked (the key must match the
+//! certificate) before any port opens; an error names the file.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig};
+use tokio_rustls::server::TlsStream;
+
+use super::SecurityError;
+
+/// How long a client may take to complete its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether a client certificate is required or only asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientAuth {
+    /// A client without a certificate chaining to the CA fails the handshake.
+    #[default]
+    Require,
+    /// A certificate is asked for and verified when sent; clients without one are let in.
+    Request,
+}
+
+impl std::str::FromStr for ClientAuth {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "require" => Ok(Self::Require),
+            "request" => Ok(Self::Request),
+            other => Err(format!("`{other}`: expected `require` or `request`")),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ClientAuth {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Client certificate verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCerts {
+    /// PEM bundle of the CAs client certificates must chain to.
+    pub ca: PathBuf,
+    /// Required or requested.
+    pub auth: ClientAuth,
+}
+
+/// The PEM files of one port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key of the leaf (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// Client certificates, if any are verified.
+    pub client_certs: Option<ClientCerts>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, SecurityError> {
+    std::fs::read(path).map_err(|source| SecurityError::Read { path: path.to_owned(), source })
+}
+
+fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, SecurityError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| SecurityError::Pem { path: path.to_owned(), message: e.to_string() })?;
+    if certs.is_empty() {
+        return Err(SecurityError::Pem { path: path.to_owned(), message: "no CERTIFICATE block".into() });
+    }
+    Ok(certs)
+}
+
+fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, SecurityError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| SecurityError::Pem {
+        path: path.to_owned(),
+        message: format!("no usable private key: {e}"),
+    })
+}
+
+/// The rustls configuration of one port (`what`: `gRPC` or `admin`, for errors), offering
+/// HTTP/2 and HTTP/1.1 by ALPN.
+pub fn server_config(files: &TlsFiles, what: &'static str) -> Result<Arc<ServerConfig>, SecurityError> {
+    let tls_error = |message: String| SecurityError::Tls { what, message };
+    let chain = certificates(&files.cert, &read(&files.cert)?)?;
+    let key = private_key(&files.key, &read(&files.key)?)?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error(e.to_string()))?;
+    let builder = match &files.client_certs {
+        None => builder.with_no_client_auth(),
+        Some(client) => {
+            let mut roots = RootCertStore::empty();
+            for ca in certificates(&client.ca, &read(&client.ca)?)? {
+                roots.add(ca).map_err(|e| SecurityError::Pem { path: client.ca.clone(), message: e.to_string() })?;
+            }
+            let mut verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            if client.auth == ClientAuth::Request {
+                verifier = verifier.allow_unauthenticated();
+            }
+            builder.with_client_cert_verifier(verifier.build().map_err(|e| tls_error(e.to_string()))?)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| tls_error(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// tonic's TLS settings for the gRPC port, after checking the files as [`server_config`] does.
+pub fn grpc_config(files: &TlsFiles) -> Result<tonic::transport::ServerTlsConfig, SecurityError> {
+    server_config(files, "gRPC")?;
+    let identity = tonic::transport::Identity::from_pem(read(&files.cert)?, read(&files.key)?);
+    let mut config = tonic::transport::ServerTlsConfig::new().identity(identity).timeout(HANDSHAKE_TIMEOUT);
+    if let Some(client) = &files.client_certs {
+        config = config
+            .client_ca_root(tonic::transport::Certificate::from_pem(read(&client.ca)?))
+            .client_auth_optional(client.auth == ClientAuth::Request);
+    }
+    Ok(config)
+}
+
+/// A TCP listener that hands out TLS streams once their handshake is complete.
+#[derive(Debug)]
+pub struct TlsListener {
+    accepted: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local_addr: SocketAddr,
+    accepting: JoinHandle<()>,
+}
+
+impl TlsListener {
+    /// Accepts on `listener`, handshaking with `config`.
+    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> io::Result<Self> {
+        let local_addr = listener.local_addr()?;
+        let (tx, accepted) = mpsc::channel(64);
+        let accepting = tokio::spawn(accept_loop(listener, TlsAcceptor::from(config), tx));
+        Ok(Self { accepted, local_addr, accepting })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        // Closes the listening socket with the server.
+        self.accepting.abort();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+) {
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = tx.closed() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "Cannot accept an admin connection.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, tx) = (acceptor.clone(), tx.clone());
+        tokio::spawn(async move {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => {
+                    let _ = tx.send((stream, peer)).await;
+                }
+                // Debug only: scanners and health probes without TLS would flood the log.
+                Ok(Err(error)) => tracing::debug!(%peer, %error, "An admin TLS handshake failed."),
+                Err(_) => tracing::debug!(%peer, "An admin TLS handshake timed out."),
+            }
+        });
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.accepted.recv().await {
+            Some(accepted) => accepted,
+            // The accept loop only ends when this listener is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        Ok(self.local_addr)
+    }
+}
