@@ -1,6 +1,6 @@
 //! The ZooKeeper store: every child znode of a namespace is a key, laid out as the OAP's
-//! `configuration.zookeeper` provider reads it (see [`layout`](self) rules: data = single value,
-//! children = group items).
+//! `configuration.zookeeper` provider reads it: the znode's data is a single value, its children
+//! are a group's items (the `layout` module has the exact rules).
 //!
 //! Where the OAP polls every `period` seconds, this source watches: one persistent recursive watch
 //! on the namespace (ZooKeeper 3.6 or newer) reports every create, delete and data change below
