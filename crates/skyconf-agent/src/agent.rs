@@ -33,6 +33,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -436,7 +437,10 @@ fn apply(
                 (EventType::Modify, Some(new))
             };
             let change = ChangeEvent { key, event, value, uuid };
-            watcher.notify(&change).map_err(|e| (key.clone(), e))?;
+            // A panicking watcher is a failing watcher, not the end of the poll loop.
+            std::panic::catch_unwind(AssertUnwindSafe(|| watcher.notify(&change)))
+                .unwrap_or_else(|_| Err(WatcherError::new("the watcher panicked")))
+                .map_err(|e| (key.clone(), e))?;
             tracing::info!(%key, %event, value, "Configuration changed.");
             events += 1;
         }
@@ -498,6 +502,28 @@ mod tests {
         async fn fetch(&mut self, _: ConfigurationSyncRequest, _: Duration) -> Result<Commands, tonic::Status> {
             std::future::pending().await
         }
+    }
+
+    struct Panics;
+    impl crate::Watcher for Panics {
+        fn key(&self) -> &str {
+            "k"
+        }
+        fn value(&self) -> Option<String> {
+            None
+        }
+        fn notify(&self, _: &ChangeEvent<'_>) -> Result<(), WatcherError> {
+            panic!("on purpose")
+        }
+    }
+
+    #[test]
+    fn a_panicking_watcher_is_a_failing_watcher() {
+        let registry = Registry::new();
+        registry.register(Arc::new(Panics));
+        let config = HashMap::from([("k", "v")]);
+        let (key, error) = apply(&registry.snapshot(), &config, None).unwrap_err();
+        assert_eq!((key.as_str(), error.to_string().as_str()), ("k", "the watcher panicked"));
     }
 
     #[test]

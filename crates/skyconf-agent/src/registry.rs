@@ -110,8 +110,9 @@ pub trait Watcher: Send + Sync + 'static {
     fn value(&self) -> Option<String>;
 
     /// Applies a change. An error stops the command: the remaining watchers are skipped and the
-    /// uuid is kept, so the next poll retries. A value the watcher cannot parse is not an error
-    /// by convention: log it and keep the current value, as the Java agent's watchers do.
+    /// uuid is kept, so the next poll retries; a panic counts as an error. A value the watcher
+    /// cannot parse is not an error by convention: log it and keep the current value, as the Java
+    /// agent's watchers do.
     fn notify(&self, event: &ChangeEvent<'_>) -> Result<(), WatcherError>;
 
     /// The kind used to ignore a duplicate registration under the same key.
