@@ -42,6 +42,8 @@ enum Command {
     Digest(commands::digest::Args),
     /// Check a document: exit status 0 when skyconf would serve it; warnings about keys no agent reads.
     Validate(commands::validate::Args),
+    /// Follow a service's configuration as a Rust agent does; print one JSON line per change.
+    Agent(commands::agent::Args),
     /// Load-test a configuration discovery endpoint (any server); also memory, scale and propagation probes.
     Bench(commands::bench::Args),
 }
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Fetch(args) => commands::fetch::run(args),
         Command::Digest(args) => commands::digest::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
+        Command::Agent(args) => commands::agent::run(args),
         Command::Bench(args) => commands::bench::run(args),
     };
     match result {

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod agent;
 pub(crate) mod bench;
 pub(crate) mod digest;
 pub(crate) mod fetch;

@@ -1,0 +1,202 @@
+//! `skyconf agent`: runs the skyconf-agent library as a Rust service would, with a string watcher
+//! per key, and prints one JSON line per event on stdout:
+//! `{"key": "...", "event": "MODIFY"|"DELETE", "value": "..."|null, "uuid": "..."}`.
+//!
+//! Without `--key` it watches the keys a Java agent watches. Watchers start holding no value, so
+//! a key the server never set produces no DELETE. Runs until SIGTERM or Ctrl-C.
+
+use std::future::Future;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::json;
+use skyconf_agent::watchers::{JAVA_KEYS, StringWatcher};
+use skyconf_agent::{Agent, AgentOptions, ChangeEvent, GrpcTransport, Registry, Watcher, WatcherError};
+
+use super::fetch::parse_duration;
+
+/// Arguments of `skyconf agent`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The server, `HOST:PORT`.
+    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR")]
+    addr: String,
+    /// The service name, exactly as the agent sends it.
+    #[arg(long)]
+    service: String,
+    /// Time between polls.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Deadline of one call.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// A key to watch (repeatable); default: the Java agent's keys.
+    #[arg(long = "key", value_name = "KEY")]
+    keys: Vec<String>,
+    /// Token sent as `authentication` metadata, for an OAP that checks one.
+    #[arg(long, env = "SKYCONF_AUTHENTICATION")]
+    authentication: Option<String>,
+}
+
+/// A string watcher that also prints each event it receives.
+struct Printer<W> {
+    inner: StringWatcher,
+    out: Arc<Mutex<W>>,
+}
+
+impl<W: Write + Send + 'static> Watcher for Printer<W> {
+    fn key(&self) -> &str {
+        self.inner.key()
+    }
+
+    fn value(&self) -> Option<String> {
+        self.inner.value()
+    }
+
+    fn notify(&self, event: &ChangeEvent<'_>) -> Result<(), WatcherError> {
+        self.inner.notify(event)?;
+        let line = json!({
+            "key": event.key,
+            "event": event.event.as_str(),
+            "value": event.value,
+            "uuid": event.uuid,
+        });
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        // A closed stdout is no reason to stop following the configuration.
+        let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+        Ok(())
+    }
+}
+
+/// Follows the configuration, printing events to `out`, until `stop` completes.
+async fn follow<W: Write + Send + 'static>(
+    args: Args,
+    out: Arc<Mutex<W>>,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let mut transport = GrpcTransport::lazy(&args.addr).context("invalid --addr")?;
+    if let Some(token) = &args.authentication {
+        transport = transport.with_authentication(token).context("invalid --authentication")?;
+    }
+    let keys = if args.keys.is_empty() { JAVA_KEYS.iter().map(|k| (*k).to_owned()).collect() } else { args.keys };
+    let registry = Registry::new();
+    for key in keys {
+        registry.register(Arc::new(Printer { inner: StringWatcher::new(key), out: Arc::clone(&out) }));
+    }
+    let options = AgentOptions::new(args.service).interval(args.interval).timeout(args.timeout);
+    let handle = Agent::new(options, registry, transport).spawn();
+    stop.await;
+    handle.stop().await;
+    Ok(())
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    super::runtime()?.block_on(follow(args, Arc::new(Mutex::new(std::io::stdout())), shutdown_signal()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skyconf_server::{CdsOptions, CdsService, ServedTable};
+    use tokio::sync::Notify;
+
+    /// Hands every complete line written to it to the test.
+    struct LineSink {
+        line: Vec<u8>,
+        lines: tokio::sync::mpsc::UnboundedSender<String>,
+    }
+
+    impl Write for LineSink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            for &b in buf {
+                if b == b'\n' {
+                    let _ = self.lines.send(String::from_utf8(std::mem::take(&mut self.line)).unwrap());
+                } else {
+                    self.line.push(b);
+                }
+            }
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn prints_one_json_line_per_event() {
+        let doc = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.other: x\n";
+        let served = Arc::new(ServedTable::new(skyconf_core::read(doc).unwrap()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let service = CdsService::new(Arc::clone(&served), CdsOptions::default()).into_server();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+
+        let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+        let out = Arc::new(Mutex::new(LineSink { line: Vec::new(), lines: lines_tx }));
+        let done = Arc::new(Notify::new());
+        let args = Args {
+            addr: addr.to_string(),
+            service: "svc".into(),
+            interval: Duration::from_millis(20),
+            timeout: Duration::from_secs(5),
+            keys: vec![],
+            authentication: None,
+        };
+        let stop = {
+            let done = Arc::clone(&done);
+            async move { done.notified().await }
+        };
+        let follower = tokio::spawn(follow(args, out, stop));
+        let mut next_line = async || {
+            let line = tokio::time::timeout(Duration::from_secs(10), lines.recv()).await.expect("an event").unwrap();
+            serde_json::from_str::<serde_json::Value>(&line).unwrap()
+        };
+
+        let digest = served.snapshot().answer("svc").digest.as_str().to_owned();
+        assert_eq!(
+            next_line().await,
+            json!({"key": "agent.sample_n_per_3_secs", "event": "MODIFY", "value": "10", "uuid": digest})
+        );
+        // Removing the service: EMPTY, so the key is deleted.
+        served.install(skyconf_core::read("configurations:\n").unwrap());
+        let empty = skyconf_core::Digest::empty().as_str().to_owned();
+        assert_eq!(
+            next_line().await,
+            json!({"key": "agent.sample_n_per_3_secs", "event": "DELETE", "value": null, "uuid": empty})
+        );
+        done.notify_one();
+        follower.await.unwrap().unwrap();
+        server.abort();
+    }
+}
