@@ -94,6 +94,10 @@ KNOWN_REFUSALS = [
     ("known:anchor-name-with-colon", lambda m, t: re.search(r"anchor or alias name `[^`]*:[^`]*`", m)
      or re.search(r"&[^\s,\[\]{}]*:", t)),
     ("known:colon-before-flow-collection", lambda m, t: "may not precede any of `[{`" in m),
+    ("known:bracket-in-tag", lambda m, t: ("while scanning a tag" in m or "is not valid YAML 1.1 (the OAP's loader reads a tag" in m)
+     and re.search(r"![^\s]*[\[\],]", t)),
+    ("known:question-mark-glued-in-flow", lambda m, t: "`?` is the key indicator" in m
+     and re.search(r"[\[{,]\s*\?['\"!&*\[{]", t)),
     ("known:alias-followed-by-colon", lambda m, t: "found unknown anchor" in m and re.search(r"\*[^\s,\[\]{}]*:", t)),
     ("known:dash-before-flow-indicator", lambda m, t: "cannot start with '-' followed by" in m),
     ("known:java-hex-float", lambda m, t: "is not a valid float" in m and re.search(r"!!float\s+['\"]?[-+]?0[xX]", t)),

@@ -128,13 +128,13 @@ pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
         })?;
         let raw = source.check_yaml11(&event, &span)?;
         if has_tabs && let Event::Scalar(_, style, ..) = &event {
-            scalars.push(source.scalar_extent(&span, *style));
+            scalars.push(source.scalar_extent(&span, *style, raw.properties));
         }
         let event = match event {
             Event::Scalar(value, style @ (ScalarStyle::Literal | ScalarStyle::Folded), anchor, tag)
                 if span.end.index() >= total_chars && !text.ends_with(['\n', '\r']) =>
             {
-                let value = source.block_scalar_at_eof(&span, &value).map_or(value, Cow::Owned);
+                let value = source.block_scalar_at_eof(&span, &value, raw.properties).map_or(value, Cow::Owned);
                 Event::Scalar(value, style, anchor, tag)
             }
             event => event,
@@ -143,15 +143,6 @@ pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
     }
     if has_tabs {
         yaml11::check_tabs(text, &scalars)?;
-    }
-    // A `...` with no document before it ends nothing: SnakeYAML fails, the 1.2 parser skips it.
-    if builder.documents == 0
-        && text.lines().any(|line| line.strip_prefix("...").is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t'])))
-    {
-        return Err(ReadError::syntax(
-            Position { line: 1, column: 1 },
-            "a document end marker `...` with no document before it",
-        ));
     }
     Ok(builder.root)
 }
@@ -185,16 +176,22 @@ impl Builder {
                 self.check_depth(at)?;
                 let plain = matches!(style, ScalarStyle::Plain);
                 let mut node = Node { kind: NodeKind::Scalar { text: text.into_owned(), plain }, tag: tag_of(tag), at };
+                // `{?: v}`: the `?` written is an explicit key, empty or not.
+                let explicit = plain
+                    && self.in_flow()
+                    && matches!(&node.kind, NodeKind::Scalar { text, .. } if text.starts_with('?'));
                 if plain && self.in_flow() {
                     node = self.flow_plain(node, raw)?;
-                } else if plain
+                }
+                if plain
+                    && !explicit
                     && !raw.properties
                     && matches!(&node.kind, NodeKind::Scalar { text, .. } if text.is_empty())
                     && matches!(self.stack.last(), Some(Frame::Mapping { key: None, .. }))
                     && !source.after_question_mark(span.start.index())
                 {
                     // `: value` with nothing before the colon: SnakeYAML has no empty implicit
-                    // keys in block mappings.
+                    // keys, in block or flow mappings (`{: v}`, `[: v]`).
                     return Err(ReadError::syntax(at, "a mapping entry has no key before its `:`"));
                 }
                 // A block scalar can only be an explicit key.
@@ -508,6 +505,7 @@ mod tests {
         assert_eq!(value_of("a: |+\n  x\n\n  "), "x\n\n");
         assert_eq!(value_of("a: >- # c|d\n  x\n  y"), "x y");
         assert_eq!(value_of("a: &x >+\n  x\n  y"), "x y");
+        assert_eq!(value_of("a: |\n  !x &y\n  z"), "!x &y\nz", "content that looks like properties");
     }
 
     #[test]
@@ -532,8 +530,9 @@ mod tests {
     #[test]
     fn block_mappings_have_no_empty_implicit_keys() {
         assert!(parse("a: 1\n: 2\n").is_err());
+        assert!(parse("a: {: 2}\n").is_err() && parse("a: [: 2]\n").is_err(), "nor flow mappings");
+        assert!(parse("a: {?: 2}\n").is_ok(), "`?` makes it explicit");
         assert!(parse("? \n: 2\n").is_ok(), "an explicit empty key is fine");
-        assert!(parse("a: {: 2}\n").is_ok(), "so is an empty key in a flow mapping");
     }
 
     #[test]

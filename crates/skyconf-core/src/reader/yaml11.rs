@@ -37,13 +37,15 @@ pub(super) fn normalize_breaks(text: &str) -> Cow<'_, str> {
 /// refuses. The parser's spans count characters; the text is walked forward to find their bytes.
 pub(super) struct Source<'a> {
     text: &'a str,
+    /// The tag the parser read for the event being checked, as its suffix.
+    tag_suffix: Option<String>,
     char_at: usize,
     byte_at: usize,
 }
 
 impl<'a> Source<'a> {
     pub(super) fn new(text: &'a str) -> Self {
-        Self { text, char_at: 0, byte_at: 0 }
+        Self { text, tag_suffix: None, char_at: 0, byte_at: 0 }
     }
 
     /// The text from character `index` on.
@@ -65,6 +67,12 @@ impl<'a> Source<'a> {
     /// `.`, `/`, `*` or `&` in them (SnakeYAML ends a name there and then fails), and the `\\/`
     /// escape in double-quoted scalars. Returns what the builder needs to know of the raw text.
     pub(super) fn check_yaml11(&mut self, event: &Event<'_>, span: &Span) -> Result<Raw, ReadError> {
+        self.tag_suffix = match event {
+            Event::Scalar(_, _, _, Some(tag))
+            | Event::SequenceStart(_, Some(tag))
+            | Event::MappingStart(_, Some(tag)) => Some(tag.suffix.clone()),
+            _ => None,
+        };
         let (has_anchor, double_quoted) = match event {
             Event::Scalar(_, style, anchor, _) => (*anchor != 0, matches!(style, ScalarStyle::DoubleQuoted)),
             Event::SequenceStart(anchor, tag) | Event::MappingStart(anchor, tag) => {
@@ -107,11 +115,12 @@ impl<'a> Source<'a> {
     /// The value of a block scalar that runs to the end of a text with no final line break. The
     /// 1.2 parser counts a line break there that is not in the text (`|` then `a` at the very
     /// end gives `a\n`); SnakeYAML counts only the breaks written, so rebuild the trailing ones.
-    pub(super) fn block_scalar_at_eof(&mut self, span: &Span, value: &str) -> Option<String> {
+    pub(super) fn block_scalar_at_eof(&mut self, span: &Span, value: &str, properties: bool) -> Option<String> {
         // With an anchor or a tag the span starts there, at the header (`|+`, `>2-`, ...);
-        // without, it starts at the content and the header ends the last non-blank line before.
-        let (rest, properties) = self.check_properties(span).ok()?;
+        // without, it starts at the content (which may well start with `!` or `&`) and the
+        // header ends the last non-blank line before.
         let (line, body) = if properties {
+            let (rest, _) = self.check_properties(span).ok()?;
             rest.split_once('\n')?
         } else {
             let body = self.from(span.start.index());
@@ -143,10 +152,11 @@ impl<'a> Source<'a> {
     }
 
     /// The extent of a scalar event: its content start (after any anchor and tag) and its end.
-    pub(super) fn scalar_extent(&mut self, span: &Span, style: ScalarStyle) -> Extent {
+    pub(super) fn scalar_extent(&mut self, span: &Span, style: ScalarStyle, properties: bool) -> Extent {
         let block = matches!(style, ScalarStyle::Literal | ScalarStyle::Folded);
-        let (start, block_column) = match self.check_properties(span) {
-            Ok((rest, true)) => {
+        let parsed = if properties { self.check_properties(span).ok() } else { None };
+        let (start, block_column) = match parsed {
+            Some((rest, true)) => {
                 let offset = rest.as_ptr() as usize - self.text.as_ptr() as usize;
                 // With properties the span starts on the header line; the indentation is that
                 // of the first content line.
@@ -231,7 +241,7 @@ impl<'a> Source<'a> {
                 any = true;
             } else if rest.starts_with('!') {
                 let end = rest.find([' ', '\t', '\r', '\n']).unwrap_or(rest.len());
-                check_tag(&rest[..end], position(span))?;
+                check_tag(&rest[..end], self.tag_suffix.as_deref(), position(span))?;
                 rest = &rest[end..];
                 any = true;
             } else {
@@ -310,13 +320,19 @@ pub(super) fn check_tabs(text: &str, scalars: &[Extent]) -> Result<(), ReadError
 /// SnakeYAML reads a tag as URI characters up to a blank: another character in it (`#`, `{`,
 /// non-ASCII) fails, and `,` `[` `]` would be part of its tag where the 1.2 parser ends the tag
 /// before them; both are refused.
-fn check_tag(tag: &str, at: Position) -> Result<(), ReadError> {
+fn check_tag(tag: &str, parsed_suffix: Option<&str>, at: Position) -> Result<(), ReadError> {
     let uri = |c: char| c.is_ascii_alphanumeric() || "-;/?:@&=+$_.!~*'()%".contains(c);
     let valid = match tag.strip_prefix("!<") {
         Some(verbatim) => {
             verbatim.strip_suffix('>').is_some_and(|inner| inner.chars().all(|c| uri(c) || ",[]".contains(c)))
         }
-        None => tag.chars().all(uri),
+        // `,` `[` `]` are URI characters too, but inside `[...]` or `{...}` the 1.2 parser ends
+        // the tag there: then it read another tag than SnakeYAML does.
+        None => {
+            tag.chars().all(|c| uri(c) || ",[]".contains(c))
+                && (!tag.contains([',', '[', ']'])
+                    || parsed_suffix.is_some_and(|suffix| tag.rsplit('!').next() == Some(suffix)))
+        }
     };
     if valid {
         return Ok(());
@@ -354,6 +370,8 @@ pub(super) fn check_stream(text: &str) -> Result<(), ReadError> {
         ));
     }
     let mut prologue = true;
+    // Only blank lines, comments and directives so far.
+    let mut nothing_yet = true;
     for (number, line) in text.split('\n').enumerate() {
         let trimmed = line.trim_start_matches([' ', '\t', '\r']);
         prologue &= trimmed.is_empty() || trimmed.starts_with(['#', '%']) || line.starts_with("---");
@@ -370,6 +388,14 @@ pub(super) fn check_stream(text: &str) -> Result<(), ReadError> {
         if line.starts_with("---") {
             prologue = false;
         }
+        // `...` before any document ends nothing: SnakeYAML fails, the 1.2 parser skips it.
+        if line.strip_prefix("...").is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t', '\r'])) && nothing_yet {
+            return Err(ReadError::syntax(
+                Position { line: number + 1, column: 1 },
+                "a document end marker `...` with no document before it",
+            ));
+        }
+        nothing_yet &= trimmed.is_empty() || trimmed.starts_with(['#', '%']);
         if let Some((column, c)) = line.chars().enumerate().find(|&(_, c)| !printable(c)) {
             return Err(ReadError::syntax(
                 Position { line: number + 1, column: column + 1 },
