@@ -62,8 +62,13 @@ impl EncodeMetric for AtomicHistogram {
     fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
         let inner = &*self.inner;
         let counts: Vec<u64> = inner.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
-        let buckets: Vec<(f64, u64)> =
-            inner.bounds_secs.iter().copied().chain(std::iter::once(f64::INFINITY)).zip(counts.iter().copied()).collect();
+        let buckets: Vec<(f64, u64)> = inner
+            .bounds_secs
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(counts.iter().copied())
+            .collect();
         let sum = inner.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
         encoder.encode_histogram::<NoLabelSet>(sum, counts.iter().sum(), &buckets, None)
     }

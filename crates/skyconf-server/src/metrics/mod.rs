@@ -132,8 +132,9 @@ pub struct DcsMetrics {
 impl Default for DcsMetrics {
     fn default() -> Self {
         let calls = Family::<DcsLabels, Counter>::default();
-        let resolved = [("call", "changed"), ("call", "unchanged"), ("callGroup", "changed"), ("callGroup", "unchanged")]
-            .map(|(method, outcome)| calls.get_or_create_owned(&DcsLabels { method, outcome }));
+        let resolved =
+            [("call", "changed"), ("call", "unchanged"), ("callGroup", "changed"), ("callGroup", "unchanged")]
+                .map(|(method, outcome)| calls.get_or_create_owned(&DcsLabels { method, outcome }));
         Self { calls, resolved }
     }
 }
@@ -251,7 +252,10 @@ mod tests {
         metrics.cds().record(FetchOutcome::Unchanged, Duration::from_micros(3));
         metrics.cds().record(FetchOutcome::Unchanged, Duration::from_micros(3));
         let text = metrics.encode();
-        assert_eq!(line(&text, "skyconf_fetches_total{outcome=\"unchanged\"}"), Some("skyconf_fetches_total{outcome=\"unchanged\"} 2"));
+        assert_eq!(
+            line(&text, "skyconf_fetches_total{outcome=\"unchanged\"}"),
+            Some("skyconf_fetches_total{outcome=\"unchanged\"} 2")
+        );
         assert_eq!(line(&text, "skyconf_fetch_duration_seconds_count"), Some("skyconf_fetch_duration_seconds_count 3"));
         assert!(text.contains("skyconf_fetch_duration_seconds_bucket{le=\"+Inf\"} 3"), "{text}");
         assert!(text.ends_with("# EOF\n"));

@@ -30,12 +30,12 @@ fn gauge(
     labels: Option<&StoreLabels<'_>>,
     name: &str,
     help: &str,
-    value: impl EncodeGaugeValue,
+    value: &impl EncodeGaugeValue,
 ) -> Result<(), std::fmt::Error> {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     match labels {
-        Some(labels) => metric.encode_family(labels)?.encode_gauge(&value),
-        None => metric.encode_gauge(&value),
+        Some(labels) => metric.encode_family(labels)?.encode_gauge(value),
+        None => metric.encode_gauge(value),
     }
 }
 
@@ -49,14 +49,14 @@ impl Collector for StateCollector {
             Some(&labels),
             "skyconf_store_up",
             "1 while the last contact with the configuration store succeeded, 0 while it is failing",
-            i64::from(status.connected),
+            &i64::from(status.connected),
         )?;
         gauge(
             &mut encoder,
             Some(&labels),
             "skyconf_store_stale",
             "1 while the served configuration is a persisted copy the store has not confirmed in this run",
-            i64::from(status.stale),
+            &i64::from(status.stale),
         )?;
         if let Some(last) = status.last_update {
             gauge(
@@ -64,7 +64,7 @@ impl Collector for StateCollector {
                 Some(&labels),
                 "skyconf_store_last_report_age_seconds",
                 "Seconds since the store last reported content (a snapshot or a change)",
-                age(last, now),
+                &age(last, now),
             )?;
         }
 
@@ -74,21 +74,21 @@ impl Collector for StateCollector {
             None,
             "skyconf_table_ready",
             "1 once a table is served; 0 while every agent is answered \"no change\"",
-            i64::from(snapshot.ready),
+            &i64::from(snapshot.ready),
         )?;
         gauge(
             &mut encoder,
             None,
             "skyconf_table_version",
             "Version of the served table (+1 per install)",
-            i64::try_from(snapshot.version).unwrap_or(i64::MAX),
+            &i64::try_from(snapshot.version).unwrap_or(i64::MAX),
         )?;
         gauge(
             &mut encoder,
             None,
             "skyconf_table_services",
             "Services in the served table",
-            i64::try_from(snapshot.table.len()).unwrap_or(i64::MAX),
+            &i64::try_from(snapshot.table.len()).unwrap_or(i64::MAX),
         )?;
         if snapshot.ready {
             gauge(
@@ -96,7 +96,7 @@ impl Collector for StateCollector {
                 None,
                 "skyconf_table_age_seconds",
                 "Seconds since the served table was installed (the last store write seen served)",
-                age(snapshot.installed_at, now),
+                &age(snapshot.installed_at, now),
             )?;
         }
         Ok(())

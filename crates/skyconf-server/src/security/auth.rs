@@ -125,7 +125,7 @@ impl TokenCheck {
     /// The check on one call's metadata.
     pub fn check(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), GrpcAuthError> {
         // grpc-java's Metadata.get, which the OAP uses, reads the last value of a repeated key.
-        let sent = metadata.get_all(AUTHENTICATION_METADATA).iter().last();
+        let sent = metadata.get_all(AUTHENTICATION_METADATA).iter().next_back();
         if sent.is_some_and(|value| self.token.matches(value.as_bytes())) {
             return Ok(());
         }
@@ -192,8 +192,8 @@ impl AdminTokens {
     /// Adds the tokens of a file: one `read <token>` or `write <token>` per line; blank lines and
     /// lines starting with `#` are skipped.
     pub fn add_file(&mut self, path: &Path) -> Result<(), SecurityError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| SecurityError::Read { path: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| SecurityError::Read { path: path.to_owned(), source })?;
         for (index, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {

@@ -124,8 +124,6 @@ pub async fn serve_admin(
 ) -> std::io::Result<()> {
     match tls {
         None => axum::serve(listener, app).with_graceful_shutdown(stop).await,
-        Some(config) => {
-            axum::serve(tls::TlsListener::new(listener, config)?, app).with_graceful_shutdown(stop).await
-        }
+        Some(config) => axum::serve(tls::TlsListener::new(listener, config)?, app).with_graceful_shutdown(stop).await,
     }
 }

@@ -92,10 +92,8 @@ fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>,
 }
 
 fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, SecurityError> {
-    PrivateKeyDer::from_pem_slice(pem).map_err(|e| SecurityError::Pem {
-        path: path.to_owned(),
-        message: format!("no usable private key: {e}"),
-    })
+    PrivateKeyDer::from_pem_slice(pem)
+        .map_err(|e| SecurityError::Pem { path: path.to_owned(), message: format!("no usable private key: {e}") })
 }
 
 /// The rustls configuration of one port (`what`: `gRPC` or `admin`, for errors), offering
