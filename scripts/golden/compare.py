@@ -94,6 +94,10 @@ KNOWN_REFUSALS = [
     ("known:anchor-name-with-colon", lambda m, t: re.search(r"anchor or alias name `[^`]*:[^`]*`", m)
      or re.search(r"&[^\s,\[\]{}]*:", t)),
     ("known:colon-before-flow-collection", lambda m, t: "may not precede any of `[{`" in m),
+    ("known:explicit-key-value-without-colon", lambda m, t: "did not find expected key" in m
+     and preceded_by_explicit_key(m, t)),
+    ("known:directive-without-document", lambda m, t: "did not find expected <document start>" in m
+     and t.lstrip().startswith("%")),
     ("known:bracket-in-tag", lambda m, t: ("while scanning a tag" in m or "is not valid YAML 1.1 (the OAP's loader reads a tag" in m)
      and re.search(r"![^\s]*[\[\],]", t)),
     ("known:question-mark-glued-in-flow", lambda m, t: "`?` is the key indicator" in m
@@ -103,6 +107,17 @@ KNOWN_REFUSALS = [
     ("known:java-hex-float", lambda m, t: "is not a valid float" in m and re.search(r"!!float\s+['\"]?[-+]?0[xX]", t)),
     ("known:unicode-digits", lambda m, t: "is not a valid integer" in m and re.search(r"!!int\s+['\"]?[^\x00-\x7f]", t)),
 ]
+
+
+def preceded_by_explicit_key(message, text):
+    """The refused line follows a `? key` line: SnakeYAML takes a more-indented next line as the
+    key's value even without `:`."""
+    m = re.match(r"line (\d+),", message)
+    if not m:
+        return False
+    lines = text.split("\n")
+    n = int(m.group(1)) - 1
+    return any(line.lstrip().startswith("?") for line in lines[max(0, n - 2):n + 1])
 
 
 def known(text, o_members, our_error):
