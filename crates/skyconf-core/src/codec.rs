@@ -39,19 +39,10 @@ pub fn encode_command<'a>(
     digest: &Digest,
     entries: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Command {
-    let pair = |key: &str, value: &str| KeyStringValuePair {
-        key: key.to_owned(),
-        value: value.to_owned(),
-    };
-    let mut args = vec![
-        pair(SERIAL_NUMBER_KEY, serial_number),
-        pair(UUID_KEY, digest.as_str()),
-    ];
+    let pair = |key: &str, value: &str| KeyStringValuePair { key: key.to_owned(), value: value.to_owned() };
+    let mut args = vec![pair(SERIAL_NUMBER_KEY, serial_number), pair(UUID_KEY, digest.as_str())];
     args.extend(entries.into_iter().map(|(k, v)| pair(k, v)));
-    Command {
-        command: COMMAND_NAME.to_owned(),
-        args,
-    }
+    Command { command: COMMAND_NAME.to_owned(), args }
 }
 
 /// An answer encoded once, served many times with a fresh serial number patched in.
@@ -64,27 +55,20 @@ pub struct PreEncoded {
 impl PreEncoded {
     /// Encodes `Commands{[command for digest, entries]}`.
     pub fn new<'a>(digest: &Digest, entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-        let commands = Commands {
-            commands: vec![encode_command(SERIAL_PLACEHOLDER, digest, entries)],
-        };
+        let commands = Commands { commands: vec![encode_command(SERIAL_PLACEHOLDER, digest, entries)] };
         let bytes = commands.encode_to_vec();
         // The serial is the first argument, so the first occurrence of the placeholder is it.
         let start = bytes
             .windows(SERIAL_LEN)
             .position(|w| w == SERIAL_PLACEHOLDER.as_bytes())
             .expect("the placeholder serial is in the encoding");
-        Self {
-            bytes: bytes.into(),
-            serial: start..start + SERIAL_LEN,
-        }
+        Self { bytes: bytes.into(), serial: start..start + SERIAL_LEN }
     }
 
     /// The encoded `Commands` with `serial` in place.
     pub fn with_serial(&self, serial: Uuid) -> Bytes {
         let mut out = self.bytes.to_vec();
-        serial
-            .hyphenated()
-            .encode_lower(&mut out[self.serial.clone()]);
+        serial.hyphenated().encode_lower(&mut out[self.serial.clone()]);
         out.into()
     }
 
@@ -164,14 +148,9 @@ mod tests {
         let digest = Digest::of_entries([("a", "1"), ("b", "x")]);
         let pre = PreEncoded::new(&digest, [("a", "1"), ("b", "x")]);
         let serial = Uuid::new_v4();
-        let expected = Commands {
-            commands: vec![encode_command(
-                &serial.to_string(),
-                &digest,
-                [("a", "1"), ("b", "x")],
-            )],
-        }
-        .encode_to_vec();
+        let expected =
+            Commands { commands: vec![encode_command(&serial.to_string(), &digest, [("a", "1"), ("b", "x")])] }
+                .encode_to_vec();
         assert_eq!(pre.with_serial(serial).as_ref(), expected.as_slice());
     }
 
@@ -182,19 +161,14 @@ mod tests {
         let decoded = Commands::decode(pre.with_fresh_serial()).unwrap();
         let cmd = DiscoveryCommand::find(&decoded).unwrap();
         assert_ne!(cmd.serial_number.as_deref(), Some(SERIAL_PLACEHOLDER));
-        assert_eq!(
-            cmd.config,
-            vec![("k".to_owned(), SERIAL_PLACEHOLDER.to_owned())]
-        );
+        assert_eq!(cmd.config, vec![("k".to_owned(), SERIAL_PLACEHOLDER.to_owned())]);
     }
 
     #[test]
     fn every_answer_gets_a_fresh_v4_serial() {
         let pre = PreEncoded::new(&Digest::empty(), []);
-        let a =
-            DiscoveryCommand::find(&Commands::decode(pre.with_fresh_serial()).unwrap()).unwrap();
-        let b =
-            DiscoveryCommand::find(&Commands::decode(pre.with_fresh_serial()).unwrap()).unwrap();
+        let a = DiscoveryCommand::find(&Commands::decode(pre.with_fresh_serial()).unwrap()).unwrap();
+        let b = DiscoveryCommand::find(&Commands::decode(pre.with_fresh_serial()).unwrap()).unwrap();
         let (a, b) = (a.serial_number.unwrap(), b.serial_number.unwrap());
         assert_ne!(a, b);
         for s in [a, b] {
@@ -207,10 +181,7 @@ mod tests {
 
     #[test]
     fn decoding_follows_the_java_agent() {
-        let pair = |k: &str, v: &str| KeyStringValuePair {
-            key: k.into(),
-            value: v.into(),
-        };
+        let pair = |k: &str, v: &str| KeyStringValuePair { key: k.into(), value: v.into() };
         let cmd = Command {
             command: COMMAND_NAME.into(),
             args: vec![
@@ -225,10 +196,7 @@ mod tests {
         assert_eq!(decoded.uuid.as_deref(), Some("u2"));
         assert_eq!(decoded.serial_number.as_deref(), Some("s"));
         assert_eq!(decoded.config_map(), Err(DuplicateKey("k".into())));
-        let other = Command {
-            command: "CDS".into(),
-            args: vec![],
-        };
+        let other = Command { command: "CDS".into(), args: vec![] };
         assert!(DiscoveryCommand::from_command(&other).is_none());
     }
 

@@ -72,28 +72,15 @@ mod tests {
     #[test]
     fn no_entries_hash_the_empty_string() {
         // Vector V3.
-        assert!(
-            Digest::of_entries([])
-                .as_str()
-                .starts_with("cf83e1357eefb8bdf1542850d66d8007")
-        );
+        assert!(Digest::of_entries([]).as_str().starts_with("cf83e1357eefb8bdf1542850d66d8007"));
         assert_eq!(Digest::of_entries([]), Digest::of_text(""));
     }
 
     #[test]
     fn concatenation_has_no_separator_so_these_collide() {
         // §2.4.3: the OAP's collisions must be reproduced, not fixed.
-        assert_eq!(
-            Digest::of_entries([("a", "b:c")]),
-            Digest::of_entries([("a:b", "c")])
-        );
-        assert_eq!(
-            Digest::of_entries([("a", "bc"), ("d", "e")]),
-            Digest::of_entries([("a", "b"), ("cd", "e")])
-        );
-        assert_ne!(
-            Digest::of_entries([("a", "1"), ("b", "2")]),
-            Digest::of_entries([("b", "2"), ("a", "1")])
-        );
+        assert_eq!(Digest::of_entries([("a", "b:c")]), Digest::of_entries([("a:b", "c")]));
+        assert_eq!(Digest::of_entries([("a", "bc"), ("d", "e")]), Digest::of_entries([("a", "b"), ("cd", "e")]));
+        assert_ne!(Digest::of_entries([("a", "1"), ("b", "2")]), Digest::of_entries([("b", "2"), ("a", "1")]));
     }
 }

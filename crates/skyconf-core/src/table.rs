@@ -18,11 +18,7 @@ impl ServiceConfig {
     /// A service with these stringified entries, in document order.
     pub fn new(name: String, entries: Vec<(String, String)>) -> Self {
         let digest = Digest::of_entries(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        Self {
-            name,
-            entries,
-            digest,
-        }
+        Self { name, entries, digest }
     }
 
     /// The service name agents send.
@@ -37,10 +33,7 @@ impl ServiceConfig {
 
     /// The value of one key.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     /// The digest agents echo back.
@@ -58,9 +51,7 @@ pub struct AgentConfigurations {
 impl AgentConfigurations {
     /// A table of these services, in document order.
     pub fn from_services(services: IndexMap<String, ServiceConfig>) -> Self {
-        Self {
-            services: Arc::new(services),
-        }
+        Self { services: Arc::new(services) }
     }
 
     /// Exact, case-sensitive lookup, as the OAP does it.
