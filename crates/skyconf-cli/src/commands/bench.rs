@@ -202,6 +202,9 @@ struct ReloadArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -240,7 +243,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 const KEYS: [(&str, &str); 12] = [
     ("agent.sample_n_per_3_secs", "{n}"),
     ("agent.span_limit_per_segment", "300"),
-    ("agent.ignore_suffix", "'.jpg,.jpeg,.js,.css,.png,.bmp,.gif,.ico,.mp3,.mp4,.html,.svg'"),
+    ("agent.ignore_suffix", "'.jpg,.css,.png,.ico'"),
     ("agent.trace.ignore_path", "'/eureka/**,/actuator/**,/health'"),
     ("plugin.jdbc.trace_sql_parameters", "true"),
     ("agent.sample_rate", "'0.5'"),
@@ -859,6 +862,7 @@ fn run_reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
     let served = skyconf_server::ServedTable::new(skyconf_core::AgentConfigurations::default());
     let (mut parse, mut install, mut total) = (Vec::new(), Vec::new(), Vec::new());
     let mut services = 0;
+    let bar = progress(args.quiet, args.repeat.max(1) as u64, "reloads");
     for _ in 0..args.repeat.max(1) {
         let t0 = Instant::now();
         let table = skyconf_core::read(&text).context("the document is refused")?;
@@ -869,7 +873,9 @@ fn run_reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
         parse.push(t1 - t0);
         install.push(t2 - t1);
         total.push(t2 - t0);
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     let summary = |v: &mut Vec<Duration>| {
         v.sort();
         let ms = |d: Duration| (d.as_secs_f64() * 1e5).round() / 100.0;
