@@ -1,0 +1,78 @@
+//! Micro-benchmarks of the CDS hot path without the network: `CdsService::answer` for an agent that
+//! holds the configuration (empty answer), one that does not (the pre-encoded command with a fresh
+//! serial) and an unknown service; and installing a 10,000-service table (digests and pre-encoded
+//! answers), which is what a reload adds to parsing.
+//!
+//! `cargo bench -p skyconf-server --bench cds`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use divan::{Bencher, black_box};
+use skyconf_proto::v3::ConfigurationSyncRequest;
+use skyconf_server::{CdsOptions, CdsService, ServedTable};
+
+fn main() {
+    divan::main();
+}
+
+fn document(services: usize) -> String {
+    let mut out = String::from("configurations:\n");
+    for i in 0..services {
+        let _ = writeln!(out, "  bench-svc-{i}:");
+        for (key, value) in [
+            ("agent.sample_n_per_3_secs", "10"),
+            ("agent.span_limit_per_segment", "300"),
+            ("agent.ignore_suffix", ".jpg,.css,.png,.ico"),
+            ("agent.trace.ignore_path", "/eureka/**,/actuator/**,/health"),
+            ("plugin.jdbc.trace_sql_parameters", "true"),
+            ("agent.sample_rate", "0.5"),
+        ] {
+            let _ = writeln!(out, "    {key}: '{value}'");
+        }
+    }
+    out
+}
+
+fn service(services: usize) -> (CdsService, String) {
+    let table = skyconf_core::read(&document(services)).unwrap();
+    let digest = table.get("bench-svc-0").unwrap().digest().as_str().to_owned();
+    let served = Arc::new(ServedTable::new(table));
+    (CdsService::new(served, CdsOptions::default()), digest)
+}
+
+fn request(service: &str, uuid: &str) -> ConfigurationSyncRequest {
+    ConfigurationSyncRequest { service: service.to_owned(), uuid: uuid.to_owned() }
+}
+
+/// The agent echoes the current digest: lookup, compare, empty answer.
+#[divan::bench]
+fn answer_unchanged(bencher: Bencher<'_, '_>) {
+    let (svc, digest) = service(1_000);
+    let req = request("bench-svc-0", &digest);
+    bencher.bench(|| svc.answer(black_box(&req)));
+}
+
+/// The agent has no configuration yet: lookup, then the pre-encoded command with a fresh serial.
+#[divan::bench]
+fn answer_changed(bencher: Bencher<'_, '_>) {
+    let (svc, _) = service(1_000);
+    let req = request("bench-svc-0", "");
+    bencher.bench(|| svc.answer(black_box(&req)));
+}
+
+/// A service with no entry: the EMPTY command.
+#[divan::bench]
+fn answer_unknown_service(bencher: Bencher<'_, '_>) {
+    let (svc, _) = service(1_000);
+    let req = request("no-such-service", "");
+    bencher.bench(|| svc.answer(black_box(&req)));
+}
+
+/// Installing an already parsed 10,000-service table: per-service answers encoded, old table dropped.
+#[divan::bench(sample_count = 10)]
+fn install_10k_services(bencher: Bencher<'_, '_>) {
+    let table = skyconf_core::read(&document(10_000)).unwrap();
+    let served = ServedTable::new(table.clone());
+    bencher.bench(|| served.install(black_box(table.clone())));
+}
