@@ -5,10 +5,15 @@ skyconf's interop tests. Stubs are generated at run time from skyconf's own .pro
     cds_client.py fetch --addr HOST:PORT --service NAME [--uuid U]   one call, JSON out
     cds_client.py check --addr HOST:PORT --golden FILE               assert the server answers
                                                                      exactly as the OAP would
+    cds_client.py poll --addr HOST:PORT --service NAME [--interval S] [--seconds S] [--stuck]
+                                                                     poll like an agent, one JSON
+                                                                     line per applied change
 """
 import argparse
 import json
 import os
+import signal
+import time
 import subprocess
 import sys
 import tempfile
@@ -78,19 +83,54 @@ def check(stub, pb, golden):
     print(json.dumps({"ok": True, "services": len(services), "calls": len(seen) + len(services) + 1}))
 
 
+def poll(stub, pb, service, interval, seconds, stuck):
+    """Polls as a stock agent does: one channel, the digest of the last applied configuration
+    sent back on every call, a command applied only when its UUID differs from that digest.
+    With `stuck`, the first configuration is applied and every later one "fails" (as a Java
+    agent whose watcher throws): the agent keeps echoing the first digest forever."""
+    import grpc
+    uuid = ""
+    deadline = time.monotonic() + seconds if seconds > 0 else None
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            commands = stub.fetchConfigurations(pb.ConfigurationSyncRequest(service=service, uuid=uuid), timeout=10)
+            for cmd in commands.commands:
+                if cmd.command != "ConfigurationDiscoveryCommand":
+                    continue
+                args = [(a.key, a.value) for a in cmd.args]
+                new = dict(args).get("UUID")
+                if new is None or new == uuid:
+                    continue
+                if stuck and uuid:
+                    print(json.dumps({"t": time.time(), "refused": new}), flush=True)
+                    continue
+                uuid = new
+                config = {k: v for k, v in args if k not in ("SerialNumber", "UUID")}
+                print(json.dumps({"t": time.time(), "uuid": uuid, "config": config}), flush=True)
+        except grpc.RpcError as e:
+            print(json.dumps({"t": time.time(), "error": e.code().name}), flush=True)
+        time.sleep(interval)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["fetch", "check"])
+    ap.add_argument("mode", choices=["fetch", "check", "poll"])
     ap.add_argument("--addr", required=True)
     ap.add_argument("--service")
     ap.add_argument("--uuid", default="")
     ap.add_argument("--golden")
+    ap.add_argument("--interval", type=float, default=20.0, help="seconds between polls (agents: 20)")
+    ap.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: until SIGTERM)")
+    ap.add_argument("--stuck", action="store_true", help="apply the first configuration only")
     a = ap.parse_args()
     import grpc
     pb, rpc = load_stubs()
     stub = rpc.ConfigurationDiscoveryServiceStub(grpc.insecure_channel(a.addr))
     if a.mode == "fetch":
         print(json.dumps(as_json(call(stub, pb, a.service, a.uuid))))
+    elif a.mode == "poll":
+        poll(stub, pb, a.service, a.interval, a.seconds, a.stuck)
     else:
         with open(a.golden) as f:
             check(stub, pb, json.load(f))

@@ -8,8 +8,10 @@
 pub mod admin;
 pub mod cds;
 pub mod dcs;
+pub mod fleet;
 pub mod hub;
 pub mod persist;
+pub mod releases;
 pub mod reload;
 pub mod state;
 
@@ -25,9 +27,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use admin::AdminOptions;
 pub use cds::{CdsOptions, CdsService};
+pub use fleet::{Fleet, FleetOptions};
 pub use hub::Hub;
 pub use persist::LastGood;
+pub use releases::ReleaseLog;
 pub use reload::Reloader;
 pub use state::{ServedTable, StoreView};
 
@@ -50,6 +55,13 @@ pub struct ServeConfig {
     /// persisted (right for a local file; a remote store may come back, so the server then starts
     /// not ready and answers "no change").
     pub require_initial_load: bool,
+    /// How many releases the release log keeps (in `data_dir/releases`, or in memory without a
+    /// data directory).
+    pub release_retention: usize,
+    /// Fleet tracking: when an agent counts as stuck, when it is forgotten.
+    pub fleet: FleetOptions,
+    /// Limits of the admin API.
+    pub admin: AdminOptions,
 }
 
 impl Default for ServeConfig {
@@ -62,6 +74,9 @@ impl Default for ServeConfig {
             keys: KeySet::oap(),
             initial_load_timeout: Duration::from_secs(10),
             require_initial_load: true,
+            release_retention: releases::DEFAULT_RETENTION,
+            fleet: FleetOptions::default(),
+            admin: AdminOptions::default(),
         }
     }
 }
@@ -117,6 +132,10 @@ pub struct Running {
     pub served: Arc<ServedTable>,
     /// The store's content and status.
     pub store: Arc<StoreView>,
+    /// Every accepted document.
+    pub releases: Arc<ReleaseLog>,
+    /// Which agent holds which configuration.
+    pub fleet: Arc<Fleet>,
     shutdown: CancellationToken,
     tasks: JoinSet<Result<(), ServerError>>,
 }
@@ -263,7 +282,17 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let initial = initial_state(&source, &config, last_good.as_ref()).await?;
     tracing::info!(store = %store_name, services = initial.served.snapshot().table.len(), ready = initial.served.snapshot().ready, stale = initial.stale, "Loaded agent configurations.");
     let served = Arc::new(initial.served);
+    let releases = Arc::new(open_releases(&config));
+    if served.snapshot().ready {
+        let snapshot = served.snapshot();
+        releases.record_start(&snapshot.table, initial.accepted.as_deref(), snapshot.version, &store_name);
+    }
     if let Some(rejection) = initial.rejection {
+        releases.record_rejection(
+            &rejection.origin,
+            &rejection.error,
+            initial.content.agent_configurations().unwrap_or_default(),
+        );
         served.record_rejection(rejection);
     }
     let store = Arc::new(StoreView::new(store_name.clone(), initial.content, initial.connected, initial.stale));
@@ -288,27 +317,37 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         watched.run(keys, updates_tx, stop).await;
         Ok(())
     });
-    let reloader = Reloader::new(Arc::clone(&served), store_name, initial.accepted.as_deref());
+    let reloader = Reloader::new(Arc::clone(&served), store_name, initial.accepted.as_deref())
+        .with_releases(Arc::clone(&releases));
     let hub = Hub::new(Arc::clone(&store), reloader, last_good);
     tasks.spawn(async move {
         hub.run(updates_rx).await;
         Ok(())
     });
 
-    let cds = CdsService::new(Arc::clone(&served), config.cds).into_server();
+    let fleet = Arc::new(Fleet::new(config.fleet));
+    tasks.spawn(sweep_fleet(Arc::clone(&fleet), shutdown.clone()));
+    let cds = CdsService::new(Arc::clone(&served), config.cds).with_fleet(Arc::clone(&fleet)).into_server();
+    let management = fleet::management::Management::new(Arc::clone(&fleet)).into_server();
     let dcs = dcs::DcsService::new(Arc::clone(&store)).into_server();
     let stop = shutdown.clone();
     tasks.spawn(async move {
         let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
             .add_service(cds)
+            .add_service(management)
             .add_service(dcs)
             .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
             .await
             .map_err(ServerError::Grpc)
     });
 
-    let admin = admin::router(Arc::clone(&served), Arc::clone(&store));
+    let admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store))
+        .with_releases(Arc::clone(&releases))
+        .with_fleet(Arc::clone(&fleet))
+        .with_writer(source as Arc<dyn admin::StoreWriter>)
+        .with_options(config.admin)
+        .router();
     let stop = shutdown.clone();
     tasks.spawn(async move {
         axum::serve(admin_listener, admin)
@@ -318,5 +357,34 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     });
 
     tracing::info!(%grpc_addr, %admin_addr, "Serving configuration discovery.");
-    Ok(Running { grpc_addr, admin_addr, served, store, shutdown, tasks })
+    Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, shutdown, tasks })
+}
+
+/// The release log in the data directory, or in memory without one (or when it cannot be read).
+fn open_releases(config: &ServeConfig) -> ReleaseLog {
+    let Some(dir) = &config.data_dir else {
+        tracing::info!("No data directory: the release history is kept in memory and lost on restart.");
+        return ReleaseLog::in_memory(config.release_retention);
+    };
+    ReleaseLog::open(dir, config.release_retention).unwrap_or_else(|error| {
+        tracing::error!(%error, "Cannot read the release history; keeping releases in memory.");
+        ReleaseLog::in_memory(config.release_retention)
+    })
+}
+
+/// Forgets agents not seen lately, until `stop`.
+async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), ServerError> {
+    let period = (fleet.options().expire_after / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            _ = tick.tick() => {
+                let forgotten = fleet.sweep();
+                if forgotten > 0 {
+                    tracing::debug!(forgotten, tracked = fleet.tracked(), "Forgot agents not seen lately.");
+                }
+            }
+        }
+    }
 }

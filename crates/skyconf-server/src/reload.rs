@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use skyconf_core::AgentConfigurations;
 use skyconf_sources::content_hash;
 
+use crate::releases::ReleaseLog;
 use crate::state::{Rejection, ServedTable};
 
 /// What became of one value.
@@ -32,6 +33,8 @@ pub struct Reloader {
     /// Hash of the last text seen, accepted or not; `Some(None)` after a delete.
     last_seen: Option<Option<[u8; 32]>>,
     accepted: Option<String>,
+    /// Where accepted documents are recorded as releases.
+    releases: Option<Arc<ReleaseLog>>,
 }
 
 impl Reloader {
@@ -42,6 +45,22 @@ impl Reloader {
             origin: origin.into(),
             last_seen: accepted.map(|t| Some(content_hash(t))),
             accepted: accepted.map(str::to_owned),
+            releases: None,
+        }
+    }
+
+    /// Records every accepted document in `releases` (just before it is installed, so anyone
+    /// woken by the install finds its release).
+    pub fn with_releases(mut self, releases: Arc<ReleaseLog>) -> Self {
+        self.releases = Some(releases);
+        self
+    }
+
+    fn record_release(&self, table: &AgentConfigurations, text: Option<&str>) {
+        if let Some(releases) = &self.releases {
+            let current = self.served.snapshot();
+            releases.record(&current.table, table, text, current.version + 1, &self.origin);
+            releases.clear_rejection();
         }
     }
 
@@ -60,6 +79,7 @@ impl Reloader {
         let Some(text) = value else {
             // The OAP clears the table when the key is deleted: every agent gets EMPTY.
             self.accepted = None;
+            self.record_release(&AgentConfigurations::default(), None);
             let version = self.served.install(AgentConfigurations::default());
             self.served.clear_rejection();
             tracing::warn!(origin = %self.origin, version, "The agent configurations were deleted; every service now gets the EMPTY answer.");
@@ -68,6 +88,7 @@ impl Reloader {
         match skyconf_core::read(text) {
             Ok(table) => {
                 let services = table.len();
+                self.record_release(&table, Some(text));
                 let version = self.served.install(table);
                 self.accepted = Some(text.to_owned());
                 self.served.clear_rejection();
@@ -77,6 +98,9 @@ impl Reloader {
             Err(error) => {
                 let error = error.to_string();
                 tracing::error!(origin = %self.origin, %error, "Refused agent configurations; still serving the last good configuration.");
+                if let Some(releases) = &self.releases {
+                    releases.record_rejection(&self.origin, &error, text);
+                }
                 self.served.record_rejection(Rejection {
                     origin: self.origin.clone(),
                     error: error.clone(),

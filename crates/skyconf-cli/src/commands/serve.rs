@@ -8,9 +8,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use skyconf_server::{CdsOptions, ServeConfig};
+use skyconf_server::{AdminOptions, CdsOptions, FleetOptions, ServeConfig};
 use skyconf_sources::dcs::{DcsSettings, DcsSource};
 use skyconf_sources::file::FileSource;
 use skyconf_sources::{KeySet, Limits, NoStore, Source};
@@ -47,6 +48,17 @@ pub(crate) struct Args {
     /// Where to persist the last good configuration, served at start-up when the store is unreachable.
     #[arg(long, env = "SKYCONF_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// How many releases (accepted documents) the history keeps, in --data-dir (in memory
+    /// without one) [default: 200].
+    #[arg(long, env = "SKYCONF_RELEASE_RETENTION")]
+    release_retention: Option<usize>,
+    /// An agent still echoing another digest this many polls after a change is shown as stuck
+    /// [default: 3; at least 2].
+    #[arg(long, env = "SKYCONF_STUCK_AFTER_POLLS")]
+    stuck_after_polls: Option<u32>,
+    /// Agents not seen for this long leave the fleet status (`90s`, `10m`) [default: 10m].
+    #[arg(long, env = "SKYCONF_AGENT_EXPIRY", value_parser = super::fetch::parse_duration)]
+    agent_expiry: Option<Duration>,
     #[command(flatten)]
     dcs: DcsArgs,
 }
@@ -127,6 +139,19 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         keys: KeySet::oap_with(own.extra_keys),
         // A local file is there or it is a mistake; a remote store may come back.
         require_initial_load: selector == "file",
+        release_retention: args.release_retention.unwrap_or(defaults.release_retention),
+        fleet: FleetOptions {
+            stuck_after_polls: args.stuck_after_polls.unwrap_or(defaults.fleet.stuck_after_polls),
+            expire_after: args.agent_expiry.unwrap_or(defaults.fleet.expire_after),
+            ..defaults.fleet
+        },
+        admin: AdminOptions {
+            max_document_bytes: args
+                .max_document_bytes
+                .or(own.max_document_bytes)
+                .map_or(defaults.admin.max_document_bytes, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+            ..defaults.admin
+        },
         ..defaults
     };
     let limits = Limits { max_value_bytes: args.max_document_bytes.or(own.max_document_bytes).unwrap_or(Limits::default().max_value_bytes) };

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use tonic::{Request, Response, Status};
 
+use crate::fleet::Fleet;
 use crate::state::ServedTable;
 use codec::EncodedCommands;
 pub use generated::configuration_discovery_service_server::{
@@ -46,12 +47,20 @@ pub struct CdsOptions {
 pub struct CdsService {
     served: Arc<ServedTable>,
     options: CdsOptions,
+    /// Where each poll is recorded (fleet status), if anywhere.
+    fleet: Option<Arc<Fleet>>,
 }
 
 impl CdsService {
     /// A service answering from `served`.
     pub fn new(served: Arc<ServedTable>, options: CdsOptions) -> Self {
-        Self { served, options }
+        Self { served, options, fleet: None }
+    }
+
+    /// Records every poll's peer and echoed digest in `fleet`.
+    pub fn with_fleet(mut self, fleet: Arc<Fleet>) -> Self {
+        self.fleet = Some(fleet);
+        self
     }
 
     /// The tonic server for this service, with skyconf's request limit.
@@ -61,12 +70,20 @@ impl CdsService {
 
     /// The encoded answer for one request: the command, or an empty `Commands` (zero bytes).
     pub fn answer(&self, request: &ConfigurationSyncRequest) -> Bytes {
+        self.answer_from(request, None)
+    }
+
+    /// [`Self::answer`], recording the poll of the agent at `peer` in the fleet table.
+    pub fn answer_from(&self, request: &ConfigurationSyncRequest, peer: Option<std::net::SocketAddr>) -> Bytes {
         self.served.with_snapshot(|snapshot| {
             if !snapshot.ready {
                 // No table known yet: "no change" keeps every agent as it is.
                 return Bytes::new();
             }
             let answer = snapshot.answer(&request.service);
+            if let (Some(fleet), Some(peer)) = (&self.fleet, peer) {
+                fleet.observe(&request.service, &request.uuid, peer, &answer.digest);
+            }
             if !self.options.disable_message_digest && answer.digest == *request.uuid.as_str() {
                 Bytes::new()
             } else {
@@ -82,8 +99,9 @@ impl ConfigurationDiscoveryService for CdsService {
         &self,
         request: Request<ConfigurationSyncRequest>,
     ) -> Result<Response<EncodedCommands>, Status> {
+        let peer = request.remote_addr();
         let request = request.into_inner();
-        let bytes = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer(&request))).unwrap_or_else(|_| {
+        let bytes = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_from(&request, peer))).unwrap_or_else(|_| {
             tracing::error!(service = %request.service, "The configuration lookup panicked; answering \"no change\" so the agent keeps its configuration.");
             Bytes::new()
         });

@@ -1,0 +1,118 @@
+//! Writes a table back as an agent-configurations document, for the per-service writes of the
+//! admin API (`PUT`/`DELETE /api/v1/services/{name}`).
+//!
+//! Every service name, key and value is written as a double-quoted YAML string, so the reader
+//! takes each one verbatim: a value that was `10` or `yes` in the original document is stored as
+//! the text agents received (`"10"`, `"true"`), which gives the same digest. Document order is
+//! kept. Comments and the original layout are not: to keep them, write the whole document with
+//! `PUT /api/v1/configurations`.
+
+use std::fmt::Write as _;
+
+use skyconf_core::{AgentConfigurations, ServiceConfig};
+
+/// A YAML double-quoted scalar holding exactly `text`.
+fn quoted(text: &str, out: &mut String) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || (0x7f..=0x9f).contains(&(c as u32)) => {
+                let _ = write!(out, "\\x{:02X}", c as u32);
+            }
+            '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}' => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// The document for `services`, in their order.
+pub(crate) fn render<'a>(services: impl IntoIterator<Item = &'a ServiceConfig>) -> String {
+    let mut out = String::from("configurations:");
+    let mut any = false;
+    for service in services {
+        any = true;
+        out.push_str("\n  ");
+        quoted(service.name(), &mut out);
+        out.push(':');
+        if service.entries().is_empty() {
+            out.push_str(" {}");
+        }
+        for (key, value) in service.entries() {
+            out.push_str("\n    ");
+            quoted(key, &mut out);
+            out.push_str(": ");
+            quoted(value, &mut out);
+        }
+    }
+    if !any {
+        out.push_str(" {}");
+    }
+    out.push('\n');
+    out
+}
+
+/// `table` with `service` set to `entries` (added at the end when new), rendered; `None` removes it.
+pub(crate) fn with_service(
+    table: &AgentConfigurations,
+    service: &str,
+    entries: Option<Vec<(String, String)>>,
+) -> String {
+    let mut replaced = false;
+    let mut services: Vec<ServiceConfig> = Vec::with_capacity(table.len() + 1);
+    for s in table.services() {
+        if s.name() == service {
+            replaced = true;
+            if let Some(entries) = &entries {
+                services.push(ServiceConfig::new(service.to_owned(), entries.clone()));
+            }
+        } else {
+            services.push(s.clone());
+        }
+    }
+    if let (false, Some(entries)) = (replaced, entries) {
+        services.push(ServiceConfig::new(service.to_owned(), entries));
+    }
+    render(&services)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(text: &str) {
+        let table = skyconf_core::read(text).unwrap();
+        let rendered = render(table.services());
+        let again = skyconf_core::read(&rendered).unwrap_or_else(|e| panic!("{e}\n{rendered}"));
+        assert_eq!(again, table, "{rendered}");
+    }
+
+    #[test]
+    fn rendering_keeps_every_value_and_digest() {
+        round_trip("configurations:\n  a:\n    n: 010\n    b: yes\n    f: 0.50\n    s: '*x'\n");
+        round_trip("configurations:\n  'svc|ns|':\n    k: \"q\\\"uo\\\\te\\n\\ttab\\x01\\u2028é😀\"\n    e: ''\n");
+        round_trip("configurations:\n  a: {}\n");
+        round_trip("configurations:\n");
+        round_trip("configurations:\n  b: {k: 1}\n  a: {k: 2}\n  '8': {k: 3}\n");
+        round_trip("configurations:\n  x: {\"k: v\": \"# not a comment\", '- l': '[a, b]', '?': '&anchor'}\n");
+    }
+
+    #[test]
+    fn a_service_is_replaced_in_place_added_at_the_end_or_removed() {
+        let table = skyconf_core::read("configurations:\n  a: {k: 1}\n  b: {k: 2}\n").unwrap();
+        let set = skyconf_core::read(&with_service(&table, "a", Some(vec![("k".into(), "9".into())]))).unwrap();
+        assert_eq!(set.services().map(|s| s.name()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(set.get("a").unwrap().get("k"), Some("9"));
+        let added = skyconf_core::read(&with_service(&table, "c", Some(vec![]))).unwrap();
+        assert_eq!(added.services().map(|s| s.name()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        let removed = skyconf_core::read(&with_service(&table, "a", None)).unwrap();
+        assert_eq!(removed.services().map(|s| s.name()).collect::<Vec<_>>(), ["b"]);
+    }
+}

@@ -1,0 +1,105 @@
+//! The one mapping from admin API failures to HTTP responses: a status code and a JSON body
+//! `{"error": "<what went wrong>", "details": <more, or null>}`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use skyconf_sources::SourceError;
+
+/// Why an admin request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The document (or the one built from the request) was refused: 400 with line and column.
+    #[error("the document was refused: {0}")]
+    Refused(#[from] skyconf_core::ReadError),
+    /// The request itself is malformed: 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No such service or release: 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// The store's state does not allow the write, or the caller's `If-Match` is outdated: 409.
+    #[error("{0}")]
+    Conflict(String),
+    /// The body is larger than the limit: 413.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The store cannot be reached or refused to work: 503.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug: 500.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<SourceError> for AppError {
+    fn from(error: SourceError) -> Self {
+        match error {
+            SourceError::Unsupported(_) => Self::Conflict(error.to_string()),
+            SourceError::TooLarge { .. } => Self::TooLarge(error.to_string()),
+            SourceError::NotText { .. } => Self::BadRequest(error.to_string()),
+            SourceError::Io { .. }
+            | SourceError::Watch { .. }
+            | SourceError::Unavailable { .. }
+            | SourceError::Refused { .. } => Self::Unavailable(error.to_string()),
+        }
+    }
+}
+
+impl AppError {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Refused(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn details(&self) -> Value {
+        match self {
+            Self::Refused(error) => {
+                let at = error.position();
+                json!({
+                    "message": error.to_string(),
+                    "line": at.map(|p| p.line),
+                    "column": at.map(|p| p.column),
+                })
+            }
+            _ => Value::Null,
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), error = %self, "An admin request failed.");
+        }
+        let error = match &self {
+            Self::Refused(_) => "the document was refused".to_owned(),
+            other => other.to_string(),
+        };
+        (status, Json(json!({ "error": error, "details": self.details() }))).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_their_status() {
+        let unavailable = SourceError::Unavailable { store: "etcd".into(), message: "down".into() };
+        assert_eq!(AppError::from(unavailable).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(AppError::from(SourceError::Unsupported("no".into())).status(), StatusCode::CONFLICT);
+        let refused = skyconf_core::read("configurations:\n  a: {k: }\n").unwrap_err();
+        let error = AppError::from(refused);
+        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(error.details()["line"], 2);
+    }
+}

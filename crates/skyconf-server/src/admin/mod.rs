@@ -1,0 +1,265 @@
+//! The admin HTTP server: health endpoints, the JSON API operators use to see and change what
+//! agents are served, and the web page built on that API.
+//!
+//! - `GET /healthz` answers 200 while the process runs. `GET /readyz` answers 200 with a JSON
+//!   summary once a table is served and 503 while there is none; it names the store, whether it
+//!   is connected, whether the table is a persisted (stale) copy, and the last refused document.
+//! - `GET /api/v1/...`: services with their digest and fleet status, one service's configuration
+//!   and agents, releases with their changes, the current document (see [`read`]).
+//! - `PUT`/`DELETE`/`POST /api/v1/...`: writes, validated, written through to the store and
+//!   recorded as releases; rollback (see [`write`]).
+//! - `GET /`: the web page.
+//!
+//! The routes come in groups built by separate functions — [`Admin::health_routes`],
+//! [`Admin::read_routes`] (every `GET`), [`Admin::write_routes`] (every `PUT`, `POST`, `DELETE`)
+//! — so each group can be wrapped in its own layers (authentication by role, say) before
+//! [`Admin::router`] merges them.
+
+mod document;
+pub mod error;
+pub mod read;
+pub mod write;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use futures_util::future::BoxFuture;
+use serde_json::json;
+use skyconf_sources::{Source, SourceError};
+
+pub use error::AppError;
+
+use crate::fleet::{Fleet, FleetOptions};
+use crate::releases::{DEFAULT_RETENTION, ReleaseLog};
+use crate::state::{ServedTable, StoreView};
+
+/// The longest service name the API accepts.
+pub const MAX_SERVICE_NAME_BYTES: usize = 512;
+
+/// Writes to the store behind the server: any [`Source`], type-erased.
+pub trait StoreWriter: Send + Sync + 'static {
+    /// Writes (or with `None`, deletes) one single key, as [`Source::put`] does.
+    fn put_key<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>>;
+}
+
+impl<S: Source> StoreWriter for S {
+    fn put_key<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>> {
+        Box::pin(self.put(key, value))
+    }
+}
+
+/// Limits and waits of the admin API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminOptions {
+    /// The largest document (and request body) accepted, in bytes.
+    pub max_document_bytes: usize,
+    /// How long a write waits, by default, for its document to be served before it answers.
+    pub write_wait: Duration,
+}
+
+impl Default for AdminOptions {
+    fn default() -> Self {
+        Self { max_document_bytes: 32 * 1024 * 1024, write_wait: Duration::from_secs(10) }
+    }
+}
+
+/// Everything the admin handlers read and write. Cheap to clone.
+#[derive(Clone)]
+pub struct Admin {
+    served: Arc<ServedTable>,
+    store: Arc<StoreView>,
+    releases: Arc<ReleaseLog>,
+    fleet: Arc<Fleet>,
+    writer: Option<Arc<dyn StoreWriter>>,
+    options: AdminOptions,
+    /// Writes are serialised: each one reads the current table, writes, and waits to be served.
+    write_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl fmt::Debug for Admin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admin")
+            .field("served", &self.served.snapshot().version)
+            .field("store", &self.store.status().store)
+            .field("writable", &self.writer.is_some())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admin {
+    /// Admin over `served` and `store`, with an in-memory release log, an empty fleet table and no
+    /// writer (writes answer 409) until the `with_*` methods say otherwise.
+    pub fn new(served: Arc<ServedTable>, store: Arc<StoreView>) -> Self {
+        Self {
+            served,
+            store,
+            releases: Arc::new(ReleaseLog::in_memory(DEFAULT_RETENTION)),
+            fleet: Arc::new(Fleet::new(FleetOptions::default())),
+            writer: None,
+            options: AdminOptions::default(),
+            write_lock: Arc::default(),
+        }
+    }
+
+    /// Uses this release log.
+    pub fn with_releases(mut self, releases: Arc<ReleaseLog>) -> Self {
+        self.releases = releases;
+        self
+    }
+
+    /// Uses this fleet table.
+    pub fn with_fleet(mut self, fleet: Arc<Fleet>) -> Self {
+        self.fleet = fleet;
+        self
+    }
+
+    /// Writes through `writer`.
+    pub fn with_writer(mut self, writer: Arc<dyn StoreWriter>) -> Self {
+        self.writer = Some(writer);
+        self
+    }
+
+    /// Uses these limits.
+    pub fn with_options(mut self, options: AdminOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// `/healthz` and `/readyz`.
+    pub fn health_routes(&self) -> Router {
+        Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(self.clone())
+    }
+
+    /// Every `GET` of the API and the web page: reads only.
+    pub fn read_routes(&self) -> Router {
+        Router::new()
+            .route("/", get(read::page))
+            .route("/api/v1/status", get(read::status))
+            .route("/api/v1/services", get(read::services))
+            .route("/api/v1/services/{name}", get(read::service))
+            .route("/api/v1/releases", get(read::releases))
+            .route("/api/v1/releases/{id}", get(read::release))
+            .route("/api/v1/configurations", get(read::configurations))
+            .with_state(self.clone())
+    }
+
+    /// Every write of the API: `PUT`, `POST`, `DELETE`.
+    pub fn write_routes(&self) -> Router {
+        // Room for the largest document plus a JSON envelope.
+        let limit = self.options.max_document_bytes.saturating_add(64 * 1024);
+        Router::new()
+            .route("/api/v1/configurations", put(write::put_configurations))
+            .route("/api/v1/services/{name}", put(write::put_service).delete(write::delete_service))
+            .route("/api/v1/releases/{id}/rollback", post(write::rollback))
+            .layer(DefaultBodyLimit::max(limit))
+            .with_state(self.clone())
+    }
+
+    /// All of the above.
+    pub fn router(&self) -> Router {
+        self.health_routes().merge(self.read_routes()).merge(self.write_routes())
+    }
+}
+
+/// The admin router with health endpoints and a read-only API over `served` and `store` (no
+/// history, no fleet, no writes); [`Admin`] builds the full one.
+pub fn router(served: Arc<ServedTable>, store: Arc<StoreView>) -> Router {
+    Admin::new(served, store).router()
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<Admin>) -> (StatusCode, Json<serde_json::Value>) {
+    let snapshot = state.served.snapshot();
+    let store = state.store.status();
+    let code = if snapshot.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = json!({
+        "ready": snapshot.ready,
+        "version": snapshot.version,
+        "services": snapshot.table.len(),
+        "installed_at": snapshot.installed_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "stale": store.stale,
+        "store": store,
+        "last_rejection": state.served.last_rejection(),
+    });
+    (code, Json(body))
+}
+
+/// Checks a service name from a request: non-empty, bounded, no control characters.
+pub(crate) fn check_service_name(name: &str) -> Result<(), AppError> {
+    if name.is_empty() {
+        return Err(AppError::BadRequest("the service name is empty".into()));
+    }
+    if name.len() > MAX_SERVICE_NAME_BYTES {
+        return Err(AppError::BadRequest(format!("the service name is longer than {MAX_SERVICE_NAME_BYTES} bytes")));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(AppError::BadRequest("the service name has control characters".into()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    fn store() -> Arc<StoreView> {
+        Arc::new(StoreView::new("test".into(), Default::default(), true, false))
+    }
+
+    #[tokio::test]
+    async fn readyz_is_503_without_a_table() {
+        let response = router(Arc::new(ServedTable::waiting()), store())
+            .oneshot(http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503);
+    }
+
+    #[tokio::test]
+    async fn readyz_reports_the_table_and_the_last_rejection() {
+        let served = Arc::new(ServedTable::new(skyconf_core::read("configurations:\n  a: {k: v}\n").unwrap()));
+        served.record_rejection(crate::state::Rejection {
+            origin: "f".into(),
+            error: "line 1, column 2: bad".into(),
+            at: std::time::SystemTime::now(),
+        });
+        let response = router(Arc::clone(&served), store())
+            .oneshot(http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value =
+            serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(body["services"], 1);
+        assert_eq!(body["last_rejection"]["error"], "line 1, column 2: bad");
+    }
+
+    #[tokio::test]
+    async fn healthz_is_ok() {
+        let served = Arc::new(ServedTable::new(Default::default()));
+        let response = router(served, store())
+            .oneshot(http::Request::get("/healthz").body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+
+    #[test]
+    fn service_names_are_checked() {
+        assert!(check_service_name("svc|ns|eu").is_ok());
+        assert!(check_service_name("").is_err());
+        assert!(check_service_name("a\nb").is_err());
+        assert!(check_service_name(&"x".repeat(MAX_SERVICE_NAME_BYTES + 1)).is_err());
+    }
+}

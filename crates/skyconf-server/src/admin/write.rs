@@ -1,0 +1,402 @@
+//! The write side of the admin API: every write is validated with the same reader that serves
+//! agents, written through to the store (`Source::put`: a file by atomic rename, a put in etcd,
+//! ZooKeeper or Nacos), and becomes a release once the store reports it back — the same path a
+//! hand edit of the store takes, so replicas watching the same store all follow.
+//!
+//! | route | body |
+//! |---|---|
+//! | `PUT /api/v1/configurations` | the whole document as YAML text, or JSON `{"document": "...", "author": "...", "message": "..."}` (`Content-Type: application/json`) |
+//! | `PUT /api/v1/services/{name}` | JSON `{"config": {"key": "value", ...}, "author": "...", "message": "..."}`; values are strings, exactly as agents receive them; order is kept |
+//! | `DELETE /api/v1/services/{name}` | none, or JSON `{"author": "...", "message": "..."}` |
+//! | `POST /api/v1/releases/{id}/rollback` | none, or JSON `{"author": "...", "message": "..."}` |
+//!
+//! Author and message come from the body's `author` and `message` fields or, when the body has
+//! none, from the `X-Skyconf-Author` and `X-Skyconf-Message` headers. Query parameters:
+//! `dry_run=true` answers what would change per service (digest before and after) and writes
+//! nothing; `wait=SECONDS` bounds how long the answer waits for the new document to be served
+//! (default 10 s, at most 60; `0` answers as soon as the store accepted the write). `If-Match:
+//! "<release id>"` makes the write fail with 409 unless that release is still the newest.
+//!
+//! Answers: 200 with the release once the new document is served; 202 when the store took it but
+//! it was not served within the wait; 200 with `"unchanged": true` when the document is the one
+//! served already. Per-service writes rewrite the document in a canonical form (every string
+//! double-quoted; comments dropped), with the same digests for every untouched service.
+
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::header::{CONTENT_TYPE, IF_MATCH};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use skyconf_core::AgentConfigurations;
+use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
+use tokio::sync::MutexGuard;
+
+use super::read::{document_of, path_text, release_id, summary};
+use super::{Admin, AppError, check_service_name, document};
+use crate::releases::{Attribution, diff, document_hash};
+
+/// The header naming who makes a change.
+pub const AUTHOR_HEADER: &str = "x-skyconf-author";
+/// The header saying why.
+pub const MESSAGE_HEADER: &str = "x-skyconf-message";
+const MAX_AUTHOR_BYTES: usize = 256;
+const MAX_MESSAGE_BYTES: usize = 4096;
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// `?dry_run=true&wait=SECONDS`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct WriteQuery {
+    dry_run: Option<String>,
+    wait: Option<String>,
+}
+
+struct WriteOptions {
+    dry_run: bool,
+    wait: Duration,
+    if_match: Option<u64>,
+}
+
+fn options(
+    admin: &Admin,
+    query: Result<Query<WriteQuery>, QueryRejection>,
+    headers: &HeaderMap,
+) -> Result<WriteOptions, AppError> {
+    let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let dry_run = match query.dry_run.as_deref() {
+        None | Some("false" | "0" | "no") => false,
+        Some("" | "true" | "1" | "yes") => true,
+        Some(other) => return Err(AppError::BadRequest(format!("dry_run must be true or false, not `{other}`"))),
+    };
+    let wait = match query.wait.as_deref() {
+        None => admin.options.write_wait,
+        Some(text) => match text.parse::<f64>() {
+            Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs.min(MAX_WAIT.as_secs_f64())),
+            _ => return Err(AppError::BadRequest(format!("wait must be a number of seconds, not `{text}`"))),
+        },
+    };
+    let if_match = match headers.get(IF_MATCH) {
+        None => None,
+        Some(value) => {
+            let text = value.to_str().unwrap_or_default().trim();
+            let text = text.strip_prefix("W/").unwrap_or(text).trim_matches('"');
+            if text == "*" {
+                None
+            } else {
+                Some(
+                    text.parse()
+                        .map_err(|_| AppError::BadRequest(format!("If-Match must be a release id, not `{text}`")))?,
+                )
+            }
+        }
+    };
+    Ok(WriteOptions { dry_run, wait, if_match })
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, AppError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => std::str::from_utf8(value.as_bytes())
+            .map(|s| Some(s.trim().to_owned()))
+            .map_err(|_| AppError::BadRequest(format!("the {name} header is not UTF-8"))),
+    }
+}
+
+fn attribution(
+    headers: &HeaderMap,
+    author: Option<String>,
+    message: Option<String>,
+    rollback_of: Option<u64>,
+) -> Result<Attribution, AppError> {
+    let author = match author {
+        Some(a) => Some(a),
+        None => header_text(headers, AUTHOR_HEADER)?,
+    }
+    .filter(|a| !a.is_empty());
+    let message = match message {
+        Some(m) => Some(m),
+        None => header_text(headers, MESSAGE_HEADER)?,
+    }
+    .filter(|m| !m.is_empty());
+    if let Some(a) = &author
+        && (a.len() > MAX_AUTHOR_BYTES || a.chars().any(char::is_control))
+    {
+        return Err(AppError::BadRequest(format!(
+            "the author must be at most {MAX_AUTHOR_BYTES} bytes without control characters"
+        )));
+    }
+    if let Some(m) = &message
+        && (m.len() > MAX_MESSAGE_BYTES || m.chars().any(|c| c.is_control() && c != '\n' && c != '\t'))
+    {
+        return Err(AppError::BadRequest(format!(
+            "the message must be at most {MAX_MESSAGE_BYTES} bytes without control characters other than newlines and tabs"
+        )));
+    }
+    Ok(Attribution { author, message, rollback_of, origin: "api".to_owned() })
+}
+
+fn body_bytes(admin: &Admin, body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            AppError::TooLarge(format!("the body is larger than {} bytes", admin.options.max_document_bytes))
+        } else {
+            AppError::BadRequest(e.body_text())
+        }
+    })?;
+    Ok(body)
+}
+
+/// The optional JSON body of a delete or rollback.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoteBody {
+    author: Option<String>,
+    message: Option<String>,
+}
+
+fn note(body: &[u8]) -> Result<NoteBody, AppError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(NoteBody::default());
+    }
+    serde_json::from_slice(body).map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.trim_start().starts_with("application/json"))
+}
+
+/// A document to write: its text (`None`: delete the key) and the table it reads as.
+struct Proposal {
+    text: Option<String>,
+    table: AgentConfigurations,
+}
+
+impl Proposal {
+    fn read(admin: &Admin, text: String) -> Result<Self, AppError> {
+        if text.len() > admin.options.max_document_bytes {
+            return Err(AppError::TooLarge(format!(
+                "the document is {} bytes, more than the limit of {} bytes",
+                text.len(),
+                admin.options.max_document_bytes
+            )));
+        }
+        let table = skyconf_core::read(&text)?;
+        Ok(Self { text: Some(text), table })
+    }
+}
+
+/// Checks, writes, waits; the guard keeps writes of this server one at a time.
+async fn apply(
+    admin: &Admin,
+    _guard: MutexGuard<'_, ()>,
+    proposal: Proposal,
+    attribution: Attribution,
+    options: WriteOptions,
+) -> Result<Response, AppError> {
+    let latest = admin.releases.latest();
+    let latest_id = latest.as_ref().map_or(0, |r| r.id);
+    if let Some(expected) = options.if_match
+        && expected != latest_id
+    {
+        return Err(AppError::Conflict(format!(
+            "the configuration changed: If-Match names release {expected}, the newest is {latest_id}"
+        )));
+    }
+    let snapshot = admin.served.snapshot();
+    let changes = diff(&snapshot.table, &proposal.table);
+    let hash = proposal.text.as_deref().map(document_hash);
+    if options.dry_run {
+        return Ok(Json(json!({
+            "dry_run": true,
+            "written": false,
+            "changes": changes,
+            "document": proposal.text,
+            "document_sha256": hash,
+            "base_release": latest.map(|r| r.id),
+        }))
+        .into_response());
+    }
+    if snapshot.ready && latest.as_ref().is_some_and(|l| l.document_sha256 == hash) && snapshot.table == proposal.table
+    {
+        return Ok(Json(json!({
+            "dry_run": false,
+            "written": false,
+            "unchanged": true,
+            "served": true,
+            "changes": changes,
+            "release": latest.map(|r| summary(&r)),
+            "version": snapshot.version,
+        }))
+        .into_response());
+    }
+    let writer =
+        admin.writer.as_ref().ok_or_else(|| AppError::Conflict("this server has no store to write to".into()))?;
+    let mut served_changes = admin.served.subscribe();
+    let started = Instant::now();
+    admin.releases.expect(proposal.text.as_deref(), attribution);
+    if let Err(error) = writer.put_key(AGENT_CONFIGURATIONS_KEY, proposal.text.as_deref()).await {
+        admin.releases.withdraw(proposal.text.as_deref());
+        tracing::warn!(%error, "The store refused an admin write.");
+        return Err(error.into());
+    }
+    tracing::info!(changed = changes.len(), "Wrote agent configurations to the store from the admin API.");
+    let deadline = tokio::time::Instant::now() + options.wait;
+    loop {
+        if let Some(release) = admin.releases.find_after(latest_id, hash.as_deref()) {
+            let served = admin.served.snapshot();
+            if served.version >= release.version {
+                return Ok(Json(json!({
+                    "dry_run": false,
+                    "written": true,
+                    "served": true,
+                    "served_after_ms": started.elapsed().as_millis() as u64,
+                    "changes": changes,
+                    "release": summary(&release),
+                    "version": release.version,
+                }))
+                .into_response());
+            }
+        }
+        match tokio::time::timeout_at(deadline, served_changes.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => break,
+        }
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "dry_run": false,
+            "written": true,
+            "served": false,
+            "message": format!("the store took the document; it was not served within {:?}", options.wait),
+            "changes": changes,
+        })),
+    )
+        .into_response())
+}
+
+/// The JSON form of `PUT /api/v1/configurations`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DocumentBody {
+    document: String,
+    author: Option<String>,
+    message: Option<String>,
+}
+
+pub(super) async fn put_configurations(
+    State(admin): State<Admin>,
+    query: Result<Query<WriteQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AppError> {
+    let options = options(&admin, query, &headers)?;
+    let body = body_bytes(&admin, body)?;
+    let (text, author, message) = if is_json(&headers) {
+        let parsed: DocumentBody = serde_json::from_slice(&body)
+            .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
+        (parsed.document, parsed.author, parsed.message)
+    } else {
+        let text =
+            String::from_utf8(body.to_vec()).map_err(|_| AppError::BadRequest("the document is not UTF-8".into()))?;
+        (text, None, None)
+    };
+    let attribution = attribution(&headers, author, message, None)?;
+    let proposal = Proposal::read(&admin, text)?;
+    let guard = admin.write_lock.lock().await;
+    apply(&admin, guard, proposal, attribution, options).await
+}
+
+/// The body of `PUT /api/v1/services/{name}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServiceBody {
+    config: serde_json::Map<String, Value>,
+    author: Option<String>,
+    message: Option<String>,
+}
+
+pub(super) async fn put_service(
+    State(admin): State<Admin>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<WriteQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AppError> {
+    let name = path_text(path)?;
+    check_service_name(&name)?;
+    let options = options(&admin, query, &headers)?;
+    let body = body_bytes(&admin, body)?;
+    let parsed: ServiceBody = serde_json::from_slice(&body)
+        .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
+    let mut entries = Vec::with_capacity(parsed.config.len());
+    for (key, value) in parsed.config {
+        match value {
+            Value::String(v) => entries.push((key, v)),
+            other => {
+                return Err(AppError::BadRequest(format!(
+                    "the value of `{key}` must be a string, as agents receive it (got {other})"
+                )));
+            }
+        }
+    }
+    let attribution = attribution(&headers, parsed.author, parsed.message, None)?;
+    let guard = admin.write_lock.lock().await;
+    let current = admin.served.snapshot();
+    let proposal = Proposal::read(&admin, document::with_service(&current.table, &name, Some(entries)))?;
+    apply(&admin, guard, proposal, attribution, options).await
+}
+
+pub(super) async fn delete_service(
+    State(admin): State<Admin>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<WriteQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AppError> {
+    let name = path_text(path)?;
+    check_service_name(&name)?;
+    let options = options(&admin, query, &headers)?;
+    let body = note(&body_bytes(&admin, body)?)?;
+    let attribution = attribution(&headers, body.author, body.message, None)?;
+    let guard = admin.write_lock.lock().await;
+    let current = admin.served.snapshot();
+    if current.table.get(&name).is_none() {
+        return Err(AppError::NotFound(format!("no service `{name}` is configured")));
+    }
+    let proposal = Proposal::read(&admin, document::with_service(&current.table, &name, None))?;
+    apply(&admin, guard, proposal, attribution, options).await
+}
+
+pub(super) async fn rollback(
+    State(admin): State<Admin>,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<WriteQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, AppError> {
+    let id = release_id(path)?;
+    let options = options(&admin, query, &headers)?;
+    let body = note(&body_bytes(&admin, body)?)?;
+    let message = body
+        .message
+        .or_else(|| header_text(&headers, MESSAGE_HEADER).ok().flatten())
+        .or_else(|| Some(format!("Roll back to release {id}")));
+    let attribution = attribution(&headers, body.author, message, Some(id))?;
+    if admin.releases.get(id).is_none() {
+        return Err(AppError::NotFound(format!("no release {id}")));
+    }
+    let proposal = match document_of(&admin, id).await? {
+        Some(text) => Proposal::read(&admin, text)?,
+        None => Proposal { text: None, table: AgentConfigurations::default() },
+    };
+    let guard = admin.write_lock.lock().await;
+    apply(&admin, guard, proposal, attribution, options).await
+}

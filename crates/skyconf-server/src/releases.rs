@@ -1,0 +1,625 @@
+//! The release log: every accepted agent-configurations document, whatever its origin (an admin
+//! API write, a file edit, a change in etcd, ZooKeeper or Nacos, the document found at start-up),
+//! with its time, author, message, per-service digests and the change against the previous one.
+//! A rollback writes an old release's exact text back to the store, so agents get back exactly the
+//! values (and digests) they had.
+//!
+//! The log is local to each server, kept even when the store itself has no history (a plain etcd
+//! key, a file). With a data directory it is one JSON file per release,
+//! `<data dir>/releases/<id, 20 digits>.json`, written atomically (write, fsync, rename) and read
+//! back at start-up; without one it lives in memory. Only the newest `retention` releases are
+//! kept. Why files and not an embedded database: a release is written a few times a day, never
+//! updated, read by id or newest first; files are inspectable with `cat` and `jq`, need no new
+//! dependency, and retention is deleting a file.
+//!
+//! Releases are recorded by the [`Reloader`](crate::reload::Reloader) just *before* it installs a
+//! table, so whoever wakes up on the served table's watch channel finds the release already there.
+//! Writers announce an upcoming document with [`ReleaseLog::expect`] to attach their author and
+//! message to it; documents nobody announced are attributed to their origin.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use skyconf_core::{AgentConfigurations, Digest};
+use skyconf_sources::content_hash;
+
+/// How many releases are kept by default.
+pub const DEFAULT_RETENTION: usize = 200;
+
+/// The most of a refused document kept for operators to look at.
+const MAX_REJECTED_TEXT_BYTES: usize = 1024 * 1024;
+
+/// How long an announced author and message wait for their document.
+const PENDING_FOR: Duration = Duration::from_secs(300);
+
+/// Why the log could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    /// File system trouble.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file that is not a release skyconf wrote.
+    #[error("{path}: not a skyconf release: {message}")]
+    Format {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// How one service changed in a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    /// The service is new: its agents move from the EMPTY answer to a configuration.
+    Added,
+    /// The service is gone: its agents get the EMPTY answer and reset every setting.
+    Removed,
+    /// Its settings (or their order, which the digest depends on) changed.
+    Modified,
+}
+
+/// One setting that changed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeyChange {
+    /// The setting.
+    pub key: String,
+    /// Its value before; none when it is new.
+    pub before: Option<String>,
+    /// Its value after; none when it is removed (agents reset it to their local default).
+    pub after: Option<String>,
+}
+
+/// One service whose digest changed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServiceChange {
+    /// The service.
+    pub service: String,
+    /// Added, removed or modified.
+    pub change: ChangeKind,
+    /// The digest its agents were served before (the EMPTY digest for a new service).
+    pub digest_before: String,
+    /// The digest they are served after (the EMPTY digest for a removed service).
+    pub digest_after: String,
+    /// The settings that changed, in document order.
+    pub keys: Vec<KeyChange>,
+}
+
+/// What changed from `before` to `after`, per service: services of `after` in its order, then the
+/// services it no longer has. Services whose digest is unchanged are left out.
+pub fn diff(before: &AgentConfigurations, after: &AgentConfigurations) -> Vec<ServiceChange> {
+    let empty = Digest::empty();
+    let mut out = Vec::new();
+    for service in after.services() {
+        match before.get(service.name()) {
+            Some(old) if old.digest() == service.digest() => {}
+            Some(old) => {
+                let mut keys: Vec<KeyChange> = service
+                    .entries()
+                    .iter()
+                    .filter(|(k, v)| old.get(k) != Some(v.as_str()))
+                    .map(|(k, v)| KeyChange {
+                        key: k.clone(),
+                        before: old.get(k).map(str::to_owned),
+                        after: Some(v.clone()),
+                    })
+                    .collect();
+                keys.extend(old.entries().iter().filter(|(k, _)| service.get(k).is_none()).map(|(k, v)| KeyChange {
+                    key: k.clone(),
+                    before: Some(v.clone()),
+                    after: None,
+                }));
+                out.push(ServiceChange {
+                    service: service.name().to_owned(),
+                    change: ChangeKind::Modified,
+                    digest_before: old.digest().to_string(),
+                    digest_after: service.digest().to_string(),
+                    keys,
+                });
+            }
+            None => out.push(ServiceChange {
+                service: service.name().to_owned(),
+                change: ChangeKind::Added,
+                digest_before: empty.to_string(),
+                digest_after: service.digest().to_string(),
+                keys: service
+                    .entries()
+                    .iter()
+                    .map(|(k, v)| KeyChange { key: k.clone(), before: None, after: Some(v.clone()) })
+                    .collect(),
+            }),
+        }
+    }
+    for old in before.services().filter(|s| after.get(s.name()).is_none()) {
+        out.push(ServiceChange {
+            service: old.name().to_owned(),
+            change: ChangeKind::Removed,
+            digest_before: old.digest().to_string(),
+            digest_after: empty.to_string(),
+            keys: old
+                .entries()
+                .iter()
+                .map(|(k, v)| KeyChange { key: k.clone(), before: Some(v.clone()), after: None })
+                .collect(),
+        });
+    }
+    out
+}
+
+/// Who made a change and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attribution {
+    /// Who (from the admin API request).
+    pub author: Option<String>,
+    /// Why.
+    pub message: Option<String>,
+    /// The release this change restores, for a rollback.
+    pub rollback_of: Option<u64>,
+    /// Where it came from (`api`).
+    pub origin: String,
+}
+
+/// One accepted document.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Release {
+    /// Increases by one with every release, across restarts.
+    pub id: u64,
+    /// When it was accepted (Unix milliseconds).
+    pub at_ms: u64,
+    /// Who wrote it, when it came through the admin API with an author.
+    pub author: Option<String>,
+    /// Why, when given.
+    pub message: Option<String>,
+    /// Where it came from: `api`, or the store (`file /etc/skyconf/agents.yaml`, `etcd ...`).
+    pub origin: String,
+    /// The release it restores, for a rollback.
+    pub rollback_of: Option<u64>,
+    /// The served table's version it became (versions restart at 1 with every server start).
+    pub version: u64,
+    /// SHA-256 (hex) of the document text; none when the key was deleted from the store.
+    pub document_sha256: Option<String>,
+    /// Every service's digest in this release.
+    pub digests: BTreeMap<String, String>,
+    /// What changed against the previous release.
+    pub changes: Vec<ServiceChange>,
+}
+
+impl Release {
+    /// The document hash this release has, as bytes, for comparisons.
+    fn hash(&self) -> Option<&str> {
+        self.document_sha256.as_deref()
+    }
+}
+
+/// What a release file holds: the release and the document text.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ReleaseFile {
+    format: u32,
+    #[serde(flatten)]
+    release: Release,
+    document: Option<String>,
+}
+
+/// A document that was refused, with its text, for operators.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RejectedDocument {
+    /// Where it came from.
+    pub origin: String,
+    /// Why, with line and column.
+    pub error: String,
+    /// When (Unix milliseconds).
+    pub at_ms: u64,
+    /// Its text (the first MiB).
+    pub text: String,
+    /// Whether the text was cut.
+    pub truncated: bool,
+}
+
+#[derive(Debug)]
+struct Pending {
+    hash: Option<String>,
+    attribution: Attribution,
+    until: Instant,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    /// Oldest first.
+    releases: VecDeque<Arc<Release>>,
+    /// Document texts, when there is no directory.
+    documents: HashMap<u64, Option<Arc<str>>>,
+    next_id: u64,
+    pending: Vec<Pending>,
+    last_rejection: Option<RejectedDocument>,
+}
+
+/// The log. Share it in an `Arc`; every method takes a short lock, never across an await.
+#[derive(Debug)]
+pub struct ReleaseLog {
+    dir: Option<PathBuf>,
+    retention: usize,
+    state: Mutex<LogState>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// The hex SHA-256 of a document, as releases record it.
+pub fn document_hash(text: &str) -> String {
+    hex::encode(content_hash(text))
+}
+
+impl ReleaseLog {
+    /// A log kept in memory only.
+    pub fn in_memory(retention: usize) -> Self {
+        Self {
+            dir: None,
+            retention: retention.max(1),
+            state: Mutex::new(LogState { next_id: 1, ..LogState::default() }),
+        }
+    }
+
+    /// The log in `<data_dir>/releases`, with the releases already there (files that cannot be
+    /// read are skipped with a warning; the directory is created on the first release).
+    pub fn open(data_dir: &Path, retention: usize) -> Result<Self, ReleaseError> {
+        let dir = data_dir.join("releases");
+        let log = Self { dir: Some(dir.clone()), ..Self::in_memory(retention) };
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
+            Err(source) => return Err(ReleaseError::Io { path: dir.display().to_string(), source }),
+        };
+        let mut releases = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| ReleaseError::Io { path: dir.display().to_string(), source })?;
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            match read_release_file(&path) {
+                Ok(file) => releases.push(Arc::new(file.release)),
+                Err(error) => tracing::warn!(%error, "Skipping a release file that cannot be read."),
+            }
+        }
+        releases.sort_by_key(|r| r.id);
+        {
+            let mut state = log.lock();
+            state.next_id = releases.last().map_or(1, |r| r.id + 1);
+            state.releases = releases.into();
+        }
+        log.enforce_retention();
+        Ok(log)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many releases are kept.
+    pub fn retention(&self) -> usize {
+        self.retention
+    }
+
+    /// Announces a document about to be written (`None`: a delete), so its release carries
+    /// `attribution`.
+    pub fn expect(&self, text: Option<&str>, attribution: Attribution) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        state.pending.retain(|p| p.until > now);
+        if state.pending.len() >= 64 {
+            state.pending.remove(0);
+        }
+        state.pending.push(Pending { hash: text.map(document_hash), attribution, until: now + PENDING_FOR });
+    }
+
+    /// Withdraws an announcement whose write failed.
+    pub fn withdraw(&self, text: Option<&str>) {
+        let hash = text.map(document_hash);
+        let mut state = self.lock();
+        if let Some(i) = state.pending.iter().rposition(|p| p.hash == hash) {
+            state.pending.remove(i);
+        }
+    }
+
+    /// Records an accepted document: `table` read from `text` (`None`: the key was deleted), to
+    /// be served as `version`, replacing `previous`. `origin` names the store.
+    pub fn record(
+        &self,
+        previous: &AgentConfigurations,
+        table: &AgentConfigurations,
+        text: Option<&str>,
+        version: u64,
+        origin: &str,
+    ) -> Arc<Release> {
+        let hash = text.map(document_hash);
+        let now = Instant::now();
+        let (release, evicted) = {
+            let mut state = self.lock();
+            state.pending.retain(|p| p.until > now);
+            let attribution = state
+                .pending
+                .iter()
+                .position(|p| p.hash == hash)
+                .map(|i| state.pending.remove(i).attribution)
+                .unwrap_or_else(|| Attribution { origin: origin.to_owned(), ..Attribution::default() });
+            let release = Arc::new(Release {
+                id: state.next_id,
+                at_ms: now_ms(),
+                author: attribution.author,
+                message: attribution.message,
+                origin: attribution.origin,
+                rollback_of: attribution.rollback_of,
+                version,
+                document_sha256: hash,
+                digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
+                changes: diff(previous, table),
+            });
+            state.next_id += 1;
+            state.releases.push_back(Arc::clone(&release));
+            if self.dir.is_none() {
+                state.documents.insert(release.id, text.map(Arc::from));
+            }
+            (release, self.evict(&mut state))
+        };
+        if let Some(dir) = &self.dir {
+            let file = ReleaseFile { format: 1, release: (*release).clone(), document: text.map(str::to_owned) };
+            if let Err(error) = write_release_file(dir, &file) {
+                tracing::warn!(release = release.id, %error, "Cannot write the release to disk; it is kept in memory until the server stops.");
+                self.lock().documents.insert(release.id, text.map(Arc::from));
+            }
+            self.delete_files(&evicted);
+        }
+        tracing::info!(release = release.id, version, origin = %release.origin, changed = release.changes.len(), "Recorded a release.");
+        release
+    }
+
+    /// Records, at start-up, the document the server starts with, unless it is the newest release
+    /// already (the usual case after a restart).
+    pub fn record_start(&self, table: &AgentConfigurations, text: Option<&str>, version: u64, origin: &str) {
+        let latest = self.latest();
+        let hash = text.map(document_hash);
+        if latest.as_ref().is_some_and(|l| l.document_sha256 == hash) {
+            return;
+        }
+        let previous = latest.and_then(|l| self.table_of(l.id)).unwrap_or_default();
+        self.record(&previous, table, text, version, origin);
+    }
+
+    fn evict(&self, state: &mut LogState) -> Vec<u64> {
+        let mut evicted = Vec::new();
+        while state.releases.len() > self.retention {
+            if let Some(old) = state.releases.pop_front() {
+                state.documents.remove(&old.id);
+                evicted.push(old.id);
+            }
+        }
+        evicted
+    }
+
+    fn enforce_retention(&self) {
+        let evicted = {
+            let mut state = self.lock();
+            self.evict(&mut state)
+        };
+        self.delete_files(&evicted);
+    }
+
+    fn delete_files(&self, ids: &[u64]) {
+        let Some(dir) = &self.dir else { return };
+        for id in ids {
+            let path = release_path(dir, *id);
+            if let Err(error) = std::fs::remove_file(&path)
+                && error.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(path = %path.display(), %error, "Cannot delete a release past retention.");
+            }
+        }
+    }
+
+    /// Every release kept, newest first.
+    pub fn list(&self) -> Vec<Arc<Release>> {
+        self.lock().releases.iter().rev().cloned().collect()
+    }
+
+    /// One release.
+    pub fn get(&self, id: u64) -> Option<Arc<Release>> {
+        let state = self.lock();
+        let index = state.releases.binary_search_by_key(&id, |r| r.id).ok()?;
+        state.releases.get(index).cloned()
+    }
+
+    /// The newest release.
+    pub fn latest(&self) -> Option<Arc<Release>> {
+        self.lock().releases.back().cloned()
+    }
+
+    /// The release before `id`, if it is still kept.
+    pub fn previous(&self, id: u64) -> Option<Arc<Release>> {
+        let state = self.lock();
+        let index = state.releases.partition_point(|r| r.id < id);
+        index.checked_sub(1).and_then(|i| state.releases.get(i).cloned())
+    }
+
+    /// The newest release after `after` whose document has `hash` (`None`: a delete).
+    pub fn find_after(&self, after: u64, hash: Option<&str>) -> Option<Arc<Release>> {
+        self.lock().releases.iter().rev().take_while(|r| r.id > after).find(|r| r.hash() == hash).cloned()
+    }
+
+    /// The newest release that changed `service`'s digest.
+    pub fn last_change(&self, service: &str) -> Option<Arc<Release>> {
+        self.lock().releases.iter().rev().find(|r| r.changes.iter().any(|c| c.service == service)).cloned()
+    }
+
+    /// The text of release `id`: `Ok(None)` when it is not kept, `Ok(Some(None))` for a delete.
+    /// Reads a file: call it off the async threads.
+    pub fn document(&self, id: u64) -> Result<Option<Option<String>>, ReleaseError> {
+        let Some(dir) = &self.dir else {
+            return Ok(self.lock().documents.get(&id).map(|d| d.as_deref().map(str::to_owned)));
+        };
+        if self.get(id).is_none() {
+            return Ok(None);
+        }
+        if let Some(kept) = self.lock().documents.get(&id) {
+            return Ok(Some(kept.as_deref().map(str::to_owned)));
+        }
+        Ok(Some(read_release_file(&release_path(dir, id))?.document))
+    }
+
+    /// The table of release `id`, if its text is still readable.
+    pub fn table_of(&self, id: u64) -> Option<AgentConfigurations> {
+        match self.document(id) {
+            Ok(Some(Some(text))) => skyconf_core::read(&text).ok(),
+            Ok(Some(None)) => Some(AgentConfigurations::default()),
+            Ok(None) => None,
+            Err(error) => {
+                tracing::warn!(release = id, %error, "Cannot read a release.");
+                None
+            }
+        }
+    }
+
+    /// Keeps a refused document for operators.
+    pub fn record_rejection(&self, origin: &str, error: &str, text: &str) {
+        let mut end = text.len().min(MAX_REJECTED_TEXT_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.lock().last_rejection = Some(RejectedDocument {
+            origin: origin.to_owned(),
+            error: error.to_owned(),
+            at_ms: now_ms(),
+            text: text[..end].to_owned(),
+            truncated: end < text.len(),
+        });
+    }
+
+    /// Forgets the refused document once a good one is accepted.
+    pub fn clear_rejection(&self) {
+        self.lock().last_rejection = None;
+    }
+
+    /// The last refused document, unless a good one came after it.
+    pub fn last_rejection(&self) -> Option<RejectedDocument> {
+        self.lock().last_rejection.clone()
+    }
+}
+
+fn release_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}.json"))
+}
+
+fn read_release_file(path: &Path) -> Result<ReleaseFile, ReleaseError> {
+    let display = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ReleaseError::Io { path: display.clone(), source })?;
+    let file: ReleaseFile = serde_json::from_str(&text)
+        .map_err(|e| ReleaseError::Format { path: display.clone(), message: e.to_string() })?;
+    if file.format != 1 {
+        return Err(ReleaseError::Format { path: display, message: format!("unknown format {}", file.format) });
+    }
+    Ok(file)
+}
+
+fn write_release_file(dir: &Path, file: &ReleaseFile) -> Result<(), ReleaseError> {
+    use std::io::Write as _;
+    let path = release_path(dir, file.release.id);
+    let io = |source| ReleaseError::Io { path: path.display().to_string(), source };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let json = serde_json::to_vec_pretty(file)
+        .map_err(|e| ReleaseError::Format { path: path.display().to_string(), message: e.to_string() })?;
+    let staged = path.with_extension("json.tmp");
+    let mut out = std::fs::File::create(&staged).map_err(io)?;
+    out.write_all(&json).and_then(|()| out.sync_all()).map_err(io)?;
+    std::fs::rename(&staged, &path).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> AgentConfigurations {
+        skyconf_core::read(text).unwrap()
+    }
+
+    const V1: &str = "configurations:\n  a: {k: 1, j: x}\n  b: {k: 2}\n";
+    const V2: &str = "configurations:\n  a: {k: 3}\n  c: {k: 4}\n";
+
+    #[test]
+    fn diff_names_added_removed_and_modified_services_with_their_keys() {
+        let changes = diff(&table(V1), &table(V2));
+        let kinds: Vec<_> = changes.iter().map(|c| (c.service.as_str(), c.change)).collect();
+        assert_eq!(kinds, [("a", ChangeKind::Modified), ("c", ChangeKind::Added), ("b", ChangeKind::Removed)]);
+        assert_eq!(
+            changes[0].keys,
+            [
+                KeyChange { key: "k".into(), before: Some("1".into()), after: Some("3".into()) },
+                KeyChange { key: "j".into(), before: Some("x".into()), after: None },
+            ]
+        );
+        assert_eq!(changes[1].digest_before, Digest::empty().to_string());
+        assert_eq!(changes[2].digest_after, Digest::empty().to_string());
+        assert!(diff(&table(V1), &table(V1)).is_empty());
+        let reordered = diff(&table(V1), &table("configurations:\n  a: {j: x, k: 1}\n  b: {k: 2}\n"));
+        assert_eq!(reordered.len(), 1, "order changes the digest");
+        assert!(reordered[0].keys.is_empty());
+    }
+
+    #[test]
+    fn releases_survive_a_restart_and_old_ones_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReleaseLog::open(dir.path(), 2).unwrap();
+        log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        log.expect(Some(V2), Attribution { author: Some("ann".into()), origin: "api".into(), ..Default::default() });
+        log.record(&table(V1), &table(V2), Some(V2), 2, "file x");
+        log.record(&table(V2), &AgentConfigurations::default(), None, 3, "file x");
+        assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [3, 2]);
+
+        let reopened = ReleaseLog::open(dir.path(), 2).unwrap();
+        let two = reopened.get(2).unwrap();
+        assert_eq!((two.author.as_deref(), two.origin.as_str()), (Some("ann"), "api"));
+        assert_eq!(reopened.document(2).unwrap(), Some(Some(V2.to_owned())));
+        assert_eq!(reopened.document(3).unwrap(), Some(None), "a delete has no text");
+        assert_eq!(reopened.document(1).unwrap(), None, "past retention");
+        assert_eq!(std::fs::read_dir(dir.path().join("releases")).unwrap().count(), 2);
+        assert_eq!(reopened.previous(3).unwrap().id, 2);
+        assert_eq!(reopened.last_change("c").unwrap().id, 3);
+        assert_eq!(reopened.find_after(1, Some(&document_hash(V2))).unwrap().id, 2);
+        assert!(reopened.find_after(2, Some(&document_hash(V2))).is_none());
+
+        reopened.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        assert_eq!(reopened.latest().unwrap().id, 4, "ids keep increasing across restarts");
+        reopened.record_start(&table(V1), Some(V1), 1, "file x");
+        assert_eq!(reopened.latest().unwrap().id, 4, "an unchanged start records nothing");
+    }
+
+    #[test]
+    fn an_unreadable_file_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("releases")).unwrap();
+        std::fs::write(dir.path().join("releases/00000000000000000009.json"), "{").unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        assert!(log.list().is_empty());
+    }
+
+    #[test]
+    fn in_memory_logs_keep_documents_and_rejections() {
+        let log = ReleaseLog::in_memory(10);
+        log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "mem");
+        assert_eq!(log.document(1).unwrap(), Some(Some(V1.to_owned())));
+        assert_eq!(log.table_of(1).unwrap(), table(V1));
+        log.record_rejection("mem", "line 1, column 1: bad", &"x".repeat(MAX_REJECTED_TEXT_BYTES + 1));
+        let rejected = log.last_rejection().unwrap();
+        assert!(rejected.truncated);
+        log.clear_rejection();
+        assert!(log.last_rejection().is_none());
+    }
+}

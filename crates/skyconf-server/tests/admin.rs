@@ -1,0 +1,405 @@
+//! The admin API without sockets: requests go through the router with `oneshot`, writes go through
+//! a store held in memory, and come back through the real hub and reloader, as a store's watch
+//! would bring them back.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use skyconf_core::Digest;
+use skyconf_core::store::StoreContent;
+use skyconf_server::admin::Admin;
+use skyconf_server::{Fleet, FleetOptions, Hub, ReleaseLog, Reloader, ServedTable, StoreView};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, Update};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+const V1: &str = "# the fleet\nconfigurations:\n  order:\n    agent.sample_n_per_3_secs: 10\n    agent.ignore_suffix: .jpg\n  pay:\n    agent.span_limit_per_segment: 300\n";
+
+/// A store in memory: a put is reported back to the hub, as a watch would report it.
+struct MemoryStore {
+    updates: mpsc::Sender<Update>,
+    /// 0: works; 1: unreachable; 2: refuses the operation.
+    mode: Arc<AtomicU8>,
+}
+
+impl Source for MemoryStore {
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+
+    async fn load(&self, _keys: &KeySet) -> Result<StoreContent, SourceError> {
+        Ok(StoreContent::default())
+    }
+
+    async fn run(&self, _keys: KeySet, _updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        shutdown.cancelled().await;
+    }
+
+    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+        match self.mode.load(Ordering::SeqCst) {
+            1 => return Err(SourceError::Unavailable { store: "memory".into(), message: "down".into() }),
+            2 => return Err(SourceError::Unsupported("memory cannot do that".into())),
+            _ => {}
+        }
+        let update = Update::Single { key: key.into(), value: value.map(str::to_owned) };
+        self.updates
+            .send(update)
+            .await
+            .map_err(|_| SourceError::Unavailable { store: "memory".into(), message: "closed".into() })
+    }
+}
+
+struct Setup {
+    router: Router,
+    served: Arc<ServedTable>,
+    releases: Arc<ReleaseLog>,
+    fleet: Arc<Fleet>,
+    mode: Arc<AtomicU8>,
+}
+
+fn setup() -> Setup {
+    let table = skyconf_core::read(V1).unwrap();
+    let served = Arc::new(ServedTable::new(table.clone()));
+    let mut content = StoreContent::default();
+    content.set_single(AGENT_CONFIGURATIONS_KEY, Some(V1.into()));
+    let store = Arc::new(StoreView::new("memory".into(), content, true, false));
+    let releases = Arc::new(ReleaseLog::in_memory(50));
+    releases.record_start(&table, Some(V1), 1, "memory");
+    let reloader = Reloader::new(Arc::clone(&served), "memory", Some(V1)).with_releases(Arc::clone(&releases));
+    let (tx, rx) = mpsc::channel(8);
+    tokio::spawn(Hub::new(Arc::clone(&store), reloader, None).run(rx));
+    let fleet = Arc::new(Fleet::new(FleetOptions::default()));
+    let mode = Arc::new(AtomicU8::new(0));
+    let writer = Arc::new(MemoryStore { updates: tx, mode: Arc::clone(&mode) });
+    let router = Admin::new(Arc::clone(&served), store)
+        .with_releases(Arc::clone(&releases))
+        .with_fleet(Arc::clone(&fleet))
+        .with_writer(writer)
+        .router();
+    Setup { router, served, releases, fleet, mode }
+}
+
+async fn call(router: &Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, body)
+}
+
+fn get(path: &str) -> Request<Body> {
+    Request::get(path).body(Body::empty()).unwrap()
+}
+
+fn json_request(method: &str, path: &str, body: &Value) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn yaml_put(path: &str) -> http::request::Builder {
+    Request::put(path).header("content-type", "application/yaml")
+}
+
+fn peer(port: u16) -> SocketAddr {
+    SocketAddr::from(([10, 1, 2, 3], port))
+}
+
+#[tokio::test]
+async fn lists_services_with_digest_keys_and_fleet_counts() {
+    let s = setup();
+    let order = s.served.snapshot().answer("order").digest.clone();
+    s.fleet.observe("order", order.as_str(), peer(1), &order);
+    s.fleet.observe("order", "", peer(2), &order);
+    s.fleet.observe("typo-service", "", peer(3), &Digest::empty());
+
+    let (status, body) = call(&s.router, get("/api/v1/services")).await;
+    assert_eq!(status, 200);
+    let services = body["services"].as_array().unwrap();
+    assert_eq!(services.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(), ["order", "pay"]);
+    assert_eq!(services[0]["digest"], order.as_str());
+    assert_eq!(services[0]["keys"], 2);
+    assert_eq!((services[0]["agents"].as_u64(), services[0]["applied"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(services[0]["behind"], 1);
+    assert_eq!(services[0]["last_change"]["release"], 1);
+    assert_eq!(body["unconfigured"][0]["name"], "typo-service");
+}
+
+#[tokio::test]
+async fn shows_one_service_with_its_config_and_agents() {
+    let s = setup();
+    let order = s.served.snapshot().answer("order").digest.clone();
+    s.fleet.observe_instance("order", "pod-1@10.1.2.3", peer(1));
+    s.fleet.observe("order", order.as_str(), peer(1), &order);
+
+    let (status, body) = call(&s.router, get("/api/v1/services/order")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["config"], json!({"agent.sample_n_per_3_secs": "10", "agent.ignore_suffix": ".jpg"}));
+    assert_eq!(body["digest"], order.as_str());
+    let agent = &body["agents"][0];
+    assert_eq!(agent["peer"], "10.1.2.3:1");
+    assert_eq!(agent["instance"], "pod-1@10.1.2.3");
+    assert_eq!(agent["state"], "applied");
+    assert_eq!(agent["digest"], order.as_str());
+
+    let (status, body) = call(&s.router, get("/api/v1/services/nope")).await;
+    assert_eq!(status, 404);
+    assert!(body["error"].as_str().unwrap().contains("nope"));
+    let (status, _) = call(&s.router, get("/api/v1/services/a%0Ab")).await;
+    assert_eq!(status, 400, "control characters in a name");
+    let (status, _) = call(&s.router, get(&format!("/api/v1/services/{}", "x".repeat(600)))).await;
+    assert_eq!(status, 400, "too long a name");
+}
+
+#[tokio::test]
+async fn a_document_write_is_served_and_recorded_with_author_and_message() {
+    let s = setup();
+    let v2 = "configurations:\n  order:\n    agent.sample_n_per_3_secs: 20\n";
+    let request = yaml_put("/api/v1/configurations")
+        .header("x-skyconf-author", "ann")
+        .header("x-skyconf-message", "sample more")
+        .body(Body::from(v2))
+        .unwrap();
+    let (status, body) = call(&s.router, request).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["served"], true);
+    assert_eq!(body["release"]["id"], 2);
+    assert_eq!(s.served.snapshot().table.get("order").unwrap().get("agent.sample_n_per_3_secs"), Some("20"));
+    let release = s.releases.get(2).unwrap();
+    assert_eq!((release.author.as_deref(), release.message.as_deref()), (Some("ann"), Some("sample more")));
+    assert_eq!(release.origin, "api");
+
+    let (status, body) = call(&s.router, get("/api/v1/releases/2")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["document"], v2);
+    assert_eq!(body["previous"], 1);
+    let changes = body["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert_eq!((changes[0]["service"].as_str(), changes[0]["change"].as_str()), (Some("order"), Some("modified")));
+    assert_eq!(changes[0]["keys"][0], json!({"key": "agent.sample_n_per_3_secs", "before": "10", "after": "20"}));
+    assert_eq!(changes[0]["keys"][1], json!({"key": "agent.ignore_suffix", "before": ".jpg", "after": null}));
+    assert_eq!((changes[1]["service"].as_str(), changes[1]["change"].as_str()), (Some("pay"), Some("removed")));
+    assert_eq!(changes[1]["digest_after"], Digest::empty().as_str());
+
+    let (status, body) = call(&s.router, get("/api/v1/releases")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["releases"].as_array().unwrap().iter().map(|r| r["id"].as_u64().unwrap()).collect::<Vec<_>>(),
+        [2, 1]
+    );
+
+    let (status, body) = call(&s.router, get("/api/v1/configurations")).await;
+    assert_eq!((status, body["document"].as_str()), (StatusCode::OK, Some(v2)));
+
+    let again = yaml_put("/api/v1/configurations").body(Body::from(v2)).unwrap();
+    let (status, body) = call(&s.router, again).await;
+    assert_eq!((status, body["unchanged"].as_bool()), (StatusCode::OK, Some(true)));
+    assert_eq!(s.releases.list().len(), 2, "an unchanged document is not a release");
+}
+
+#[tokio::test]
+async fn a_refused_document_is_a_400_with_line_and_column_and_changes_nothing() {
+    let s = setup();
+    let bad = "configurations:\n  order:\n    agent.sample_n_per_3_secs:\n";
+    let (status, body) = call(&s.router, yaml_put("/api/v1/configurations").body(Body::from(bad)).unwrap()).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "the document was refused");
+    assert_eq!(body["details"]["line"], 3);
+    assert!(body["details"]["column"].is_u64());
+    assert_eq!(s.served.snapshot().version, 1);
+    assert_eq!(s.releases.list().len(), 1);
+
+    let not_text = Request::put("/api/v1/configurations").body(Body::from(vec![0xff, 0xfe])).unwrap();
+    assert_eq!(call(&s.router, not_text).await.0, 400);
+    let not_json = Request::put("/api/v1/configurations")
+        .header("content-type", "application/json")
+        .body(Body::from("{"))
+        .unwrap();
+    assert_eq!(call(&s.router, not_json).await.0, 400);
+    let (status, body) = call(
+        &s.router,
+        json_request("PUT", "/api/v1/services/order", &json!({"config": {"agent.sample_n_per_3_secs": 5}})),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("must be a string"), "{body}");
+    let (status, _) =
+        call(&s.router, json_request("PUT", "/api/v1/services/order", &json!({"config": {"UUID": "x"}}))).await;
+    assert_eq!(status, 400, "a reserved key");
+    let (status, _) =
+        call(&s.router, Request::put("/api/v1/configurations?dry_run=maybe").body(Body::from(V1)).unwrap()).await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn a_dry_run_answers_digests_before_and_after_and_writes_nothing() {
+    let s = setup();
+    let order = s.served.snapshot().answer("order").digest.clone();
+    let request = json_request(
+        "PUT",
+        "/api/v1/services/order?dry_run=true",
+        &json!({"config": {"agent.sample_n_per_3_secs": "30"}, "author": "bob"}),
+    );
+    let (status, body) = call(&s.router, request).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["dry_run"], true);
+    let change = &body["changes"][0];
+    assert_eq!(change["service"], "order");
+    assert_eq!(change["digest_before"], order.as_str());
+    assert_eq!(change["digest_after"], Digest::of_entries([("agent.sample_n_per_3_secs", "30")]).as_str());
+    assert_eq!(body["changes"].as_array().unwrap().len(), 1, "pay is untouched");
+    assert_eq!(s.served.snapshot().version, 1);
+    assert_eq!(s.releases.list().len(), 1);
+}
+
+#[tokio::test]
+async fn per_service_writes_keep_other_services_digests() {
+    let s = setup();
+    let pay = s.served.snapshot().answer("pay").digest.clone();
+    let request = json_request(
+        "PUT",
+        "/api/v1/services/new%7Cns%7C",
+        &json!({"config": {"agent.sample_n_per_3_secs": "5", "agent.ignore_suffix": ".a, \"b\"\n"}, "author": "carl", "message": "new"}),
+    );
+    let (status, body) = call(&s.router, request).await;
+    assert_eq!(status, 200, "{body}");
+    let snapshot = s.served.snapshot();
+    assert_eq!(snapshot.answer("pay").digest, pay, "untouched services keep their digest");
+    let added = snapshot.table.get("new|ns|").unwrap();
+    assert_eq!(
+        added.entries(),
+        [("agent.sample_n_per_3_secs".into(), "5".into()), ("agent.ignore_suffix".into(), ".a, \"b\"\n".into())]
+    );
+    assert_eq!(s.releases.latest().unwrap().author.as_deref(), Some("carl"));
+
+    let (status, body) =
+        call(&s.router, json_request("DELETE", "/api/v1/services/pay", &json!({"message": "pay is retired"}))).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(s.served.snapshot().table.get("pay").is_none());
+    assert_eq!(s.releases.latest().unwrap().message.as_deref(), Some("pay is retired"));
+    let (status, _) = call(&s.router, Request::delete("/api/v1/services/pay").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_rollback_restores_the_exact_document_and_digests() {
+    let s = setup();
+    let before: Vec<_> =
+        s.served.snapshot().table.services().map(|s| (s.name().to_owned(), s.digest().clone())).collect();
+    let v2 = "configurations:\n  order: {agent.sample_n_per_3_secs: 99}\n";
+    assert_eq!(call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await.0, 200);
+    let (status, body) = call(
+        &s.router,
+        Request::post("/api/v1/releases/1/rollback").header("x-skyconf-author", "dana").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["release"]["rollback_of"], 1);
+    let after: Vec<_> =
+        s.served.snapshot().table.services().map(|s| (s.name().to_owned(), s.digest().clone())).collect();
+    assert_eq!(after, before);
+    let latest = s.releases.latest().unwrap();
+    assert_eq!((latest.id, latest.author.as_deref(), latest.rollback_of), (3, Some("dana"), Some(1)));
+    assert_eq!(latest.message.as_deref(), Some("Roll back to release 1"));
+    assert_eq!(s.releases.document(3).unwrap(), Some(Some(V1.to_owned())), "the exact text, comments too");
+
+    assert_eq!(
+        call(&s.router, Request::post("/api/v1/releases/77/rollback").body(Body::empty()).unwrap()).await.0,
+        404
+    );
+    assert_eq!(call(&s.router, get("/api/v1/releases/77")).await.0, 404);
+    assert_eq!(call(&s.router, get("/api/v1/releases/x")).await.0, 400);
+}
+
+#[tokio::test]
+async fn if_match_guards_against_lost_updates() {
+    let s = setup();
+    let request = |release: &str| {
+        Request::put("/api/v1/services/order")
+            .header("content-type", "application/json")
+            .header("if-match", release)
+            .body(Body::from(json!({"config": {"k": "v"}}).to_string()))
+            .unwrap()
+    };
+    let (status, body) = call(&s.router, request("\"7\"")).await;
+    assert_eq!(status, 409, "{body}");
+    let response = s.router.clone().oneshot(get("/api/v1/services/order")).await.unwrap();
+    let etag = response.headers()["etag"].to_str().unwrap().to_owned();
+    assert_eq!(etag, "\"1\"");
+    assert_eq!(call(&s.router, request(&etag)).await.0, 200);
+}
+
+#[tokio::test]
+async fn store_failures_map_to_503_and_409() {
+    let s = setup();
+    let v2 = "configurations:\n  order: {k: v}\n";
+    s.mode.store(1, Ordering::SeqCst);
+    let (status, body) = call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("down"));
+    s.mode.store(2, Ordering::SeqCst);
+    assert_eq!(call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await.0, 409);
+    assert_eq!(s.releases.list().len(), 1);
+    assert_eq!(s.served.snapshot().version, 1);
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused() {
+    let s = setup();
+    let options = skyconf_server::AdminOptions { max_document_bytes: 1024, ..Default::default() };
+    let store = Arc::new(StoreView::new("memory".into(), StoreContent::default(), true, false));
+    let router = Admin::new(Arc::clone(&s.served), store).with_options(options).router();
+    let big = format!("configurations:\n  a: {{k: '{}'}}\n", "x".repeat(2000));
+    let (status, body) = call(&router, Request::put("/api/v1/configurations").body(Body::from(big)).unwrap()).await;
+    assert_eq!(status, 413, "{body}");
+}
+
+#[tokio::test]
+async fn a_write_without_a_store_is_a_conflict() {
+    let s = setup();
+    let store = Arc::new(StoreView::new("memory".into(), StoreContent::default(), true, false));
+    let router = Admin::new(Arc::clone(&s.served), store).router();
+    let v2 = "configurations:\n  order: {k: v}\n";
+    assert_eq!(call(&router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await.0, 409);
+}
+
+#[tokio::test]
+async fn read_and_write_routes_are_separate_groups() {
+    let s = setup();
+    let store = Arc::new(StoreView::new("memory".into(), StoreContent::default(), true, false));
+    let admin = Admin::new(Arc::clone(&s.served), store);
+    let reads = admin.read_routes();
+    let (status, _) = call(&reads, Request::put("/api/v1/configurations").body(Body::from(V1)).unwrap()).await;
+    assert_eq!(status, 405, "the read group has no writes");
+    let writes = admin.write_routes();
+    assert_eq!(call(&writes, get("/api/v1/services")).await.0, 404, "the write group has no reads");
+}
+
+#[tokio::test]
+async fn the_page_and_the_status_are_served() {
+    let s = setup();
+    let response = s.router.clone().oneshot(get("/")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    let html = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    assert!(html.contains("id=\"services\"") && html.contains("/api/v1/releases"));
+
+    let bad = "configurations: [1]\n";
+    s.releases.record_rejection("memory", "line 1, column 17: bad", bad);
+    let (status, body) = call(&s.router, get("/api/v1/status")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["release"], 1);
+    assert_eq!(body["writable"], true);
+    assert_eq!(body["last_rejection"]["text"], bad);
+    assert_eq!(body["fleet"]["stuck_after_polls"], 3);
+}
