@@ -35,7 +35,7 @@ const LONG_POLL_GRACE: Duration = Duration::from_secs(10);
 const QUOTED_BODY: usize = 200;
 
 /// How requests prove who they come from.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) enum Auth {
     /// Nothing (a Nacos without authentication).
     None,
@@ -55,11 +55,31 @@ pub(crate) enum Auth {
     },
 }
 
+// Secrets stay out of logs and panics.
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Password { username, .. } => {
+                f.debug_struct("Password").field("username", username).field("password", &"<redacted>").finish()
+            }
+            Self::AccessKey { access_key, .. } => {
+                f.debug_struct("AccessKey").field("access_key", access_key).field("secret_key", &"<redacted>").finish()
+            }
+        }
+    }
+}
+
 /// An access token and when to renew it.
-#[derive(Debug)]
 struct Token {
     value: String,
     renew_at: Instant,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token").field("value", &"<redacted>").field("renew_at", &self.renew_at).finish()
+    }
 }
 
 /// One watched config as the listener is told about it.
@@ -358,8 +378,8 @@ impl Client {
     }
 }
 
-/// The login answer.
-#[derive(Debug, serde::Deserialize)]
+/// The login answer (no `Debug`: it holds the access token).
+#[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Login {
     access_token: String,

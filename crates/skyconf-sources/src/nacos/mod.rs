@@ -40,7 +40,7 @@ const LONG_POLL: Duration = Duration::from_secs(30);
 
 /// The Nacos store's settings: the OAP's `configuration.nacos` settings, with its names and
 /// defaults (`application.yml`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct NacosSettings {
     /// The server's host (`SW_CONFIG_NACOS_SERVER_ADDR`, default `127.0.0.1`), joined with
@@ -69,6 +69,25 @@ pub struct NacosSettings {
     /// Seconds between full re-reads (`SW_CONFIG_NACOS_PERIOD`, default 60). The OAP polls at
     /// this period; skyconf is pushed every change and re-reads only as a safety net.
     pub period: u64,
+}
+
+// The password and the secret key stay out of logs and panics.
+impl std::fmt::Debug for NacosSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = |secret: &str| if secret.is_empty() { "" } else { "<redacted>" };
+        f.debug_struct("NacosSettings")
+            .field("server_addr", &self.server_addr)
+            .field("port", &self.port)
+            .field("group", &self.group)
+            .field("namespace", &self.namespace)
+            .field("username", &self.username)
+            .field("password", &redacted(&self.password))
+            .field("access_key", &self.access_key)
+            .field("secret_key", &redacted(&self.secret_key))
+            .field("context_path", &self.context_path)
+            .field("period", &self.period)
+            .finish()
+    }
 }
 
 impl Default for NacosSettings {
@@ -504,6 +523,19 @@ mod tests {
 
     fn keys() -> KeySet {
         KeySet { singles: vec!["a.b.c".into(), "item1".into()], groups: vec!["g.h.i".into()] }
+    }
+
+    #[test]
+    fn debug_hides_the_password_and_the_secret_key() {
+        let settings = NacosSettings {
+            password: "pw-s3cret".into(),
+            secret_key: "sk-s3cret".into(),
+            ..NacosSettings::default()
+        };
+        let printed = format!("{settings:?}");
+        assert!(!printed.contains("s3cret") && printed.contains("<redacted>"), "{printed}");
+        let auth = client::Auth::Password { username: "u".into(), password: "pw-s3cret".into() };
+        assert!(!format!("{auth:?}").contains("s3cret"));
     }
 
     #[test]
