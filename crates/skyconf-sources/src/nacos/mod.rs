@@ -527,11 +527,8 @@ mod tests {
 
     #[test]
     fn debug_hides_the_password_and_the_secret_key() {
-        let settings = NacosSettings {
-            password: "pw-s3cret".into(),
-            secret_key: "sk-s3cret".into(),
-            ..NacosSettings::default()
-        };
+        let settings =
+            NacosSettings { password: "pw-s3cret".into(), secret_key: "sk-s3cret".into(), ..NacosSettings::default() };
         let printed = format!("{settings:?}");
         assert!(!printed.contains("s3cret") && printed.contains("<redacted>"), "{printed}");
         let auth = client::Auth::Password { username: "u".into(), password: "pw-s3cret".into() };
