@@ -21,6 +21,7 @@ use skyconf_proto::dcs::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::metrics::DcsMetrics;
 use crate::state::StoreView;
 
 /// Keys ever served, so a key that disappears is sent once more, empty.
@@ -35,6 +36,7 @@ struct Seen {
 pub struct DcsService {
     store: Arc<StoreView>,
     seen: Arc<Mutex<Seen>>,
+    metrics: DcsMetrics,
 }
 
 impl DcsService {
@@ -44,7 +46,13 @@ impl DcsService {
             singles: OAP_SINGLE_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             groups: OAP_GROUP_KEYS.iter().map(|k| (*k).to_owned()).collect(),
         };
-        Self { store, seen: Arc::new(Mutex::new(seen)) }
+        Self { store, seen: Arc::new(Mutex::new(seen)), metrics: DcsMetrics::default() }
+    }
+
+    /// Counts every call in `metrics`.
+    pub fn with_metrics(mut self, metrics: DcsMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The tonic server for this service.
@@ -105,14 +113,20 @@ impl DcsService {
 #[tonic::async_trait]
 impl ConfigurationService for DcsService {
     async fn call(&self, request: Request<ConfigurationRequest>) -> Result<Response<ConfigurationResponse>, Status> {
-        Ok(Response::new(self.call_response(&request.into_inner().uuid)))
+        let uuid = request.into_inner().uuid;
+        let response = self.call_response(&uuid);
+        self.metrics.record(false, response.uuid != uuid);
+        Ok(Response::new(response))
     }
 
     async fn call_group(
         &self,
         request: Request<ConfigurationRequest>,
     ) -> Result<Response<GroupConfigurationResponse>, Status> {
-        Ok(Response::new(self.call_group_response(&request.into_inner().uuid)))
+        let uuid = request.into_inner().uuid;
+        let response = self.call_group_response(&uuid);
+        self.metrics.record(true, response.uuid != uuid);
+        Ok(Response::new(response))
     }
 }
 

@@ -8,6 +8,7 @@ use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, StoreContent};
 use skyconf_sources::Update;
 use tokio::sync::mpsc;
 
+use crate::metrics::Events;
 use crate::persist::LastGood;
 use crate::reload::{Outcome, Reloader};
 use crate::state::StoreView;
@@ -18,12 +19,19 @@ pub struct Hub {
     store: Arc<StoreView>,
     reloader: Reloader,
     last_good: Option<LastGood>,
+    events: Events,
 }
 
 impl Hub {
     /// A hub feeding `store` and `reloader`, persisting to `last_good` if given.
     pub fn new(store: Arc<StoreView>, reloader: Reloader, last_good: Option<LastGood>) -> Self {
-        Self { store, reloader, last_good }
+        Self { store, reloader, last_good, events: Events::default() }
+    }
+
+    /// Logs and counts store failures through `events`.
+    pub fn with_events(mut self, events: Events) -> Self {
+        self.events = events;
+        self
     }
 
     /// Applies one update; the agent-configurations outcome if that key was touched.
@@ -32,7 +40,7 @@ impl Hub {
         let outcome = match update {
             Update::Failed(error) => {
                 let error = error.to_string();
-                tracing::error!(store = %self.store.status().store, %error, "The configuration store failed; still serving the last good configuration.");
+                self.events.store_failed(&self.store.status().store, &error);
                 self.store.mark_failed(error);
                 return None;
             }

@@ -10,9 +10,11 @@ pub mod cds;
 pub mod dcs;
 pub mod fleet;
 pub mod hub;
+pub mod metrics;
 pub mod persist;
 pub mod releases;
 pub mod reload;
+pub mod security;
 pub mod state;
 
 use std::net::SocketAddr;
@@ -31,9 +33,11 @@ pub use admin::AdminOptions;
 pub use cds::{CdsOptions, CdsService};
 pub use fleet::{Fleet, FleetOptions};
 pub use hub::Hub;
+pub use metrics::Metrics;
 pub use persist::LastGood;
 pub use releases::ReleaseLog;
 pub use reload::Reloader;
+pub use security::{SecurityConfig, SecurityError};
 pub use state::{ServedTable, StoreView};
 
 /// How the server runs, whatever the store.
@@ -62,6 +66,8 @@ pub struct ServeConfig {
     pub fleet: FleetOptions,
     /// Limits of the admin API.
     pub admin: AdminOptions,
+    /// Tokens, TLS and connection limits; everything off by default.
+    pub security: SecurityConfig,
 }
 
 impl Default for ServeConfig {
@@ -77,6 +83,7 @@ impl Default for ServeConfig {
             release_retention: releases::DEFAULT_RETENTION,
             fleet: FleetOptions::default(),
             admin: AdminOptions::default(),
+            security: SecurityConfig::default(),
         }
     }
 }
@@ -119,6 +126,9 @@ pub enum ServerError {
     /// The admin server failed.
     #[error("admin server: {0}")]
     Admin(std::io::Error),
+    /// A token file, certificate or key cannot be used.
+    #[error(transparent)]
+    Security(#[from] SecurityError),
 }
 
 /// A started server.
@@ -136,6 +146,8 @@ pub struct Running {
     pub releases: Arc<ReleaseLog>,
     /// Which agent holds which configuration.
     pub fleet: Arc<Fleet>,
+    /// The server's metrics, as `/metrics` exposes them.
+    pub metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: JoinSet<Result<(), ServerError>>,
 }
@@ -278,6 +290,9 @@ async fn initial_state<S: Source>(
 /// serves until shut down, applying every change the source reports.
 pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Running, ServerError> {
     let store_name = source.describe();
+    // Certificates and keys are checked before anything else: no port opens with half its security.
+    let grpc_tls = config.security.grpc_tls.as_ref().map(security::tls::grpc_config).transpose()?;
+    let admin_tls = config.security.admin_tls.as_ref().map(|f| security::tls::server_config(f, "admin")).transpose()?;
     let last_good = config.data_dir.as_deref().map(LastGood::in_dir);
     let initial = initial_state(&source, &config, last_good.as_ref()).await?;
     tracing::info!(store = %store_name, services = initial.served.snapshot().table.len(), ready = initial.served.snapshot().ready, stale = initial.stale, "Loaded agent configurations.");
@@ -299,6 +314,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(failure) = initial.failure {
         store.mark_failed(failure);
     }
+    let metrics = Arc::new(Metrics::for_server(Arc::clone(&served), Arc::clone(&store)));
+    if let Some(rejection) = served.last_rejection() {
+        metrics.events().for_origin(&rejection.origin).document_rejected(&rejection.error);
+    }
 
     let shutdown = CancellationToken::new();
     let mut tasks = JoinSet::new();
@@ -318,26 +337,45 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         Ok(())
     });
     let reloader = Reloader::new(Arc::clone(&served), store_name, initial.accepted.as_deref())
-        .with_releases(Arc::clone(&releases));
-    let hub = Hub::new(Arc::clone(&store), reloader, last_good);
+        .with_releases(Arc::clone(&releases))
+        .with_events(&metrics.events());
+    let hub = Hub::new(Arc::clone(&store), reloader, last_good).with_events(metrics.events());
     tasks.spawn(async move {
         hub.run(updates_rx).await;
         Ok(())
     });
 
     let fleet = Arc::new(Fleet::new(config.fleet));
+    publish_fleet_gauges(&metrics, &fleet, &served);
     tasks.spawn(sweep_fleet(Arc::clone(&fleet), shutdown.clone()));
-    let cds = CdsService::new(Arc::clone(&served), config.cds).with_fleet(Arc::clone(&fleet)).into_server();
+    let cds = CdsService::new(Arc::clone(&served), config.cds)
+        .with_fleet(Arc::clone(&fleet))
+        .with_metrics(metrics.cds())
+        .into_server();
     let management = fleet::management::Management::new(Arc::clone(&fleet)).into_server();
-    let dcs = dcs::DcsService::new(Arc::clone(&store)).into_server();
+    let dcs = dcs::DcsService::new(Arc::clone(&store)).with_metrics(metrics.dcs()).into_server();
+    // Each service is added either as it is or behind its token check (no cost when off).
+    use security::auth::guard;
+    let (agent_token, dcs_token, events) =
+        (config.security.agent_token.as_ref(), config.security.dcs_token.as_ref(), metrics.events());
+    let (cds, cds_guarded) = guard(cds, agent_token, metrics::GuardedService::Cds, &events);
+    let (management, management_guarded) = guard(management, agent_token, metrics::GuardedService::Management, &events);
+    let (dcs, dcs_guarded) = guard(dcs, dcs_token, metrics::GuardedService::Dcs, &events);
+    let limits = config.security.grpc_limits;
+    let mut grpc = tonic::transport::Server::builder();
+    if let Some(tls) = grpc_tls {
+        grpc = grpc.tls_config(tls).map_err(|e| SecurityError::Tls { what: "gRPC", message: e.to_string() })?;
+    }
+    let mut grpc = limits.apply(grpc);
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-        tonic::transport::Server::builder()
-            .add_service(cds)
-            .add_service(management)
-            .add_service(dcs)
-            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+        grpc.add_optional_service(cds)
+            .add_optional_service(cds_guarded)
+            .add_optional_service(management)
+            .add_optional_service(management_guarded)
+            .add_optional_service(dcs)
+            .add_optional_service(dcs_guarded)
+            .serve_with_incoming_shutdown(limits.incoming(grpc_listener), stop.cancelled_owned())
             .await
             .map_err(ServerError::Grpc)
     });
@@ -346,18 +384,17 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
         .with_writer(source as Arc<dyn admin::StoreWriter>)
-        .with_options(config.admin)
-        .router();
+        .with_options(config.admin);
+    let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        axum::serve(admin_listener, admin)
-            .with_graceful_shutdown(stop.cancelled_owned())
+        security::serve_admin(admin_listener, admin, admin_tls, stop.cancelled_owned())
             .await
             .map_err(ServerError::Admin)
     });
 
     tracing::info!(%grpc_addr, %admin_addr, "Serving configuration discovery.");
-    Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, shutdown, tasks })
+    Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, metrics, shutdown, tasks })
 }
 
 /// The release log in the data directory, or in memory without one (or when it cannot be read).
@@ -370,6 +407,26 @@ fn open_releases(config: &ServeConfig) -> ReleaseLog {
         tracing::error!(%error, "Cannot read the release history; keeping releases in memory.");
         ReleaseLog::in_memory(config.release_retention)
     })
+}
+
+/// The fleet gauges, counted from the fleet table on every scrape.
+fn publish_fleet_gauges(metrics: &Metrics, fleet: &Arc<Fleet>, served: &Arc<ServedTable>) {
+    use metrics::{AgentsPerDigest, StuckAgents};
+    let (fleet, served) = (Arc::clone(fleet), Arc::clone(served));
+    metrics.fleet().on_scrape(move || {
+        let per_digest = fleet
+            .per_digest()
+            .into_iter()
+            .map(|((service, digest), agents)| AgentsPerDigest { service, digest, agents: agents as u64 })
+            .collect();
+        let snapshot = served.snapshot();
+        let stuck = fleet
+            .counts(|service| snapshot.answer(service).digest.clone())
+            .into_iter()
+            .map(|(service, counts)| StuckAgents { service, agents: counts.stuck as u64 })
+            .collect();
+        (per_digest, stuck)
+    });
 }
 
 /// Forgets agents not seen lately, until `stop`.

@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use skyconf_core::AgentConfigurations;
 use skyconf_sources::content_hash;
 
+use crate::metrics::{Events, OriginEvents};
 use crate::releases::ReleaseLog;
 use crate::state::{Rejection, ServedTable};
 
@@ -35,14 +36,18 @@ pub struct Reloader {
     accepted: Option<String>,
     /// Where accepted documents are recorded as releases.
     releases: Option<Arc<ReleaseLog>>,
+    /// Logs and counts installs and rejections.
+    events: OriginEvents,
 }
 
 impl Reloader {
     /// A reloader for `served`, whose current table came from `accepted` (if a table is served).
     pub fn new(served: Arc<ServedTable>, origin: impl Into<String>, accepted: Option<&str>) -> Self {
+        let origin = origin.into();
         Self {
+            events: Events::default().for_origin(&origin),
             served,
-            origin: origin.into(),
+            origin,
             last_seen: accepted.map(|t| Some(content_hash(t))),
             accepted: accepted.map(str::to_owned),
             releases: None,
@@ -53,6 +58,12 @@ impl Reloader {
     /// woken by the install finds its release).
     pub fn with_releases(mut self, releases: Arc<ReleaseLog>) -> Self {
         self.releases = Some(releases);
+        self
+    }
+
+    /// Counts installs and rejections in `events`.
+    pub fn with_events(mut self, events: &Events) -> Self {
+        self.events = events.for_origin(&self.origin);
         self
     }
 
@@ -82,7 +93,7 @@ impl Reloader {
             self.record_release(&AgentConfigurations::default(), None);
             let version = self.served.install(AgentConfigurations::default());
             self.served.clear_rejection();
-            tracing::warn!(origin = %self.origin, version, "The agent configurations were deleted; every service now gets the EMPTY answer.");
+            self.events.document_deleted(version);
             return Outcome::Installed(version);
         };
         match skyconf_core::read(text) {
@@ -92,12 +103,12 @@ impl Reloader {
                 let version = self.served.install(table);
                 self.accepted = Some(text.to_owned());
                 self.served.clear_rejection();
-                tracing::info!(origin = %self.origin, version, services, "Installed new agent configurations.");
+                self.events.document_installed(version, services);
                 Outcome::Installed(version)
             }
             Err(error) => {
                 let error = error.to_string();
-                tracing::error!(origin = %self.origin, %error, "Refused agent configurations; still serving the last good configuration.");
+                self.events.document_rejected(&error);
                 if let Some(releases) = &self.releases {
                     releases.record_rejection(&self.origin, &error, text);
                 }

@@ -21,10 +21,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use tonic::{Request, Response, Status};
 
 use crate::fleet::Fleet;
+use crate::metrics::{CdsMetrics, FetchOutcome};
 use crate::state::ServedTable;
 use codec::EncodedCommands;
 pub use generated::configuration_discovery_service_server::{
@@ -49,12 +51,19 @@ pub struct CdsService {
     options: CdsOptions,
     /// Where each poll is recorded (fleet status), if anywhere.
     fleet: Option<Arc<Fleet>>,
+    metrics: CdsMetrics,
 }
 
 impl CdsService {
     /// A service answering from `served`.
     pub fn new(served: Arc<ServedTable>, options: CdsOptions) -> Self {
-        Self { served, options, fleet: None }
+        Self { served, options, fleet: None, metrics: CdsMetrics::default() }
+    }
+
+    /// Counts every answer, and its latency, in `metrics`.
+    pub fn with_metrics(mut self, metrics: CdsMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Records every poll's peer and echoed digest in `fleet`.
@@ -75,19 +84,29 @@ impl CdsService {
 
     /// [`Self::answer`], recording the poll of the agent at `peer` in the fleet table.
     pub fn answer_from(&self, request: &ConfigurationSyncRequest, peer: Option<std::net::SocketAddr>) -> Bytes {
+        self.answer_with_outcome(request, peer).0
+    }
+
+    /// [`Self::answer_from`], and what kind of answer it is (for the metrics).
+    pub fn answer_with_outcome(
+        &self,
+        request: &ConfigurationSyncRequest,
+        peer: Option<std::net::SocketAddr>,
+    ) -> (Bytes, FetchOutcome) {
         self.served.with_snapshot(|snapshot| {
             if !snapshot.ready {
                 // No table known yet: "no change" keeps every agent as it is.
-                return Bytes::new();
+                return (Bytes::new(), FetchOutcome::NotReady);
             }
             let answer = snapshot.answer(&request.service);
             if let (Some(fleet), Some(peer)) = (&self.fleet, peer) {
                 fleet.observe(&request.service, &request.uuid, peer, &answer.digest);
             }
             if !self.options.disable_message_digest && answer.digest == *request.uuid.as_str() {
-                Bytes::new()
+                (Bytes::new(), FetchOutcome::Unchanged)
             } else {
-                answer.encoded.with_fresh_serial()
+                let outcome = if answer.digest == *EMPTY_DIGEST { FetchOutcome::Empty } else { FetchOutcome::Changed };
+                (answer.encoded.with_fresh_serial(), outcome)
             }
         })
     }
@@ -99,12 +118,20 @@ impl ConfigurationDiscoveryService for CdsService {
         &self,
         request: Request<ConfigurationSyncRequest>,
     ) -> Result<Response<EncodedCommands>, Status> {
+        let started = self.metrics.start();
         let peer = request.remote_addr();
         let request = request.into_inner();
-        let bytes = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_from(&request, peer))).unwrap_or_else(|_| {
-            tracing::error!(service = %request.service, "The configuration lookup panicked; answering \"no change\" so the agent keeps its configuration.");
-            Bytes::new()
-        });
+        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_with_outcome(&request, peer)));
+        let bytes = match answered {
+            Ok((bytes, outcome)) => {
+                self.metrics.record(outcome, started);
+                bytes
+            }
+            Err(_) => {
+                tracing::error!(service = %request.service, "The configuration lookup panicked; answering \"no change\" so the agent keeps its configuration.");
+                Bytes::new()
+            }
+        };
         Ok(Response::new(EncodedCommands(bytes)))
     }
 }

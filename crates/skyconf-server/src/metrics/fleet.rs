@@ -1,6 +1,7 @@
 //! Fleet gauges: how many agents hold which digest, and how many are stuck. The fleet tracker
-//! computes them (it owns the agent table) and sets them here whole; a scrape reads the last
-//! complete set, so it never sees half of an update.
+//! owns the agent table, so it provides the numbers, either pushed whole with the `set_*`
+//! methods (a scrape reads the last complete set, never half of an update) or pulled at scrape
+//! time through [`FleetGauges::on_scrape`].
 
 use std::sync::Arc;
 
@@ -29,11 +30,25 @@ pub struct StuckAgents {
     pub agents: u64,
 }
 
+/// What a scrape asks the fleet tracker for.
+type Refresh = Arc<dyn Fn() -> (Vec<AgentsPerDigest>, Vec<StuckAgents>) + Send + Sync>;
+
 /// Settable fleet gauges. Cheap to clone; every clone sets the same gauges.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct FleetGauges {
     per_digest: Arc<ArcSwap<Vec<AgentsPerDigest>>>,
     stuck: Arc<ArcSwap<Vec<StuckAgents>>>,
+    refresh: Arc<ArcSwap<Option<Refresh>>>,
+}
+
+impl std::fmt::Debug for FleetGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetGauges")
+            .field("per_digest", &self.per_digest.load().len())
+            .field("stuck", &self.stuck.load().len())
+            .field("on_scrape", &self.refresh.load().is_some())
+            .finish()
+    }
 }
 
 impl FleetGauges {
@@ -46,10 +61,21 @@ impl FleetGauges {
     pub fn set_stuck_agents(&self, rows: Vec<StuckAgents>) {
         self.stuck.store(Arc::new(rows));
     }
+
+    /// Computes both gauges with `refresh` on every scrape (before they are encoded), so they
+    /// are as fresh as the scrape; `refresh` must be quick and must not block on async work.
+    pub fn on_scrape(&self, refresh: impl Fn() -> (Vec<AgentsPerDigest>, Vec<StuckAgents>) + Send + Sync + 'static) {
+        self.refresh.store(Arc::new(Some(Arc::new(refresh))));
+    }
 }
 
 impl Collector for FleetGauges {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        if let Some(refresh) = self.refresh.load().as_ref() {
+            let (per_digest, stuck) = refresh();
+            self.set_agents_per_digest(per_digest);
+            self.set_stuck_agents(stuck);
+        }
         let per_digest = self.per_digest.load();
         if !per_digest.is_empty() {
             let mut family = encoder.encode_descriptor(

@@ -329,6 +329,10 @@ mod tests {
         fleet.set_agents_per_digest(vec![AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 4 }]);
         let text = metrics.encode();
         assert!(!text.contains("digest=\"d0\""), "{text}");
+        fleet.on_scrape(|| (Vec::new(), vec![StuckAgents { service: "b".into(), agents: 2 }]));
+        let text = metrics.encode();
+        assert!(text.contains("skyconf_fleet_agents_stuck{service=\"b\"} 2"), "pulled at scrape time: {text}");
+        assert!(!text.contains("skyconf_fleet_agents{"), "{text}");
     }
 
     #[test]
