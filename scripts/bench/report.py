@@ -191,9 +191,12 @@ def main():
     # Latency
     w("## Latency at half of the maximum rate (open loop)")
     w("")
-    w("`skyconf bench --rate R`, R = half of the server's own best h2load figure above; 512 callers on "
-      "32 connections send on a fixed schedule and latency counts from the scheduled send time, so a "
-      "server that falls behind cannot hide its queue.")
+    w("`skyconf bench --rate R`: 512 callers on 32 connections send on a fixed schedule and latency counts "
+      "from the scheduled send time, so a server that falls behind cannot hide its queue. R is half of the "
+      "server's maximum: its best h2load figure above, or, where lower, the closed-loop figure `skyconf bench` "
+      "reaches against it (the checked tonic client costs more per call than h2load, and past its own "
+      "maximum the latency measured would be the client's queue). Compare the rate asked with the h2load "
+      "maximum: where it is lower, the server ran at less than half of its capacity.")
     w("")
     w("| server | scenario | rate asked | achieved | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | failed |")
     w("|---|---|---|---|---|---|---|---|---|---|")
