@@ -16,6 +16,12 @@ pub enum AppError {
     /// The request itself is malformed: 400.
     #[error("{0}")]
     BadRequest(String),
+    /// No bearer token, or one that is not configured: 401, with a `Bearer` challenge.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The token may not do this (a read token on a write route): 403.
+    #[error("{0}")]
+    Forbidden(String),
     /// No such service or release: 404.
     #[error("{0}")]
     NotFound(String),
@@ -51,6 +57,8 @@ impl AppError {
     fn status(&self) -> StatusCode {
         match self {
             Self::Refused(_) | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -84,7 +92,14 @@ impl IntoResponse for AppError {
             Self::Refused(_) => "the document was refused".to_owned(),
             other => other.to_string(),
         };
-        (status, Json(json!({ "error": error, "details": self.details() }))).into_response()
+        let mut response = (status, Json(json!({ "error": error, "details": self.details() }))).into_response();
+        if matches!(self, Self::Unauthorized(_)) {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"skyconf\""),
+            );
+        }
+        response
     }
 }
 

@@ -20,14 +20,15 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tonic::Status;
 use tonic::service::Interceptor;
 
 use super::SecurityError;
+use crate::admin::AppError;
 use crate::metrics::{AdminDenial, Events, GuardedService};
 
 /// The gRPC metadata key the OAP reads the token from (`Authentication`; HTTP/2 sends it
@@ -259,16 +260,11 @@ pub enum AdminAuthError {
     ReadOnly,
 }
 
-impl IntoResponse for AdminAuthError {
-    fn into_response(self) -> Response {
-        // The admin API's error body: {"error": ..., "details": ...}.
-        let body = axum::Json(serde_json::json!({ "error": self.to_string(), "details": null }));
-        match self {
-            Self::Unauthenticated => {
-                let challenge = HeaderValue::from_static("Bearer realm=\"skyconf\"");
-                (StatusCode::UNAUTHORIZED, [(WWW_AUTHENTICATE, challenge)], body).into_response()
-            }
-            Self::ReadOnly => (StatusCode::FORBIDDEN, body).into_response(),
+impl From<AdminAuthError> for AppError {
+    fn from(error: AdminAuthError) -> Self {
+        match error {
+            AdminAuthError::Unauthenticated => Self::Unauthorized(error.to_string()),
+            AdminAuthError::ReadOnly => Self::Forbidden(error.to_string()),
         }
     }
 }
@@ -294,7 +290,7 @@ async fn check_bearer(State(guard): State<Guard>, request: Request, next: Next) 
         Ok(_) => next.run(request).await,
         Err(error) => {
             guard.events.admin_denied(error.into(), request.method(), request.uri().path());
-            error.into_response()
+            AppError::from(error).into_response()
         }
     }
 }
