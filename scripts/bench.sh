@@ -17,7 +17,8 @@
 # clone), skyconf is measured alone and BENCHMARKS.md says so.
 #
 # Environment: ROUNDS (3), DURATION (seconds per h2load run, 8), SERVER_CPU, LOAD_CPU,
-# CARGO_TARGET_DIR (target/), BENCH_OUT (BENCHMARKS.md), SHARED_BENCH (../shared/bench),
+# CARGO_TARGET_DIR (target/), BENCH_OUT (BENCHMARKS.md), SHARED_BENCH (../shared/bench), BENCH_NOTE (a
+# sentence for the top of BENCHMARKS.md),
 # SKIP_PROFILE=1, SKIP_SCALE=1.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +26,12 @@ cd "$ROOT"
 
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
+# The exact command, with the settings that were overridden from the environment.
+COMMAND=""
+for v in ROUNDS DURATION WARMUP SERVER_CPU LOAD_CPU SKIP_PROFILE SKIP_SCALE; do
+  [ -n "${!v:-}" ] && COMMAND="$COMMAND$v=${!v} "
+done
+COMMAND="${COMMAND}scripts/bench.sh${1:+ $1}"
 ROUNDS=${ROUNDS:-$([ $QUICK = 1 ] && echo 1 || echo 3)}
 DURATION=${DURATION:-$([ $QUICK = 1 ] && echo 3 || echo 8)}
 WARMUP=${WARMUP:-2}
@@ -38,7 +45,6 @@ TMP=${TMPDIR:-/tmp}
 WORK=$(mktemp -d "$TMP/skyconf-bench.XXXXXX")
 RESULTS=$WORK/results.jsonl
 : >"$RESULTS"
-COMMAND="scripts/bench.sh${1:+ $1}"
 
 # Ports on loopback only.
 P_SKY=19180 P_SKY_ADMIN=19181 P_NULL=19182 P_JAVA=19183 P_SCALE=19184 P_SCALE_ADMIN=19185
@@ -310,6 +316,20 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   wait $pid 2>/dev/null || true
   PIDS=()
 
+  # The same on the 1,000-service document: the watcher and install path with a smaller parse.
+  cp "$DOC" "$SCALE_DOC"
+  taskset -c "$SERVER_CPU" "$SKY" serve --file "$SCALE_DOC" \
+    --grpc-addr 127.0.0.1:$P_SCALE --admin-addr 127.0.0.1:$P_SCALE_ADMIN >"$WORK/scale-1k.log" 2>&1 &
+  pid=$!
+  PIDS+=($pid)
+  wait_port $P_SCALE
+  json=$(taskset -c "$LOAD_CPU" "$SKY" bench propagation --addr 127.0.0.1:$P_SCALE --file "$SCALE_DOC" \
+    --services 1000 --keys 6 --edits "$([ $QUICK = 1 ] && echo 10 || echo 40)" --pause 300ms --json --quiet)
+  record "{\"kind\": \"propagation\", \"server\": \"skyconf\", \"result\": $json}"
+  kill $pid
+  wait $pid 2>/dev/null || true
+  PIDS=()
+
   json=$(taskset -c "$SERVER_CPU" "$SKY" bench reload --services 10000 --keys 6 --repeat 10 --json --quiet)
   record "{\"kind\": \"reload\", \"server\": \"skyconf\", \"result\": $json}"
 fi
@@ -340,7 +360,7 @@ if [ "${SKIP_PROFILE:-0}" != 1 ]; then
     echo
     echo "== self cost, top 30"
     callgrind_annotate "$PROFILE_DIR/reload.callgrind" 2>/dev/null | sed -n '/^Ir/,$p' | sed -n 4,33p
-  } | cut -c1-240 >"$PROFILE_DIR/reload.top.txt"
+  } | cut -c1-240 >"$PROFILE_DIR/reload.top.txt" || true # head closes the pipe early
   record "{\"kind\": \"profile_reload\", \"server\": \"skyconf\", \"instructions\": $total}"
   mkdir -p "$PLOT_DIR"
   cp "$PROFILE_DIR"/*.top.txt "$PLOT_DIR/" 2>/dev/null || true
@@ -351,7 +371,7 @@ log "Report"
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
 python3 scripts/bench/report.py "$RESULTS" "$BENCH_OUT" "$PLOT_DIR" \
-  --command "$COMMAND" --commit "$COMMIT" --have-refs "$HAVE_REFS" \
+  --command "$COMMAND" --commit "$COMMIT" --have-refs "$HAVE_REFS" --note "${BENCH_NOTE:-}" \
   --rounds "$ROUNDS" --duration "$DURATION" --server-cpu "$SERVER_CPU" --load-cpu "$LOAD_CPU" \
   --machine "$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB, Linux $(uname -r)" \
   --tools "$(rustc --version); $(h2load --version | head -1); $( [ $HAVE_REFS = 1 ] && java -version 2>&1 | head -1 || echo 'no java')"
