@@ -59,7 +59,7 @@ impl EtcdServer {
         for _ in 0..5 {
             let mut server = Self {
                 binary: binary.clone(),
-                dir: tempfile::tempdir().expect("a temp dir"),
+                dir: data_dir(),
                 client_port: free_port(),
                 peer_port: free_port(),
                 child: None,
@@ -397,6 +397,14 @@ fn find_binary() -> Option<PathBuf> {
         .map(|dir| dir.join("etcd"))
         .find(|p| p.is_file());
     on_path.or_else(|| Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.is_file()))
+}
+
+/// A temporary directory for etcd's data, in memory where the machine has /dev/shm: etcd fsyncs
+/// every write, and a disk shared with other work would make write latency depend on it.
+fn data_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    let builder = tempfile::Builder::new().prefix("skyconf-etcd-").tempdir_in(shm).ok().filter(|_| shm.is_dir());
+    builder.unwrap_or_else(|| tempfile::tempdir().expect("a temp dir"))
 }
 
 fn free_port() -> u16 {
