@@ -21,14 +21,23 @@
 //!   selector: ${SW_CONFIGURATION_DISCOVERY:default}
 //!   default:
 //!     disableMessageDigest: ${SW_DISABLE_MESSAGE_DIGEST:false}
+//! receiver-sharing-server:
+//!   default:
+//!     authentication: ${SW_AUTHENTICATION:""}
 //! ```
+//!
+//! Security settings live under `skyconf.security` (tokens, TLS) and `skyconf.limits`; the agent
+//! token can also come from the OAP's own `receiver-sharing-server.default.authentication`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use skyconf_server::security::{ClientAuth, ClientCerts, GrpcLimits, Secret, TlsFiles};
 
 /// skyconf's own section.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -40,6 +49,111 @@ pub(crate) struct SkyconfSection {
     pub(crate) max_document_bytes: Option<u64>,
     /// Single keys to watch besides the OAP's own (stores that cannot list their keys).
     pub(crate) extra_keys: Vec<String>,
+    /// Tokens and TLS.
+    pub(crate) security: SecuritySection,
+    /// Connection limits of the gRPC port.
+    pub(crate) limits: LimitsSection,
+}
+
+/// `skyconf.security`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct SecuritySection {
+    /// The agents' token (gRPC metadata `Authentication`); wins over the OAP's setting.
+    pub(crate) agent_token: Option<Secret>,
+    /// The token of the DCS service (stock OAPs send none: setting it locks them out).
+    pub(crate) dcs_service_token: Option<Secret>,
+    /// Admin API bearer tokens.
+    pub(crate) admin: AdminSecuritySection,
+    /// TLS per port.
+    pub(crate) tls: TlsSection,
+}
+
+/// `skyconf.security.admin`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct AdminSecuritySection {
+    /// Tokens that may read.
+    pub(crate) read_tokens: Vec<Secret>,
+    /// Tokens that may read and write.
+    pub(crate) write_tokens: Vec<Secret>,
+    /// Files of `read <token>` / `write <token>` lines.
+    pub(crate) token_files: Vec<PathBuf>,
+    /// `/metrics` without a token.
+    pub(crate) metrics_open: bool,
+}
+
+/// `skyconf.security.tls`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct TlsSection {
+    pub(crate) grpc: TlsSettings,
+    pub(crate) admin: TlsSettings,
+}
+
+/// The PEM files of one port.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct TlsSettings {
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+    /// CA bundle client certificates must chain to.
+    pub(crate) client_ca: Option<PathBuf>,
+    /// `require` (default) or `request`.
+    pub(crate) client_auth: Option<ClientAuth>,
+}
+
+impl TlsSettings {
+    /// The files, once both the certificate and its key are given; `what` names the flags.
+    pub(crate) fn resolve(&self, what: &str) -> anyhow::Result<Option<TlsFiles>> {
+        let client_certs =
+            self.client_ca.clone().map(|ca| ClientCerts { ca, auth: self.client_auth.unwrap_or_default() });
+        match (&self.cert, &self.key) {
+            (None, None) if client_certs.is_none() => Ok(None),
+            (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_certs })),
+            _ => bail!("TLS on the {what} port needs both --{what}-tls-cert and --{what}-tls-key"),
+        }
+    }
+}
+
+/// `skyconf.limits`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct LimitsSection {
+    /// HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE` of the gRPC port, in bytes.
+    pub(crate) grpc_max_header_list_bytes: Option<u32>,
+    /// Concurrent calls per gRPC connection.
+    pub(crate) grpc_max_concurrent_streams: Option<u32>,
+    /// Seconds between keep-alive pings on an idle gRPC connection; 0: none.
+    pub(crate) grpc_keepalive_interval_secs: Option<u64>,
+    /// Seconds a keep-alive ping may go unanswered.
+    pub(crate) grpc_keepalive_timeout_secs: Option<u64>,
+}
+
+impl LimitsSection {
+    /// The limits, defaults filled in.
+    pub(crate) fn resolve(&self) -> GrpcLimits {
+        let defaults = GrpcLimits::default();
+        GrpcLimits {
+            max_header_list_bytes: self.grpc_max_header_list_bytes.unwrap_or(defaults.max_header_list_bytes),
+            max_concurrent_streams: self.grpc_max_concurrent_streams.unwrap_or(defaults.max_concurrent_streams),
+            keepalive_interval: match self.grpc_keepalive_interval_secs {
+                Some(0) => None,
+                Some(secs) => Some(Duration::from_secs(secs)),
+                None => defaults.keepalive_interval,
+            },
+            keepalive_timeout: self.grpc_keepalive_timeout_secs.map_or(defaults.keepalive_timeout, Duration::from_secs),
+            ..defaults
+        }
+    }
+}
+
+/// The OAP's `receiver-sharing-server.default` section: only its token is read.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct SharingServerSection {
+    /// `SW_AUTHENTICATION`: the agents' token; empty means none.
+    pub(crate) authentication: Option<Secret>,
 }
 
 /// The `file` selector (skyconf's; the OAP has no file store).
@@ -66,8 +180,7 @@ impl ConfigFile {
 
     /// Parses config-file text.
     pub(crate) fn parse(text: &str, origin: &str, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
-        let mut tree: serde_json::Value =
-            serde_saphyr::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let mut tree: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
         if tree.is_null() {
             tree = serde_json::json!({});
         }
@@ -77,7 +190,7 @@ impl ConfigFile {
         resolve_placeholders(&mut tree, env);
         // Only skyconf's sections are read; an OAP application.yml has many others.
         let mut kept = serde_json::Map::new();
-        for section in ["skyconf", "configuration", "configuration-discovery"] {
+        for section in ["skyconf", "configuration", "configuration-discovery", "receiver-sharing-server"] {
             if let Some(value) = tree.get(section) {
                 kept.insert(section.to_owned(), value.clone());
             }
@@ -197,7 +310,11 @@ configuration-discovery:
   default:
     disableMessageDigest: ${SW_DISABLE_MESSAGE_DIGEST:false}
 "#;
-        let e = env(&[("SW_CONFIGURATION", "grpc"), ("SW_DCS_SERVER_HOST", "dcs.local"), ("SW_DISABLE_MESSAGE_DIGEST", "true")]);
+        let e = env(&[
+            ("SW_CONFIGURATION", "grpc"),
+            ("SW_DCS_SERVER_HOST", "dcs.local"),
+            ("SW_DISABLE_MESSAGE_DIGEST", "true"),
+        ]);
         let file = ConfigFile::parse(text, "application.yml", &e).unwrap();
         assert_eq!(file.string("configuration.selector").as_deref(), Some("grpc"));
         let dcs: skyconf_sources::dcs::DcsSettings = file.section("configuration.grpc").unwrap().unwrap();
@@ -210,6 +327,45 @@ configuration-discovery:
         let d: Discovery = file.section("configuration-discovery.default").unwrap().unwrap();
         assert!(d.disable_message_digest);
         assert!(file.section::<SkyconfSection>("skyconf").unwrap().is_none());
+    }
+
+    #[test]
+    fn reads_the_oap_token_and_skyconf_security_sections() {
+        let text = r#"
+receiver-sharing-server:
+  selector: ${SW_RECEIVER_SHARING_SERVER:default}
+  default:
+    gRPCPort: ${SW_RECEIVER_GRPC_PORT:0}
+    authentication: ${SW_AUTHENTICATION:""}
+skyconf:
+  security:
+    admin:
+      readTokens: [r1]
+      writeTokens: ["${ADMIN_W:}"]
+    tls:
+      grpc: {cert: /c.pem, key: /k.pem, clientCa: /ca.pem, clientAuth: request}
+  limits:
+    grpcMaxConcurrentStreams: 8
+    grpcKeepaliveIntervalSecs: 0
+"#;
+        let file = ConfigFile::parse(text, "application.yml", &env(&[("SW_AUTHENTICATION", "agent-s3cret")])).unwrap();
+        let sharing: SharingServerSection = file.section("receiver-sharing-server.default").unwrap().unwrap();
+        assert!(sharing.authentication.unwrap().matches(b"agent-s3cret"));
+        let own: SkyconfSection = file.section("skyconf").unwrap().unwrap();
+        assert!(!format!("{own:?}").contains("r1"), "tokens never print");
+        assert_eq!(own.security.admin.read_tokens.len(), 1);
+        assert!(own.security.admin.write_tokens[0].is_empty(), "an unset placeholder is no token");
+        let grpc = own.security.tls.grpc.resolve("grpc").unwrap().unwrap();
+        assert_eq!(grpc.client_certs.unwrap().auth, ClientAuth::Request);
+        assert!(own.security.tls.admin.resolve("admin").unwrap().is_none());
+        let limits = own.limits.resolve();
+        assert_eq!((limits.max_concurrent_streams, limits.keepalive_interval), (8, None));
+
+        let empty = ConfigFile::parse(text, "application.yml", &env(&[])).unwrap();
+        let sharing: SharingServerSection = empty.section("receiver-sharing-server.default").unwrap().unwrap();
+        assert!(sharing.authentication.unwrap().is_empty(), "the OAP's default is no token");
+        let half = TlsSettings { cert: Some("/c.pem".into()), ..TlsSettings::default() };
+        assert!(half.resolve("admin").unwrap_err().to_string().contains("--admin-tls-key"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use serde_json::json;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
+use skyconf_server::security::Secret;
 
 /// Arguments of `skyconf fetch`.
 #[derive(Debug, clap::Args)]
@@ -24,6 +25,9 @@ pub(crate) struct Args {
     /// Deadline of the call.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     timeout: Duration,
+    /// Token sent as `authentication` metadata, as an agent with `agent.authentication` sends it.
+    #[arg(long, env = "SKYCONF_AUTHENTICATION", hide_env_values = true)]
+    authentication: Option<Secret>,
 }
 
 /// Parses `250ms`, `20s`, `2m` or a plain number of seconds.
@@ -47,7 +51,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .connect_timeout(args.timeout);
         let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {}", args.addr))?;
         let mut client = ConfigurationDiscoveryServiceClient::new(channel);
-        let request = ConfigurationSyncRequest { service: args.service, uuid: args.uuid };
+        let mut request = tonic::Request::new(ConfigurationSyncRequest { service: args.service, uuid: args.uuid });
+        if let Some(token) = &args.authentication {
+            let token =
+                token.expose().parse().map_err(|_| anyhow::anyhow!("invalid --authentication: not ASCII text"))?;
+            request.metadata_mut().insert("authentication", token);
+        }
         match client.fetch_configurations(request).await {
             Ok(response) => {
                 let commands: Vec<_> = response

@@ -11,12 +11,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use skyconf_server::security::{AdminTokens, ClientAuth, Role, Secret, SecurityConfig};
 use skyconf_server::{AdminOptions, CdsOptions, FleetOptions, ServeConfig};
 use skyconf_sources::dcs::{DcsSettings, DcsSource};
 use skyconf_sources::file::FileSource;
 use skyconf_sources::{KeySet, Limits, NoStore, Source};
 
-use crate::settings::{ConfigFile, FileSettings, SkyconfSection, canonical_selector};
+use crate::settings::{
+    ConfigFile, FileSettings, LimitsSection, SecuritySection, SharingServerSection, SkyconfSection, TlsSettings,
+    canonical_selector,
+};
 
 /// Arguments of `skyconf serve`.
 #[derive(Debug, clap::Args)]
@@ -61,6 +65,124 @@ pub(crate) struct Args {
     agent_expiry: Option<Duration>,
     #[command(flatten)]
     dcs: DcsArgs,
+    #[command(flatten)]
+    security: SecurityArgs,
+}
+
+/// Tokens and TLS. Token values never appear in `--help` or logs; prefer the environment or
+/// files to flags, which other users of the machine can see in the process list.
+#[derive(Debug, clap::Args)]
+struct SecurityArgs {
+    /// The token agents must send as gRPC metadata `Authentication` (the OAP's
+    /// `SW_AUTHENTICATION`); calls without it end with PERMISSION_DENIED, as on the OAP. Off
+    /// when empty.
+    #[arg(long, env = "SKYCONF_AGENT_TOKEN", hide_env_values = true)]
+    agent_token: Option<Secret>,
+    /// The token OAPs must send to skyconf's DCS service. A stock OAP sends none: setting this
+    /// locks stock OAPs out.
+    #[arg(long, env = "SKYCONF_DCS_SERVICE_TOKEN", hide_env_values = true)]
+    dcs_service_token: Option<Secret>,
+    /// An admin API bearer token that may read (repeatable; comma-separated in the environment).
+    #[arg(long = "admin-read-token", env = "SKYCONF_ADMIN_READ_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    admin_read_tokens: Vec<Secret>,
+    /// An admin API bearer token that may read and write (repeatable).
+    #[arg(
+        long = "admin-write-token",
+        env = "SKYCONF_ADMIN_WRITE_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    admin_write_tokens: Vec<Secret>,
+    /// A file of admin tokens, one `read <token>` or `write <token>` per line (repeatable).
+    #[arg(long = "admin-token-file", env = "SKYCONF_ADMIN_TOKEN_FILES", value_delimiter = ',')]
+    admin_token_files: Vec<PathBuf>,
+    /// Serve /metrics without a token even when admin tokens are set.
+    #[arg(long, env = "SKYCONF_METRICS_OPEN")]
+    metrics_open: bool,
+    /// PEM certificate chain for TLS on the gRPC port.
+    #[arg(long, env = "SKYCONF_GRPC_TLS_CERT")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// PEM private key of --grpc-tls-cert.
+    #[arg(long, env = "SKYCONF_GRPC_TLS_KEY")]
+    grpc_tls_key: Option<PathBuf>,
+    /// PEM CA bundle: clients of the gRPC port must present a certificate it signed.
+    #[arg(long, env = "SKYCONF_GRPC_TLS_CLIENT_CA")]
+    grpc_tls_client_ca: Option<PathBuf>,
+    /// `require` a client certificate (default) or only `request` one.
+    #[arg(long, env = "SKYCONF_GRPC_TLS_CLIENT_AUTH")]
+    grpc_tls_client_auth: Option<ClientAuth>,
+    /// PEM certificate chain for TLS on the admin port.
+    #[arg(long, env = "SKYCONF_ADMIN_TLS_CERT")]
+    admin_tls_cert: Option<PathBuf>,
+    /// PEM private key of --admin-tls-cert.
+    #[arg(long, env = "SKYCONF_ADMIN_TLS_KEY")]
+    admin_tls_key: Option<PathBuf>,
+    /// PEM CA bundle: clients of the admin port must present a certificate it signed.
+    #[arg(long, env = "SKYCONF_ADMIN_TLS_CLIENT_CA")]
+    admin_tls_client_ca: Option<PathBuf>,
+    /// `require` a client certificate (default) or only `request` one.
+    #[arg(long, env = "SKYCONF_ADMIN_TLS_CLIENT_AUTH")]
+    admin_tls_client_auth: Option<ClientAuth>,
+}
+
+/// Flags over the config file, field by field.
+fn overlay(
+    settings: &mut TlsSettings,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    client_auth: Option<ClientAuth>,
+) {
+    settings.cert = cert.or(settings.cert.take());
+    settings.key = key.or(settings.key.take());
+    settings.client_ca = client_ca.or(settings.client_ca.take());
+    settings.client_auth = client_auth.or(settings.client_auth);
+}
+
+/// Flags over `skyconf.security`, over the OAP's `receiver-sharing-server.default.authentication`.
+fn security(
+    args: SecurityArgs,
+    mut own: SecuritySection,
+    limits: &LimitsSection,
+    file: Option<&ConfigFile>,
+) -> anyhow::Result<SecurityConfig> {
+    let sharing: SharingServerSection = match file {
+        Some(f) => f.section("receiver-sharing-server.default")?.unwrap_or_default(),
+        None => SharingServerSection::default(),
+    };
+    let non_empty = |s: Option<Secret>| s.filter(|s| !s.is_empty());
+    let agent_token = non_empty(args.agent_token).or(non_empty(own.agent_token)).or(non_empty(sharing.authentication));
+    let dcs_token = non_empty(args.dcs_service_token).or(non_empty(own.dcs_service_token));
+
+    let mut admin_tokens = AdminTokens::default();
+    for token in args.admin_read_tokens.into_iter().chain(own.admin.read_tokens) {
+        admin_tokens.add(Role::Read, token);
+    }
+    for token in args.admin_write_tokens.into_iter().chain(own.admin.write_tokens) {
+        admin_tokens.add(Role::Write, token);
+    }
+    for path in args.admin_token_files.iter().chain(&own.admin.token_files) {
+        admin_tokens.add_file(path)?;
+    }
+
+    let tls = &mut own.tls;
+    overlay(&mut tls.grpc, args.grpc_tls_cert, args.grpc_tls_key, args.grpc_tls_client_ca, args.grpc_tls_client_auth);
+    overlay(
+        &mut tls.admin,
+        args.admin_tls_cert,
+        args.admin_tls_key,
+        args.admin_tls_client_ca,
+        args.admin_tls_client_auth,
+    );
+    Ok(SecurityConfig {
+        agent_token,
+        dcs_token,
+        admin_tokens,
+        metrics_open: args.metrics_open || own.admin.metrics_open,
+        grpc_tls: tls.grpc.resolve("grpc")?,
+        admin_tls: tls.admin.resolve("admin")?,
+        grpc_limits: limits.resolve(),
+    })
 }
 
 /// Flags of the DCS store (the OAP's `grpc` selector).
@@ -130,6 +252,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         Some(f) => f.section("configuration-discovery.default")?.unwrap_or_default(),
         None => Discovery::default(),
     };
+    let security = security(args.security, own.security.clone(), &own.limits, file_config.as_ref())?;
     let defaults = ServeConfig::default();
     let config = ServeConfig {
         grpc_addr: args.grpc_addr.or(own.grpc_addr).unwrap_or(defaults.grpc_addr),
@@ -152,9 +275,15 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
                 .map_or(defaults.admin.max_document_bytes, |n| usize::try_from(n).unwrap_or(usize::MAX)),
             ..defaults.admin
         },
+        security,
         ..defaults
     };
-    let limits = Limits { max_value_bytes: args.max_document_bytes.or(own.max_document_bytes).unwrap_or(Limits::default().max_value_bytes) };
+    let limits = Limits {
+        max_value_bytes: args
+            .max_document_bytes
+            .or(own.max_document_bytes)
+            .unwrap_or(Limits::default().max_value_bytes),
+    };
     Ok(Plan { config, limits, selector, file, dcs })
 }
 
@@ -163,12 +292,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::runtime()?.block_on(async move {
         match plan.selector {
             "file" => {
-                let Some(path) = plan.file.path else { bail!("the file store needs a path: --file PATH or configuration.file.path") };
+                let Some(path) = plan.file.path else {
+                    bail!("the file store needs a path: --file PATH or configuration.file.path")
+                };
                 serve(FileSource::open(path).with_limits(plan.limits), plan.config).await
             }
             "grpc" => serve(DcsSource::new(plan.dcs)?, plan.config).await,
             "none" => {
-                tracing::warn!("No store: every agent gets the EMPTY answer, as an OAP with `configuration: selector: none` gives.");
+                tracing::warn!(
+                    "No store: every agent gets the EMPTY answer, as an OAP with `configuration: selector: none` gives."
+                );
                 serve(NoStore, plan.config).await
             }
             other => bail!("the `{other}` store is not built into this binary"),
