@@ -101,7 +101,16 @@ impl Server {
     fn start(file: &Path) -> Self {
         let mut command = skyconf();
         command
-            .args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--file"])
+            .args([
+                "--log-format",
+                "json",
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--file",
+            ])
             .arg(file);
         Self::spawn(command)
     }
@@ -194,7 +203,16 @@ fn serve_reads_an_oap_application_yml_and_its_sw_variables() {
         .env("SW_CONFIGURATION", "grpc")
         .env("SW_DCS_SERVER_HOST", "127.0.0.1")
         .env("SW_DCS_SERVER_PORT", &port)
-        .args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--config",
+        ])
         .arg(&config);
     let downstream = Server::spawn(command);
     assert_eq!(fetch_digest(&downstream.grpc_addr, "inventory-go"), fetch_digest(&upstream.grpc_addr, "inventory-go"));
