@@ -101,7 +101,7 @@ impl EtcdError {
 /// Connects to one of the configured endpoints.
 #[derive(Debug)]
 pub(crate) struct Connector {
-    settings: EtcdSettings,
+    settings: std::sync::Arc<EtcdSettings>,
     endpoints: Vec<String>,
     /// The endpoint to try first: the one that answered last.
     preferred: AtomicUsize,
@@ -110,7 +110,11 @@ pub(crate) struct Connector {
 
 impl Connector {
     /// A connector for `settings`, already validated, accepting messages up to `max_message_bytes`.
-    pub(crate) fn new(settings: EtcdSettings, endpoints: Vec<String>, max_message_bytes: usize) -> Self {
+    pub(crate) fn new(
+        settings: std::sync::Arc<EtcdSettings>,
+        endpoints: Vec<String>,
+        max_message_bytes: usize,
+    ) -> Self {
         Self { settings, endpoints, preferred: AtomicUsize::new(0), max_message_bytes }
     }
 

@@ -33,6 +33,7 @@ mod layout;
 mod settings;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use skyconf_proto::etcd::mvccpb;
@@ -50,7 +51,9 @@ const MESSAGE_OVERHEAD: usize = 16 * 1024 * 1024;
 /// An etcd namespace as a configuration store.
 #[derive(Debug)]
 pub struct EtcdSource {
-    settings: EtcdSettings,
+    // Shared with the connector, and the writer's connection boxed: the source stays small
+    // enough to sit in an enum of stores.
+    settings: Arc<EtcdSettings>,
     endpoints: Vec<String>,
     prefix: String,
     connector: Connector,
@@ -61,7 +64,7 @@ pub struct EtcdSource {
     /// How many times the namespace was read again because the watch's history was gone.
     relists: AtomicU64,
     /// The connection `put` reuses.
-    writer: Mutex<Option<Connection>>,
+    writer: Mutex<Option<Box<Connection>>>,
 }
 
 /// How a watch session ended.
@@ -81,8 +84,9 @@ impl EtcdSource {
         settings.validate()?;
         let endpoints = settings.endpoint_list()?;
         let limits = Limits::default();
+        let settings = Arc::new(settings);
         Ok(Self {
-            connector: Connector::new(settings.clone(), endpoints.clone(), message_limit(&limits)),
+            connector: Connector::new(Arc::clone(&settings), endpoints.clone(), message_limit(&limits)),
             prefix: settings.key_prefix(),
             endpoints,
             settings,
@@ -96,7 +100,7 @@ impl EtcdSource {
 
     /// Sets the size limit for one value.
     pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.connector = Connector::new(self.settings.clone(), self.endpoints.clone(), message_limit(&limits));
+        self.connector = Connector::new(Arc::clone(&self.settings), self.endpoints.clone(), message_limit(&limits));
         self.limits = limits;
         self
     }
@@ -284,11 +288,11 @@ impl Source for EtcdSource {
         let mut writer = self.writer.lock().await;
         let mut retried = false;
         loop {
-            let connection = match writer.as_ref() {
+            let connection = match writer.as_deref() {
                 Some(connection) => connection.clone(),
                 None => {
                     let connection = self.connector.connect().await.map_err(|e| self.error(&e))?;
-                    *writer = Some(connection.clone());
+                    *writer = Some(Box::new(connection.clone()));
                     connection
                 }
             };
