@@ -4,6 +4,7 @@
 mod commands;
 mod known_keys;
 mod settings;
+mod stores;
 
 use std::process::ExitCode;
 
@@ -14,13 +15,7 @@ use clap::{Parser, Subcommand};
 #[command(name = "skyconf", version, about, long_about = None)]
 struct Cli {
     /// Log format.
-    #[arg(
-        long,
-        global = true,
-        value_enum,
-        default_value = "text",
-        env = "SKYCONF_LOG_FORMAT"
-    )]
+    #[arg(long, global = true, value_enum, default_value = "text", env = "SKYCONF_LOG_FORMAT")]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
@@ -51,9 +46,7 @@ enum Command {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SKYCONF_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

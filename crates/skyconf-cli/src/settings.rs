@@ -156,14 +156,6 @@ pub(crate) struct SharingServerSection {
     pub(crate) authentication: Option<Secret>,
 }
 
-/// The `file` selector (skyconf's; the OAP has no file store).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub(crate) struct FileSettings {
-    /// An agent-configurations file, or a directory with one file per key.
-    pub(crate) path: Option<PathBuf>,
-}
-
 /// A parsed config file.
 #[derive(Debug)]
 pub(crate) struct ConfigFile {

@@ -105,7 +105,12 @@ impl Layers<'_> {
 }
 
 /// Opens the store named by `selector` (canonical: see `settings::canonical_selector`).
-pub(crate) fn open(selector: &str, file_path: Option<PathBuf>, limits: Limits, layers: &Layers<'_>) -> anyhow::Result<Store> {
+pub(crate) fn open(
+    selector: &str,
+    file_path: Option<PathBuf>,
+    limits: Limits,
+    layers: &Layers<'_>,
+) -> anyhow::Result<Store> {
     Ok(match selector {
         "file" => {
             let path = match file_path {

@@ -219,6 +219,27 @@ fn serve_reads_an_oap_application_yml_and_its_sw_variables() {
 }
 
 #[test]
+fn a_remote_store_that_is_down_at_start_means_no_change_not_empty() {
+    // Nothing listens on port 1: the store is down and nothing is persisted, so the server starts
+    // not ready and answers "no change", which keeps every agent's configuration.
+    for (store, setting) in [("etcd", "endpoints=http://127.0.0.1:1"), ("zookeeper", "hostPort=127.0.0.1:1")] {
+        let mut command = skyconf();
+        command
+            .args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .args(["--store", store, "--store-setting", setting]);
+        let server = Server::spawn(command);
+        let output = assert_cmd::Command::from_std(skyconf())
+            .args(["fetch", "--addr", &server.grpc_addr, "--service", "svc"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        assert_eq!(String::from_utf8(output).unwrap().trim(), r#"{"commands":[]}"#, "{store}");
+    }
+}
+
+#[test]
 fn serve_explains_a_missing_store() {
     assert_cmd::Command::from_std(skyconf())
         .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])

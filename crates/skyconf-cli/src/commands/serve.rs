@@ -10,17 +10,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use skyconf_server::security::{AdminTokens, ClientAuth, Role, Secret, SecurityConfig};
 use skyconf_server::{AdminOptions, CdsOptions, FleetOptions, ServeConfig};
-use skyconf_sources::dcs::{DcsSettings, DcsSource};
-use skyconf_sources::file::FileSource;
-use skyconf_sources::{KeySet, Limits, NoStore, Source};
+use skyconf_sources::{KeySet, Limits, Source};
 
 use crate::settings::{
-    ConfigFile, FileSettings, LimitsSection, SecuritySection, SharingServerSection, SkyconfSection, TlsSettings,
-    canonical_selector,
+    ConfigFile, LimitsSection, SecuritySection, SharingServerSection, SkyconfSection, TlsSettings, canonical_selector,
 };
+use crate::stores::{self, Layers, Store};
 
 /// Arguments of `skyconf serve`.
 #[derive(Debug, clap::Args)]
@@ -63,8 +61,11 @@ pub(crate) struct Args {
     /// Agents not seen for this long leave the fleet status (`90s`, `10m`) [default: 10m].
     #[arg(long, env = "SKYCONF_AGENT_EXPIRY", value_parser = super::fetch::parse_duration)]
     agent_expiry: Option<Duration>,
-    #[command(flatten)]
-    dcs: DcsArgs,
+    /// A setting of the chosen store, by its OAP name (`endpoints=http://etcd:2379`,
+    /// `namespace=/skywalking`, `hostPort=zk:2181`, `serverAddr=nacos`, `host=dcs`...); repeatable.
+    /// Overrides the config file, which overrides the OAP's `SW_*` variables.
+    #[arg(long = "store-setting", value_name = "NAME=VALUE", value_parser = crate::stores::parse_setting)]
+    store_settings: Vec<(String, String)>,
     #[command(flatten)]
     security: SecurityArgs,
 }
@@ -185,30 +186,10 @@ fn security(
     })
 }
 
-/// Flags of the DCS store (the OAP's `grpc` selector).
-#[derive(Debug, clap::Args)]
-struct DcsArgs {
-    /// DCS server host.
-    #[arg(long, env = "SW_DCS_SERVER_HOST")]
-    dcs_host: Option<String>,
-    /// DCS server port.
-    #[arg(long, env = "SW_DCS_SERVER_PORT")]
-    dcs_port: Option<u16>,
-    /// Cluster name sent to the DCS server.
-    #[arg(long, env = "SW_DCS_CLUSTER_NAME")]
-    dcs_cluster_name: Option<String>,
-    /// Seconds between DCS polls.
-    #[arg(long, env = "SW_DCS_PERIOD")]
-    dcs_period: Option<u64>,
-}
-
 /// Everything `serve` needs, resolved and validated.
 struct Plan {
     config: ServeConfig,
-    limits: Limits,
-    selector: &'static str,
-    file: FileSettings,
-    dcs: DcsSettings,
+    store: Store,
 }
 
 fn plan(args: Args) -> anyhow::Result<Plan> {
@@ -225,23 +206,6 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         .or_else(|| args.file.as_ref().map(|_| "file".to_owned()))
         .context("no store chosen: give --file PATH, --store NAME, or --config FILE with a `configuration.selector`")?;
     let selector = canonical_selector(&selector_name)?;
-
-    let mut file: FileSettings = match &file_config {
-        Some(f) => f.section("configuration.file")?.unwrap_or_default(),
-        None => FileSettings::default(),
-    };
-    if let Some(path) = args.file {
-        file.path = Some(path);
-    }
-    let mut dcs: DcsSettings = match &file_config {
-        Some(f) => f.section("configuration.grpc")?.unwrap_or_default(),
-        None => DcsSettings::default(),
-    };
-    let DcsArgs { dcs_host, dcs_port, dcs_cluster_name, dcs_period } = args.dcs;
-    dcs.host = dcs_host.unwrap_or(dcs.host);
-    dcs.port = dcs_port.unwrap_or(dcs.port);
-    dcs.cluster_name = dcs_cluster_name.unwrap_or(dcs.cluster_name);
-    dcs.period = dcs_period.unwrap_or(dcs.period);
 
     #[derive(serde::Deserialize, Default)]
     #[serde(rename_all = "camelCase", default)]
@@ -284,27 +248,27 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
             .or(own.max_document_bytes)
             .unwrap_or(Limits::default().max_value_bytes),
     };
-    Ok(Plan { config, limits, selector, file, dcs })
+    let layers = Layers { file: file_config.as_ref(), overrides: &args.store_settings, env: &env };
+    let store = stores::open(selector, args.file, limits, &layers)?;
+    Ok(Plan { config, store })
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let plan = plan(args)?;
     super::runtime()?.block_on(async move {
-        match plan.selector {
-            "file" => {
-                let Some(path) = plan.file.path else {
-                    bail!("the file store needs a path: --file PATH or configuration.file.path")
-                };
-                serve(FileSource::open(path).with_limits(plan.limits), plan.config).await
-            }
-            "grpc" => serve(DcsSource::new(plan.dcs)?, plan.config).await,
-            "none" => {
+        // Inside the runtime: some stores set up their (lazy) connections when opened.
+        let Plan { config, store } = plan(args)?;
+        match store {
+            Store::File(source) => serve(source, config).await,
+            Store::Dcs(source) => serve(source, config).await,
+            Store::Etcd(source) => serve(source, config).await,
+            Store::Zookeeper(source) => serve(source, config).await,
+            Store::Nacos(source) => serve(source, config).await,
+            Store::None(source) => {
                 tracing::warn!(
                     "No store: every agent gets the EMPTY answer, as an OAP with `configuration: selector: none` gives."
                 );
-                serve(NoStore, plan.config).await
+                serve(source, config).await
             }
-            other => bail!("the `{other}` store is not built into this binary"),
         }
     })
 }
