@@ -43,8 +43,6 @@ const ENV: &[(&str, &[(&str, &str)])] = &[
             ("period", "SW_CONFIG_ZK_PERIOD"),
             ("namespace", "SW_CONFIG_ZK_NAMESPACE"),
             ("hostPort", "SW_CONFIG_ZK_HOST_PORT"),
-            ("baseSleepTimeMs", "SW_CONFIG_ZK_BASE_SLEEP_TIME_MS"),
-            ("maxRetries", "SW_CONFIG_ZK_MAX_RETRIES"),
         ],
     ),
     ("nacos", NacosSettings::ENV),
