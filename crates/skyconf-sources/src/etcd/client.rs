@@ -42,9 +42,12 @@ pub(crate) enum EtcdError {
     /// The watch's start revision is older than what the store keeps.
     #[error("revision {requested} was compacted (the store keeps revisions from {compacted})")]
     Compacted { requested: i64, compacted: i64 },
-    /// The store ended the watch.
+    /// The store cancelled the watch, saying why (permissions, for one).
     #[error("the store cancelled the watch: {0}")]
     Cancelled(String),
+    /// The watch stream ended without a reason (a member going away, a proxy closing it).
+    #[error("{0}")]
+    Closed(&'static str),
 }
 
 /// The parts of a gRPC status worth keeping.
@@ -88,7 +91,7 @@ impl EtcdError {
                 tonic::Code::InvalidArgument | tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
             ),
             Self::Config(_) | Self::Cancelled(_) => true,
-            Self::Connect { .. } | Self::Timeout { .. } | Self::Compacted { .. } => false,
+            Self::Connect { .. } | Self::Timeout { .. } | Self::Compacted { .. } | Self::Closed(_) => false,
         }
     }
 
@@ -272,7 +275,7 @@ impl Connection {
         let mut inbound = self.bounded("Watch", client.watch(self.request(outbound))).await?;
         let created = match tokio::time::timeout(self.timeout, inbound.message()).await {
             Ok(Ok(Some(response))) => response,
-            Ok(Ok(None)) => return Err(EtcdError::Cancelled("the watch stream ended at once".to_owned())),
+            Ok(Ok(None)) => return Err(EtcdError::Closed("the watch stream ended at once")),
             Ok(Err(status)) => return Err(status.into()),
             Err(_) => return Err(EtcdError::Timeout { what: "Watch", limit: self.timeout }),
         };
@@ -280,7 +283,7 @@ impl Connection {
             return Err(cancelled(&created, start_revision));
         }
         if !created.created {
-            return Err(EtcdError::Cancelled("the store did not confirm the watch".to_owned()));
+            return Err(EtcdError::Closed("the store answered the watch request with something else"));
         }
         Ok(Watch { inbound, start_revision, _requests: requests })
     }
@@ -312,7 +315,7 @@ impl Watch {
         match self.inbound.message().await {
             Ok(Some(response)) if response.canceled => Err(cancelled(&response, self.start_revision)),
             Ok(Some(response)) => Ok(response),
-            Ok(None) => Err(EtcdError::Cancelled("the store closed the watch stream".to_owned())),
+            Ok(None) => Err(EtcdError::Closed("the store closed the watch stream")),
             Err(status) => Err(status.into()),
         }
     }
