@@ -186,7 +186,7 @@ fn read_service(
 ) -> Result<Vec<(String, String)>, ReadError> {
     match &node.kind {
         NodeKind::Mapping(_) if is_plain_mapping(node) => {}
-        NodeKind::Scalar { text, plain: true } if text.is_empty() || text == "~" || text == "null" => {
+        NodeKind::Scalar { text, plain: true } if matches!(&**text, "" | "~" | "null") => {
             return Err(ReadError::structure(
                 node.at,
                 format!("service `{service}` has no settings; write `{service}: {{}}` for an empty configuration"),

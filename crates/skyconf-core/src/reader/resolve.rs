@@ -43,7 +43,7 @@ impl Constructor {
             ));
         }
         match &node.kind {
-            NodeKind::Scalar { text, plain } => scalar(text, *plain, node.tag.as_ref(), node.at),
+            NodeKind::Scalar { text, plain } => scalar(text, *plain, node.tag.as_deref(), node.at),
             NodeKind::Sequence(items) => {
                 expect_tag(node, &["seq"])?;
                 items.iter().map(|item| self.construct(item)).collect::<Result<_, _>>().map(JavaValue::List)
@@ -176,8 +176,10 @@ fn is_core(tag: &Tag, name: &str) -> bool {
 
 fn is_merge_key(node: &Node) -> bool {
     match (&node.kind, &node.tag) {
-        (NodeKind::Scalar { text, plain: true }, None) => text == "<<",
-        (NodeKind::Scalar { text, .. }, Some(tag)) => is_core(tag, "merge") || (is_non_specific(tag) && text == "<<"),
+        (NodeKind::Scalar { text, plain: true }, None) => &**text == "<<",
+        (NodeKind::Scalar { text, .. }, Some(tag)) => {
+            is_core(tag, "merge") || (is_non_specific(tag) && &**text == "<<")
+        }
         _ => false,
     }
 }

@@ -48,7 +48,8 @@ impl std::fmt::Display for Tag {
 #[derive(Debug)]
 pub(crate) struct Node {
     pub(crate) kind: NodeKind,
-    pub(crate) tag: Option<Tag>,
+    // Boxed: a tag is rare, and a 10,000-service document has ~130,000 nodes.
+    pub(crate) tag: Option<Box<Tag>>,
     pub(crate) at: Position,
 }
 
@@ -56,7 +57,7 @@ pub(crate) struct Node {
 #[derive(Debug)]
 pub(crate) enum NodeKind {
     Scalar {
-        text: String,
+        text: Box<str>,
         plain: bool,
     },
     Sequence(Vec<Rc<Node>>),
@@ -74,7 +75,7 @@ enum Frame {
 /// What a collection's start event said about it.
 struct Head {
     anchor: usize,
-    tag: Option<Tag>,
+    tag: Option<Box<Tag>>,
     at: Position,
     /// Inside a flow collection (this one or an outer one).
     flow: bool,
@@ -92,22 +93,24 @@ pub(crate) const CORE_PREFIX: &str = "tag:yaml.org,2002:";
 /// Normalises the parser's tag: a verbatim tag (`!<tag:yaml.org,2002:str>`) and the non-specific
 /// `!` both arrive with an empty handle and the whole tag as suffix; SnakeYAML treats them as the
 /// same tags written `!!str` and `!`, so they are split the same way here.
-fn tag_of(tag: Option<std::borrow::Cow<'_, saphyr_parser::Tag>>) -> Option<Tag> {
-    tag.map(|t| {
-        if !t.handle.is_empty() {
-            return Tag { handle: t.handle.clone(), suffix: t.suffix.clone() };
-        }
-        if t.suffix == "!" {
-            return Tag { handle: "!".to_owned(), suffix: String::new() };
-        }
-        match t.suffix.strip_prefix(CORE_PREFIX) {
-            Some(name) => Tag { handle: CORE_PREFIX.to_owned(), suffix: name.to_owned() },
-            None => match t.suffix.strip_prefix('!') {
-                Some(local) => Tag { handle: "!".to_owned(), suffix: local.to_owned() },
-                None => Tag { handle: String::new(), suffix: t.suffix.clone() },
-            },
-        }
-    })
+fn tag_of(tag: Option<std::borrow::Cow<'_, saphyr_parser::Tag>>) -> Option<Box<Tag>> {
+    tag.map(|t| Box::new(normalise_tag(&t)))
+}
+
+fn normalise_tag(t: &saphyr_parser::Tag) -> Tag {
+    if !t.handle.is_empty() {
+        return Tag { handle: t.handle.clone(), suffix: t.suffix.clone() };
+    }
+    if t.suffix == "!" {
+        return Tag { handle: "!".to_owned(), suffix: String::new() };
+    }
+    match t.suffix.strip_prefix(CORE_PREFIX) {
+        Some(name) => Tag { handle: CORE_PREFIX.to_owned(), suffix: name.to_owned() },
+        None => match t.suffix.strip_prefix('!') {
+            Some(local) => Tag { handle: "!".to_owned(), suffix: local.to_owned() },
+            None => Tag { handle: String::new(), suffix: t.suffix.clone() },
+        },
+    }
 }
 
 /// Parses `text` into the root node of its single document; `None` for an empty stream (no
@@ -175,7 +178,11 @@ impl Builder {
             Event::Scalar(text, style, anchor, tag) => {
                 self.check_depth(at)?;
                 let plain = matches!(style, ScalarStyle::Plain);
-                let mut node = Node { kind: NodeKind::Scalar { text: text.into_owned(), plain }, tag: tag_of(tag), at };
+                let mut node = Node {
+                    kind: NodeKind::Scalar { text: text.into_owned().into_boxed_str(), plain },
+                    tag: tag_of(tag),
+                    at,
+                };
                 // `{?: v}`: the `?` written is an explicit key, empty or not.
                 let explicit = plain
                     && self.in_flow()
@@ -332,13 +339,14 @@ impl Builder {
         if raw.properties || rest.contains('?') || rest.starts_with(INDICATORS) {
             return refuse("`?` is the key indicator");
         }
-        let key = Node { kind: NodeKind::Scalar { text: rest.to_owned(), plain: true }, tag: None, at: node.at };
+        let key = Node { kind: NodeKind::Scalar { text: rest.into(), plain: true }, tag: None, at: node.at };
         match self.stack.last() {
             // In a key's place the `?` just marks the key.
             Some(Frame::Mapping { key: None, .. }) => Ok(key),
             // A sequence entry becomes a one-pair mapping with a null value.
             Some(Frame::Sequence { .. }) => {
-                let null = Node { kind: NodeKind::Scalar { text: String::new(), plain: true }, tag: None, at: node.at };
+                let null =
+                    Node { kind: NodeKind::Scalar { text: Box::default(), plain: true }, tag: None, at: node.at };
                 Ok(Node {
                     kind: NodeKind::Mapping(RefCell::new(vec![(Rc::new(key), Rc::new(null))])),
                     tag: None,
@@ -398,9 +406,9 @@ mod tests {
         let NodeKind::Mapping(entries) = &node.kind else { panic!("not a mapping") };
         let entries = entries.borrow();
         let NodeKind::Scalar { text, plain } = &entries[0].1.kind else { panic!() };
-        assert_eq!((text.as_str(), *plain), ("010", true));
+        assert_eq!((&**text, *plain), ("010", true));
         let NodeKind::Scalar { text, plain } = &entries[1].1.kind else { panic!() };
-        assert_eq!((text.as_str(), *plain), ("010", false));
+        assert_eq!((&**text, *plain), ("010", false));
         assert_eq!(entries[1].1.at, Position { line: 2, column: 4 });
     }
 
@@ -447,7 +455,7 @@ mod tests {
 
     fn scalar_text(node: &Node) -> String {
         match &node.kind {
-            NodeKind::Scalar { text, .. } => text.clone(),
+            NodeKind::Scalar { text, .. } => text.to_string(),
             NodeKind::Mapping(entries) => {
                 let entries = entries.borrow();
                 format!("{{{}: {}}}", scalar_text(&entries[0].0), scalar_text(&entries[0].1))
