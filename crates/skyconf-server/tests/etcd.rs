@@ -298,7 +298,7 @@ async fn a_restart_with_etcd_down_serves_the_persisted_table_until_etcd_is_back(
 /// On a multi-threaded runtime like the real server's, so the polling client does not take turns
 /// with the server on one thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_writes_are_served_within_100_ms() {
+async fn propagation_etcd_writes_are_served_within_100_ms() {
     let _alone = MACHINE.write().await;
     let Some(etcd) = EtcdServer::start().await else { return };
     let admin = etcd.admin().await;

@@ -226,7 +226,7 @@ async fn a_restarted_nacos_is_resumed_with_what_changed_meanwhile() {
 }
 
 #[tokio::test]
-async fn a_nacos_publish_reaches_agents_within_a_second() {
+async fn propagation_nacos_publish_reaches_agents_within_a_second() {
     let _quiet = QUIET.lock().await;
     let Some(nacos) = Rnacos::start("e2e-propagation").await else { return };
     let writer = store(&nacos, "");

@@ -81,7 +81,7 @@ async fn answers_as_the_oap_does_over_grpc() {
 }
 
 #[tokio::test]
-async fn file_edits_are_served_within_100_ms() {
+async fn propagation_file_edits_are_served_within_100_ms() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.yaml");
     std::fs::write(&path, GOOD).unwrap();

@@ -180,7 +180,7 @@ async fn serves_changes_made_while_zookeeper_was_down() {
 /// answer carrying the new digest (polled in a tight loop). The time ZooKeeper takes to commit the
 /// write (its answer to `setData`) is printed too: it is part of the delay but not skyconf's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_zookeeper_write_reaches_agents_within_100_ms() {
+async fn propagation_zookeeper_write_reaches_agents_within_100_ms() {
     let Some(server) = ZkServer::shared() else { return };
     let _quiet = QUIET.lock().await;
     let zk = server.client().await;
