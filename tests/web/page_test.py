@@ -3,11 +3,17 @@
 WebDriver HTTP API (no pip package: the protocol is plain JSON over HTTP).
 
     page_test.py --url http://127.0.0.1:PORT/ --service NAME --key KEY --value V --rollback-to ID --expect V0
+                 [--read-token R --write-token W]
 
 Loads the page, waits for the service, opens it and checks that KEY is V; opens release ID,
 clicks "Roll back" and confirms; waits for the page to report the new release as served, and
 for the service's KEY to read V0 on the page. Prints one JSON line {"ok": true, ...} on success
 and exits 1 with the reason otherwise. The caller checks the result over gRPC as an agent would.
+
+With tokens (a server with admin tokens), the page must ask for a token exactly once at load
+(answered with R, a read token), and once more when the rollback is refused for want of the
+write role (answered with W); any other prompt fails the run, since WebDriver commands fail
+while a prompt is open.
 
 Chromium runs as root here, so it needs --no-sandbox; the machine has no outside network, so
 everything that would call out is off. CHROMIUM and CHROMEDRIVER override the binaries.
@@ -42,6 +48,8 @@ class Driver:
         self.wait_for(lambda: self.ready(), 20, "chromedriver did not start")
         caps = {"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
+            # A prompt stays open until the test answers it; other commands fail meanwhile.
+            "unhandledPromptBehavior": "ignore",
             "goog:chromeOptions": {"binary": chromium, "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -80,10 +88,31 @@ class Driver:
         return self.call("GET", self.s(f"/element/{element}/text"))
 
     def click(self, css):
-        elements = self.find(css)
-        if not elements:
-            raise Failure(f"nothing to click at {css}")
-        self.call("POST", self.s(f"/element/{elements[0]}/click"), {})
+        # The page re-renders its tables when data arrives, so an element found a moment ago
+        # may be gone by the click: find it again.
+        for attempt in range(20):
+            elements = self.find(css)
+            if not elements:
+                raise Failure(f"nothing to click at {css}")
+            try:
+                self.call("POST", self.s(f"/element/{elements[0]}/click"), {})
+                return
+            except Failure as e:
+                if "stale element" not in str(e) or attempt == 19:
+                    raise
+            time.sleep(0.05)
+
+    def answer_prompt(self, text, seconds=20):
+        """Waits for the page's prompt, types TEXT into it and accepts it; returns its message."""
+        def open_prompt():
+            try:
+                return self.call("GET", self.s("/alert/text"))
+            except Failure:
+                return None
+        message = self.wait_for(open_prompt, seconds, "the page never asked for a token")
+        self.call("POST", self.s("/alert/text"), {"text": text})
+        self.call("POST", self.s("/alert/accept"), {})
+        return message
 
     def script(self, source, *args):
         return self.call("POST", self.s("/execute/sync"), {"script": source, "args": list(args)})
@@ -120,7 +149,10 @@ def cell_value(driver, key):
 
 
 def run(a, driver):
+    prompts = []
     driver.go(a.url)
+    if a.read_token:
+        prompts.append(driver.answer_prompt(a.read_token))
     driver.wait_for(lambda: driver.script("return document.body.dataset.loaded === 'true'"), 20, "the page never loaded its data")
     row = f'#services tr[data-service="{a.service}"]'
     driver.wait_for(lambda: driver.find(row), 10, f"service {a.service} is not listed")
@@ -141,6 +173,11 @@ def run(a, driver):
     driver.wait_for(lambda: driver.script("return !document.getElementById('rollback-confirm').hidden"), 5,
                     "no confirmation button")
     driver.click("#rollback-confirm")
+    if a.write_token:
+        message = driver.answer_prompt(a.write_token)
+        if "write" not in message:
+            raise Failure(f"the rollback's prompt does not ask for a write token: {message!r}")
+        prompts.append(message)
     note = driver.wait_for(
         lambda: driver.script("const n = document.querySelector('#notice .note'); return n ? n.dataset.kind + ':' + n.textContent : null;"),
         30, "the rollback never answered")
@@ -151,7 +188,7 @@ def run(a, driver):
                     f"after the rollback {a.key} shows {cell_value(driver, a.key)!r}, not {a.expect}")
     driver.wait_for(lambda: len(driver.find("#releases tr[data-release]")) == releases_listed + 1, 10,
                     "the rollback is not listed as a release")
-    return {"ok": True, "service_title": title, "notice": note[3:], "releases": releases_listed + 1}
+    return {"ok": True, "service_title": title, "notice": note[3:], "releases": releases_listed + 1, "prompts": prompts}
 
 
 def main():
@@ -162,6 +199,8 @@ def main():
     ap.add_argument("--value", required=True)
     ap.add_argument("--rollback-to", required=True)
     ap.add_argument("--expect", required=True)
+    ap.add_argument("--read-token")
+    ap.add_argument("--write-token")
     a = ap.parse_args()
     chromium = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     chromedriver = os.environ.get("CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"

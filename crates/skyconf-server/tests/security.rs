@@ -236,7 +236,8 @@ fn service_body() -> Vec<u8> {
 #[tokio::test]
 async fn admin_auth_matrix() {
     let (app, metrics) = app(tokens(), false);
-    // (token, read route, write route (None: authorised), /healthz, /readyz, /metrics)
+    // (token, read route, write route (None: authorised), /healthz, /readyz, /metrics). The web
+    // page (`/`) holds no data and is served to all: it asks for a token when the API wants one.
     type Case<'a> = (Option<&'a str>, u16, Option<u16>, u16, u16, u16);
     let cases: [Case<'_>; 4] = [
         (None, 401, Some(401), 200, 200, 401),
@@ -245,6 +246,7 @@ async fn admin_auth_matrix() {
         (Some("wrong"), 401, Some(401), 200, 200, 401),
     ];
     for (token, read, write, healthz, readyz, metrics_code) in cases {
+        assert_eq!(status(&app, "GET", "/", token, Vec::new()).await, 200, "page {token:?}");
         assert_eq!(status(&app, "GET", "/api/v1/services", token, Vec::new()).await, read, "read {token:?}");
         let written = status(&app, "PUT", "/api/v1/services/svc", token, service_body()).await;
         match write {

@@ -14,6 +14,7 @@ use skyconf_core::codec::DiscoveryCommand;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
 use skyconf_server::ServeConfig;
+use skyconf_server::security::{Role, Secret};
 use skyconf_sources::file::FileSource;
 
 const SERVICE: &str = "mall-order-service";
@@ -42,6 +43,19 @@ async fn fetch(addr: std::net::SocketAddr) -> DiscoveryCommand {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_a_service_and_rolls_back_in_a_real_browser() {
+    roll_back_in_a_browser(None).await;
+}
+
+/// With admin tokens the page is still served, asks for a token when the API answers 401, and
+/// for a write token when the rollback answers 403 (page_test.py fails on any other prompt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_admin_tokens_the_page_asks_for_a_read_then_a_write_token() {
+    roll_back_in_a_browser(Some(("reader-t0ken", "writer-t0ken"))).await;
+}
+
+/// Serves V1, edits the file to V2, and has the browser roll back to V1's release; `tokens`:
+/// the admin read and write tokens the server requires and the browser is given when it asks.
+async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
     let missing: Vec<_> = [("chromium", "--version"), ("chromedriver", "--version"), ("python3", "--version")]
         .into_iter()
         .filter(|(p, a)| !available(p, a))
@@ -59,12 +73,16 @@ async fn the_page_shows_a_service_and_rolls_back_in_a_real_browser() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agents.yaml");
     std::fs::write(&path, V1).unwrap();
-    let config = ServeConfig {
+    let mut config = ServeConfig {
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
         admin_addr: "127.0.0.1:0".parse().unwrap(),
         data_dir: Some(dir.path().join("data")),
         ..ServeConfig::default()
     };
+    if let Some((read, write)) = tokens {
+        config.security.admin_tokens.add(Role::Read, Secret::new(read));
+        config.security.admin_tokens.add(Role::Write, Secret::new(write));
+    }
     let running = skyconf_server::start_with(FileSource::new(&path), config).await.unwrap();
     let before = fetch(running.grpc_addr).await;
     let first_release = running.releases.latest().unwrap().id;
@@ -84,11 +102,15 @@ async fn the_page_shows_a_service_and_rolls_back_in_a_real_browser() {
 
     let script = repo_root().join("tests/web/page_test.py");
     let url = format!("http://{}/", running.admin_addr);
+    let token_args: Vec<String> = tokens
+        .map(|(read, write)| ["--read-token", read, "--write-token", write].map(String::from).to_vec())
+        .unwrap_or_default();
     let output = tokio::task::spawn_blocking(move || {
         Command::new("python3")
             .arg(script)
             .args(["--url", &url, "--service", SERVICE, "--key", "agent.sample_n_per_3_secs", "--value", "20"])
             .args(["--rollback-to", &first_release.to_string(), "--expect", "10"])
+            .args(token_args)
             .output()
             .unwrap()
     })
@@ -100,6 +122,9 @@ async fn the_page_shows_a_service_and_rolls_back_in_a_real_browser() {
         "the browser test failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    if tokens.is_some() {
+        assert!(stdout.contains("admin token (read or write role)") && stdout.contains("write role"), "{stdout}");
+    }
 
     let after = fetch(running.grpc_addr).await;
     assert_eq!(after.uuid, before.uuid, "the rollback restores the digest the agent had");

@@ -11,7 +11,8 @@
 //! - `GET /`: the web page.
 //!
 //! The routes come in groups built by separate functions — [`Admin::health_routes`],
-//! [`Admin::read_routes`] (every `GET`), [`Admin::write_routes`] (every `PUT`, `POST`, `DELETE`)
+//! [`Admin::page_routes`], [`Admin::read_routes`] (every `GET` of the API),
+//! [`Admin::write_routes`] (every `PUT`, `POST`, `DELETE`)
 //! — so each group can be wrapped in its own layers (authentication by role, say) before
 //! [`Admin::router`] merges them.
 
@@ -136,10 +137,15 @@ impl Admin {
         Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(self.clone())
     }
 
-    /// Every `GET` of the API and the web page: reads only.
+    /// The web page: static, holds no data (it reads everything through the API, asking for a
+    /// token when the API wants one), so it is served to anyone who can reach the port.
+    pub fn page_routes(&self) -> Router {
+        Router::new().route("/", get(read::page))
+    }
+
+    /// Every `GET` of the API: reads only.
     pub fn read_routes(&self) -> Router {
         Router::new()
-            .route("/", get(read::page))
             .route("/api/v1/status", get(read::status))
             .route("/api/v1/services", get(read::services))
             .route("/api/v1/services/{name}", get(read::service))
@@ -163,7 +169,7 @@ impl Admin {
 
     /// All of the above.
     pub fn router(&self) -> Router {
-        self.health_routes().merge(self.read_routes()).merge(self.write_routes())
+        self.health_routes().merge(self.page_routes()).merge(self.read_routes()).merge(self.write_routes())
     }
 }
 

@@ -89,7 +89,8 @@ pub enum SecurityError {
 }
 
 /// The admin app: the admin API's route groups behind their roles and body limits, and
-/// `/metrics`. `/healthz` and `/readyz` stay open: orchestrators probe them without tokens.
+/// `/metrics`. `/healthz` and `/readyz` stay open: orchestrators probe them without tokens. So
+/// does the web page, which holds no data and asks the operator for a token when the API needs one.
 pub fn admin_app(
     admin: &crate::admin::Admin,
     metrics: &Arc<Metrics>,
@@ -109,7 +110,7 @@ pub fn admin_app(
     } else {
         protect(metrics.router(), Role::Read, small)
     };
-    limits::limit_body(admin.health_routes(), small)
+    limits::limit_body(admin.health_routes().merge(admin.page_routes()), small)
         .merge(metrics_routes)
         .merge(protect(admin.read_routes(), Role::Read, small))
         .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)))
