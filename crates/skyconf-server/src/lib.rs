@@ -15,6 +15,7 @@ pub mod persist;
 pub mod releases;
 pub mod reload;
 pub mod security;
+pub mod socket;
 pub mod state;
 
 use std::net::SocketAddr;

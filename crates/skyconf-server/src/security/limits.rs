@@ -54,11 +54,17 @@ impl GrpcLimits {
             .http2_keepalive_timeout(Some(self.keepalive_timeout))
     }
 
-    /// The accepted sockets of `listener`, with TCP keep-alive and no Nagle delay.
-    pub fn incoming(&self, listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    /// The accepted sockets of `listener`, with TCP keep-alive and no Nagle delay, each wrapped
+    /// so that h2 batches small answers into shared writes ([`crate::socket`]).
+    pub fn incoming(
+        &self,
+        listener: tokio::net::TcpListener,
+    ) -> impl futures_util::Stream<Item = std::io::Result<crate::socket::BatchedWrites>> + use<> {
+        use futures_util::StreamExt as _;
         tonic::transport::server::TcpIncoming::from(listener)
             .with_nodelay(Some(true))
             .with_keepalive(self.tcp_keepalive)
+            .map(|accepted| accepted.map(crate::socket::BatchedWrites::new))
     }
 }
 
