@@ -80,7 +80,10 @@ async fn answers_as_the_oap_does_over_grpc() {
     running.stop().await.unwrap();
 }
 
-#[tokio::test]
+/// The file store's headline number: an edit reaches a polling agent within 100 ms (p99 of 50
+/// edits, half written in place, half replaced by rename). On a multi-threaded runtime like the
+/// real server's, so the polling client does not take turns with the server on one thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn propagation_file_edits_are_served_within_100_ms() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.yaml");
@@ -88,8 +91,8 @@ async fn propagation_file_edits_are_served_within_100_ms() {
     let running = start(&path).await.unwrap();
     let mut client = client(&running).await;
     let mut current = served_digest(&mut client).await;
-    let mut delays = Vec::new();
-    for n in 0..10 {
+    let mut delays = Vec::with_capacity(50);
+    for n in 0..50 {
         let text = format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {n}\n");
         let written = Instant::now();
         if n % 2 == 0 {
@@ -105,8 +108,15 @@ async fn propagation_file_edits_are_served_within_100_ms() {
         current = digest;
     }
     delays.sort();
-    // The median, so one scheduling hiccup on a busy CI machine does not decide the result.
-    assert!(delays[delays.len() / 2] <= Duration::from_millis(100), "edit → served delays: {delays:?}");
+    let pct = |p: f64| delays[((p * delays.len() as f64).ceil() as usize).clamp(1, delays.len()) - 1];
+    eprintln!(
+        "file edit → served by fetchConfigurations, 50 edits: p50 {:?}, p90 {:?}, p99 {:?}, max {:?}",
+        pct(0.50),
+        pct(0.90),
+        pct(0.99),
+        delays[delays.len() - 1]
+    );
+    assert!(pct(0.99) <= Duration::from_millis(100), "p99 over 100 ms: {delays:?}");
     running.stop().await.unwrap();
 }
 
