@@ -24,6 +24,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 
+# The commit measured, read before this run rewrites BENCHMARKS.md and docs/benchmarks/.
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 # The exact command, with the settings that were overridden from the environment.
@@ -368,8 +371,6 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 log "Report"
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
 python3 scripts/bench/report.py "$RESULTS" "$BENCH_OUT" "$PLOT_DIR" \
   --command "$COMMAND" --commit "$COMMIT" --have-refs "$HAVE_REFS" --note "${BENCH_NOTE:-}" \
   --rounds "$ROUNDS" --duration "$DURATION" --server-cpu "$SERVER_CPU" --load-cpu "$LOAD_CPU" \
