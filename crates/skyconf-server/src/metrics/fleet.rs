@@ -1,7 +1,6 @@
 //! Fleet gauges: how many agents hold which digest, and how many are stuck. The fleet tracker
-//! owns the agent table, so it provides the numbers, either pushed whole with the `set_*`
-//! methods (a scrape reads the last complete set, never half of an update) or pulled at scrape
-//! time through [`FleetGauges::on_scrape`].
+//! owns the agent table, so the numbers are pulled from it at scrape time, through
+//! [`FleetGauges::on_scrape`]: a scrape sees one complete, current set and nothing is kept here.
 
 use std::sync::Arc;
 
@@ -33,37 +32,22 @@ pub struct StuckAgents {
 /// What a scrape asks the fleet tracker for.
 type Refresh = Arc<dyn Fn() -> (Vec<AgentsPerDigest>, Vec<StuckAgents>) + Send + Sync>;
 
-/// Settable fleet gauges. Cheap to clone; every clone sets the same gauges.
+/// Fleet gauges, computed on every scrape. Cheap to clone; every clone shares the source.
 #[derive(Clone, Default)]
 pub struct FleetGauges {
-    per_digest: Arc<ArcSwap<Vec<AgentsPerDigest>>>,
-    stuck: Arc<ArcSwap<Vec<StuckAgents>>>,
     refresh: Arc<ArcSwap<Option<Refresh>>>,
 }
 
 impl std::fmt::Debug for FleetGauges {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FleetGauges")
-            .field("per_digest", &self.per_digest.load().len())
-            .field("stuck", &self.stuck.load().len())
-            .field("on_scrape", &self.refresh.load().is_some())
-            .finish()
+        f.debug_struct("FleetGauges").field("on_scrape", &self.refresh.load().is_some()).finish()
     }
 }
 
 impl FleetGauges {
-    /// Replaces `skyconf_fleet_agents{service, digest}`: series not in `rows` disappear.
-    pub fn set_agents_per_digest(&self, rows: Vec<AgentsPerDigest>) {
-        self.per_digest.store(Arc::new(rows));
-    }
-
-    /// Replaces `skyconf_fleet_agents_stuck{service}`: series not in `rows` disappear.
-    pub fn set_stuck_agents(&self, rows: Vec<StuckAgents>) {
-        self.stuck.store(Arc::new(rows));
-    }
-
-    /// Computes both gauges with `refresh` on every scrape (before they are encoded), so they
-    /// are as fresh as the scrape; `refresh` must be quick and must not block on async work.
+    /// Computes both gauges with `refresh` on every scrape: `skyconf_fleet_agents{service, digest}`
+    /// and `skyconf_fleet_agents_stuck{service}` hold exactly the rows it returns (others
+    /// disappear). `refresh` must be quick and must not block on async work.
     pub fn on_scrape(&self, refresh: impl Fn() -> (Vec<AgentsPerDigest>, Vec<StuckAgents>) + Send + Sync + 'static) {
         self.refresh.store(Arc::new(Some(Arc::new(refresh))));
     }
@@ -71,12 +55,9 @@ impl FleetGauges {
 
 impl Collector for FleetGauges {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        if let Some(refresh) = self.refresh.load().as_ref() {
-            let (per_digest, stuck) = refresh();
-            self.set_agents_per_digest(per_digest);
-            self.set_stuck_agents(stuck);
-        }
-        let per_digest = self.per_digest.load();
+        let refresh = self.refresh.load();
+        let Some(refresh) = refresh.as_ref() else { return Ok(()) };
+        let (per_digest, stuck) = refresh();
         if !per_digest.is_empty() {
             let mut family = encoder.encode_descriptor(
                 "skyconf_fleet_agents",
@@ -89,7 +70,6 @@ impl Collector for FleetGauges {
                 family.encode_family(&labels)?.encode_gauge(&row.agents)?;
             }
         }
-        let stuck = self.stuck.load();
         if !stuck.is_empty() {
             let mut family = encoder.encode_descriptor(
                 "skyconf_fleet_agents_stuck",

@@ -317,19 +317,26 @@ mod tests {
     fn fleet_gauges_replace_their_series_whole() {
         let metrics = Metrics::default();
         let fleet = metrics.fleet();
-        assert!(!metrics.encode().contains("skyconf_fleet_agents"), "no series before the tracker sets any");
-        fleet.set_agents_per_digest(vec![
-            AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 3 },
-            AgentsPerDigest { service: "a".into(), digest: "d0".into(), agents: 1 },
-        ]);
-        fleet.set_stuck_agents(vec![StuckAgents { service: "a".into(), agents: 1 }]);
+        assert!(!metrics.encode().contains("skyconf_fleet_agents"), "no series before the tracker gives any");
+        // What the fleet tracker would answer, changed between scrapes.
+        type Rows = (Vec<AgentsPerDigest>, Vec<StuckAgents>);
+        let tracker: Arc<std::sync::Mutex<Rows>> = Arc::default();
+        let source = Arc::clone(&tracker);
+        fleet.on_scrape(move || source.lock().unwrap().clone());
+        *tracker.lock().unwrap() = (
+            vec![
+                AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 3 },
+                AgentsPerDigest { service: "a".into(), digest: "d0".into(), agents: 1 },
+            ],
+            vec![StuckAgents { service: "a".into(), agents: 1 }],
+        );
         let text = metrics.encode();
         assert!(text.contains("skyconf_fleet_agents{service=\"a\",digest=\"d1\"} 3"), "{text}");
         assert!(text.contains("skyconf_fleet_agents_stuck{service=\"a\"} 1"), "{text}");
-        fleet.set_agents_per_digest(vec![AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 4 }]);
+        tracker.lock().unwrap().0 = vec![AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 4 }];
         let text = metrics.encode();
         assert!(!text.contains("digest=\"d0\""), "{text}");
-        fleet.on_scrape(|| (Vec::new(), vec![StuckAgents { service: "b".into(), agents: 2 }]));
+        *tracker.lock().unwrap() = (Vec::new(), vec![StuckAgents { service: "b".into(), agents: 2 }]);
         let text = metrics.encode();
         assert!(text.contains("skyconf_fleet_agents_stuck{service=\"b\"} 2"), "pulled at scrape time: {text}");
         assert!(!text.contains("skyconf_fleet_agents{"), "{text}");
