@@ -1,7 +1,8 @@
 //! skyconf's pure core: everything that decides a byte an agent sees, with no I/O.
 //!
-//! - [`reader`]: agent-configurations YAML → [`AgentConfigurations`], typed as SnakeYAML (YAML 1.1)
+//! - `reader` (the default `reader` feature): agent-configurations YAML → [`AgentConfigurations`], typed as SnakeYAML (YAML 1.1)
 //!   types it and stringified as Java prints it;
+//! - [`backoff`]: the retry policy (exponential back-off with equal jitter) and its generator;
 //! - [`digest`]: the per-service SHA-512 digest agents echo back;
 //! - [`codec`]: the `ConfigurationDiscoveryCommand`, encoded (once per reload) and decoded;
 //! - [`table`]: the table itself;
@@ -9,12 +10,15 @@
 //!
 //! Golden vectors from the OAP's own loader pin all of it (`tests/`).
 
+pub mod backoff;
 pub mod codec;
 pub mod digest;
+#[cfg(feature = "reader")]
 pub mod reader;
 pub mod store;
 pub mod table;
 
 pub use digest::Digest;
+#[cfg(feature = "reader")]
 pub use reader::{Position, ReadError, read};
 pub use table::{AgentConfigurations, ServiceConfig};

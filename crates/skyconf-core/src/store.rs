@@ -140,6 +140,13 @@ fn versioned<'a>(domain: &str, pairs: impl Iterator<Item = (&'a str, &'a str)>) 
     Digest::of_text(&text).as_str()[..32].to_owned()
 }
 
+/// A SHA-256 of raw text, to notice change without keeping or comparing whole documents (the
+/// reload de-duplication and the release log's document ids use it).
+pub fn content_hash(text: &str) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(text.as_bytes()).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

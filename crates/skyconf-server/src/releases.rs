@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use skyconf_core::{AgentConfigurations, Digest};
-use skyconf_sources::content_hash;
+use skyconf_core::store::content_hash;
 
 /// How many releases are kept by default.
 pub const DEFAULT_RETENTION: usize = 200;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use skyconf_core::AgentConfigurations;
-use skyconf_sources::content_hash;
+use skyconf_core::store::content_hash;
 
 use crate::metrics::{Events, OriginEvents};
 use crate::releases::ReleaseLog;

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
+pub use skyconf_core::backoff::Backoff;
 pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, StoreContent};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -206,66 +207,9 @@ impl Default for Limits {
 /// How long a burst of change notifications must stay quiet before a source reads again.
 pub const DEFAULT_SETTLE: Duration = Duration::from_millis(15);
 
-/// A SHA-256 of raw text, to notice change without keeping or comparing whole documents.
-pub fn content_hash(text: &str) -> [u8; 32] {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(text.as_bytes()).into()
-}
-
-/// Exponential backoff with full jitter, for reconnecting to a store.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    base: Duration,
-    max: Duration,
-    attempt: u32,
-}
-
-impl Backoff {
-    /// Starts at `base`, doubling up to `max`.
-    pub fn new(base: Duration, max: Duration) -> Self {
-        Self { base, max, attempt: 0 }
-    }
-
-    /// The next delay: uniform in [0, min(max, base·2^attempt)].
-    pub fn next_delay(&mut self) -> Duration {
-        let ceiling = self.base.saturating_mul(1 << self.attempt.min(16)).min(self.max);
-        self.attempt = self.attempt.saturating_add(1);
-        ceiling.mul_f64(jitter_fraction())
-    }
-
-    /// Back to the first delay after a success.
-    pub fn reset(&mut self) {
-        self.attempt = 0;
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self::new(Duration::from_millis(200), Duration::from_secs(30))
-    }
-}
-
-/// A fraction in [0.5, 1), from the clock's low bits: enough to spread reconnecting replicas.
-fn jitter_fraction() -> f64 {
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    0.5 + f64::from(nanos % 1000) / 2000.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_grows_to_its_ceiling_and_resets() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
-        let delays: Vec<_> = (0..8).map(|_| b.next_delay()).collect();
-        assert!(delays[0] <= Duration::from_millis(100));
-        assert!(delays.iter().all(|d| *d <= Duration::from_secs(1)));
-        assert!(delays[7] >= Duration::from_millis(500), "{delays:?}");
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(100));
-    }
 
     #[test]
     fn oap_keys_include_the_agent_configurations() {
