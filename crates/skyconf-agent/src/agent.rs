@@ -31,19 +31,20 @@
 //! that repeats a setting is refused whole, a watcher error stops the command and keeps the uuid
 //! (the server sends the command again on the next poll, with a new serial number).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use indexmap::IndexMap;
+use skyconf_core::backoff::Backoff;
+use skyconf_core::codec::{DiscoveryCommand, DuplicateKey};
 use skyconf_proto::v3::{Commands, ConfigurationSyncRequest};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::command::{DiscoveryCommand, DuplicateKey};
-use crate::random;
 use crate::registry::{ChangeEvent, EventType, Holders, Registry, WatcherError};
 use crate::transport::{PollError, Transport};
 
@@ -196,6 +197,7 @@ pub struct Agent<T> {
     watcher_count: usize,
     serials: SerialCache,
     failures_in_a_row: u32,
+    backoff: Backoff,
     status: watch::Sender<AgentStatus>,
 }
 
@@ -212,7 +214,10 @@ impl<T> std::fmt::Debug for Agent<T> {
 impl<T: Transport> Agent<T> {
     /// An agent for the watchers in `registry` (more may be registered at any time).
     pub fn new(options: AgentOptions, registry: Registry, transport: T) -> Self {
+        // The first retry waits about one interval, doubling up to the cap.
+        let backoff = Backoff::new(options.interval, options.max_backoff);
         Self {
+            backoff,
             options,
             registry,
             transport,
@@ -283,7 +288,7 @@ impl<T: Transport> Agent<T> {
             };
             let next = match result {
                 Ok(_) => started + self.options.interval,
-                Err(_) => Instant::now() + self.backoff(),
+                Err(_) => Instant::now() + self.backoff.next_delay(),
             };
             tokio::select! {
                 biased;
@@ -303,15 +308,6 @@ impl<T: Transport> Agent<T> {
         AgentHandle { status, stop, join }
     }
 
-    /// The wait before the next poll after `failures_in_a_row` failures.
-    fn backoff(&self) -> Duration {
-        let doublings = self.failures_in_a_row.saturating_sub(1).min(16);
-        let base = self.options.interval.saturating_mul(1 << doublings).min(self.options.max_backoff);
-        let half = base / 2;
-        let spread = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
-        half + Duration::from_nanos(random::below(spread.saturating_add(1)))
-    }
-
     fn record(&mut self, result: &Result<PollReport, PollError>) {
         match result {
             Ok(_) => {
@@ -319,6 +315,7 @@ impl<T: Transport> Agent<T> {
                     tracing::info!(failures = self.failures_in_a_row, "Configuration discovery recovered.");
                 }
                 self.failures_in_a_row = 0;
+                self.backoff.reset();
             }
             Err(error) => {
                 self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
@@ -417,7 +414,7 @@ fn is_blank(value: &str) -> bool {
 /// Applies `config` to every registered key; returns the number of events, or the first failure.
 fn apply(
     keys: &[(String, Holders)],
-    config: &HashMap<&str, &str>,
+    config: &IndexMap<&str, &str>,
     uuid: Option<&str>,
 ) -> Result<usize, (String, WatcherError)> {
     let mut events = 0;
@@ -521,7 +518,7 @@ mod tests {
     fn a_panicking_watcher_is_a_failing_watcher() {
         let registry = Registry::new();
         registry.register(Arc::new(Panics));
-        let config = HashMap::from([("k", "v")]);
+        let config = IndexMap::from([("k", "v")]);
         let (key, error) = apply(&registry.snapshot(), &config, None).unwrap_err();
         assert_eq!((key.as_str(), error.to_string().as_str()), ("k", "the watcher panicked"));
     }
@@ -529,13 +526,12 @@ mod tests {
     #[test]
     fn back_off_doubles_from_one_interval_with_jitter_up_to_the_cap() {
         let options = AgentOptions::new("svc").interval(Duration::from_secs(20)).max_backoff(Duration::from_secs(120));
-        let mut agent = Agent::new(options, Registry::new(), Never);
-        for (failures, base) in [(1, 20), (2, 40), (3, 80), (4, 120), (30, 120)] {
-            agent.failures_in_a_row = failures;
-            let base = Duration::from_secs(base);
-            for _ in 0..100 {
-                let wait = agent.backoff();
-                assert!(wait >= base / 2 && wait <= base, "{failures}: {wait:?}");
+        for _ in 0..100 {
+            let mut agent = Agent::new(options.clone(), Registry::new(), Never);
+            for base in [20, 40, 80, 120, 120] {
+                let base = Duration::from_secs(base);
+                let wait = agent.backoff.next_delay();
+                assert!(wait >= base / 2 && wait <= base, "{base:?}: {wait:?}");
             }
         }
     }

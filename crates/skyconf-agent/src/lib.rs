@@ -45,20 +45,17 @@
 #![warn(missing_docs)]
 
 pub mod agent;
-pub mod command;
 pub mod policy;
 pub mod registry;
 pub mod service_name;
 pub mod transport;
 pub mod watchers;
 
-mod random;
-
 pub use agent::{Agent, AgentHandle, AgentOptions, AgentStatus, CommandOutcome, PollReport};
-pub use command::{DiscoveryCommand, DuplicateKey};
 pub use policy::TracePolicy;
 pub use registry::{ChangeEvent, EventType, Registry, Watcher, WatcherError, WatcherKind};
 pub use service_name::service_name;
+pub use skyconf_core::codec::{DiscoveryCommand, DuplicateKey};
 pub use transport::{GrpcTransport, PollError, Transport};
 
 /// Errors of this crate that are not per-poll outcomes.

@@ -122,7 +122,13 @@ impl DiscoveryCommand {
         Some(out)
     }
 
-    /// The first configuration-discovery command of a response, as agents look for it.
+    /// Every configuration-discovery command of a response, in order: the Java agent's
+    /// `CommandService` handles each one (behaviour reference §4.1.3).
+    pub fn all(commands: &Commands) -> Vec<Self> {
+        commands.commands.iter().filter_map(Self::from_command).collect()
+    }
+
+    /// The first configuration-discovery command of a response (skyconf sends at most one).
     pub fn find(commands: &Commands) -> Option<Self> {
         commands.commands.iter().find_map(Self::from_command)
     }
@@ -198,6 +204,14 @@ mod tests {
         assert_eq!(decoded.config_map(), Err(DuplicateKey("k".into())));
         let other = Command { command: "CDS".into(), args: vec![] };
         assert!(DiscoveryCommand::from_command(&other).is_none());
+    }
+
+    #[test]
+    fn every_discovery_command_of_a_response_is_read_and_others_are_not_ours() {
+        let ours = encode_command("s", &Digest::empty(), [("k", "1")]);
+        let profiling = Command { command: "ProfileTaskQuery".into(), args: vec![] };
+        let commands = Commands { commands: vec![ours.clone(), profiling, ours] };
+        assert_eq!(DiscoveryCommand::all(&commands).len(), 2);
     }
 
     #[test]

@@ -2,21 +2,26 @@
 //!
 //! - `reader` (the default `reader` feature): agent-configurations YAML → [`AgentConfigurations`], typed as SnakeYAML (YAML 1.1)
 //!   types it and stringified as Java prints it;
+//! - [`answer`]: the per-service answer table and the reply rule (which bytes a poll gets);
 //! - [`backoff`]: the retry policy (exponential back-off with equal jitter) and its generator;
 //! - [`digest`]: the per-service SHA-512 digest agents echo back;
 //! - [`codec`]: the `ConfigurationDiscoveryCommand`, encoded (once per reload) and decoded;
-//! - [`table`]: the table itself;
+//! - [`table`]: the table itself; [`diff`]: what changed between two of them;
+//! - [`writer`]: a table written back as a document that reads to the same digests;
 //! - [`store`]: the OAP's dynamic-configuration store model and its change-detection rules.
 //!
 //! Golden vectors from the OAP's own loader pin all of it (`tests/`).
 
+pub mod answer;
 pub mod backoff;
 pub mod codec;
+pub mod diff;
 pub mod digest;
 #[cfg(feature = "reader")]
 pub mod reader;
 pub mod store;
 pub mod table;
+pub mod writer;
 
 pub use digest::Digest;
 #[cfg(feature = "reader")]

@@ -1,11 +1,11 @@
-//! Wire types and gRPC stubs for the two protocols skyconf speaks, generated at build time from the
+//! Wire types and gRPC stubs (clients always, servers with the `server` feature) for the two protocols skyconf speaks, generated at build time from the
 //! `.proto` files under `proto/` (written for skyconf from the published field numbers):
 //!
 //! - [`v3`]: `skywalking.v3`, the agent side: `ConfigurationDiscoveryService/fetchConfigurations`
 //!   and `ManagementService`;
 //! - [`dcs`]: SkyWalking's package-less `ConfigurationService` (`/ConfigurationService/call` and
 //!   `/ConfigurationService/callGroup`), which an OAP polls for its dynamic configuration;
-//! - [`etcd`]: the subset of etcd's v3 API the etcd store uses (KV, Watch, Auth), client side only.
+//! - `etcd` (feature `etcd`): the subset of etcd's v3 API the etcd store uses (KV, Watch, Auth), client side only.
 
 /// `skywalking.v3`: configuration discovery and instance management.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
@@ -19,6 +19,7 @@ pub mod dcs {
     tonic::include_proto!("_");
 }
 
+#[cfg(feature = "etcd")]
 /// etcd's v3 API, the part skyconf's etcd store needs: `etcdserverpb` (KV, Watch, Auth) and
 /// `mvccpb` (KeyValue, Event). Client stubs only.
 pub mod etcd {
@@ -64,6 +65,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "server")]
     fn service_paths_are_the_upstream_ones() {
         use dcs::configuration_service_server::SERVICE_NAME as DCS;
         use v3::configuration_discovery_service_server::SERVICE_NAME as CDS;

@@ -22,7 +22,7 @@ use skyconf_proto::dcs::{
 use tonic::{Request, Response, Status};
 
 use crate::metrics::DcsMetrics;
-use crate::state::StoreView;
+use crate::store_view::StoreView;
 
 /// Keys ever served, so a key that disappears is sent once more, empty.
 #[derive(Debug, Default)]

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::metrics::Events;
 use crate::persist::LastGood;
 use crate::reload::{Outcome, Reloader};
-use crate::state::StoreView;
+use crate::store_view::StoreView;
 
 /// Applies store updates.
 #[derive(Debug)]
@@ -83,7 +83,7 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::ServedTable;
+    use crate::served::ServedTable;
 
     const GOOD: &str = "configurations:\n  a: {k: v}\n";
 
@@ -110,7 +110,7 @@ mod tests {
         let persisted = LastGood::in_dir(dir.path()).load().unwrap().unwrap();
         assert_eq!(persisted.content.agent_configurations(), Some(GOOD), "a refused document is never persisted");
         assert_eq!(persisted.content.singles["alarm.default.alarm-settings"], "rules");
-        assert!(served.snapshot().ready);
+        assert!(served.snapshot().ready());
     }
 
     #[test]

@@ -15,8 +15,9 @@ pub mod persist;
 pub mod releases;
 pub mod reload;
 pub mod security;
+pub mod served;
 pub mod socket;
-pub mod state;
+pub mod store_view;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,7 +40,8 @@ pub use persist::LastGood;
 pub use releases::ReleaseLog;
 pub use reload::Reloader;
 pub use security::{SecurityConfig, SecurityError};
-pub use state::{ServedTable, StoreView};
+pub use served::ServedTable;
+pub use store_view::StoreView;
 
 /// How the server runs, whatever the store.
 #[derive(Debug, Clone)]
@@ -193,7 +195,7 @@ struct Initial {
     content: StoreContent,
     connected: bool,
     stale: bool,
-    rejection: Option<state::Rejection>,
+    rejection: Option<served::Rejection>,
     failure: Option<String>,
 }
 
@@ -234,7 +236,7 @@ async fn initial_state<S: Source>(
                     failure: None,
                 }),
                 Err(error) => {
-                    let rejection = state::Rejection {
+                    let rejection = served::Rejection {
                         origin: store.clone(),
                         error: error.to_string(),
                         at: std::time::SystemTime::now(),
@@ -296,10 +298,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let admin_tls = config.security.admin_tls.as_ref().map(|f| security::tls::server_config(f, "admin")).transpose()?;
     let last_good = config.data_dir.as_deref().map(LastGood::in_dir);
     let initial = initial_state(&source, &config, last_good.as_ref()).await?;
-    tracing::info!(store = %store_name, services = initial.served.snapshot().table.len(), ready = initial.served.snapshot().ready, stale = initial.stale, "Loaded agent configurations.");
+    tracing::info!(store = %store_name, services = initial.served.snapshot().table.len(), ready = initial.served.snapshot().ready(), stale = initial.stale, "Loaded agent configurations.");
     let served = Arc::new(initial.served);
     let releases = Arc::new(open_releases(&config));
-    if served.snapshot().ready {
+    if served.snapshot().ready() {
         let snapshot = served.snapshot();
         releases.record_start(&snapshot.table, initial.accepted.as_deref(), snapshot.version, &store_name);
     }

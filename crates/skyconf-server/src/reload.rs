@@ -13,7 +13,7 @@ use skyconf_core::store::content_hash;
 
 use crate::metrics::{Events, OriginEvents};
 use crate::releases::ReleaseLog;
-use crate::state::{Rejection, ServedTable};
+use crate::served::{Rejection, ServedTable};
 
 /// What became of one value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,9 +169,9 @@ mod tests {
     #[test]
     fn a_waiting_server_becomes_ready_with_the_first_document() {
         let served = Arc::new(ServedTable::waiting());
-        assert!(!served.snapshot().ready);
+        assert!(!served.snapshot().ready());
         let mut reloader = Reloader::new(Arc::clone(&served), "test", None);
         assert_eq!(reloader.apply(Some(GOOD)), Outcome::Installed(1));
-        assert!(served.snapshot().ready);
+        assert!(served.snapshot().ready());
     }
 }

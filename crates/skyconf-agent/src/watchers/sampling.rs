@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{SAMPLE_N_PER_3_SECS, SAMPLE_RATE, SPAN_LIMIT_PER_SEGMENT, TypedWatcher};
-use crate::random;
 use crate::registry::{ChangeEvent, Watcher, WatcherError};
 
 /// The sampling window of `agent.sample_n_per_3_secs`.
@@ -220,7 +219,7 @@ impl SampleRate {
         } else if rate > 0.0 {
             // Truncated, as Go's int() truncates.
             let threshold = (rate * 100.0) as u64;
-            random::below(100) < threshold
+            skyconf_core::backoff::thread_below(100) < threshold
         } else {
             // ≤ 0, and NaN.
             false

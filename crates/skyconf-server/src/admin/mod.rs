@@ -16,7 +16,6 @@
 //! — so each group can be wrapped in its own layers (authentication by role, say) before
 //! [`Admin::router`] merges them.
 
-mod document;
 pub mod error;
 pub mod read;
 pub mod write;
@@ -37,7 +36,8 @@ pub use error::AppError;
 
 use crate::fleet::{Fleet, FleetOptions};
 use crate::releases::{DEFAULT_RETENTION, ReleaseLog};
-use crate::state::{ServedTable, StoreView};
+use crate::served::ServedTable;
+use crate::store_view::StoreView;
 
 /// The longest service name the API accepts.
 pub const MAX_SERVICE_NAME_BYTES: usize = 512;
@@ -186,9 +186,9 @@ async fn healthz() -> &'static str {
 async fn readyz(State(state): State<Admin>) -> (StatusCode, Json<serde_json::Value>) {
     let snapshot = state.served.snapshot();
     let store = state.store.status();
-    let code = if snapshot.ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let code = if snapshot.ready() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = json!({
-        "ready": snapshot.ready,
+        "ready": snapshot.ready(),
         "version": snapshot.version,
         "services": snapshot.table.len(),
         "installed_at": snapshot.installed_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
@@ -235,7 +235,7 @@ mod tests {
     #[tokio::test]
     async fn readyz_reports_the_table_and_the_last_rejection() {
         let served = Arc::new(ServedTable::new(skyconf_core::read("configurations:\n  a: {k: v}\n").unwrap()));
-        served.record_rejection(crate::state::Rejection {
+        served.record_rejection(crate::served::Rejection {
             origin: "f".into(),
             error: "line 1, column 2: bad".into(),
             at: std::time::SystemTime::now(),

@@ -99,7 +99,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
         }),
     };
     Json(json!({
-        "ready": snapshot.ready,
+        "ready": snapshot.ready(),
         "version": snapshot.version,
         "installed_at_ms": snapshot.installed_at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
         "services": snapshot.table.len(),

@@ -33,12 +33,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use skyconf_core::AgentConfigurations;
+use skyconf_core::diff::diff;
+use skyconf_core::writer;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use tokio::sync::MutexGuard;
 
 use super::read::{document_of, path_text, release_id, summary};
-use super::{Admin, AppError, check_service_name, document};
-use crate::releases::{Attribution, diff, document_hash};
+use super::{Admin, AppError, check_service_name};
+use crate::releases::{Attribution, document_hash};
 
 /// The header naming who makes a change.
 pub const AUTHOR_HEADER: &str = "x-skyconf-author";
@@ -223,7 +225,9 @@ async fn apply(
         }))
         .into_response());
     }
-    if snapshot.ready && latest.as_ref().is_some_and(|l| l.document_sha256 == hash) && snapshot.table == proposal.table
+    if snapshot.ready()
+        && latest.as_ref().is_some_and(|l| l.document_sha256 == hash)
+        && snapshot.table == proposal.table
     {
         return Ok(Json(json!({
             "dry_run": false,
@@ -350,7 +354,7 @@ pub(super) async fn put_service(
     let attribution = attribution(&headers, parsed.author, parsed.message, None)?;
     let guard = admin.write_lock.lock().await;
     let current = admin.served.snapshot();
-    let proposal = Proposal::read(&admin, document::with_service(&current.table, &name, Some(entries)))?;
+    let proposal = Proposal::read(&admin, writer::with_service(&current.table, &name, Some(entries)))?;
     apply(&admin, guard, proposal, attribution, options).await
 }
 
@@ -371,7 +375,7 @@ pub(super) async fn delete_service(
     if current.table.get(&name).is_none() {
         return Err(AppError::NotFound(format!("no service `{name}` is configured")));
     }
-    let proposal = Proposal::read(&admin, document::with_service(&current.table, &name, None))?;
+    let proposal = Proposal::read(&admin, writer::with_service(&current.table, &name, None))?;
     apply(&admin, guard, proposal, attribution, options).await
 }
 

@@ -1,10 +1,10 @@
 //! The configuration discovery service agents poll:
 //! `/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations`.
 //!
-//! The answer follows the OAP's handler exactly: look the service up (unknown services get the
-//! EMPTY answer), and send the command unless the agent's uuid already equals the digest (always
-//! send it with `disable_message_digest`). Answers are pre-encoded per reload; a call copies them
-//! and patches in a fresh serial number.
+//! A call is request → [`skyconf_core::answer::reply`] (the OAP handler's rule, over the answers
+//! pre-encoded per reload) → bytes with a fresh serial number patched in. This module adds only
+//! what sits at the edge: the fleet record of who polled, the metrics, the request limit and the
+//! panic guard.
 //!
 //! The call never fails with a status that makes a Java agent drop its channel (UNKNOWN,
 //! UNAVAILABLE, RESOURCE_EXHAUSTED, UNAUTHENTICATED, PERMISSION_DENIED): even a panic inside the
@@ -21,13 +21,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use skyconf_core::digest::EMPTY_DIGEST;
+use skyconf_core::answer::{FetchOutcome, ReplyOptions, reply};
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use tonic::{Request, Response, Status};
 
 use crate::fleet::Fleet;
-use crate::metrics::{CdsMetrics, FetchOutcome};
-use crate::state::ServedTable;
+use crate::metrics::CdsMetrics;
+use crate::served::ServedTable;
 use codec::EncodedCommands;
 pub use generated::configuration_discovery_service_server::{
     ConfigurationDiscoveryService, ConfigurationDiscoveryServiceServer,
@@ -37,12 +37,8 @@ pub use generated::configuration_discovery_service_server::{
 /// larger message ends with OUT_OF_RANGE, which agents treat as an ordinary error.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
-/// Settings of the CDS service.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CdsOptions {
-    /// Always send the full command, as the OAP's `disableMessageDigest` does.
-    pub disable_message_digest: bool,
-}
+/// Settings of the CDS service: the reply rule's.
+pub type CdsOptions = ReplyOptions;
 
 /// The CDS service over a [`ServedTable`].
 #[derive(Debug, Clone)]
@@ -79,35 +75,22 @@ impl CdsService {
 
     /// The encoded answer for one request: the command, or an empty `Commands` (zero bytes).
     pub fn answer(&self, request: &ConfigurationSyncRequest) -> Bytes {
-        self.answer_from(request, None)
+        self.answer_from(request, None).0
     }
 
-    /// [`Self::answer`], recording the poll of the agent at `peer` in the fleet table.
-    pub fn answer_from(&self, request: &ConfigurationSyncRequest, peer: Option<std::net::SocketAddr>) -> Bytes {
-        self.answer_with_outcome(request, peer).0
-    }
-
-    /// [`Self::answer_from`], and what kind of answer it is (for the metrics).
-    pub fn answer_with_outcome(
+    /// [`Self::answer`] and what kind of answer it is (for the metrics), recording the poll of the
+    /// agent at `peer` in the fleet table.
+    pub fn answer_from(
         &self,
         request: &ConfigurationSyncRequest,
         peer: Option<std::net::SocketAddr>,
     ) -> (Bytes, FetchOutcome) {
         self.served.with_snapshot(|snapshot| {
-            if !snapshot.ready {
-                // No table known yet: "no change" keeps every agent as it is.
-                return (Bytes::new(), FetchOutcome::NotReady);
+            let reply = reply(&snapshot.answers, request, self.options);
+            if let (Some(fleet), Some(peer), Some(current)) = (&self.fleet, peer, reply.current()) {
+                fleet.observe(&request.service, &request.uuid, peer, &current.digest);
             }
-            let answer = snapshot.answer(&request.service);
-            if let (Some(fleet), Some(peer)) = (&self.fleet, peer) {
-                fleet.observe(&request.service, &request.uuid, peer, &answer.digest);
-            }
-            if !self.options.disable_message_digest && answer.digest == *request.uuid.as_str() {
-                (Bytes::new(), FetchOutcome::Unchanged)
-            } else {
-                let outcome = if answer.digest == *EMPTY_DIGEST { FetchOutcome::Empty } else { FetchOutcome::Changed };
-                (answer.encoded.with_fresh_serial(), outcome)
-            }
+            (reply.encode(), reply.outcome())
         })
     }
 }
@@ -121,7 +104,7 @@ impl ConfigurationDiscoveryService for CdsService {
         let started = self.metrics.start();
         let peer = request.remote_addr();
         let request = request.into_inner();
-        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_with_outcome(&request, peer)));
+        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_from(&request, peer)));
         let bytes = match answered {
             Ok((bytes, outcome)) => {
                 self.metrics.record(outcome, started);
@@ -144,13 +127,7 @@ mod tests {
     use skyconf_core::digest::EMPTY_DIGEST;
     use skyconf_proto::v3::Commands;
 
-    const V4: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n    agent.ignore_suffix: .txt,.log\n    agent.trace.ignore_path: /eureka/**,/actuator/**\n    plugin.jdbc.trace_sql_parameters: true\n";
-    const V4_DIGEST: &str = "3ad183c6f10d83a93105e869ea7ed8ad1373d4fbe13b9c4c0efc4a42ee9ac2f9952c1b9e39ccdc76b465fe1d9b960d4bdeb68102103a91931bb3e74c68772838";
-
-    fn service(text: &str, disable_message_digest: bool) -> (Arc<ServedTable>, CdsService) {
-        let served = Arc::new(ServedTable::new(skyconf_core::read(text).unwrap()));
-        (Arc::clone(&served), CdsService::new(served, CdsOptions { disable_message_digest }))
-    }
+    const V4: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n";
 
     fn ask(svc: &CdsService, service: &str, uuid: &str) -> Option<DiscoveryCommand> {
         let bytes = svc.answer(&ConfigurationSyncRequest { service: service.into(), uuid: uuid.into() });
@@ -159,36 +136,8 @@ mod tests {
         commands.commands.first().map(|c| DiscoveryCommand::from_command(c).unwrap())
     }
 
-    // The OAP handler's acceptance cases (behaviour reference §5.1, item 3).
-    #[test]
-    fn unknown_service_gets_the_empty_command_until_it_echoes_it() {
-        let (_, svc) = service(V4, false);
-        let cmd = ask(&svc, "other", "").unwrap();
-        assert_eq!(cmd.uuid.as_deref(), Some(EMPTY_DIGEST));
-        assert!(cmd.config.is_empty());
-        assert!(cmd.serial_number.is_some());
-        assert!(ask(&svc, "other", EMPTY_DIGEST).is_none());
-    }
-
-    #[test]
-    fn known_service_full_then_empty_then_full_on_stale_uuid() {
-        let (_, svc) = service(V4, false);
-        let cmd = ask(&svc, "svc", "").unwrap();
-        assert_eq!(cmd.uuid.as_deref(), Some(V4_DIGEST));
-        assert_eq!(cmd.config.len(), 5);
-        assert!(ask(&svc, "svc", V4_DIGEST).is_none());
-        assert!(ask(&svc, "svc", "stale").is_some());
-        assert!(ask(&svc, "SVC", V4_DIGEST).unwrap().config.is_empty(), "lookup is case-sensitive");
-    }
-
-    #[test]
-    fn disabled_digest_always_answers_with_a_fresh_serial() {
-        let (_, svc) = service(V4, true);
-        let a = ask(&svc, "svc", V4_DIGEST).unwrap();
-        let b = ask(&svc, "svc", V4_DIGEST).unwrap();
-        assert_ne!(a.serial_number, b.serial_number);
-    }
-
+    // The reply rule itself is tested in skyconf_core::answer; these check the service uses the
+    // table it is given, as it changes.
     #[test]
     fn a_server_without_a_table_answers_no_change() {
         let svc = CdsService::new(Arc::new(ServedTable::waiting()), CdsOptions::default());
@@ -197,8 +146,11 @@ mod tests {
 
     #[test]
     fn a_delete_makes_everyone_empty() {
-        let (served, svc) = service(V4, false);
+        let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+        let svc = CdsService::new(Arc::clone(&served), CdsOptions::default());
+        let digest = ask(&svc, "svc", "").unwrap().uuid.unwrap();
+        assert!(ask(&svc, "svc", &digest).is_none());
         served.install(skyconf_core::AgentConfigurations::default());
-        assert_eq!(ask(&svc, "svc", V4_DIGEST).unwrap().uuid.as_deref(), Some(EMPTY_DIGEST));
+        assert_eq!(ask(&svc, "svc", &digest).unwrap().uuid.as_deref(), Some(EMPTY_DIGEST));
     }
 }

@@ -9,7 +9,7 @@
 //! - Reloads, rejected documents, store failures and refused credentials are *named events*
 //!   ([`events`]): one call logs the line and counts it.
 //! - The table's and the store's state (up, stale, ages, version) is read at scrape time.
-//! - The fleet tracker sets its gauges through [`FleetGauges`].
+//! - The fleet's gauges ([`FleetGauges`]) are computed from the fleet table at scrape time.
 
 pub mod events;
 mod fleet;
@@ -30,41 +30,17 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+pub use skyconf_core::answer::FetchOutcome;
+
 pub use events::{AdminDenial, Events, GuardedService, OriginEvents};
 pub use fleet::{AgentsPerDigest, FleetGauges, StuckAgents};
 use histogram::{AtomicHistogram, FETCH_BUCKETS};
 
-use crate::state::{ServedTable, StoreView};
+use crate::served::ServedTable;
+use crate::store_view::StoreView;
 
 /// The content type of the exposition.
 pub const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// What one `fetchConfigurations` call answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FetchOutcome {
-    /// The service's command: its digest differs from the one the agent echoed.
-    Changed,
-    /// An empty `Commands`: the agent echoed the current digest.
-    Unchanged,
-    /// The EMPTY command: the service has no entry (or the table was deleted).
-    Empty,
-    /// No table known yet: "no change", whatever was asked.
-    NotReady,
-}
-
-impl FetchOutcome {
-    const ALL: [Self; 4] = [Self::Changed, Self::Unchanged, Self::Empty, Self::NotReady];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Changed => "changed",
-            Self::Unchanged => "unchanged",
-            Self::Empty => "empty",
-            Self::NotReady => "not_ready",
-        }
-    }
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {

@@ -8,7 +8,8 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue};
 use prometheus_client::metrics::MetricType;
 
-use crate::state::{ServedTable, StoreView};
+use crate::served::ServedTable;
+use crate::store_view::StoreView;
 
 type StoreLabels<'a> = [(&'static str, &'a str); 1];
 
@@ -74,7 +75,7 @@ impl Collector for StateCollector {
             None,
             "skyconf_table_ready",
             "1 once a table is served; 0 while every agent is answered \"no change\"",
-            &i64::from(snapshot.ready),
+            &i64::from(snapshot.ready()),
         )?;
         gauge(
             &mut encoder,
@@ -90,7 +91,7 @@ impl Collector for StateCollector {
             "Services in the served table",
             &i64::try_from(snapshot.table.len()).unwrap_or(i64::MAX),
         )?;
-        if snapshot.ready {
+        if snapshot.ready() {
             gauge(
                 &mut encoder,
                 None,

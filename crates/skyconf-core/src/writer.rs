@@ -1,5 +1,5 @@
-//! Writes a table back as an agent-configurations document, for the per-service writes of the
-//! admin API (`PUT`/`DELETE /api/v1/services/{name}`).
+//! Writes a table back as an agent-configurations document that reads back to the same digests,
+//! for the per-service writes of the admin API (`PUT`/`DELETE /api/v1/services/{name}`).
 //!
 //! Every service name, key and value is written as a double-quoted YAML string, so the reader
 //! takes each one verbatim: a value that was `10` or `yes` in the original document is stored as
@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use skyconf_core::{AgentConfigurations, ServiceConfig};
+use crate::table::{AgentConfigurations, ServiceConfig};
 
 /// A YAML double-quoted scalar holding exactly `text`.
 fn quoted(text: &str, out: &mut String) {
@@ -34,7 +34,7 @@ fn quoted(text: &str, out: &mut String) {
 }
 
 /// The document for `services`, in their order.
-pub(crate) fn render<'a>(services: impl IntoIterator<Item = &'a ServiceConfig>) -> String {
+pub fn render<'a>(services: impl IntoIterator<Item = &'a ServiceConfig>) -> String {
     let mut out = String::from("configurations:");
     let mut any = false;
     for service in services {
@@ -60,11 +60,7 @@ pub(crate) fn render<'a>(services: impl IntoIterator<Item = &'a ServiceConfig>) 
 }
 
 /// `table` with `service` set to `entries` (added at the end when new), rendered; `None` removes it.
-pub(crate) fn with_service(
-    table: &AgentConfigurations,
-    service: &str,
-    entries: Option<Vec<(String, String)>>,
-) -> String {
+pub fn with_service(table: &AgentConfigurations, service: &str, entries: Option<Vec<(String, String)>>) -> String {
     let mut replaced = false;
     let mut services: Vec<ServiceConfig> = Vec::with_capacity(table.len() + 1);
     for s in table.services() {
@@ -83,14 +79,14 @@ pub(crate) fn with_service(
     render(&services)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "reader"))]
 mod tests {
     use super::*;
 
     fn round_trip(text: &str) {
-        let table = skyconf_core::read(text).unwrap();
+        let table = crate::read(text).unwrap();
         let rendered = render(table.services());
-        let again = skyconf_core::read(&rendered).unwrap_or_else(|e| panic!("{e}\n{rendered}"));
+        let again = crate::read(&rendered).unwrap_or_else(|e| panic!("{e}\n{rendered}"));
         assert_eq!(again, table, "{rendered}");
     }
 
@@ -106,13 +102,13 @@ mod tests {
 
     #[test]
     fn a_service_is_replaced_in_place_added_at_the_end_or_removed() {
-        let table = skyconf_core::read("configurations:\n  a: {k: 1}\n  b: {k: 2}\n").unwrap();
-        let set = skyconf_core::read(&with_service(&table, "a", Some(vec![("k".into(), "9".into())]))).unwrap();
+        let table = crate::read("configurations:\n  a: {k: 1}\n  b: {k: 2}\n").unwrap();
+        let set = crate::read(&with_service(&table, "a", Some(vec![("k".into(), "9".into())]))).unwrap();
         assert_eq!(set.services().map(|s| s.name()).collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(set.get("a").unwrap().get("k"), Some("9"));
-        let added = skyconf_core::read(&with_service(&table, "c", Some(vec![]))).unwrap();
+        let added = crate::read(&with_service(&table, "c", Some(vec![]))).unwrap();
         assert_eq!(added.services().map(|s| s.name()).collect::<Vec<_>>(), ["a", "b", "c"]);
-        let removed = skyconf_core::read(&with_service(&table, "a", None)).unwrap();
+        let removed = crate::read(&with_service(&table, "a", None)).unwrap();
         assert_eq!(removed.services().map(|s| s.name()).collect::<Vec<_>>(), ["b"]);
     }
 }

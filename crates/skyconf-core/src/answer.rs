@@ -1,0 +1,236 @@
+//! What a poll is answered with: the per-service answer table and the reply rule.
+//!
+//! [`Answers`] holds, for one accepted table, every service's digest and pre-encoded command plus
+//! the EMPTY answer the OAP gives services it does not know. [`reply`] is the OAP handler's rule
+//! (behaviour reference §5.1): look the service up, and send its command unless the agent's uuid
+//! already equals the digest (always send it when the digest check is disabled). Before any table
+//! is known the answers are *waiting* and every poll is answered "no change", so an agent keeps
+//! what it has rather than being reset by an EMPTY answer.
+//!
+//! The server and the agent library's in-memory fake both answer through [`reply`], so the two
+//! cannot disagree about which bytes a request gets.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use skyconf_proto::v3::ConfigurationSyncRequest;
+
+use crate::codec::PreEncoded;
+use crate::digest::{Digest, EMPTY_DIGEST};
+use crate::table::AgentConfigurations;
+
+/// What a service (or an unknown service) is answered with.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The digest agents echo once they hold this configuration.
+    pub digest: Digest,
+    /// The whole `Commands` message, serial number to be patched in.
+    pub encoded: PreEncoded,
+}
+
+impl Answer {
+    /// The answer carrying `entries` under `digest`.
+    pub fn new(digest: Digest, entries: &[(String, String)]) -> Self {
+        let encoded = PreEncoded::new(&digest, entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        Self { digest, encoded }
+    }
+
+    /// The EMPTY answer: no settings, the EMPTY digest.
+    pub fn empty() -> Self {
+        Self::new(Digest::empty(), &[])
+    }
+}
+
+/// Every service's answer for one table, encoded once.
+#[derive(Debug, Clone)]
+pub struct Answers {
+    by_service: HashMap<String, Answer>,
+    empty: Answer,
+    ready: bool,
+}
+
+impl Answers {
+    /// The answers for `table`.
+    pub fn new(table: &AgentConfigurations) -> Self {
+        let by_service =
+            table.services().map(|s| (s.name().to_owned(), Answer::new(s.digest().clone(), s.entries()))).collect();
+        Self { by_service, empty: Answer::empty(), ready: true }
+    }
+
+    /// No table known yet: every poll is answered "no change".
+    pub fn waiting() -> Self {
+        Self { by_service: HashMap::new(), empty: Answer::empty(), ready: false }
+    }
+
+    /// False while [`Self::waiting`].
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+
+    /// The answer for `service`: its own, or the EMPTY answer the OAP gives unknown services.
+    pub fn answer(&self, service: &str) -> &Answer {
+        self.by_service.get(service).unwrap_or(&self.empty)
+    }
+}
+
+/// How the reply rule is configured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplyOptions {
+    /// Always send the full command, as the OAP's `disableMessageDigest` does.
+    pub disable_message_digest: bool,
+}
+
+/// What kind of answer a poll got (the server counts them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// The service's command: its digest differs from the one the agent echoed.
+    Changed,
+    /// An empty `Commands`: the agent echoed the current digest.
+    Unchanged,
+    /// The EMPTY command: the service has no entry (or the table was deleted).
+    Empty,
+    /// No table known yet: "no change", whatever was asked.
+    NotReady,
+}
+
+impl FetchOutcome {
+    /// Every outcome, in a fixed order.
+    pub const ALL: [Self; 4] = [Self::Changed, Self::Unchanged, Self::Empty, Self::NotReady];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Changed => "changed",
+            Self::Unchanged => "unchanged",
+            Self::Empty => "empty",
+            Self::NotReady => "not_ready",
+        }
+    }
+}
+
+/// The reply to one poll.
+#[derive(Debug, Clone, Copy)]
+pub enum Reply<'a> {
+    /// No table known yet: an empty `Commands`.
+    NotReady,
+    /// The agent holds the current answer: an empty `Commands`.
+    Unchanged(&'a Answer),
+    /// The agent is to receive this answer.
+    Send(&'a Answer),
+}
+
+impl<'a> Reply<'a> {
+    /// The answer that is current for the polled service, once a table is known (whether or not
+    /// it is sent): what the agent holds once it applied it.
+    pub fn current(&self) -> Option<&'a Answer> {
+        match self {
+            Self::NotReady => None,
+            Self::Unchanged(answer) | Self::Send(answer) => Some(answer),
+        }
+    }
+
+    /// What kind of reply this is.
+    pub fn outcome(&self) -> FetchOutcome {
+        match self {
+            Self::NotReady => FetchOutcome::NotReady,
+            Self::Unchanged(_) => FetchOutcome::Unchanged,
+            Self::Send(answer) if answer.digest == *EMPTY_DIGEST => FetchOutcome::Empty,
+            Self::Send(_) => FetchOutcome::Changed,
+        }
+    }
+
+    /// The encoded `Commands`: the command with a fresh serial number, or nothing (an empty
+    /// `Commands` encodes to zero bytes).
+    pub fn encode(&self) -> Bytes {
+        match self {
+            Self::Send(answer) => answer.encoded.with_fresh_serial(),
+            Self::NotReady | Self::Unchanged(_) => Bytes::new(),
+        }
+    }
+}
+
+/// The OAP handler's rule: the polled service's answer unless the agent already holds it.
+pub fn reply<'a>(answers: &'a Answers, request: &ConfigurationSyncRequest, options: ReplyOptions) -> Reply<'a> {
+    if !answers.ready {
+        return Reply::NotReady;
+    }
+    let answer = answers.answer(&request.service);
+    if !options.disable_message_digest && answer.digest == *request.uuid.as_str() {
+        Reply::Unchanged(answer)
+    } else {
+        Reply::Send(answer)
+    }
+}
+
+#[cfg(all(test, feature = "reader"))]
+mod tests {
+    use prost::Message;
+    use skyconf_proto::v3::Commands;
+
+    use super::*;
+    use crate::codec::DiscoveryCommand;
+
+    const V4: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n    agent.ignore_suffix: .txt,.log\n    agent.trace.ignore_path: /eureka/**,/actuator/**\n    plugin.jdbc.trace_sql_parameters: true\n";
+    const V4_DIGEST: &str = "3ad183c6f10d83a93105e869ea7ed8ad1373d4fbe13b9c4c0efc4a42ee9ac2f9952c1b9e39ccdc76b465fe1d9b960d4bdeb68102103a91931bb3e74c68772838";
+
+    fn ask(answers: &Answers, service: &str, uuid: &str, disable: bool) -> (Option<DiscoveryCommand>, FetchOutcome) {
+        let request = ConfigurationSyncRequest { service: service.into(), uuid: uuid.into() };
+        let reply = reply(answers, &request, ReplyOptions { disable_message_digest: disable });
+        let commands = Commands::decode(reply.encode()).unwrap();
+        assert!(commands.commands.len() <= 1, "one command at most");
+        (commands.commands.first().map(|c| DiscoveryCommand::from_command(c).unwrap()), reply.outcome())
+    }
+
+    fn v4() -> Answers {
+        Answers::new(&crate::read(V4).unwrap())
+    }
+
+    // The OAP handler's acceptance cases (behaviour reference §5.1, item 3).
+    #[test]
+    fn unknown_service_gets_the_empty_command_until_it_echoes_it() {
+        let (cmd, outcome) = ask(&v4(), "other", "", false);
+        let cmd = cmd.unwrap();
+        assert_eq!((cmd.uuid.as_deref(), outcome), (Some(EMPTY_DIGEST), FetchOutcome::Empty));
+        assert!(cmd.config.is_empty());
+        assert!(cmd.serial_number.is_some());
+        assert_eq!(ask(&v4(), "other", EMPTY_DIGEST, false), (None, FetchOutcome::Unchanged));
+    }
+
+    #[test]
+    fn known_service_full_then_empty_then_full_on_stale_uuid() {
+        let answers = v4();
+        let (cmd, outcome) = ask(&answers, "svc", "", false);
+        let cmd = cmd.unwrap();
+        assert_eq!((cmd.uuid.as_deref(), outcome), (Some(V4_DIGEST), FetchOutcome::Changed));
+        assert_eq!(cmd.config.len(), 5);
+        assert_eq!(ask(&answers, "svc", V4_DIGEST, false), (None, FetchOutcome::Unchanged));
+        assert!(ask(&answers, "svc", "stale", false).0.is_some());
+        assert!(ask(&answers, "SVC", V4_DIGEST, false).0.unwrap().config.is_empty(), "lookup is case-sensitive");
+    }
+
+    #[test]
+    fn disabled_digest_always_answers_with_a_fresh_serial() {
+        let answers = v4();
+        let a = ask(&answers, "svc", V4_DIGEST, true).0.unwrap();
+        let b = ask(&answers, "svc", V4_DIGEST, true).0.unwrap();
+        assert_ne!(a.serial_number, b.serial_number);
+    }
+
+    #[test]
+    fn waiting_answers_no_change_and_names_no_current_answer() {
+        let answers = Answers::waiting();
+        assert_eq!(ask(&answers, "svc", "", false), (None, FetchOutcome::NotReady));
+        let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
+        assert!(reply(&answers, &request, ReplyOptions::default()).current().is_none());
+    }
+
+    #[test]
+    fn the_current_answer_is_named_whether_or_not_it_is_sent() {
+        let answers = v4();
+        for uuid in ["", V4_DIGEST] {
+            let request = ConfigurationSyncRequest { service: "svc".into(), uuid: uuid.into() };
+            let reply = reply(&answers, &request, ReplyOptions::default());
+            assert_eq!(reply.current().unwrap().digest, *V4_DIGEST);
+        }
+    }
+}
