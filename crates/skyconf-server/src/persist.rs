@@ -2,13 +2,15 @@
 //! serves what agents had instead of nothing.
 //!
 //! One JSON file, `last-good.json`, in the data directory, replaced atomically (write, fsync,
-//! rename) after every accepted change. It holds the store's content with the agent-configurations
+//! rename, fsync the directory) after every accepted change, by the
+//! [`Persister`](crate::persister::Persister) off the serving path. It holds the store's content with the agent-configurations
 //! value replaced by the last *accepted* document: a refused document is never persisted.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use skyconf_core::store::StoreContent;
+use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, StoreContent};
+use skyconf_sources::fs::write_atomically;
 
 /// Why the persisted copy could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -85,26 +87,33 @@ impl LastGood {
         }))
     }
 
-    /// Replaces the copy.
-    pub fn save(&self, store: &str, content: &StoreContent) -> Result<(), PersistError> {
-        use std::io::Write as _;
-        let io = |source| PersistError::Io { path: self.path.display().to_string(), source };
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
+    /// The file's bytes for `content`, with the agent-configurations value replaced by
+    /// `accepted` (the last accepted document; `None`: absent).
+    pub fn encode(store: &str, content: &StoreContent, accepted: Option<&str>) -> Vec<u8> {
+        let mut singles: serde_json::Map<String, serde_json::Value> = content
+            .singles
+            .iter()
+            .filter(|(key, _)| key.as_str() != AGENT_CONFIGURATIONS_KEY)
+            .map(|(k, v)| (k.clone(), v.as_str().into()))
+            .collect();
+        if let Some(accepted) = accepted {
+            singles.insert(AGENT_CONFIGURATIONS_KEY.to_owned(), accepted.into());
         }
         let json = serde_json::json!({
             "format": 1,
             "store": store,
             "saved_at": SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            "singles": content.singles,
+            "singles": singles,
             "groups": content.groups,
         });
-        let staged = self.path.with_extension("json.tmp");
-        let mut file = std::fs::File::create(&staged).map_err(io)?;
-        file.write_all(serde_json::to_string_pretty(&json).unwrap_or_default().as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(io)?;
-        std::fs::rename(&staged, &self.path).map_err(io)
+        serde_json::to_vec_pretty(&json).expect("string maps always serialize")
+    }
+
+    /// Replaces the copy now, on this thread.
+    pub fn save(&self, store: &str, content: &StoreContent) -> Result<(), PersistError> {
+        let bytes = Self::encode(store, content, content.agent_configurations());
+        write_atomically(&self.path, &bytes)
+            .map_err(|source| PersistError::Io { path: self.path.display().to_string(), source })
     }
 }
 

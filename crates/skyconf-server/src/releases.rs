@@ -6,8 +6,9 @@
 //!
 //! The log is local to each server, kept even when the store itself has no history (a plain etcd
 //! key, a file). With a data directory it is one JSON file per release,
-//! `<data dir>/releases/<id, 20 digits>.json`, written atomically (write, fsync, rename) and read
-//! back at start-up; without one it lives in memory. Only the newest `retention` releases are
+//! `<data dir>/releases/<id, 20 digits>.json`, written atomically by the [`Persister`] off the
+//! serving path and read back at start-up; a release's document stays in memory until its file is
+//! on disk (and for good if it cannot be written). Without a data directory it lives in memory. Only the newest `retention` releases are
 //! kept. Why files and not an embedded database: a release is written a few times a day, never
 //! updated, read by id or newest first; files are inspectable with `cat` and `jq`, need no new
 //! dependency, and retention is deleting a file.
@@ -25,6 +26,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::{ServiceChange, diff};
 use skyconf_core::store::content_hash;
+
+use crate::persister::Persister;
 
 /// How many releases are kept by default.
 pub const DEFAULT_RETENTION: usize = 200;
@@ -137,7 +140,8 @@ struct Pending {
 struct LogState {
     /// Oldest first.
     releases: VecDeque<Arc<Release>>,
-    /// Document texts, when there is no directory.
+    /// Document texts not on disk: all of them without a directory, else those whose file is not
+    /// written (yet).
     documents: HashMap<u64, Option<Arc<str>>>,
     next_id: u64,
     pending: Vec<Pending>,
@@ -148,8 +152,10 @@ struct LogState {
 #[derive(Debug)]
 pub struct ReleaseLog {
     dir: Option<PathBuf>,
+    persister: Option<Persister>,
     retention: usize,
-    state: Mutex<LogState>,
+    // Shared with the persister's completion callbacks.
+    state: Arc<Mutex<LogState>>,
 }
 
 fn now_ms() -> u64 {
@@ -166,16 +172,23 @@ impl ReleaseLog {
     pub fn in_memory(retention: usize) -> Self {
         Self {
             dir: None,
+            persister: None,
             retention: retention.max(1),
-            state: Mutex::new(LogState { next_id: 1, ..LogState::default() }),
+            state: Arc::new(Mutex::new(LogState { next_id: 1, ..LogState::default() })),
         }
     }
 
     /// The log in `<data_dir>/releases`, with the releases already there (files that cannot be
-    /// read are skipped with a warning; the directory is created on the first release).
+    /// read are skipped with a warning; the directory is created on the first release), written
+    /// by a persister of its own.
     pub fn open(data_dir: &Path, retention: usize) -> Result<Self, ReleaseError> {
+        Self::open_with(data_dir, retention, Persister::spawn())
+    }
+
+    /// [`Self::open`], writing through `persister`.
+    pub fn open_with(data_dir: &Path, retention: usize, persister: Persister) -> Result<Self, ReleaseError> {
         let dir = data_dir.join("releases");
-        let log = Self { dir: Some(dir.clone()), ..Self::in_memory(retention) };
+        let log = Self { dir: Some(dir.clone()), persister: Some(persister), ..Self::in_memory(retention) };
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
@@ -204,7 +217,14 @@ impl ReleaseLog {
     }
 
     fn lock(&self) -> MutexGuard<'_, LogState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock_state(&self.state)
+    }
+
+    /// Blocks until every release file handed to the persister is on disk. Not for async threads.
+    pub fn flush(&self) {
+        if let Some(persister) = &self.persister {
+            persister.flush();
+        }
     }
 
     /// How many releases are kept.
@@ -268,16 +288,28 @@ impl ReleaseLog {
             });
             state.next_id += 1;
             state.releases.push_back(Arc::clone(&release));
-            if self.dir.is_none() {
-                state.documents.insert(release.id, text.map(Arc::from));
-            }
+            // Until its file is on disk (for good without a data directory).
+            state.documents.insert(release.id, text.map(Arc::from));
             (release, self.evict(&mut state))
         };
-        if let Some(dir) = &self.dir {
+        if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
             let file = ReleaseFile { format: 1, release: (*release).clone(), document: text.map(str::to_owned) };
-            if let Err(error) = write_release_file(dir, &file) {
-                tracing::warn!(release = release.id, %error, "Cannot write the release to disk; it is kept in memory until the server stops.");
-                self.lock().documents.insert(release.id, text.map(Arc::from));
+            match serde_json::to_vec_pretty(&file) {
+                Ok(bytes) => {
+                    let (state, id) = (Arc::clone(&self.state), release.id);
+                    let done = Box::new(move |result: std::io::Result<()>| match result {
+                        Ok(()) => {
+                            lock_state(&state).documents.remove(&id);
+                        }
+                        Err(error) => {
+                            tracing::warn!(release = id, %error, "Cannot write the release to disk; it is kept in memory until the server stops.");
+                        }
+                    });
+                    persister.write(release_path(dir, release.id), bytes, Some(done));
+                }
+                Err(error) => {
+                    tracing::warn!(release = release.id, %error, "Cannot encode the release; it is kept in memory.")
+                }
             }
             self.delete_files(&evicted);
         }
@@ -317,14 +349,9 @@ impl ReleaseLog {
     }
 
     fn delete_files(&self, ids: &[u64]) {
-        let Some(dir) = &self.dir else { return };
+        let (Some(dir), Some(persister)) = (&self.dir, &self.persister) else { return };
         for id in ids {
-            let path = release_path(dir, *id);
-            if let Err(error) = std::fs::remove_file(&path)
-                && error.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(path = %path.display(), %error, "Cannot delete a release past retention.");
-            }
+            persister.remove(release_path(dir, *id));
         }
     }
 
@@ -368,6 +395,7 @@ impl ReleaseLog {
         let Some(dir) = &self.dir else {
             return Ok(self.lock().documents.get(&id).map(|d| d.as_deref().map(str::to_owned)));
         };
+        // Not yet on disk, or never written.
         if self.get(id).is_none() {
             return Ok(None);
         }
@@ -431,17 +459,8 @@ fn read_release_file(path: &Path) -> Result<ReleaseFile, ReleaseError> {
     Ok(file)
 }
 
-fn write_release_file(dir: &Path, file: &ReleaseFile) -> Result<(), ReleaseError> {
-    use std::io::Write as _;
-    let path = release_path(dir, file.release.id);
-    let io = |source| ReleaseError::Io { path: path.display().to_string(), source };
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let json = serde_json::to_vec_pretty(file)
-        .map_err(|e| ReleaseError::Format { path: path.display().to_string(), message: e.to_string() })?;
-    let staged = path.with_extension("json.tmp");
-    let mut out = std::fs::File::create(&staged).map_err(io)?;
-    out.write_all(&json).and_then(|()| out.sync_all()).map_err(io)?;
-    std::fs::rename(&staged, &path).map_err(io)
+fn lock_state(state: &Mutex<LogState>) -> MutexGuard<'_, LogState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
@@ -464,6 +483,7 @@ mod tests {
         log.record(&table(V1), &table(V2), Some(V2), 2, "file x");
         log.record(&table(V2), &AgentConfigurations::default(), None, 3, "file x");
         assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [3, 2]);
+        log.flush();
 
         let reopened = ReleaseLog::open(dir.path(), 2).unwrap();
         let two = reopened.get(2).unwrap();

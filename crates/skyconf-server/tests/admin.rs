@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use skyconf_core::Digest;
 use skyconf_core::store::StoreContent;
 use skyconf_server::admin::Admin;
-use skyconf_server::{Fleet, FleetOptions, Hub, ReleaseLog, Reloader, ServedTable, StoreView};
+use skyconf_server::{Fleet, FleetOptions, ReleaseLog, Reloader, ServedTable, StoreTask, StoreView};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, Update};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -74,7 +74,7 @@ fn setup() -> Setup {
     releases.record_start(&table, Some(V1), 1, "memory");
     let reloader = Reloader::new(Arc::clone(&served), "memory", Some(V1)).with_releases(Arc::clone(&releases));
     let (tx, rx) = mpsc::channel(8);
-    tokio::spawn(Hub::new(Arc::clone(&store), reloader, None).run(rx));
+    tokio::spawn(StoreTask::new(Arc::clone(&store), reloader, None).run(rx));
     let fleet = Arc::new(Fleet::new(FleetOptions::default()));
     let mode = Arc::new(AtomicU8::new(0));
     let writer = Arc::new(MemoryStore { updates: tx, mode: Arc::clone(&mode) });

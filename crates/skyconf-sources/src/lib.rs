@@ -13,6 +13,7 @@ pub mod dcs;
 pub mod etcd;
 #[cfg(feature = "file")]
 pub mod file;
+pub mod fs;
 #[cfg(feature = "nacos")]
 pub mod nacos;
 #[cfg(feature = "zookeeper")]

@@ -17,6 +17,7 @@
 //! [`Admin::router`] merges them.
 
 pub mod error;
+mod extract;
 pub mod read;
 pub mod write;
 

@@ -14,15 +14,16 @@
 use std::time::UNIX_EPOCH;
 
 use axum::Json;
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, X_CONTENT_TYPE_OPTIONS};
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use skyconf_core::Digest;
 
-use super::{Admin, AppError, check_service_name};
+use super::extract::{ReleaseId, ServiceName};
+use super::{Admin, AppError};
 use crate::fleet::StateCounts;
 use crate::releases::Release;
 
@@ -43,15 +44,6 @@ pub(super) async fn page() -> impl IntoResponse {
 pub(super) fn etag(admin: &Admin) -> Option<(HeaderName, HeaderValue)> {
     let id = admin.releases.latest()?.id;
     Some((ETAG, HeaderValue::from_str(&format!("\"{id}\"")).ok()?))
-}
-
-pub(super) fn path_text(path: Result<Path<String>, PathRejection>) -> Result<String, AppError> {
-    path.map(|Path(p)| p).map_err(|e| AppError::BadRequest(e.body_text()))
-}
-
-pub(super) fn release_id(path: Result<Path<String>, PathRejection>) -> Result<u64, AppError> {
-    let text = path_text(path)?;
-    text.parse().map_err(|_| AppError::BadRequest(format!("`{text}` is not a release id")))
 }
 
 /// A release without its key-level detail.
@@ -152,10 +144,8 @@ pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
 
 pub(super) async fn service(
     State(admin): State<Admin>,
-    path: Result<Path<String>, PathRejection>,
+    ServiceName(name): ServiceName,
 ) -> Result<impl IntoResponse, AppError> {
-    let name = path_text(path)?;
-    check_service_name(&name)?;
     let snapshot = admin.served.snapshot();
     let current = &snapshot.answer(&name).digest;
     let agents = admin.fleet.agents_of(&name, current);
@@ -220,11 +210,7 @@ pub(super) async fn document_of(admin: &Admin, id: u64) -> Result<Option<String>
     text.ok_or_else(|| AppError::NotFound(format!("release {id} is not kept")))
 }
 
-pub(super) async fn release(
-    State(admin): State<Admin>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, AppError> {
-    let id = release_id(path)?;
+pub(super) async fn release(State(admin): State<Admin>, ReleaseId(id): ReleaseId) -> Result<Json<Value>, AppError> {
     let release = admin.releases.get(id).ok_or_else(|| AppError::NotFound(format!("no release {id}")))?;
     let document = document_of(&admin, id).await?;
     let mut body = serde_json::to_value(&*release).map_err(|e| AppError::Internal(e.to_string()))?;

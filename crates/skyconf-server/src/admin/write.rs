@@ -22,13 +22,11 @@
 //! served already. Per-service writes rewrite the document in a canonical form (every string
 //! double-quoted; comments dropped), with the same digests for every untouched service.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::header::{CONTENT_TYPE, IF_MATCH};
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -38,8 +36,9 @@ use skyconf_core::writer;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use tokio::sync::MutexGuard;
 
-use super::read::{document_of, path_text, release_id, summary};
-use super::{Admin, AppError, check_service_name};
+use super::extract::{ReleaseId, ServiceName, WriteOptions, WriteRequest};
+use super::read::{document_of, summary};
+use super::{Admin, AppError};
 use crate::releases::{Attribution, document_hash};
 
 /// The header naming who makes a change.
@@ -48,56 +47,6 @@ pub const AUTHOR_HEADER: &str = "x-skyconf-author";
 pub const MESSAGE_HEADER: &str = "x-skyconf-message";
 const MAX_AUTHOR_BYTES: usize = 256;
 const MAX_MESSAGE_BYTES: usize = 4096;
-const MAX_WAIT: Duration = Duration::from_secs(60);
-
-/// `?dry_run=true&wait=SECONDS`.
-#[derive(Debug, Default, serde::Deserialize)]
-pub(super) struct WriteQuery {
-    dry_run: Option<String>,
-    wait: Option<String>,
-}
-
-struct WriteOptions {
-    dry_run: bool,
-    wait: Duration,
-    if_match: Option<u64>,
-}
-
-fn options(
-    admin: &Admin,
-    query: Result<Query<WriteQuery>, QueryRejection>,
-    headers: &HeaderMap,
-) -> Result<WriteOptions, AppError> {
-    let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    let dry_run = match query.dry_run.as_deref() {
-        None | Some("false" | "0" | "no") => false,
-        Some("" | "true" | "1" | "yes") => true,
-        Some(other) => return Err(AppError::BadRequest(format!("dry_run must be true or false, not `{other}`"))),
-    };
-    let wait = match query.wait.as_deref() {
-        None => admin.options.write_wait,
-        Some(text) => match text.parse::<f64>() {
-            Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs.min(MAX_WAIT.as_secs_f64())),
-            _ => return Err(AppError::BadRequest(format!("wait must be a number of seconds, not `{text}`"))),
-        },
-    };
-    let if_match = match headers.get(IF_MATCH) {
-        None => None,
-        Some(value) => {
-            let text = value.to_str().unwrap_or_default().trim();
-            let text = text.strip_prefix("W/").unwrap_or(text).trim_matches('"');
-            if text == "*" {
-                None
-            } else {
-                Some(
-                    text.parse()
-                        .map_err(|_| AppError::BadRequest(format!("If-Match must be a release id, not `{text}`")))?,
-                )
-            }
-        }
-    };
-    Ok(WriteOptions { dry_run, wait, if_match })
-}
 
 fn header_text(headers: &HeaderMap, name: &str) -> Result<Option<String>, AppError> {
     match headers.get(name) {
@@ -139,17 +88,6 @@ fn attribution(
         )));
     }
     Ok(Attribution { author, message, rollback_of, origin: "api".to_owned() })
-}
-
-fn body_bytes(admin: &Admin, body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            AppError::TooLarge(format!("the body is larger than {} bytes", admin.options.max_document_bytes))
-        } else {
-            AppError::BadRequest(e.body_text())
-        }
-    })?;
-    Ok(body)
 }
 
 /// The optional JSON body of a delete or rollback.
@@ -297,12 +235,8 @@ struct DocumentBody {
 
 pub(super) async fn put_configurations(
     State(admin): State<Admin>,
-    query: Result<Query<WriteQuery>, QueryRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let options = options(&admin, query, &headers)?;
-    let body = body_bytes(&admin, body)?;
     let (text, author, message) = if is_json(&headers) {
         let parsed: DocumentBody = serde_json::from_slice(&body)
             .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
@@ -329,15 +263,9 @@ struct ServiceBody {
 
 pub(super) async fn put_service(
     State(admin): State<Admin>,
-    path: Result<Path<String>, PathRejection>,
-    query: Result<Query<WriteQuery>, QueryRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    ServiceName(name): ServiceName,
+    WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let name = path_text(path)?;
-    check_service_name(&name)?;
-    let options = options(&admin, query, &headers)?;
-    let body = body_bytes(&admin, body)?;
     let parsed: ServiceBody = serde_json::from_slice(&body)
         .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
     let mut entries = Vec::with_capacity(parsed.config.len());
@@ -360,15 +288,10 @@ pub(super) async fn put_service(
 
 pub(super) async fn delete_service(
     State(admin): State<Admin>,
-    path: Result<Path<String>, PathRejection>,
-    query: Result<Query<WriteQuery>, QueryRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    ServiceName(name): ServiceName,
+    WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let name = path_text(path)?;
-    check_service_name(&name)?;
-    let options = options(&admin, query, &headers)?;
-    let body = note(&body_bytes(&admin, body)?)?;
+    let body = note(&body)?;
     let attribution = attribution(&headers, body.author, body.message, None)?;
     let guard = admin.write_lock.lock().await;
     let current = admin.served.snapshot();
@@ -381,14 +304,10 @@ pub(super) async fn delete_service(
 
 pub(super) async fn rollback(
     State(admin): State<Admin>,
-    path: Result<Path<String>, PathRejection>,
-    query: Result<Query<WriteQuery>, QueryRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    ReleaseId(id): ReleaseId,
+    WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let id = release_id(path)?;
-    let options = options(&admin, query, &headers)?;
-    let body = note(&body_bytes(&admin, body)?)?;
+    let body = note(&body)?;
     let message = body
         .message
         .or_else(|| header_text(&headers, MESSAGE_HEADER).ok().flatten())

@@ -1,6 +1,7 @@
-//! The hub: the single task that applies what a store reports. It keeps the raw store content
-//! (every key, for the DCS server and operators), hands the agent-configurations value to the
-//! [`Reloader`], records outages, and persists the last good content.
+//! The store task: the single task that applies what a store reports. It keeps the raw store
+//! content (every key, for the DCS server and operators), hands the agent-configurations value to
+//! the [`Reloader`], records outages, and hands the last good content to the [`Persister`], which
+//! writes it after the change is served.
 
 use std::sync::Arc;
 
@@ -10,21 +11,23 @@ use tokio::sync::mpsc;
 
 use crate::metrics::Events;
 use crate::persist::LastGood;
+use crate::persister::Persister;
 use crate::reload::{Outcome, Reloader};
 use crate::store_view::StoreView;
 
 /// Applies store updates.
 #[derive(Debug)]
-pub struct Hub {
+pub struct StoreTask {
     store: Arc<StoreView>,
     reloader: Reloader,
-    last_good: Option<LastGood>,
+    last_good: Option<(LastGood, Persister)>,
     events: Events,
 }
 
-impl Hub {
-    /// A hub feeding `store` and `reloader`, persisting to `last_good` if given.
-    pub fn new(store: Arc<StoreView>, reloader: Reloader, last_good: Option<LastGood>) -> Self {
+impl StoreTask {
+    /// A task feeding `store` and `reloader`, persisting to `last_good` through its persister if
+    /// given.
+    pub fn new(store: Arc<StoreView>, reloader: Reloader, last_good: Option<(LastGood, Persister)>) -> Self {
         Self { store, reloader, last_good, events: Events::default() }
     }
 
@@ -36,26 +39,27 @@ impl Hub {
 
     /// Applies one update; the agent-configurations outcome if that key was touched.
     pub fn apply(&mut self, update: Update) -> Option<Outcome> {
-        let mut content = (*self.store.content()).clone();
-        let outcome = match update {
+        let (content, outcome) = match update {
             Update::Failed(error) => {
                 let error = error.to_string();
                 self.events.store_failed(&self.store.status().store, &error);
                 self.store.mark_failed(error);
                 return None;
             }
-            Update::Snapshot(new) => {
-                content = new;
-                Some(self.reloader.apply(content.agent_configurations()))
+            Update::Snapshot(content) => {
+                let outcome = self.reloader.apply(content.agent_configurations());
+                (content, Some(outcome))
             }
             Update::Single { key, value } => {
                 let outcome = (key == AGENT_CONFIGURATIONS_KEY).then(|| self.reloader.apply(value.as_deref()));
+                let mut content = (*self.store.content()).clone();
                 content.set_single(&key, value);
-                outcome
+                (content, outcome)
             }
             Update::Group { key, items } => {
+                let mut content = (*self.store.content()).clone();
                 content.set_group(&key, items);
-                None
+                (content, None)
             }
         };
         self.persist(&content);
@@ -64,12 +68,9 @@ impl Hub {
     }
 
     fn persist(&self, content: &StoreContent) {
-        let Some(last_good) = &self.last_good else { return };
-        let mut accepted = content.clone();
-        accepted.set_single(AGENT_CONFIGURATIONS_KEY, self.reloader.accepted_text().map(str::to_owned));
-        if let Err(error) = last_good.save(&self.store.status().store, &accepted) {
-            tracing::warn!(%error, "Cannot persist the last good configuration.");
-        }
+        let Some((last_good, persister)) = &self.last_good else { return };
+        let bytes = LastGood::encode(&self.store.status().store, content, self.reloader.accepted_text());
+        persister.write(last_good.path().to_owned(), bytes, None);
     }
 
     /// Applies updates until the channel closes.
@@ -87,11 +88,13 @@ mod tests {
 
     const GOOD: &str = "configurations:\n  a: {k: v}\n";
 
-    fn hub(dir: &std::path::Path) -> (Arc<ServedTable>, Arc<StoreView>, Hub) {
+    fn task(dir: &std::path::Path) -> (Arc<ServedTable>, Arc<StoreView>, StoreTask, Persister) {
         let served = Arc::new(ServedTable::waiting());
         let store = Arc::new(StoreView::new("test".into(), StoreContent::default(), false, false));
         let reloader = Reloader::new(Arc::clone(&served), "test", None);
-        (Arc::clone(&served), Arc::clone(&store), Hub::new(store, reloader, Some(LastGood::in_dir(dir))))
+        let persister = Persister::spawn();
+        let task = StoreTask::new(Arc::clone(&store), reloader, Some((LastGood::in_dir(dir), persister.clone())));
+        (served, store, task, persister)
     }
 
     fn single(key: &str, value: Option<&str>) -> Update {
@@ -101,12 +104,13 @@ mod tests {
     #[test]
     fn persists_only_accepted_documents_and_carries_other_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let (served, store, mut hub) = hub(dir.path());
-        assert_eq!(hub.apply(single(AGENT_CONFIGURATIONS_KEY, Some(GOOD))), Some(Outcome::Installed(1)));
-        assert_eq!(hub.apply(single("alarm.default.alarm-settings", Some("rules"))), None);
+        let (served, store, mut applier, persister) = task(dir.path());
+        assert_eq!(applier.apply(single(AGENT_CONFIGURATIONS_KEY, Some(GOOD))), Some(Outcome::Installed(1)));
+        assert_eq!(applier.apply(single("alarm.default.alarm-settings", Some("rules"))), None);
         let bad = "configurations:\n  a: {k: }\n";
-        assert!(matches!(hub.apply(single(AGENT_CONFIGURATIONS_KEY, Some(bad))), Some(Outcome::Rejected(_))));
+        assert!(matches!(applier.apply(single(AGENT_CONFIGURATIONS_KEY, Some(bad))), Some(Outcome::Rejected(_))));
         assert_eq!(store.content().agent_configurations(), Some(bad), "the view shows what the store holds");
+        persister.flush();
         let persisted = LastGood::in_dir(dir.path()).load().unwrap().unwrap();
         assert_eq!(persisted.content.agent_configurations(), Some(GOOD), "a refused document is never persisted");
         assert_eq!(persisted.content.singles["alarm.default.alarm-settings"], "rules");
@@ -116,9 +120,9 @@ mod tests {
     #[test]
     fn a_failure_keeps_everything_and_a_snapshot_recovers() {
         let dir = tempfile::tempdir().unwrap();
-        let (served, store, mut hub) = hub(dir.path());
-        hub.apply(single(AGENT_CONFIGURATIONS_KEY, Some(GOOD)));
-        hub.apply(Update::Failed(skyconf_sources::SourceError::Unavailable {
+        let (served, store, mut applier, _) = task(dir.path());
+        applier.apply(single(AGENT_CONFIGURATIONS_KEY, Some(GOOD)));
+        applier.apply(Update::Failed(skyconf_sources::SourceError::Unavailable {
             store: "s".into(),
             message: "down".into(),
         }));
@@ -126,7 +130,7 @@ mod tests {
         assert_eq!(served.snapshot().table.len(), 1);
         let mut content = StoreContent::default();
         content.set_single(AGENT_CONFIGURATIONS_KEY, Some(GOOD.into()));
-        assert_eq!(hub.apply(Update::Snapshot(content)), Some(Outcome::Unchanged));
+        assert_eq!(applier.apply(Update::Snapshot(content)), Some(Outcome::Unchanged));
         assert!(store.status().connected);
         assert_eq!(served.snapshot().version, 1);
     }

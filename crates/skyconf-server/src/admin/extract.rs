@@ -1,0 +1,131 @@
+//! The admin API's extractors: each turns a part of the request into a checked value or an
+//! [`AppError`], so a handler's signature says what it needs and no handler maps a rejection by
+//! hand.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::header::IF_MATCH;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+
+use super::{Admin, AppError, check_service_name};
+
+/// The longest wait a write may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// A `{name}` path segment that is a valid service name.
+#[derive(Debug)]
+pub(super) struct ServiceName(pub(super) String);
+
+impl FromRequestParts<Admin> for ServiceName {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Admin) -> Result<Self, AppError> {
+        let Path(name) =
+            Path::<String>::from_request_parts(parts, state).await.map_err(|e| AppError::BadRequest(e.body_text()))?;
+        check_service_name(&name)?;
+        Ok(Self(name))
+    }
+}
+
+/// An `{id}` path segment that is a release id.
+#[derive(Debug)]
+pub(super) struct ReleaseId(pub(super) u64);
+
+impl FromRequestParts<Admin> for ReleaseId {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Admin) -> Result<Self, AppError> {
+        let Path(text) =
+            Path::<String>::from_request_parts(parts, state).await.map_err(|e| AppError::BadRequest(e.body_text()))?;
+        text.parse().map(Self).map_err(|_| AppError::BadRequest(format!("`{text}` is not a release id")))
+    }
+}
+
+/// Everything a write handler reads from its request: the options (`?dry_run`, `?wait`,
+/// `If-Match`), the headers (author, message, content type) and the body, within the limit.
+pub(super) struct WriteRequest {
+    pub(super) options: WriteOptions,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Bytes,
+}
+
+impl FromRequest<Admin> for WriteRequest {
+    type Rejection = AppError;
+
+    async fn from_request(request: Request, admin: &Admin) -> Result<Self, AppError> {
+        let (mut parts, body) = request.into_parts();
+        let query = Query::<WriteQuery>::from_request_parts(&mut parts, admin).await;
+        let options = options(admin, query, &parts.headers)?;
+        let headers = parts.headers.clone();
+        let body = body_bytes(admin, Bytes::from_request(Request::from_parts(parts, body), admin).await)?;
+        Ok(Self { options, headers, body })
+    }
+}
+
+/// `?dry_run=true&wait=SECONDS`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct WriteQuery {
+    dry_run: Option<String>,
+    wait: Option<String>,
+}
+
+/// How a write is to be made.
+pub(super) struct WriteOptions {
+    /// Check and report, write nothing.
+    pub(super) dry_run: bool,
+    /// How long to wait for the new document to be served.
+    pub(super) wait: Duration,
+    /// The release the writer based its edit on.
+    pub(super) if_match: Option<u64>,
+}
+
+fn options(
+    admin: &Admin,
+    query: Result<Query<WriteQuery>, QueryRejection>,
+    headers: &HeaderMap,
+) -> Result<WriteOptions, AppError> {
+    let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let dry_run = match query.dry_run.as_deref() {
+        None | Some("false" | "0" | "no") => false,
+        Some("" | "true" | "1" | "yes") => true,
+        Some(other) => return Err(AppError::BadRequest(format!("dry_run must be true or false, not `{other}`"))),
+    };
+    let wait = match query.wait.as_deref() {
+        None => admin.options.write_wait,
+        Some(text) => match text.parse::<f64>() {
+            Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs.min(MAX_WAIT.as_secs_f64())),
+            _ => return Err(AppError::BadRequest(format!("wait must be a number of seconds, not `{text}`"))),
+        },
+    };
+    let if_match = match headers.get(IF_MATCH) {
+        None => None,
+        Some(value) => {
+            let text = value.to_str().unwrap_or_default().trim();
+            let text = text.strip_prefix("W/").unwrap_or(text).trim_matches('"');
+            if text == "*" {
+                None
+            } else {
+                Some(
+                    text.parse()
+                        .map_err(|_| AppError::BadRequest(format!("If-Match must be a release id, not `{text}`")))?,
+                )
+            }
+        }
+    };
+    Ok(WriteOptions { dry_run, wait, if_match })
+}
+
+fn body_bytes(admin: &Admin, body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            AppError::TooLarge(format!("the body is larger than {} bytes", admin.options.max_document_bytes))
+        } else {
+            AppError::BadRequest(e.body_text())
+        }
+    })?;
+    Ok(body)
+}

@@ -1,0 +1,190 @@
+//! The application: wires the parts into a running server. Everything that starts a task or
+//! opens a port is here, once; the parts themselves know nothing of each other.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use skyconf_sources::Source;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::startup::initial_state;
+use crate::{
+    CdsService, Fleet, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, SecurityError, ServeConfig,
+    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, metrics, security,
+};
+
+/// Loads the configuration from `source` (or the persisted copy), then opens the ports and
+/// serves until shut down, applying every change the source reports.
+pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Running, ServerError> {
+    let store_name = source.describe();
+    // Certificates and keys are checked before anything else: no port opens with half its security.
+    let grpc_tls = config.security.grpc_tls.as_ref().map(security::tls::grpc_config).transpose()?;
+    let admin_tls = config.security.admin_tls.as_ref().map(|f| security::tls::server_config(f, "admin")).transpose()?;
+    let last_good = config.data_dir.as_deref().map(LastGood::in_dir);
+    let start = initial_state(&source, &config, last_good.as_ref()).await?;
+    let (connected, stale) = (start.connected(), start.stale());
+    let (served, accepted) = match start.table() {
+        Some((table, text)) => (ServedTable::new(table.clone()), text.map(str::to_owned)),
+        None => (ServedTable::waiting(), None),
+    };
+    let (content, rejection, failure) = start.into_parts();
+    tracing::info!(store = %store_name, services = served.snapshot().table.len(), ready = served.snapshot().ready(), stale, "Loaded agent configurations.");
+    let served = Arc::new(served);
+    let persister = Persister::spawn();
+    let releases = Arc::new(open_releases(&config, &persister));
+    if served.snapshot().ready() {
+        let snapshot = served.snapshot();
+        releases.record_start(&snapshot.table, accepted.as_deref(), snapshot.version, &store_name);
+    }
+    if let Some(rejection) = rejection {
+        releases.record_rejection(
+            &rejection.origin,
+            &rejection.error,
+            content.agent_configurations().unwrap_or_default(),
+        );
+        served.record_rejection(rejection);
+    }
+    let store = Arc::new(StoreView::new(store_name.clone(), content, connected, stale));
+    if let Some(failure) = failure {
+        store.mark_failed(failure);
+    }
+    let metrics = Arc::new(Metrics::for_server(Arc::clone(&served), Arc::clone(&store)));
+    if let Some(rejection) = served.last_rejection() {
+        metrics.events().for_origin(&rejection.origin).document_rejected(&rejection.error);
+    }
+
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+
+    let grpc_listener = bind(config.grpc_addr).await?;
+    let admin_listener = bind(config.admin_addr).await?;
+    let grpc_addr =
+        grpc_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.grpc_addr, source })?;
+    let admin_addr =
+        admin_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.admin_addr, source })?;
+
+    let (updates_tx, updates_rx) = mpsc::channel(64);
+    let source = Arc::new(source);
+    let (watched, keys, stop) = (Arc::clone(&source), config.keys.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        watched.run(keys, updates_tx, stop).await;
+        Ok(())
+    });
+    let reloader = Reloader::new(Arc::clone(&served), store_name, accepted.as_deref())
+        .with_releases(Arc::clone(&releases))
+        .with_events(&metrics.events());
+    let last_good = last_good.map(|copy| (copy, persister.clone()));
+    let store_task = StoreTask::new(Arc::clone(&store), reloader, last_good).with_events(metrics.events());
+    tasks.spawn(async move {
+        store_task.run(updates_rx).await;
+        Ok(())
+    });
+
+    let fleet = Arc::new(Fleet::new(config.fleet));
+    count_fleet_on_scrape(&metrics, &fleet, &served);
+    tasks.spawn(sweep_fleet(Arc::clone(&fleet), shutdown.clone()));
+    let cds = CdsService::new(Arc::clone(&served), config.cds)
+        .with_fleet(Arc::clone(&fleet))
+        .with_metrics(metrics.cds())
+        .into_server();
+    let management = fleet::management::Management::new(Arc::clone(&fleet)).into_server();
+    let dcs = dcs::DcsService::new(Arc::clone(&store)).with_metrics(metrics.dcs()).into_server();
+    // Each service is added either as it is or behind its token check (no cost when off).
+    use security::auth::guard;
+    let (agent_token, dcs_token, events) =
+        (config.security.agent_token.as_ref(), config.security.dcs_token.as_ref(), metrics.events());
+    let (cds, cds_guarded) = guard(cds, agent_token, metrics::GuardedService::Cds, &events);
+    let (management, management_guarded) = guard(management, agent_token, metrics::GuardedService::Management, &events);
+    let (dcs, dcs_guarded) = guard(dcs, dcs_token, metrics::GuardedService::Dcs, &events);
+    let limits = config.security.grpc_limits;
+    let mut grpc = tonic::transport::Server::builder();
+    if let Some(tls) = grpc_tls {
+        grpc = grpc.tls_config(tls).map_err(|e| SecurityError::Tls { what: "gRPC", message: e.to_string() })?;
+    }
+    let mut grpc = limits.apply(grpc);
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        grpc.add_optional_service(cds)
+            .add_optional_service(cds_guarded)
+            .add_optional_service(management)
+            .add_optional_service(management_guarded)
+            .add_optional_service(dcs)
+            .add_optional_service(dcs_guarded)
+            .serve_with_incoming_shutdown(limits.incoming(grpc_listener), stop.cancelled_owned())
+            .await
+            .map_err(ServerError::Grpc)
+    });
+
+    let admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store))
+        .with_releases(Arc::clone(&releases))
+        .with_fleet(Arc::clone(&fleet))
+        .with_writer(source as Arc<dyn admin::StoreWriter>)
+        .with_options(config.admin);
+    let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        security::serve_admin(admin_listener, admin, admin_tls, stop.cancelled_owned())
+            .await
+            .map_err(ServerError::Admin)
+    });
+
+    tracing::info!(%grpc_addr, %admin_addr, "Serving configuration discovery.");
+    Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, metrics, persister, shutdown, tasks })
+}
+
+/// The release log in the data directory, or in memory without one (or when it cannot be read).
+fn open_releases(config: &ServeConfig, persister: &Persister) -> ReleaseLog {
+    let Some(dir) = &config.data_dir else {
+        tracing::info!("No data directory: the release history is kept in memory and lost on restart.");
+        return ReleaseLog::in_memory(config.release_retention);
+    };
+    ReleaseLog::open_with(dir, config.release_retention, persister.clone()).unwrap_or_else(|error| {
+        tracing::error!(%error, "Cannot read the release history; keeping releases in memory.");
+        ReleaseLog::in_memory(config.release_retention)
+    })
+}
+
+/// The fleet gauges, counted from the fleet table on every scrape.
+fn count_fleet_on_scrape(metrics: &Metrics, fleet: &Arc<Fleet>, served: &Arc<ServedTable>) {
+    use metrics::{AgentsPerDigest, StuckAgents};
+    let (fleet, served) = (Arc::clone(fleet), Arc::clone(served));
+    metrics.fleet().on_scrape(move || {
+        let per_digest = fleet
+            .per_digest()
+            .into_iter()
+            .map(|((service, digest), agents)| AgentsPerDigest { service, digest, agents: agents as u64 })
+            .collect();
+        let snapshot = served.snapshot();
+        let stuck = fleet
+            .counts(|service| snapshot.answer(service).digest.clone())
+            .into_iter()
+            .map(|(service, counts)| StuckAgents { service, agents: counts.stuck as u64 })
+            .collect();
+        (per_digest, stuck)
+    });
+}
+
+/// Forgets agents not seen lately, until `stop`.
+async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), ServerError> {
+    let period = (fleet.options().expire_after / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            _ = tick.tick() => {
+                let forgotten = fleet.sweep();
+                if forgotten > 0 {
+                    tracing::debug!(forgotten, tracked = fleet.tracked(), "Forgot agents not seen lately.");
+                }
+            }
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+}
