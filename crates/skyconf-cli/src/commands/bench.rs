@@ -38,7 +38,7 @@ use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDisc
 use skyconf_proto::v3::{Commands, ConfigurationSyncRequest};
 use tonic::transport::{Channel, Endpoint};
 
-use super::fetch::parse_duration;
+use crate::args::parse_duration;
 
 /// Arguments of `skyconf bench`.
 #[derive(Debug, clap::Args)]
