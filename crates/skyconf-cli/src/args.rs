@@ -54,6 +54,13 @@ mod tests {
         assert!(parse_duration("s").is_err());
     }
 
+    /// clap's own checks of the whole command line (unique names, groups, defaults), which it
+    /// otherwise runs only when a subcommand is used.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        crate::Cli::command().debug_assert();
+    }
+
     /// Every subcommand that calls a server hides the token it may read from the environment.
     #[test]
     fn client_subcommands_hide_the_token_from_help() {
