@@ -47,8 +47,8 @@ pub(super) struct Args {
     /// What the load asks for.
     #[arg(long, value_enum, default_value = "unchanged")]
     scenario: Scenario,
-    /// For `mixed`: percent unchanged, changed and unknown-service calls.
-    #[arg(long, default_value = "80,15,5", value_delimiter = ',', num_args = 3)]
+    /// For `mixed`: percent unchanged, changed and unknown-service calls, `U,C,N`.
+    #[arg(long, default_value = "80,15,5", value_delimiter = ',')]
     mix: Vec<u32>,
     /// HTTP/2 connections.
     #[arg(long, short = 'c', default_value_t = 32)]
@@ -149,6 +149,7 @@ fn plan(load: &Args, digests: &[Option<String>]) -> Vec<Call> {
 /// Runs the load and prints its report.
 pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(load.connections > 0 && load.streams > 0, "--connections and --streams must be > 0");
+    anyhow::ensure!(load.mix.len() == 3, "--mix takes three percentages, unchanged,changed,unknown");
     anyhow::ensure!(load.scenario != Scenario::Mixed || load.mix.iter().sum::<u32>() > 0, "--mix must not be all zero");
     if let Some(rate) = load.rate {
         anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate must be positive");
@@ -296,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_mixed_plan_keeps_the_exact_mix_and_is_the_same_every_run() {
-        let load = Load::parse_from(["bench", "--scenario", "mixed", "--services", "40"]).args;
+        let load = Load::parse_from(["bench", "--scenario", "mixed", "--services", "40", "--mix", "80,15,5"]).args;
         let digests: Vec<_> = (0..40).map(|i| Some(format!("digest-{i}"))).collect();
         let calls = plan(&load, &digests);
         assert_eq!(calls.len(), 100);
