@@ -171,7 +171,10 @@ mod tests {
     #[test]
     fn a_seed_fixes_the_sequence_and_values_spread_over_the_range() {
         let (mut a, mut b) = (Rng::from_seed(42), Rng::from_seed(42));
-        assert_eq!((0..10).map(|_| a.next_u64()).collect::<Vec<_>>(), (0..10).map(|_| b.next_u64()).collect::<Vec<_>>());
+        assert_eq!(
+            (0..10).map(|_| a.next_u64()).collect::<Vec<_>>(),
+            (0..10).map(|_| b.next_u64()).collect::<Vec<_>>()
+        );
         let mut seen = [0_u32; 10];
         for _ in 0..10_000 {
             seen[thread_below(10) as usize] += 1;
