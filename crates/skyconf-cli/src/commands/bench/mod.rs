@@ -158,6 +158,7 @@ struct Stats {
 }
 
 impl Stats {
+    /// All counters at zero, an empty histogram.
     fn new() -> Self {
         Self {
             ok: AtomicU64::new(0),
@@ -172,6 +173,7 @@ impl Stats {
         }
     }
 
+    /// Records one call's latency, in microseconds (at least 1).
     fn record_latency(&self, latency: Duration) {
         let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).max(1);
         self.latency_us.lock().unwrap_or_else(|p| p.into_inner()).saturating_record(us);
@@ -227,14 +229,17 @@ impl Stats {
         found.and_then(|c| c.uuid)
     }
 
+    /// Failed calls by gRPC status code.
     fn errors(&self) -> BTreeMap<String, u64> {
         self.errors.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Whether any call failed or any answer was wrong.
     fn failed(&self) -> bool {
         self.wrong.load(Ordering::Relaxed) > 0 || !self.errors().is_empty()
     }
 
+    /// Latency percentiles in microseconds; `null` when nothing was measured.
     fn latency_json(&self) -> Value {
         let h = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
         if h.is_empty() {
@@ -250,6 +255,7 @@ impl Stats {
         })
     }
 
+    /// The counters, the first wrong answer and the errors, for the report.
     fn outcome_json(&self) -> Value {
         json!({
             "ok": self.ok.load(Ordering::Relaxed),
