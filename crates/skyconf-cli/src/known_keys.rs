@@ -1,6 +1,12 @@
 //! The dynamic settings stock agents read, with the parsing each agent applies, so `validate`
 //! can warn about a key no agent reads or a value an agent would refuse. Source: the behaviour
-//! reference, §4.1.6 (Java) and §4.2 (Go).
+//! reference, §4.1.6 (Java) and §4.2 (Go). The key names are skyconf-agent's constants, so the
+//! agent library and `validate` cannot disagree about how a key is spelt.
+
+use skyconf_agent::watchers::{
+    IGNORE_SUFFIX, JDBC_TRACE_SQL_PARAMETERS, SAMPLE_N_PER_3_SECS, SAMPLE_RATE, SPAN_LIMIT_PER_SEGMENT,
+    TRACE_IGNORE_PATH,
+};
 
 /// How an agent parses a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,19 +24,22 @@ pub(crate) enum ValueKind {
 /// One known key.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct KnownKey {
+    /// The key, as documents spell it.
     pub(crate) key: &'static str,
+    /// Which agent reads it (and through which plugin), for warnings.
     pub(crate) agent: &'static str,
+    /// How that agent parses the value.
     pub(crate) kind: ValueKind,
 }
 
 /// Every dynamic key of the Java and Go agents.
 pub(crate) const KNOWN_KEYS: &[KnownKey] = &[
-    KnownKey { key: "agent.sample_n_per_3_secs", agent: "java", kind: ValueKind::JavaInt },
-    KnownKey { key: "agent.span_limit_per_segment", agent: "java", kind: ValueKind::JavaInt },
-    KnownKey { key: "agent.ignore_suffix", agent: "java", kind: ValueKind::Text },
-    KnownKey { key: "agent.trace.ignore_path", agent: "java (trace-ignore plugin)", kind: ValueKind::Text },
-    KnownKey { key: "plugin.jdbc.trace_sql_parameters", agent: "java (JDBC plugins)", kind: ValueKind::JavaBool },
-    KnownKey { key: "agent.sample_rate", agent: "go", kind: ValueKind::GoFloat },
+    KnownKey { key: SAMPLE_N_PER_3_SECS, agent: "java", kind: ValueKind::JavaInt },
+    KnownKey { key: SPAN_LIMIT_PER_SEGMENT, agent: "java", kind: ValueKind::JavaInt },
+    KnownKey { key: IGNORE_SUFFIX, agent: "java", kind: ValueKind::Text },
+    KnownKey { key: TRACE_IGNORE_PATH, agent: "java (trace-ignore plugin)", kind: ValueKind::Text },
+    KnownKey { key: JDBC_TRACE_SQL_PARAMETERS, agent: "java (JDBC plugins)", kind: ValueKind::JavaBool },
+    KnownKey { key: SAMPLE_RATE, agent: "go", kind: ValueKind::GoFloat },
 ];
 
 /// The known key named `key`.
@@ -60,6 +69,14 @@ pub(crate) fn value_problem(kind: ValueKind, value: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_key_the_java_agent_watches_is_known_as_a_java_key() {
+        for key in skyconf_agent::watchers::JAVA_KEYS {
+            let known = find(key).unwrap_or_else(|| panic!("{key} is not a known key"));
+            assert!(known.agent.starts_with("java"), "{key} is listed for {}", known.agent);
+        }
+    }
 
     #[test]
     fn value_checks_follow_the_agents_parsers() {

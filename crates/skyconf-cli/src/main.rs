@@ -1,6 +1,7 @@
 //! `skyconf`: the one binary. Each subcommand lives in `commands/`; this file parses the command
 //! line, sets up logging and dispatches.
 
+mod args;
 mod commands;
 mod known_keys;
 mod settings;

@@ -16,29 +16,19 @@ use serde_json::json;
 use skyconf_agent::watchers::{JAVA_KEYS, StringWatcher};
 use skyconf_agent::{Agent, AgentOptions, ChangeEvent, GrpcTransport, Registry, Watcher, WatcherError};
 
-use super::fetch::parse_duration;
+use crate::args::{ClientArgs, parse_duration};
 
 /// Arguments of `skyconf agent`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The server, `HOST:PORT`.
-    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR")]
-    addr: String,
-    /// The service name, exactly as the agent sends it.
-    #[arg(long)]
-    service: String,
+    #[command(flatten)]
+    client: ClientArgs,
     /// Time between polls.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     interval: Duration,
-    /// Deadline of one call.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    timeout: Duration,
     /// A key to watch (repeatable); default: the Java agent's keys.
     #[arg(long = "key", value_name = "KEY")]
     keys: Vec<String>,
-    /// Token sent as `authentication` metadata, for an OAP that checks one.
-    #[arg(long, env = "SKYCONF_AUTHENTICATION")]
-    authentication: Option<String>,
 }
 
 /// A string watcher that also prints each event it receives.
@@ -77,27 +67,30 @@ async fn follow<W: Write + Send + 'static>(
     out: Arc<Mutex<W>>,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let mut transport = GrpcTransport::lazy(&args.addr).context("invalid --addr")?;
-    if let Some(token) = &args.authentication {
-        transport = transport.with_authentication(token).context("invalid --authentication")?;
+    let Args { client: ClientArgs { addr, service, timeout, authentication }, interval, keys } = args;
+    let mut transport = GrpcTransport::lazy(&addr).context("invalid --addr")?;
+    if let Some(token) = &authentication {
+        transport = transport.with_authentication(token.expose()).context("invalid --authentication")?;
     }
-    let keys = if args.keys.is_empty() { JAVA_KEYS.iter().map(|k| (*k).to_owned()).collect() } else { args.keys };
+    let keys = if keys.is_empty() { JAVA_KEYS.iter().map(|k| (*k).to_owned()).collect() } else { keys };
     let registry = Registry::new();
     for key in keys {
         registry.register(Arc::new(Printer { inner: StringWatcher::new(key), out: Arc::clone(&out) }));
     }
-    let options = AgentOptions::new(args.service).interval(args.interval).timeout(args.timeout);
+    let options = AgentOptions::new(service).interval(interval).timeout(timeout);
     let handle = Agent::new(options, registry, transport).spawn();
     stop.await;
     handle.stop().await;
     Ok(())
 }
 
+/// Follows the configuration on stdout until SIGTERM or Ctrl-C.
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::runtime()?.block_on(follow(args, Arc::new(Mutex::new(std::io::stdout())), shutdown_signal()))?;
     Ok(ExitCode::SUCCESS)
 }
 
+/// Completes on SIGTERM or Ctrl-C.
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -166,12 +159,14 @@ mod tests {
         let out = Arc::new(Mutex::new(LineSink { line: Vec::new(), lines: lines_tx }));
         let done = Arc::new(Notify::new());
         let args = Args {
-            addr: addr.to_string(),
-            service: "svc".into(),
+            client: ClientArgs {
+                addr: addr.to_string(),
+                service: "svc".into(),
+                timeout: Duration::from_secs(5),
+                authentication: None,
+            },
             interval: Duration::from_millis(20),
-            timeout: Duration::from_secs(5),
             keys: vec![],
-            authentication: None,
         };
         let stop = {
             let done = Arc::clone(&done);

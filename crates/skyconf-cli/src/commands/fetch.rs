@@ -2,57 +2,36 @@
 //! `{"commands": [{"command": "...", "args": [["SerialNumber", "..."], ["UUID", "..."], ...]}]}`.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::json;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_server::security::Secret;
+
+use crate::args::ClientArgs;
 
 /// Arguments of `skyconf fetch`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The server, `HOST:PORT`.
-    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR")]
-    addr: String,
-    /// The service name, exactly as the agent sends it.
-    #[arg(long)]
-    service: String,
+    #[command(flatten)]
+    client: ClientArgs,
     /// The digest the agent holds (empty on a first poll).
     #[arg(long, default_value = "")]
     uuid: String,
-    /// Deadline of the call.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    timeout: Duration,
-    /// Token sent as `authentication` metadata, as an agent with `agent.authentication` sends it.
-    #[arg(long, env = "SKYCONF_AUTHENTICATION", hide_env_values = true)]
-    authentication: Option<Secret>,
 }
 
-/// Parses `250ms`, `20s`, `2m` or a plain number of seconds.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = text.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((text, "s"), |i| text.split_at(i));
-    let value: f64 = number.parse().map_err(|_| format!("not a duration: {text}"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("unknown unit in {text} (use ms, s or m)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
-}
-
+/// Makes the call and prints its answer; exit status 3 when the call fails.
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let Args { client: ClientArgs { addr, service, timeout, authentication }, uuid } = args;
     super::runtime()?.block_on(async {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", args.addr))
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .context("invalid address")?
-            .timeout(args.timeout)
-            .connect_timeout(args.timeout);
-        let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {}", args.addr))?;
+            .timeout(timeout)
+            .connect_timeout(timeout);
+        let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {addr}"))?;
         let mut client = ConfigurationDiscoveryServiceClient::new(channel);
-        let mut request = tonic::Request::new(ConfigurationSyncRequest { service: args.service, uuid: args.uuid });
-        if let Some(token) = &args.authentication {
+        let mut request = tonic::Request::new(ConfigurationSyncRequest { service, uuid });
+        if let Some(token) = &authentication {
             let token =
                 token.expose().parse().map_err(|_| anyhow::anyhow!("invalid --authentication: not ASCII text"))?;
             request.metadata_mut().insert("authentication", token);

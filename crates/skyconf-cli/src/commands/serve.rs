@@ -59,7 +59,7 @@ pub(crate) struct Args {
     #[arg(long, env = "SKYCONF_STUCK_AFTER_POLLS")]
     stuck_after_polls: Option<u32>,
     /// Agents not seen for this long leave the fleet status (`90s`, `10m`) [default: 10m].
-    #[arg(long, env = "SKYCONF_AGENT_EXPIRY", value_parser = super::fetch::parse_duration)]
+    #[arg(long, env = "SKYCONF_AGENT_EXPIRY", value_parser = crate::args::parse_duration)]
     agent_expiry: Option<Duration>,
     /// A setting of the chosen store, by its OAP name (`endpoints=http://etcd:2379`,
     /// `namespace=/skywalking`, `hostPort=zk:2181`, `serverAddr=nacos`, `host=dcs`...); repeatable.

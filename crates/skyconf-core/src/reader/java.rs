@@ -6,6 +6,8 @@
 
 use std::fmt::Write as _;
 
+use super::bigint::BigUint;
+
 /// A value as SnakeYAML's `SafeConstructor` builds it, reduced to what `toString` and `equals` need.
 #[derive(Debug, Clone)]
 pub(crate) enum JavaValue {
@@ -391,10 +393,10 @@ fn generate_fixed<T: Fixed>(sc: &Scale, dec_exp: &mut i32) -> Generated {
 }
 
 fn generate_big(sc: &Scale, dec_exp: &mut i32) -> Generated {
-    let s = Big::pow52(sc.s5, sc.s2);
-    let mut b = Big::from_u64(sc.fraction).mul_pow5(sc.b5).shl(sc.b2);
-    let mut m = Big::pow52(sc.m5 + 1, sc.m2 + 1);
-    let ten_s = Big::pow52(sc.s5 + 1, sc.s2 + 1);
+    let s = BigUint::pow52(sc.s5, sc.s2);
+    let mut b = BigUint::from_u64(sc.fraction).mul_pow5(sc.b5).shl(sc.b2);
+    let mut m = BigUint::pow52(sc.m5 + 1, sc.m2 + 1);
+    let ten_s = BigUint::pow52(sc.s5 + 1, sc.s2 + 1);
     let mut digits = Vec::with_capacity(20);
     let q = b.quo_rem_times_ten(&s);
     let mut low = b < m;
@@ -410,7 +412,7 @@ fn generate_big(sc: &Scale, dec_exp: &mut i32) -> Generated {
     }
     while !low && !high {
         let q = b.quo_rem_times_ten(&s);
-        m = m.mul_small(10);
+        m.mul_small(10);
         low = b < m;
         high = b.add(&m) >= ten_s;
         digits.push(q);
@@ -425,105 +427,6 @@ fn generate_big(sc: &Scale, dec_exp: &mut i32) -> Generated {
         0
     };
     Generated { digits, high, low, low_digit_difference }
-}
-
-/// Just enough unsigned big-integer arithmetic for digit generation (little-endian u32 limbs).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Big(Vec<u32>);
-
-impl Big {
-    fn from_u64(v: u64) -> Self {
-        Self(vec![v as u32, (v >> 32) as u32]).trimmed()
-    }
-
-    fn pow52(p5: i32, p2: i32) -> Self {
-        Self::from_u64(1).mul_pow5(p5).shl(p2)
-    }
-
-    fn trimmed(mut self) -> Self {
-        while self.0.last() == Some(&0) {
-            self.0.pop();
-        }
-        self
-    }
-
-    fn mul_small(&self, k: u32) -> Self {
-        let mut out = Vec::with_capacity(self.0.len() + 1);
-        let mut carry = 0u64;
-        for &limb in &self.0 {
-            let v = u64::from(limb) * u64::from(k) + carry;
-            out.push(v as u32);
-            carry = v >> 32;
-        }
-        out.push(carry as u32);
-        Self(out).trimmed()
-    }
-
-    fn mul_pow5(self, mut n: i32) -> Self {
-        let mut out = self;
-        while n >= 13 {
-            out = out.mul_small(1_220_703_125); // 5^13
-            n -= 13;
-        }
-        out.mul_small(5u32.pow(n as u32))
-    }
-
-    fn shl(&self, n: i32) -> Self {
-        let (words, bits) = ((n / 32) as usize, (n % 32) as u32);
-        let mut out = vec![0u32; words];
-        let mut carry = 0u32;
-        for &limb in &self.0 {
-            out.push((limb << bits) | carry);
-            carry = if bits == 0 { 0 } else { limb >> (32 - bits) };
-        }
-        out.push(carry);
-        Self(out).trimmed()
-    }
-
-    fn add(&self, o: &Self) -> Self {
-        let mut out = Vec::with_capacity(self.0.len().max(o.0.len()) + 1);
-        let mut carry = 0u64;
-        for i in 0..self.0.len().max(o.0.len()) {
-            let v = u64::from(*self.0.get(i).unwrap_or(&0)) + u64::from(*o.0.get(i).unwrap_or(&0)) + carry;
-            out.push(v as u32);
-            carry = v >> 32;
-        }
-        out.push(carry as u32);
-        Self(out).trimmed()
-    }
-
-    fn sub_in_place(&mut self, o: &Self) {
-        let mut borrow = 0i64;
-        for i in 0..self.0.len() {
-            let v = i64::from(self.0[i]) - i64::from(*o.0.get(i).unwrap_or(&0)) - borrow;
-            self.0[i] = v.rem_euclid(1 << 32) as u32;
-            borrow = i64::from(v < 0);
-        }
-        *self = std::mem::take(self).trimmed();
-    }
-
-    /// q = self / s (a single digit), then self = (self mod s) · 10.
-    fn quo_rem_times_ten(&mut self, s: &Self) -> u8 {
-        let mut q = 0;
-        while *self >= *s {
-            self.sub_in_place(s);
-            q += 1;
-        }
-        *self = self.mul_small(10);
-        q
-    }
-}
-
-impl PartialOrd for Big {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Big {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.len().cmp(&other.0.len()).then_with(|| self.0.iter().rev().cmp(other.0.iter().rev()))
-    }
 }
 
 const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];

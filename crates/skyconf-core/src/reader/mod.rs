@@ -9,6 +9,7 @@
 //! column of the first problem, so the caller keeps serving its last good table. The README lists
 //! every such deviation.
 
+mod bigint;
 mod java;
 mod resolve;
 mod tree;

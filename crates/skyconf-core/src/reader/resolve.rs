@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use super::bigint::BigUint;
 use super::java::{GREGORIAN_CUTOVER_DAYS, Identity, JavaValue, days_from_civil, days_from_julian};
 use super::tree::{CORE_PREFIX, Node, NodeKind, Tag};
 use super::{Position, ReadError};
@@ -434,7 +435,7 @@ fn java_integer(negative: bool, digits: &str, radix: u32) -> Option<String> {
         Some(b'+') => (false, &digits[1..]),
         _ => (negative, digits),
     };
-    let magnitude = to_decimal(&parse_radix(digits, radix)?);
+    let magnitude = BigUint::parse_radix(digits, radix)?.to_decimal();
     Some(if inner_negative && magnitude != "0" { format!("-{magnitude}") } else { magnitude })
 }
 
@@ -596,61 +597,6 @@ fn construct_timestamp(text: &str) -> Option<JavaValue> {
     let (hour, minute, second, millis, offset) = fields.time.unwrap_or((0, 0, 0, 0, 0));
     let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset * 60;
     Some(JavaValue::Date(seconds * 1000 + millis))
-}
-
-// === a very small unsigned big integer (little-endian base 2^32), enough for BigInteger text ===
-
-fn mul_add(n: &[u32], mul: u32, add: u32) -> Vec<u32> {
-    let mut out = Vec::with_capacity(n.len() + 1);
-    let mut carry = u64::from(add);
-    for &limb in n {
-        let v = u64::from(limb) * u64::from(mul) + carry;
-        out.push(v as u32);
-        carry = v >> 32;
-    }
-    if carry > 0 {
-        out.push(carry as u32);
-    }
-    out
-}
-
-fn parse_radix(digits: &str, radix: u32) -> Option<Vec<u32>> {
-    if digits.is_empty() {
-        return None;
-    }
-    let mut n = vec![];
-    for c in digits.chars() {
-        n = mul_add(&n, radix, c.to_digit(radix)?);
-    }
-    Some(n)
-}
-
-fn to_decimal(n: &[u32]) -> String {
-    let mut limbs: Vec<u32> = n.to_vec();
-    while limbs.last() == Some(&0) {
-        limbs.pop();
-    }
-    if limbs.is_empty() {
-        return "0".to_owned();
-    }
-    let mut chunks = Vec::new();
-    while !limbs.is_empty() {
-        let mut rem = 0u64;
-        for limb in limbs.iter_mut().rev() {
-            let v = (rem << 32) | u64::from(*limb);
-            *limb = (v / 1_000_000_000) as u32;
-            rem = v % 1_000_000_000;
-        }
-        chunks.push(rem as u32);
-        while limbs.last() == Some(&0) {
-            limbs.pop();
-        }
-    }
-    let mut out = chunks.pop().map(|c| c.to_string()).unwrap_or_default();
-    for chunk in chunks.iter().rev() {
-        out.push_str(&format!("{chunk:09}"));
-    }
-    out
 }
 
 #[cfg(test)]

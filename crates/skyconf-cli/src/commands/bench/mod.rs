@@ -1,0 +1,313 @@
+//! `skyconf bench`: a load generator for any configuration discovery (CDS) endpoint, and the
+//! memory, scale and propagation probes `scripts/bench.sh` runs.
+//!
+//! - `skyconf bench [--scenario unchanged|changed|mixed] [--rate R]`: many HTTP/2 connections,
+//!   many concurrent streams each, closed loop (as fast as answers come) or, with `--rate`, a
+//!   fixed-rate open loop whose latencies are measured from the scheduled send time (so a stalled
+//!   server cannot hide its queue). Every answer's grpc-status is checked and, with
+//!   `--check full` (the default), its content: an agent that echoes the digest must get an empty
+//!   `Commands`, one that does not must get exactly one `ConfigurationDiscoveryCommand` carrying
+//!   the digest and a 36-character serial number.
+//! - `skyconf bench agents`: thousands of idle agents, each on its own connection and polling every
+//!   `--interval` like a stock agent (memory per connection, connection scale).
+//! - `skyconf bench propagation`: rewrites a served file and times how long until the new digest
+//!   is answered.
+//! - `skyconf bench reload`: parses a document and builds its served table in process (digests and
+//!   pre-encoded answers included), as a reload does.
+//! - `skyconf bench document`: prints a synthetic document (`--services` × `--keys`).
+//!
+//! Results go to stdout (a table, or one JSON object with `--json`); the exit status is 0 only if
+//! every call succeeded and every answer was right. A progress bar goes to stderr when it is a
+//! terminal.
+//!
+//! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`,
+//! `propagation.rs`, `reload.rs` and `document.rs`. This file holds what they share: the
+//! [`Target`] flags, connecting, the outcome counters ([`Stats`]) and the report.
+
+mod agents;
+mod document;
+mod load;
+mod propagation;
+mod reload;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use skyconf_core::codec::{DiscoveryCommand, SERIAL_NUMBER_KEY};
+use skyconf_proto::v3::Commands;
+use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::args::parse_duration;
+
+/// Arguments of `skyconf bench`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    mode: Option<Mode>,
+    #[command(flatten)]
+    load: load::Args,
+}
+
+/// The tools besides the load, which runs when no subcommand is given.
+#[derive(Debug, clap::Subcommand)]
+enum Mode {
+    /// Many idle agents, one connection each, polling every --interval like a stock agent.
+    Agents(agents::Args),
+    /// Rewrites a served document and times each edit until its new digest is answered.
+    Propagation(propagation::Args),
+    /// Times parsing a document and building its served table (digests, pre-encoded answers).
+    Reload(reload::Args),
+    /// Prints a synthetic agent-configurations document.
+    Document(document::Args),
+}
+
+/// Where to send, and which services to ask for.
+#[derive(Debug, Clone, clap::Args)]
+struct Target {
+    /// The server, `HOST:PORT`.
+    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR")]
+    addr: String,
+    /// Service names are `PREFIX0`, `PREFIX1`, ...
+    #[arg(long, default_value = "bench-svc-")]
+    service_prefix: String,
+    /// How many distinct services the load asks for.
+    #[arg(long, default_value_t = 1)]
+    services: usize,
+    /// Source addresses for the connections, used in turn (127.0.0.x avoids running out of
+    /// ephemeral ports with many connections).
+    #[arg(long, value_delimiter = ',')]
+    local_addr: Vec<IpAddr>,
+    /// Deadline of each call.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Worker threads of the load generator (default: the CPUs it may run on).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Runs the chosen tool.
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.mode {
+        None => load::run(args.load),
+        Some(Mode::Agents(a)) => agents::run(a),
+        Some(Mode::Propagation(a)) => propagation::run(a),
+        Some(Mode::Reload(a)) => reload::run(&a),
+        Some(Mode::Document(a)) => document::run(&a),
+    }
+}
+
+/// A multi-threaded runtime with `threads` workers (default: one per CPU).
+fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = threads {
+        builder.worker_threads(n.max(1));
+    }
+    builder.enable_all().build().context("cannot start the async runtime")
+}
+
+/// A CDS client on one HTTP/2 connection.
+type Client = ConfigurationDiscoveryServiceClient<Channel>;
+
+/// Opens connection number `index` to the target, from its next --local-addr if any.
+async fn connect(target: &Target, index: usize) -> anyhow::Result<Client> {
+    let mut endpoint = Endpoint::from_shared(format!("http://{}", target.addr))
+        .context("invalid address")?
+        .timeout(target.timeout)
+        .connect_timeout(target.timeout)
+        .tcp_nodelay(true);
+    if !target.local_addr.is_empty() {
+        endpoint = endpoint.local_address(Some(target.local_addr[index % target.local_addr.len()]));
+    }
+    let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {}", target.addr))?;
+    Ok(ConfigurationDiscoveryServiceClient::new(channel))
+}
+
+/// The `i`-th service name the load asks for.
+fn service_name(target: &Target, i: usize) -> String {
+    format!("{}{i}", target.service_prefix)
+}
+
+/// Outcome counters and the latency histogram, shared by every task.
+#[derive(Debug)]
+struct Stats {
+    ok: AtomicU64,
+    empty: AtomicU64,
+    command: AtomicU64,
+    wrong: AtomicU64,
+    done: AtomicU64,
+    errors: Mutex<BTreeMap<String, u64>>,
+    first_wrong: Mutex<Option<String>>,
+    latency_us: Mutex<Histogram<u64>>,
+}
+
+impl Stats {
+    /// All counters at zero, an empty histogram.
+    fn new() -> Self {
+        Self {
+            ok: AtomicU64::new(0),
+            empty: AtomicU64::new(0),
+            command: AtomicU64::new(0),
+            wrong: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            errors: Mutex::new(BTreeMap::new()),
+            first_wrong: Mutex::new(None),
+            // 1 µs to 100 s at 3 significant digits.
+            latency_us: Mutex::new(Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid histogram bounds")),
+        }
+    }
+
+    /// Records one call's latency, in microseconds (at least 1).
+    fn record_latency(&self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX).max(1);
+        self.latency_us.lock().unwrap_or_else(|p| p.into_inner()).saturating_record(us);
+    }
+
+    /// Checks one answer against what it must be; returns the digest it carried, if any.
+    fn check(
+        &self,
+        result: Result<tonic::Response<Commands>, tonic::Status>,
+        expect: Option<&Option<String>>,
+    ) -> Option<String> {
+        let commands = match result {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                *self
+                    .errors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(format!("{:?}", status.code()))
+                    .or_default() += 1;
+                return None;
+            }
+        };
+        self.ok.fetch_add(1, Ordering::Relaxed);
+        let found = DiscoveryCommand::find(&commands);
+        if found.is_some() {
+            self.command.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.empty.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(expect) = expect {
+            let problem = match (expect, &found, commands.commands.len()) {
+                (None, _, 0) => None,
+                (None, _, n) => Some(format!("expected no command, got {n}")),
+                (Some(_), None, _) => Some("expected a command, got none".to_owned()),
+                (Some(digest), Some(cmd), 1) => {
+                    let serial_ok = cmd.serial_number.as_ref().is_some_and(|s| s.len() == 36);
+                    if cmd.uuid.as_deref() != Some(digest.as_str()) {
+                        Some(format!("expected digest {digest}, got {:?}", cmd.uuid))
+                    } else if !serial_ok {
+                        Some(format!("bad {SERIAL_NUMBER_KEY} {:?}", cmd.serial_number))
+                    } else {
+                        None
+                    }
+                }
+                (Some(_), Some(_), n) => Some(format!("expected one command, got {n}")),
+            };
+            if let Some(problem) = problem {
+                self.wrong.fetch_add(1, Ordering::Relaxed);
+                self.first_wrong.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(problem);
+            }
+        }
+        found.and_then(|c| c.uuid)
+    }
+
+    /// Failed calls by gRPC status code.
+    fn errors(&self) -> BTreeMap<String, u64> {
+        self.errors.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether any call failed or any answer was wrong.
+    fn failed(&self) -> bool {
+        self.wrong.load(Ordering::Relaxed) > 0 || !self.errors().is_empty()
+    }
+
+    /// Latency percentiles in microseconds; `null` when nothing was measured.
+    fn latency_json(&self) -> Value {
+        let h = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        if h.is_empty() {
+            return Value::Null;
+        }
+        json!({
+            "p50": h.value_at_quantile(0.50),
+            "p90": h.value_at_quantile(0.90),
+            "p99": h.value_at_quantile(0.99),
+            "p999": h.value_at_quantile(0.999),
+            "max": h.max(),
+            "mean": (h.mean() * 10.0).round() / 10.0,
+        })
+    }
+
+    /// The counters, the first wrong answer and the errors, for the report.
+    fn outcome_json(&self) -> Value {
+        json!({
+            "ok": self.ok.load(Ordering::Relaxed),
+            "empty_answers": self.empty.load(Ordering::Relaxed),
+            "command_answers": self.command.load(Ordering::Relaxed),
+            "wrong_answers": self.wrong.load(Ordering::Relaxed),
+            "first_wrong": *self.first_wrong.lock().unwrap_or_else(|p| p.into_inner()),
+            "errors": self.errors(),
+        })
+    }
+}
+
+/// A progress bar on stderr counting `len` `what`s; hidden with --quiet.
+fn progress(quiet: bool, len: u64, what: &str) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} ({{per_sec}})"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Prints `report` as JSON or as a two-column table.
+fn print_report(report: &Value, as_json: bool) {
+    if as_json {
+        println!("{report}");
+        return;
+    }
+    fn walk(prefix: &str, value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    walk(&key, v, out);
+                }
+            }
+            other => {
+                let _ = writeln!(out, "{prefix:<32} {other}");
+            }
+        }
+    }
+    let mut out = String::new();
+    walk("", report, &mut out);
+    print!("{out}");
+}
+
+/// 1 when a call failed, an answer was wrong or no call succeeded at all; 0 otherwise.
+fn exit_code(stats: &Stats) -> ExitCode {
+    if stats.failed() || stats.ok.load(Ordering::Relaxed) == 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
