@@ -15,6 +15,7 @@ pub mod etcd;
 pub mod file;
 #[cfg(feature = "nacos")]
 pub mod nacos;
+pub mod supervise;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 pub use skyconf_core::backoff::Backoff;
 pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, StoreContent};
+pub use supervise::{ReceiverGone, Reporter, Session, SessionEnd, supervise};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -145,9 +147,10 @@ impl KeySet {
 /// - [`Source::load`] reads the watched keys once; it fails rather than returning a partial view.
 /// - [`Source::run`] establishes its watch *first*, then sends an [`Update::Snapshot`] (so no
 ///   change between the two is lost), then one update per change, promptly (no polling where the
-///   store can push). On an outage it sends one [`Update::Failed`], reconnects with backoff and
-///   jitter, and sends a fresh snapshot when back. It returns when `shutdown` is cancelled or the
-///   receiver is gone.
+///   store can push). On an outage it sends one [`Update::Failed`], reconnects after the waits of
+///   a [`Backoff`] (exponential, equal jitter), and sends a fresh snapshot when back. It returns
+///   when `shutdown` is cancelled or the receiver is gone. Every store gets this by implementing
+///   a [`Session`] and handing it to [`supervise`].
 /// - [`Source::put`] writes one single key (`None` deletes it), as the OAP's layout for the store
 ///   requires; the change then arrives through `run` like any other.
 pub trait Source: Send + Sync + 'static {
