@@ -11,7 +11,8 @@
 //!   a delete, because proto3 strings cannot be null;
 //! - a group present in a response replaces that group (missing sub-items are deleted); a group
 //!   absent from it is left alone;
-//! - on an error nothing changes and the uuid is kept, so the next round asks again.
+//! - on an error nothing changes and the uuid is kept, so the next round asks again (one
+//!   [`Update::Failed`] per outage, through [`supervise`](crate::supervise)).
 //!
 //! Unlike the OAP, which drops names it has no watcher for, skyconf keeps every name: it carries
 //! the whole store for its own DCS server and admin API.
@@ -26,7 +27,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::{KeySet, Source, SourceError, StoreContent, Update};
+use crate::{Backoff, KeySet, Reporter, Session, SessionEnd, Source, SourceError, StoreContent, Update, supervise};
 
 /// Settings of the `grpc` selector, named as in the OAP's `application.yml`.
 #[derive(Debug, Clone, Deserialize)]
@@ -156,40 +157,33 @@ impl Source for DcsSource {
         })
     }
 
-    async fn run(&self, _keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
-        let period = Duration::from_secs(self.settings.period.max(1));
-        let mut failing = false;
-        loop {
-            let batch = match self.round().await {
-                Ok(batch) => {
-                    failing = false;
-                    batch
-                }
-                Err(error) => {
-                    // Logged once per outage; the round simply runs again next period.
-                    let report = !failing;
-                    failing = true;
-                    if report {
-                        tracing::warn!(store = %self.describe(), %error, "Remote config center is not available.");
-                        vec![Update::Failed(error)]
-                    } else {
-                        Vec::new()
-                    }
-                }
-            };
-            for update in batch {
-                if updates.send(update).await.is_err() {
-                    return;
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(period) => {}
-            }
-        }
+    async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        // The session never ends on a failure, so the back-off is never waited.
+        supervise(self, &keys, updates, Backoff::default(), shutdown).await;
     }
 
     async fn put(&self, _key: &str, _value: Option<&str>) -> Result<(), SourceError> {
         Err(SourceError::Unsupported("a DCS server is read-only; change the configuration at its source".into()))
+    }
+}
+
+/// Polls, as the OAP does: a round every `period`, whether the last one failed or not. A failed
+/// round is an outage that the next good round ends.
+impl Session for DcsSource {
+    async fn run_once(&self, _keys: &KeySet, reporter: &mut Reporter<'_>) -> SessionEnd {
+        let period = Duration::from_secs(self.settings.period.max(1));
+        loop {
+            let sent = match self.round().await {
+                Ok(batch) => {
+                    reporter.established();
+                    reporter.send_all(batch).await
+                }
+                Err(error) => reporter.outage(error).await,
+            };
+            if let Err(gone) = sent {
+                return gone.into();
+            }
+            tokio::time::sleep(period).await;
+        }
     }
 }

@@ -26,7 +26,10 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::{AGENT_CONFIGURATIONS_KEY, DEFAULT_SETTLE, KeySet, Limits, Source, SourceError, StoreContent, Update};
+use crate::{
+    AGENT_CONFIGURATIONS_KEY, Backoff, DEFAULT_SETTLE, KeySet, Limits, ReceiverGone, Reporter, Session, SessionEnd,
+    Source, SourceError, StoreContent, Update, supervise,
+};
 
 /// The longest a burst of events may delay a re-read.
 const MAX_SETTLE: Duration = Duration::from_millis(60);
@@ -47,6 +50,7 @@ pub struct FileSource {
     form: Form,
     limits: Limits,
     rehash_every: Duration,
+    backoff: Backoff,
 }
 
 impl FileSource {
@@ -57,6 +61,7 @@ impl FileSource {
             form: Form::SingleFile,
             limits: Limits::default(),
             rehash_every: Duration::from_secs(10),
+            backoff: Backoff::default(),
         }
     }
 
@@ -80,6 +85,12 @@ impl FileSource {
     /// Sets the safety-net period.
     pub fn with_rehash_every(mut self, every: Duration) -> Self {
         self.rehash_every = every;
+        self
+    }
+
+    /// Sets the back-off between attempts to set up the watch.
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
         self
     }
 
@@ -209,36 +220,31 @@ impl FileSource {
         }
     }
 
-    async fn watch_loop(&self, events: &Notify, updates: &mpsc::Sender<Update>, shutdown: &CancellationToken) {
+    /// Re-reads on every settled burst of events (and every `rehash_every`) until the receiver is
+    /// gone.
+    async fn watch_loop(&self, events: &Notify, reporter: &mut Reporter<'_>) -> ReceiverGone {
         let mut last: Option<StoreContent> = None;
-        let mut failed = false;
         let mut rehash = tokio::time::interval(self.rehash_every);
         rehash.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let batch = match self.read_content() {
-                Ok(now) if last.as_ref() == Some(&now) => Vec::new(),
+            let sent = match self.read_content() {
+                Ok(now) if last.as_ref() == Some(&now) => Ok(()),
                 Ok(now) => {
-                    failed = false;
+                    reporter.established();
                     let batch = self.updates_between(last.as_ref(), &now);
                     last = Some(now);
-                    batch
+                    reporter.send_all(batch).await
                 }
-                // Report a failure once until the store reads again; forget what was read so the
-                // same content is delivered again after recovery.
-                Err(_) if failed => Vec::new(),
+                // Forget what was read so the same content is delivered again after recovery.
                 Err(error) => {
-                    failed = true;
                     last = None;
-                    vec![Update::Failed(error)]
+                    reporter.outage(error).await
                 }
             };
-            for update in batch {
-                if updates.send(update).await.is_err() {
-                    return;
-                }
+            if let Err(gone) = sent {
+                return gone;
             }
             tokio::select! {
-                () = shutdown.cancelled() => return,
                 () = events.notified() => settle(events).await,
                 _ = rehash.tick() => {}
             }
@@ -270,27 +276,8 @@ impl Source for FileSource {
         self.read_content()
     }
 
-    async fn run(&self, _keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
-        let events = Arc::new(Notify::new());
-        let mut backoff = crate::Backoff::default();
-        // The watch first, then the first read: no change can fall between the two.
-        let watcher = loop {
-            match self.directory_watcher(Arc::clone(&events)) {
-                Ok(w) => break w,
-                Err(error) => {
-                    tracing::warn!(store = %self.describe(), %error, "Cannot watch the store; retrying.");
-                    if updates.send(Update::Failed(error)).await.is_err() {
-                        return;
-                    }
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(backoff.next_delay()) => {}
-                    }
-                }
-            }
-        };
-        self.watch_loop(&events, &updates, &shutdown).await;
-        drop(watcher);
+    async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
     async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
@@ -312,6 +299,22 @@ impl Source for FileSource {
                 _ => Ok(()),
             },
         }
+    }
+}
+
+/// A session is the directory watch: it fails only if the watch cannot be set up; a file that
+/// cannot be read is an outage within it, over at the next good read.
+impl Session for FileSource {
+    async fn run_once(&self, _keys: &KeySet, reporter: &mut Reporter<'_>) -> SessionEnd {
+        let events = Arc::new(Notify::new());
+        // The watch first, then the first read: no change can fall between the two.
+        let watcher = match self.directory_watcher(Arc::clone(&events)) {
+            Ok(watcher) => watcher,
+            Err(error) => return SessionEnd::Failed(error),
+        };
+        let gone = self.watch_loop(&events, reporter).await;
+        drop(watcher);
+        gone.into()
     }
 }
 

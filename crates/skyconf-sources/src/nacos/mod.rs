@@ -33,7 +33,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::client::{Auth, Client, Listened};
-use crate::{Backoff, KeySet, Limits, Source, SourceError, StoreContent, Update};
+use crate::{
+    Backoff, KeySet, Limits, Reporter, Session, SessionEnd, Source, SourceError, StoreContent, Update, supervise,
+};
 
 /// How long the server may hold a listener request before answering "no change".
 const LONG_POLL: Duration = Duration::from_secs(30);
@@ -189,6 +191,7 @@ pub struct NacosSource {
     settings: NacosSettings,
     client: Arc<Client>,
     describe: String,
+    backoff: Backoff,
 }
 
 impl NacosSource {
@@ -235,7 +238,13 @@ impl NacosSource {
             limits.max_value_bytes,
         )
         .map_err(|e| NacosSettingsError::Client(e.to_string()))?;
-        Ok(Self { settings, client: Arc::new(client), describe })
+        Ok(Self { settings, client: Arc::new(client), describe, backoff: Backoff::default() })
+    }
+
+    /// Sets the back-off between sessions.
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
     }
 
     /// The settings.
@@ -281,38 +290,8 @@ impl NacosSource {
         self.read_sub_items(keys, held).await
     }
 
-    /// Reports an outage once, then waits out the backoff; false when it is time to stop.
-    async fn fail(
-        &self,
-        error: SourceError,
-        failed: &mut bool,
-        backoff: &mut Backoff,
-        updates: &mpsc::Sender<Update>,
-        shutdown: &CancellationToken,
-    ) -> bool {
-        if *failed {
-            tracing::debug!(store = %self.describe, %error, "The store is still unavailable.");
-        } else {
-            *failed = true;
-            tracing::warn!(store = %self.describe, %error, "The store failed; reconnecting.");
-            if updates.send(Update::Failed(error)).await.is_err() {
-                return false;
-            }
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => false,
-            () = tokio::time::sleep(backoff.next_delay()) => true,
-        }
-    }
-
-    /// Watches until the store fails (returns why: reconnect) or it is time to stop (`None`).
-    async fn watch(
-        &self,
-        keys: &KeySet,
-        held: &mut Held,
-        updates: &mpsc::Sender<Update>,
-        shutdown: &CancellationToken,
-    ) -> Option<SourceError> {
+    /// Watches until the store fails or the receiver is gone.
+    async fn watch(&self, keys: &KeySet, held: &mut Held, reporter: &Reporter<'_>) -> SessionEnd {
         let period = self.settings.safety_net();
         let mut safety_net = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         safety_net.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -320,7 +299,6 @@ impl NacosSource {
             let before = held.content(keys);
             let listened = held.listened();
             let outcome = tokio::select! {
-                () = shutdown.cancelled() => return None,
                 _ = safety_net.tick() => self.read_all(keys).await.map(|fresh| *held = fresh),
                 changed = listen(&self.client, &listened) => match changed {
                     Ok(changed) if changed.is_empty() => Ok(()),
@@ -332,12 +310,10 @@ impl NacosSource {
                 },
             };
             if let Err(error) = outcome {
-                return Some(error);
+                return SessionEnd::Failed(error);
             }
-            for update in changes(&before, &held.content(keys)) {
-                if updates.send(update).await.is_err() {
-                    return None;
-                }
+            if let Err(gone) = reporter.send_all(changes(&before, &held.content(keys))).await {
+                return gone.into();
             }
         }
     }
@@ -362,37 +338,7 @@ impl Source for NacosSource {
     }
 
     async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
-        let mut backoff = Backoff::default();
-        let mut failed = false;
-        loop {
-            let read = tokio::select! {
-                () = shutdown.cancelled() => return,
-                read = self.read_all(&keys) => read,
-            };
-            let mut held = match read {
-                Ok(held) => held,
-                Err(error) => {
-                    if self.fail(error, &mut failed, &mut backoff, &updates, &shutdown).await {
-                        continue;
-                    }
-                    return;
-                }
-            };
-            if failed {
-                tracing::info!(store = %self.describe, "The store is back.");
-            }
-            failed = false;
-            backoff.reset();
-            // The listener compares MD5s with what this read got, so nothing changed since the
-            // read can be missed: the snapshot may go out first.
-            if updates.send(Update::Snapshot(held.content(&keys))).await.is_err() {
-                return;
-            }
-            let Some(error) = self.watch(&keys, &mut held, &updates, &shutdown).await else { return };
-            if !self.fail(error, &mut failed, &mut backoff, &updates, &shutdown).await {
-                return;
-            }
-        }
+        supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
     async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
@@ -408,6 +354,22 @@ impl Source for NacosSource {
             Some(text) => self.client.publish(key, text).await,
             None => self.client.remove(key).await,
         }
+    }
+}
+
+impl Session for NacosSource {
+    async fn run_once(&self, keys: &KeySet, reporter: &mut Reporter<'_>) -> SessionEnd {
+        let mut held = match self.read_all(keys).await {
+            Ok(held) => held,
+            Err(error) => return SessionEnd::Failed(error),
+        };
+        reporter.established();
+        // The listener compares MD5s with what this read got, so nothing changed since the read
+        // can be missed: the snapshot may go out first.
+        if let Err(gone) = reporter.send(Update::Snapshot(held.content(keys))).await {
+            return gone.into();
+        }
+        self.watch(keys, &mut held, reporter).await
     }
 }
 
