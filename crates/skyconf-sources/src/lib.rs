@@ -15,14 +15,17 @@ pub mod etcd;
 pub mod file;
 #[cfg(feature = "nacos")]
 pub mod nacos;
+pub mod registry;
 pub mod supervise;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
+pub use registry::{NoneSettings, REGISTRY, StoreConfig, StoreEntry, WithStore, entry, with_store};
 pub use skyconf_core::backoff::Backoff;
 pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, StoreContent};
 pub use supervise::{ReceiverGone, Reporter, Session, SessionEnd, supervise};
@@ -170,6 +173,77 @@ pub trait Source: Send + Sync + 'static {
 
     /// Writes (or with `None`, deletes) one single key.
     fn put(&self, key: &str, value: Option<&str>) -> impl Future<Output = Result<(), SourceError>> + Send;
+}
+
+/// A future boxed for a trait object.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A [`Source`] as a trait object, for code that picks the store at run time (the CLI, the admin
+/// API's writer). Every `Source` is one; a `Box<dyn DynSource>` is a `Source` again, so generic
+/// code such as the server's `start_with` takes it unchanged. The methods carry a `_boxed` suffix
+/// so they never shadow [`Source`]'s.
+pub trait DynSource: Send + Sync + 'static {
+    /// [`Source::describe`].
+    fn describe_boxed(&self) -> String;
+    /// [`Source::load`], boxed.
+    fn load_boxed<'a>(&'a self, keys: &'a KeySet) -> BoxFuture<'a, Result<StoreContent, SourceError>>;
+    /// [`Source::run`], boxed.
+    fn run_boxed(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) -> BoxFuture<'_, ()>;
+    /// [`Source::put`], boxed.
+    fn put_boxed<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>>;
+}
+
+impl<S: Source> DynSource for S {
+    fn describe_boxed(&self) -> String {
+        self.describe()
+    }
+
+    fn load_boxed<'a>(&'a self, keys: &'a KeySet) -> BoxFuture<'a, Result<StoreContent, SourceError>> {
+        Box::pin(self.load(keys))
+    }
+
+    fn run_boxed(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) -> BoxFuture<'_, ()> {
+        Box::pin(self.run(keys, updates, shutdown))
+    }
+
+    fn put_boxed<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>> {
+        Box::pin(self.put(key, value))
+    }
+}
+
+impl Source for Box<dyn DynSource> {
+    fn describe(&self) -> String {
+        (**self).describe_boxed()
+    }
+
+    async fn load(&self, keys: &KeySet) -> Result<StoreContent, SourceError> {
+        (**self).load_boxed(keys).await
+    }
+
+    async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        (**self).run_boxed(keys, updates, shutdown).await;
+    }
+
+    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+        (**self).put_boxed(key, value).await
+    }
+}
+
+/// Settings a store cannot work with: the one error every store's settings fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {store} settings: {message}")]
+pub struct SettingsError {
+    /// The store, by its selector (`etcd`, `zookeeper`, ...).
+    pub store: &'static str,
+    /// What is wrong, naming the setting as the OAP names it.
+    pub message: String,
+}
+
+impl SettingsError {
+    /// `message` about `store`'s settings.
+    pub fn new(store: &'static str, message: impl Into<String>) -> Self {
+        Self { store, message: message.into() }
+    }
 }
 
 /// The OAP's `none` selector: a store that holds nothing, so every agent gets the EMPTY answer.

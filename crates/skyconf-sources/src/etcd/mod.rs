@@ -42,9 +42,10 @@ use tokio_util::sync::CancellationToken;
 
 use self::client::{Connection, Connector, EtcdError};
 use self::layout::{Layout, Slot};
-pub use self::settings::{ENV_NAMES, EtcdSettings, InvalidSettings};
+pub use self::settings::EtcdSettings;
 use crate::{
-    Backoff, KeySet, Limits, Reporter, Session, SessionEnd, Source, SourceError, StoreContent, Update, supervise,
+    Backoff, KeySet, Limits, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent, Update,
+    supervise,
 };
 
 /// Room for etcd's framing around the largest value accepted.
@@ -71,7 +72,7 @@ pub struct EtcdSource {
 
 impl EtcdSource {
     /// A source for `settings`; nothing is contacted until it is used.
-    pub fn new(settings: EtcdSettings) -> Result<Self, InvalidSettings> {
+    pub fn new(settings: EtcdSettings) -> Result<Self, SettingsError> {
         settings.validate()?;
         let endpoints = settings.endpoint_list()?;
         let limits = Limits::default();

@@ -17,6 +17,8 @@
 //! delete: for a file the absence is almost always a deploy in progress or a mistake. In the
 //! directory form, removing a key's file deletes the key.
 
+mod settings;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +28,7 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
+pub use self::settings::FileSettings;
 use crate::{
     AGENT_CONFIGURATIONS_KEY, Backoff, DEFAULT_SETTLE, KeySet, Limits, ReceiverGone, Reporter, Session, SessionEnd,
     Source, SourceError, StoreContent, Update, supervise,

@@ -24,6 +24,7 @@
 //! [`Update::Snapshot`] once a full read succeeds again.
 
 mod client;
+mod settings;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -33,157 +34,15 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::client::{Auth, Client, Listened};
+pub use self::settings::NacosSettings;
+use self::settings::invalid;
 use crate::{
-    Backoff, KeySet, Limits, Reporter, Session, SessionEnd, Source, SourceError, StoreContent, Update, supervise,
+    Backoff, KeySet, Limits, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent, Update,
+    supervise,
 };
 
 /// How long the server may hold a listener request before answering "no change".
 const LONG_POLL: Duration = Duration::from_secs(30);
-
-/// The Nacos store's settings: the OAP's `configuration.nacos` settings, with its names and
-/// defaults (`application.yml`).
-#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct NacosSettings {
-    /// The server's host (`SW_CONFIG_NACOS_SERVER_ADDR`, default `127.0.0.1`), joined with
-    /// [`Self::port`] as `addr:port`. A comma-separated list names several servers, tried in turn;
-    /// an entry with its own `:port` keeps it, and one starting with `https://` is reached over TLS.
-    pub server_addr: String,
-    /// The server's HTTP port (`SW_CONFIG_NACOS_SERVER_PORT`, default 8848).
-    pub port: u16,
-    /// The config group (`SW_CONFIG_NACOS_SERVER_GROUP`, default `skywalking`); must not be empty.
-    pub group: String,
-    /// The namespace id, Nacos' tenant (`SW_CONFIG_NACOS_SERVER_NAMESPACE`, default empty: the
-    /// default namespace).
-    pub namespace: String,
-    /// A user to log in as (`SW_CONFIG_NACOS_USERNAME`); empty: no login.
-    pub username: String,
-    /// The user's password (`SW_CONFIG_NACOS_PASSWORD`).
-    pub password: String,
-    /// An Alibaba Cloud access key to sign requests with (`SW_CONFIG_NACOS_ACCESSKEY`); not
-    /// together with a user name.
-    pub access_key: String,
-    /// The access key's secret (`SW_CONFIG_NACOS_SECRETKEY`).
-    pub secret_key: String,
-    /// The server's context path (the OAP reads it from its settings only, no variable); empty
-    /// means Nacos' default, `nacos`.
-    pub context_path: String,
-    /// Seconds between full re-reads (`SW_CONFIG_NACOS_PERIOD`, default 60). The OAP polls at
-    /// this period; skyconf is pushed every change and re-reads only as a safety net.
-    pub period: u64,
-}
-
-// The password and the secret key stay out of logs and panics.
-impl std::fmt::Debug for NacosSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redacted = |secret: &str| if secret.is_empty() { "" } else { "<redacted>" };
-        f.debug_struct("NacosSettings")
-            .field("server_addr", &self.server_addr)
-            .field("port", &self.port)
-            .field("group", &self.group)
-            .field("namespace", &self.namespace)
-            .field("username", &self.username)
-            .field("password", &redacted(&self.password))
-            .field("access_key", &self.access_key)
-            .field("secret_key", &redacted(&self.secret_key))
-            .field("context_path", &self.context_path)
-            .field("period", &self.period)
-            .finish()
-    }
-}
-
-impl Default for NacosSettings {
-    fn default() -> Self {
-        Self {
-            server_addr: "127.0.0.1".to_owned(),
-            port: 8848,
-            group: "skywalking".to_owned(),
-            namespace: String::new(),
-            username: String::new(),
-            password: String::new(),
-            access_key: String::new(),
-            secret_key: String::new(),
-            context_path: String::new(),
-            period: 60,
-        }
-    }
-}
-
-impl NacosSettings {
-    /// Each setting and the environment variable the OAP's `application.yml` reads it from
-    /// (`contextPath` has none).
-    pub const ENV: &'static [(&'static str, &'static str)] = &[
-        ("serverAddr", "SW_CONFIG_NACOS_SERVER_ADDR"),
-        ("port", "SW_CONFIG_NACOS_SERVER_PORT"),
-        ("group", "SW_CONFIG_NACOS_SERVER_GROUP"),
-        ("namespace", "SW_CONFIG_NACOS_SERVER_NAMESPACE"),
-        ("period", "SW_CONFIG_NACOS_PERIOD"),
-        ("username", "SW_CONFIG_NACOS_USERNAME"),
-        ("password", "SW_CONFIG_NACOS_PASSWORD"),
-        ("accessKey", "SW_CONFIG_NACOS_ACCESSKEY"),
-        ("secretKey", "SW_CONFIG_NACOS_SECRETKEY"),
-    ];
-
-    /// The base URL of each server: `http://addr:port/{contextPath}`.
-    fn bases(&self) -> Vec<String> {
-        let context = match self.context_path.trim_matches('/') {
-            "" => "nacos",
-            path => path,
-        };
-        self.server_addr
-            .split(',')
-            .map(str::trim)
-            .filter(|addr| !addr.is_empty())
-            .map(|addr| {
-                let (scheme, host) = match addr.split_once("://") {
-                    Some((scheme, host)) => (scheme, host.trim_end_matches('/')),
-                    None => ("http", addr),
-                };
-                // A bracketed IPv6 address has colons of its own; a port follows the bracket.
-                let has_port = match host.rsplit_once(']') {
-                    Some((_, rest)) => rest.starts_with(':'),
-                    None => host.contains(':'),
-                };
-                let port = if has_port { String::new() } else { format!(":{}", self.port) };
-                format!("{scheme}://{host}{port}/{context}")
-            })
-            .collect()
-    }
-
-    /// The safety-net period.
-    fn safety_net(&self) -> Duration {
-        // The OAP would refuse 0 (a fixed-rate schedule needs a positive period); skyconf uses 1 s.
-        Duration::from_secs(self.period.max(1))
-    }
-}
-
-/// Settings the Nacos store cannot work with.
-#[derive(Debug, thiserror::Error)]
-pub enum NacosSettingsError {
-    /// No server address.
-    #[error("nacos serverAddr cannot be empty")]
-    NoServer,
-    /// An address that is neither `http://` nor `https://`.
-    #[error("nacos serverAddr `{0}` must be host[:port], http://host[:port] or https://host[:port]")]
-    BadServer(String),
-    /// No group.
-    #[error("nacos group cannot be empty")]
-    NoGroup,
-    /// A group or namespace Nacos would refuse.
-    #[error("nacos {what} `{value}` may only hold letters, digits, `_`, `-`, `.` and `:`")]
-    BadName {
-        /// Which setting.
-        what: &'static str,
-        /// Its value.
-        value: String,
-    },
-    /// Both authentication methods (the OAP's own message).
-    #[error("Nacos Auth method should choose either username or accessKey, not both")]
-    BothAuthMethods,
-    /// The HTTP client could not be built.
-    #[error("cannot set up the nacos client: {0}")]
-    Client(String),
-}
 
 /// A Nacos store: one group in one namespace.
 #[derive(Debug, Clone)]
@@ -196,29 +55,32 @@ pub struct NacosSource {
 
 impl NacosSource {
     /// A store with `settings`, checked as the OAP checks them.
-    pub fn new(settings: NacosSettings) -> Result<Self, NacosSettingsError> {
+    pub fn new(settings: NacosSettings) -> Result<Self, SettingsError> {
         Self::with_limits(settings, &Limits::default())
     }
 
     /// A store with `settings` and a size limit for values.
-    pub fn with_limits(settings: NacosSettings, limits: &Limits) -> Result<Self, NacosSettingsError> {
+    pub fn with_limits(settings: NacosSettings, limits: &Limits) -> Result<Self, SettingsError> {
         let bases = settings.bases();
         if bases.is_empty() {
-            return Err(NacosSettingsError::NoServer);
+            return Err(invalid("serverAddr cannot be empty"));
         }
         if let Some(bad) = bases.iter().find(|b| !b.starts_with("http://") && !b.starts_with("https://")) {
-            return Err(NacosSettingsError::BadServer(bad.clone()));
+            return Err(invalid(format!(
+                "serverAddr `{bad}` must be host[:port], http://host[:port] or https://host[:port]"
+            )));
         }
         if settings.group.is_empty() {
-            return Err(NacosSettingsError::NoGroup);
+            return Err(invalid("group cannot be empty"));
         }
         for (what, value) in [("group", &settings.group), ("namespace", &settings.namespace)] {
             if !value.is_empty() && !is_valid_name(value) {
-                return Err(NacosSettingsError::BadName { what, value: value.clone() });
+                return Err(invalid(format!("{what} `{value}` may only hold letters, digits, `_`, `-`, `.` and `:`")));
             }
         }
         if !settings.username.is_empty() && !settings.access_key.is_empty() {
-            return Err(NacosSettingsError::BothAuthMethods);
+            // The OAP's own message.
+            return Err(invalid("Nacos Auth method should choose either username or accessKey, not both"));
         }
         let auth = if !settings.username.is_empty() {
             Auth::Password { username: settings.username.clone(), password: settings.password.clone() }
@@ -237,7 +99,7 @@ impl NacosSource {
             describe.clone(),
             limits.max_value_bytes,
         )
-        .map_err(|e| NacosSettingsError::Client(e.to_string()))?;
+        .map_err(|e| invalid(format!("cannot set up the client: {e}")))?;
         Ok(Self { settings, client: Arc::new(client), describe, backoff: Backoff::default() })
     }
 
@@ -482,6 +344,7 @@ fn changes(before: &StoreContent, now: &StoreContent) -> Vec<Update> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::StoreConfig as _;
 
     fn keys() -> KeySet {
         KeySet { singles: vec!["a.b.c".into(), "item1".into()], groups: vec!["g.h.i".into()] }
@@ -537,15 +400,15 @@ mod tests {
     fn refuses_settings_the_oap_refuses() {
         let both = NacosSettings { username: "u".into(), access_key: "k".into(), ..NacosSettings::default() };
         let error = NacosSource::new(both).unwrap_err();
-        assert_eq!(error.to_string(), "Nacos Auth method should choose either username or accessKey, not both");
+        assert_eq!(error.message, "Nacos Auth method should choose either username or accessKey, not both");
         let no_group = NacosSettings { group: String::new(), ..NacosSettings::default() };
-        assert!(matches!(NacosSource::new(no_group), Err(NacosSettingsError::NoGroup)));
+        assert!(NacosSource::new(no_group).unwrap_err().message.contains("group cannot be empty"));
         let no_server = NacosSettings { server_addr: " , ".into(), ..NacosSettings::default() };
-        assert!(matches!(NacosSource::new(no_server), Err(NacosSettingsError::NoServer)));
+        assert!(NacosSource::new(no_server).unwrap_err().message.contains("serverAddr cannot be empty"));
         let bad_scheme = NacosSettings { server_addr: "ftp://x".into(), ..NacosSettings::default() };
-        assert!(matches!(NacosSource::new(bad_scheme), Err(NacosSettingsError::BadServer(_))));
+        assert!(NacosSource::new(bad_scheme).unwrap_err().message.contains("serverAddr `ftp://x"));
         let bad_ns = NacosSettings { namespace: "a/b".into(), ..NacosSettings::default() };
-        assert!(matches!(NacosSource::new(bad_ns), Err(NacosSettingsError::BadName { what: "namespace", .. })));
+        assert!(NacosSource::new(bad_ns).unwrap_err().message.starts_with("namespace `a/b`"));
         let source = NacosSource::new(NacosSettings::default()).unwrap();
         assert_eq!(source.describe(), "nacos http://127.0.0.1:8848/nacos group skywalking namespace public");
     }

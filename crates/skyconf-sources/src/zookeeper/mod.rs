@@ -28,8 +28,10 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use self::layout::{KeyState, Namespace};
-pub use self::settings::{InvalidSettings, ZookeeperSettings};
-use crate::{Backoff, KeySet, Reporter, Session, SessionEnd, Source, SourceError, StoreContent, Update, supervise};
+pub use self::settings::ZookeeperSettings;
+use crate::{
+    Backoff, KeySet, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent, Update, supervise,
+};
 
 /// The session timeout asked for (the server may grant less): long enough to ride out a leader
 /// election or a server restart without losing the session.
@@ -67,7 +69,7 @@ enum Failure {
 
 impl ZookeeperSource {
     /// A source for `settings`, or why they cannot work. Connects lazily.
-    pub fn new(settings: ZookeeperSettings) -> Result<Self, InvalidSettings> {
+    pub fn new(settings: ZookeeperSettings) -> Result<Self, SettingsError> {
         let connect = settings.connect_string()?;
         let namespace = Namespace::new(settings.namespace_prefix()?);
         Ok(Self {
