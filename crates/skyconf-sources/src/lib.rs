@@ -20,7 +20,7 @@ pub mod supervise;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -246,6 +246,25 @@ impl SettingsError {
     }
 }
 
+/// The updates that turn `before` into `now`, one per key that differs (for stores that re-read
+/// rather than being told what changed).
+pub(crate) fn changes(before: &StoreContent, now: &StoreContent) -> Vec<Update> {
+    let mut updates = Vec::new();
+    let singles: BTreeSet<&String> = before.singles.keys().chain(now.singles.keys()).collect();
+    for key in singles {
+        if before.singles.get(key) != now.singles.get(key) {
+            updates.push(Update::Single { key: key.clone(), value: now.singles.get(key).cloned() });
+        }
+    }
+    let groups: BTreeSet<&String> = before.groups.keys().chain(now.groups.keys()).collect();
+    for key in groups {
+        if before.groups.get(key) != now.groups.get(key) {
+            updates.push(Update::Group { key: key.clone(), items: now.groups.get(key).cloned() });
+        }
+    }
+    updates
+}
+
 /// The OAP's `none` selector: a store that holds nothing, so every agent gets the EMPTY answer.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoStore;
@@ -294,5 +313,21 @@ mod tests {
         assert_eq!(keys.singles.iter().filter(|k| *k == AGENT_CONFIGURATIONS_KEY).count(), 1);
         assert!(keys.singles.contains(&"x.y.z".to_owned()));
         assert_eq!(keys.groups, ["core.default.endpoint-name-grouping-openapi"]);
+    }
+
+    #[test]
+    fn changes_name_what_differs() {
+        let mut before = StoreContent::default();
+        before.singles.insert("a".into(), "1".into());
+        before.groups.insert("g".into(), BTreeMap::from([("x".into(), "1".into())]));
+        let mut now = StoreContent::default();
+        now.singles.insert("b".into(), "2".into());
+        now.groups.insert("g".into(), BTreeMap::new());
+        let updates = changes(&before, &now);
+        assert_eq!(updates.len(), 3, "{updates:?}");
+        assert!(matches!(&updates[0], Update::Single { key, value: None } if key == "a"));
+        assert!(matches!(&updates[1], Update::Single { key, value: Some(v) } if key == "b" && v == "2"));
+        assert!(matches!(&updates[2], Update::Group { key, items: Some(i) } if key == "g" && i.is_empty()));
+        assert!(changes(&now, &now).is_empty());
     }
 }

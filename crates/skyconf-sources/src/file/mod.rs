@@ -204,22 +204,7 @@ impl FileSource {
                 .into_iter()
                 .collect(),
             (Form::Directory, None) => vec![Update::Snapshot(now.clone())],
-            (Form::Directory, Some(before)) => {
-                let mut updates = Vec::new();
-                let keys: std::collections::BTreeSet<_> = before.singles.keys().chain(now.singles.keys()).collect();
-                for key in keys {
-                    if before.singles.get(key) != now.singles.get(key) {
-                        updates.push(Update::Single { key: key.clone(), value: now.singles.get(key).cloned() });
-                    }
-                }
-                let groups: std::collections::BTreeSet<_> = before.groups.keys().chain(now.groups.keys()).collect();
-                for key in groups {
-                    if before.groups.get(key) != now.groups.get(key) {
-                        updates.push(Update::Group { key: key.clone(), items: now.groups.get(key).cloned() });
-                    }
-                }
-                updates
-            }
+            (Form::Directory, Some(before)) => crate::changes(before, now),
         }
     }
 

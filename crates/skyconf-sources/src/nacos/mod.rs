@@ -24,9 +24,9 @@
 //! [`Update::Snapshot`] once a full read succeeds again.
 
 mod client;
+mod layout;
 mod settings;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::client::{Auth, Client, Listened};
+use self::layout::{Held, is_valid_name};
 pub use self::settings::NacosSettings;
 use self::settings::invalid;
 use crate::{
@@ -174,7 +175,7 @@ impl NacosSource {
             if let Err(error) = outcome {
                 return SessionEnd::Failed(error);
             }
-            if let Err(gone) = reporter.send_all(changes(&before, &held.content(keys))).await {
+            if let Err(gone) = reporter.send_all(crate::changes(&before, &held.content(keys))).await {
                 return gone.into();
             }
         }
@@ -235,120 +236,10 @@ impl Session for NacosSource {
     }
 }
 
-/// Whether Nacos accepts `name` as a dataId, group or namespace.
-fn is_valid_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
-}
-
-/// One config's content as the store holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    text: String,
-    md5: String,
-}
-
-/// Every watched config, by dataId; `None` when the store has no such config.
-#[derive(Debug, Default)]
-struct Held {
-    configs: BTreeMap<String, Option<Entry>>,
-}
-
-impl Held {
-    fn insert(&mut self, data_id: String, value: Option<String>) {
-        let entry = value.map(|text| Entry { md5: client::content_md5(&text), text });
-        self.configs.insert(data_id, entry);
-    }
-
-    fn text(&self, data_id: &str) -> Option<&str> {
-        self.configs.get(data_id).and_then(Option::as_ref).map(|e| e.text.as_str())
-    }
-
-    /// The sub-item dataIds a group's index lists, in order, without duplicates.
-    fn sub_items(&self, group: &str) -> Vec<String> {
-        parse_index(self.text(group).unwrap_or(""))
-    }
-
-    /// Every dataId to watch: the keys, the group indexes and their sub-items.
-    fn watched(&self, keys: &KeySet) -> BTreeSet<String> {
-        let mut watched: BTreeSet<String> = keys.singles.iter().chain(&keys.groups).cloned().collect();
-        for group in &keys.groups {
-            watched.extend(self.sub_items(group));
-        }
-        watched
-    }
-
-    /// What the listener is told: each held dataId with its MD5 (empty: absent).
-    fn listened(&self) -> Vec<(String, String)> {
-        self.configs
-            .iter()
-            .map(|(data_id, entry)| (data_id.clone(), entry.as_ref().map(|e| e.md5.clone()).unwrap_or_default()))
-            .collect()
-    }
-
-    /// The store content the held configs make, mapped as the OAP maps them.
-    fn content(&self, keys: &KeySet) -> StoreContent {
-        let mut content = StoreContent::default();
-        for key in &keys.singles {
-            if let Some(text) = self.text(key) {
-                content.singles.insert(key.clone(), text.to_owned());
-            }
-        }
-        for group in &keys.groups {
-            let items = self
-                .sub_items(group)
-                .into_iter()
-                .filter_map(|item| self.text(&item).map(|text| (item, text.to_owned())))
-                .collect();
-            content.groups.insert(group.clone(), items);
-        }
-        content
-    }
-}
-
-/// The sub-item dataIds a group index lists: one per line, trimmed; blank lines, names Nacos
-/// would refuse and repeats are skipped.
-fn parse_index(index: &str) -> Vec<String> {
-    let mut items: Vec<String> = Vec::new();
-    for line in index.lines() {
-        let item = line.trim();
-        if item.is_empty() || items.iter().any(|i| i == item) {
-            continue;
-        }
-        if is_valid_name(item) {
-            items.push(item.to_owned());
-        } else {
-            tracing::warn!(item, "Skipping a group sub-item that cannot be a Nacos dataId.");
-        }
-    }
-    items
-}
-
-/// The updates that turn `before` into `now`.
-fn changes(before: &StoreContent, now: &StoreContent) -> Vec<Update> {
-    let mut updates = Vec::new();
-    let singles: BTreeSet<&String> = before.singles.keys().chain(now.singles.keys()).collect();
-    for key in singles {
-        if before.singles.get(key) != now.singles.get(key) {
-            updates.push(Update::Single { key: key.clone(), value: now.singles.get(key).cloned() });
-        }
-    }
-    let groups: BTreeSet<&String> = before.groups.keys().chain(now.groups.keys()).collect();
-    for key in groups {
-        if before.groups.get(key) != now.groups.get(key) {
-            updates.push(Update::Group { key: key.clone(), items: now.groups.get(key).cloned() });
-        }
-    }
-    updates
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::StoreConfig as _;
-
-    fn keys() -> KeySet {
-        KeySet { singles: vec!["a.b.c".into(), "item1".into()], groups: vec!["g.h.i".into()] }
-    }
 
     #[test]
     fn debug_hides_the_password_and_the_secret_key() {
@@ -411,49 +302,5 @@ mod tests {
         assert!(NacosSource::new(bad_ns).unwrap_err().message.starts_with("namespace `a/b`"));
         let source = NacosSource::new(NacosSettings::default()).unwrap();
         assert_eq!(source.describe(), "nacos http://127.0.0.1:8848/nacos group skywalking namespace public");
-    }
-
-    #[test]
-    fn an_index_lists_trimmed_sub_items_one_per_line() {
-        assert_eq!(parse_index("item1\n item2"), ["item1", "item2"]);
-        assert_eq!(parse_index("a\r\nb\r\n\r\n  \nb\nbad name\n"), ["a", "b"]);
-        assert!(parse_index("").is_empty());
-    }
-
-    #[test]
-    fn content_maps_keys_and_groups_as_the_oap() {
-        let mut held = Held::default();
-        held.insert("a.b.c".into(), Some("v".into()));
-        held.insert("item1".into(), None);
-        held.insert("g.h.i".into(), Some("item1\r\n item2\nitem3".into()));
-        held.insert("item2".into(), Some("200".into()));
-        let content = held.content(&keys());
-        assert_eq!(content.singles.len(), 1);
-        assert_eq!(content.singles["a.b.c"], "v");
-        let items = &content.groups["g.h.i"];
-        assert_eq!(items.len(), 1, "sub-items without a config are absent: {items:?}");
-        assert_eq!(items["item2"], "200");
-        let watched: Vec<_> = held.watched(&keys()).into_iter().collect();
-        assert_eq!(watched, ["a.b.c", "g.h.i", "item1", "item2", "item3"]);
-
-        let mut absent = Held::default();
-        absent.insert("g.h.i".into(), None);
-        assert!(absent.content(&keys()).groups["g.h.i"].is_empty(), "an absent index is an empty group");
-    }
-
-    #[test]
-    fn changes_name_what_differs() {
-        let mut before = StoreContent::default();
-        before.singles.insert("a".into(), "1".into());
-        before.groups.insert("g".into(), BTreeMap::from([("x".into(), "1".into())]));
-        let mut now = StoreContent::default();
-        now.singles.insert("b".into(), "2".into());
-        now.groups.insert("g".into(), BTreeMap::new());
-        let updates = changes(&before, &now);
-        assert_eq!(updates.len(), 3, "{updates:?}");
-        assert!(matches!(&updates[0], Update::Single { key, value: None } if key == "a"));
-        assert!(matches!(&updates[1], Update::Single { key, value: Some(v) } if key == "b" && v == "2"));
-        assert!(matches!(&updates[2], Update::Group { key, items: Some(i) } if key == "g" && i.is_empty()));
-        assert!(changes(&now, &now).is_empty());
     }
 }
