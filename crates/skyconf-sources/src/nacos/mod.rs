@@ -239,7 +239,6 @@ impl Session for NacosSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::StoreConfig as _;
 
     #[test]
     fn debug_hides_the_password_and_the_secret_key() {
@@ -249,42 +248,6 @@ mod tests {
         assert!(!printed.contains("s3cret") && printed.contains("<redacted>"), "{printed}");
         let auth = client::Auth::Password { username: "u".into(), password: "pw-s3cret".into() };
         assert!(!format!("{auth:?}").contains("s3cret"));
-    }
-
-    #[test]
-    fn defaults_and_names_are_the_oaps() {
-        let settings = NacosSettings::default();
-        assert_eq!(settings.bases(), ["http://127.0.0.1:8848/nacos"]);
-        assert_eq!(settings.group, "skywalking");
-        assert_eq!(settings.safety_net(), Duration::from_secs(60));
-        let yaml = r#"{"serverAddr": "nacos.local", "port": 9000, "group": "g", "namespace": "ns",
-            "username": "u", "password": "p", "contextPath": "/ctx/", "period": 5}"#;
-        let parsed: NacosSettings = serde_json::from_str(yaml).unwrap();
-        assert_eq!(parsed.bases(), ["http://nacos.local:9000/ctx"]);
-        assert_eq!((parsed.namespace.as_str(), parsed.period), ("ns", 5));
-        let keys: NacosSettings = serde_json::from_str(r#"{"accessKey": "ak", "secretKey": "sk"}"#).unwrap();
-        assert_eq!((keys.access_key.as_str(), keys.secret_key.as_str()), ("ak", "sk"));
-        assert!(serde_json::from_str::<NacosSettings>(r#"{"serverAdr": "x"}"#).is_err(), "typos are refused");
-        assert_eq!(NacosSettings::ENV.len(), 9);
-    }
-
-    #[test]
-    fn server_lists_keep_their_own_ports_and_schemes() {
-        let settings = NacosSettings {
-            server_addr: "a, b:9, https://c, [::1], [::1]:7, http://d:1/".into(),
-            ..NacosSettings::default()
-        };
-        assert_eq!(
-            settings.bases(),
-            [
-                "http://a:8848/nacos",
-                "http://b:9/nacos",
-                "https://c:8848/nacos",
-                "http://[::1]:8848/nacos",
-                "http://[::1]:7/nacos",
-                "http://d:1/nacos"
-            ]
-        );
     }
 
     #[test]
