@@ -206,9 +206,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         .or_else(|| file_config.as_ref().and_then(|f| f.string("configuration.selector")))
         .or_else(|| args.file.as_ref().map(|_| "file".to_owned()))
         .context("no store chosen: give --file PATH, --store NAME, or --config FILE with a `configuration.selector`")?;
-    let selector = canonical_selector(&selector_name)?;
-    let entry = skyconf_sources::entry(selector)
-        .with_context(|| format!("the `{selector}` store is not built into this binary"))?;
+    let entry = canonical_selector(&selector_name)?;
 
     #[derive(serde::Deserialize, Default)]
     #[serde(rename_all = "camelCase", default)]
