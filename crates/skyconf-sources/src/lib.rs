@@ -153,7 +153,7 @@ impl KeySet {
 ///   store can push). On an outage it sends one [`Update::Failed`], reconnects after the waits of
 ///   a [`Backoff`] (exponential, equal jitter), and sends a fresh snapshot when back. It returns
 ///   when `shutdown` is cancelled or the receiver is gone. Every store gets this by implementing
-///   a [`Session`] and handing it to [`supervise`].
+///   a [`Session`] and handing it to [`supervise()`].
 /// - [`Source::put`] writes one single key (`None` deletes it), as the OAP's layout for the store
 ///   requires; the change then arrives through `run` like any other.
 pub trait Source: Send + Sync + 'static {

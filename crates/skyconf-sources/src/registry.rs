@@ -1,7 +1,7 @@
 //! Stores as data: each store's settings type implements [`StoreConfig`] (the OAP's selector name,
 //! its `SW_*` variables, how to open the store), and [`REGISTRY`] lists the stores built into this
 //! binary. Adding a store (Consul, Apollo) means a directory under `src/` and one line in the
-//! [`stores!`] list below; the CLI layers settings and opens whatever the registry names.
+//! `stores!` list below; the CLI layers settings and opens whatever the registry names.
 
 use serde::de::DeserializeOwned;
 

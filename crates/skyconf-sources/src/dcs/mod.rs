@@ -12,7 +12,7 @@
 //! - a group present in a response replaces that group (missing sub-items are deleted); a group
 //!   absent from it is left alone;
 //! - on an error nothing changes and the uuid is kept, so the next round asks again (one
-//!   [`Update::Failed`] per outage, through [`supervise`](crate::supervise)).
+//!   [`Update::Failed`] per outage, through [`supervise()`]).
 //!
 //! Unlike the OAP, which drops names it has no watcher for, skyconf keeps every name: it carries
 //! the whole store for its own DCS server and admin API.

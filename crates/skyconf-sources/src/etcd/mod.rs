@@ -1,6 +1,6 @@
 //! The etcd store (v3 API), laid out as the OAP's `configuration: etcd` selector lays it out: a
 //! single key at `{namespace}/{key}`, a group's sub-items under `{namespace}/{key}/` (see
-//! [`layout`](self::layout) for the details), values as text.
+//! the `layout` module for the details), values as text.
 //!
 //! Where the OAP polls each registered key every `period` (60 s), skyconf reads the whole
 //! namespace once and then follows one prefix watch on it, so a change is reported as soon as etcd

@@ -1,4 +1,4 @@
-//! The Nacos store, over Nacos' HTTP open API (see [`client`] for the protocol).
+//! The Nacos store, over Nacos' HTTP open API (the `client` module speaks the protocol).
 //!
 //! Key mapping, exactly as the OAP's Nacos register:
 //! - a SINGLE key is the config with dataId `{key}` in the configured `group`, in the namespace
