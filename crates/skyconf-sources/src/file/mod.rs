@@ -384,6 +384,22 @@ mod tests {
         task.await.unwrap();
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_cannot_be_set_up_is_one_failure_however_often_it_is_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(40));
+        let (mut rx, stop, task) = spawn(FileSource::directory(&missing).with_backoff(backoff));
+        assert!(matches!(next(&mut rx).await, Update::Failed(SourceError::Watch { .. })));
+        let quiet = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+        assert!(quiet.is_err(), "retried for 10 s without a second failure: {quiet:?}");
+
+        std::fs::create_dir(&missing).unwrap();
+        assert!(matches!(next(&mut rx).await, Update::Snapshot(content) if content == StoreContent::default()));
+        stop.cancel();
+        task.await.unwrap();
+    }
+
     #[tokio::test]
     async fn directory_form_maps_files_to_keys_and_subdirectories_to_groups() {
         let dir = tempfile::tempdir().unwrap();
