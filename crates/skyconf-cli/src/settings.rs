@@ -38,6 +38,7 @@ use anyhow::{Context as _, bail};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use skyconf_server::security::{ClientAuth, ClientCerts, GrpcLimits, Secret, TlsFiles};
+use skyconf_sources::StoreEntry;
 
 /// skyconf's own section.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -245,20 +246,25 @@ fn substitute(text: &str, env: &dyn Fn(&str) -> Option<String>) -> String {
     out
 }
 
-/// The selector's canonical name: the OAP's, with `dcs` accepted for `grpc`.
-pub(crate) fn canonical_selector(name: &str) -> anyhow::Result<&'static str> {
-    Ok(match name.trim() {
-        "file" => "file",
-        "grpc" | "dcs" => "grpc",
-        "etcd" => "etcd",
-        "zookeeper" => "zookeeper",
-        "nacos" => "nacos",
-        "none" => "none",
-        other @ ("consul" | "apollo" | "k8s-configmap") => {
-            bail!("the `{other}` store is not supported yet; supported: file, etcd, zookeeper, nacos, grpc (dcs), none")
-        }
-        other => bail!("unknown store `{other}`; supported: file, etcd, zookeeper, nacos, grpc (dcs), none"),
-    })
+/// The store a selector names (the OAP's selector, or an alias such as `dcs` for `grpc`), from the
+/// stores built into this binary.
+pub(crate) fn canonical_selector(name: &str) -> anyhow::Result<&'static StoreEntry> {
+    let name = name.trim();
+    if let Some(entry) = skyconf_sources::entry(name) {
+        return Ok(entry);
+    }
+    let supported: Vec<String> = skyconf_sources::REGISTRY
+        .iter()
+        .map(|entry| match entry.aliases {
+            [] => entry.selector.to_owned(),
+            aliases => format!("{} ({})", entry.selector, aliases.join(", ")),
+        })
+        .collect();
+    let supported = supported.join(", ");
+    if matches!(name, "consul" | "apollo" | "k8s-configmap") {
+        bail!("the `{name}` store is not supported yet; supported: {supported}");
+    }
+    bail!("unknown store `{name}`; supported: {supported}")
 }
 
 #[cfg(test)]
@@ -362,8 +368,8 @@ skyconf:
 
     #[test]
     fn selectors_use_the_oap_names() {
-        assert_eq!(canonical_selector("dcs").unwrap(), "grpc");
-        assert_eq!(canonical_selector("etcd").unwrap(), "etcd");
+        assert_eq!(canonical_selector("dcs").unwrap().selector, "grpc");
+        assert_eq!(canonical_selector("etcd").unwrap().selector, "etcd");
         assert!(canonical_selector("consul").unwrap_err().to_string().contains("not supported yet"));
         assert!(canonical_selector("nope").is_err());
     }

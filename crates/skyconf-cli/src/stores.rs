@@ -1,4 +1,5 @@
-//! Choosing and opening the store `serve` watches.
+//! Layering the settings of the store `serve` watches; which stores exist, their `SW_*` variables
+//! and how each opens come from `skyconf_sources`' registry.
 //!
 //! Every store's settings carry the OAP's names (`configuration.<selector>` in an
 //! `application.yml`) and are resolved the same way, later layers winning:
@@ -10,43 +11,10 @@
 //! 4. `--store-setting NAME=VALUE` flags, NAME being the OAP's setting name (`endpoints`,
 //!    `namespace`, `hostPort`, `serverAddr`, ...).
 
-use std::path::PathBuf;
-
-use anyhow::{Context as _, bail};
-use serde::de::DeserializeOwned;
-use skyconf_sources::dcs::{DcsSettings, DcsSource};
-use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
-use skyconf_sources::file::FileSource;
-use skyconf_sources::nacos::{NacosSettings, NacosSource};
-use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
-use skyconf_sources::{Limits, NoStore};
+use anyhow::Context as _;
+use skyconf_sources::{DynSource, Limits, StoreConfig, WithStore};
 
 use crate::settings::ConfigFile;
-
-/// Each store's settings and the `SW_*` variable the OAP's application.yml reads them from
-/// (behaviour reference §3.5).
-const ENV: &[(&str, &[(&str, &str)])] = &[
-    (
-        "grpc",
-        &[
-            ("host", "SW_DCS_SERVER_HOST"),
-            ("port", "SW_DCS_SERVER_PORT"),
-            ("clusterName", "SW_DCS_CLUSTER_NAME"),
-            ("period", "SW_DCS_PERIOD"),
-            ("maxInboundMessageSize", "SW_DCS_MAX_INBOUND_MESSAGE_SIZE"),
-        ],
-    ),
-    ("etcd", skyconf_sources::etcd::ENV_NAMES),
-    (
-        "zookeeper",
-        &[
-            ("period", "SW_CONFIG_ZK_PERIOD"),
-            ("namespace", "SW_CONFIG_ZK_NAMESPACE"),
-            ("hostPort", "SW_CONFIG_ZK_HOST_PORT"),
-        ],
-    ),
-    ("nacos", NacosSettings::ENV),
-];
 
 /// `NAME=VALUE`.
 pub(crate) fn parse_setting(text: &str) -> Result<(String, String), String> {
@@ -54,17 +22,6 @@ pub(crate) fn parse_setting(text: &str) -> Result<(String, String), String> {
         .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
         .filter(|(k, _)| !k.is_empty())
         .ok_or_else(|| format!("expected NAME=VALUE, got `{text}`"))
-}
-
-/// The opened store.
-#[derive(Debug)]
-pub(crate) enum Store {
-    File(FileSource),
-    Dcs(DcsSource),
-    Etcd(EtcdSource),
-    Zookeeper(ZookeeperSource),
-    Nacos(NacosSource),
-    None(NoStore),
 }
 
 /// Where a store's settings come from.
@@ -75,11 +32,11 @@ pub(crate) struct Layers<'a> {
 }
 
 impl Layers<'_> {
-    /// The settings of `selector`, layered as the module header says.
-    fn settings<T: DeserializeOwned>(&self, selector: &str) -> anyhow::Result<T> {
+    /// The settings of the store `C`, layered as the module header says.
+    fn settings<C: StoreConfig>(&self) -> anyhow::Result<C> {
+        let selector = C::SELECTOR;
         let mut merged = serde_json::Map::new();
-        let env_names = ENV.iter().find(|(s, _)| *s == selector).map_or(&[][..], |(_, names)| *names);
-        for (name, variable) in env_names {
+        for (name, variable) in C::ENV {
             if let Some(value) = (self.env)(variable) {
                 merged.insert((*name).to_owned(), serde_json::Value::String(value));
             }
@@ -97,47 +54,37 @@ impl Layers<'_> {
         config::Config::builder()
             .add_source(config::Config::try_from(&serde_json::Value::Object(merged))?)
             .build()?
-            .try_deserialize::<T>()
+            .try_deserialize::<C>()
             .with_context(|| format!("invalid `{selector}` store settings"))
     }
 }
 
-/// Opens the store named by `selector` (canonical: see `settings::canonical_selector`).
-pub(crate) fn open(
-    selector: &str,
-    file_path: Option<PathBuf>,
-    limits: Limits,
-    layers: &Layers<'_>,
-) -> anyhow::Result<Store> {
-    Ok(match selector {
-        "file" => {
-            let path = match file_path {
-                Some(path) => path,
-                None => {
-                    #[derive(serde::Deserialize, Default)]
-                    #[serde(default)]
-                    struct FileSection {
-                        path: Option<PathBuf>,
-                    }
-                    layers
-                        .settings::<FileSection>("file")?
-                        .path
-                        .context("the file store needs a path: --file PATH or configuration.file.path")?
-                }
-            };
-            Store::File(FileSource::open(path).with_limits(limits))
+/// Opens the store `name` selects (a selector or an alias, see [`skyconf_sources::REGISTRY`]),
+/// with its settings layered.
+pub(crate) fn open(name: &str, limits: Limits, layers: &Layers<'_>) -> anyhow::Result<Box<dyn DynSource>> {
+    /// Layers and opens whichever store's settings type it is handed.
+    struct Open<'a, 'b> {
+        layers: &'a Layers<'b>,
+        limits: Limits,
+    }
+
+    impl WithStore for Open<'_, '_> {
+        type Output = anyhow::Result<Box<dyn DynSource>>;
+
+        fn with<C: StoreConfig>(self) -> Self::Output {
+            Ok(self.layers.settings::<C>()?.open(self.limits)?)
         }
-        "grpc" => Store::Dcs(DcsSource::new(layers.settings::<DcsSettings>("grpc")?)?),
-        "etcd" => Store::Etcd(EtcdSource::new(layers.settings::<EtcdSettings>("etcd")?)?),
-        "zookeeper" => Store::Zookeeper(ZookeeperSource::new(layers.settings::<ZookeeperSettings>("zookeeper")?)?),
-        "nacos" => Store::Nacos(NacosSource::new(layers.settings::<NacosSettings>("nacos")?)?),
-        "none" => Store::None(NoStore),
-        other => bail!("the `{other}` store is not built into this binary"),
-    })
+    }
+
+    skyconf_sources::with_store(name, Open { layers, limits })
+        .with_context(|| format!("the `{name}` store is not built into this binary"))?
 }
 
 #[cfg(test)]
 mod tests {
+    use skyconf_sources::etcd::EtcdSettings;
+    use skyconf_sources::zookeeper::ZookeeperSettings;
+
     use super::*;
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
@@ -150,14 +97,14 @@ mod tests {
         let file = ConfigFile::parse("configuration:\n  etcd:\n    namespace: /from-file\n", "f", &e).unwrap();
         let overrides = [("connectTimeoutMs".to_owned(), "1500".to_owned())];
         let layers = Layers { file: Some(&file), overrides: &overrides, env: &e };
-        let etcd: EtcdSettings = layers.settings("etcd").unwrap();
+        let etcd: EtcdSettings = layers.settings().unwrap();
         assert_eq!(etcd.endpoints, "http://env:2379", "environment over defaults");
         assert_eq!(etcd.namespace, "/from-file", "file over environment");
         assert_eq!(etcd.connect_timeout_ms, 1500, "flags over everything, typed from text");
 
         let nothing = env(&[]);
         let layers = Layers { file: None, overrides: &[], env: &nothing };
-        let zk: ZookeeperSettings = layers.settings("zookeeper").unwrap();
+        let zk: ZookeeperSettings = layers.settings().unwrap();
         assert_eq!(zk, ZookeeperSettings::default());
     }
 
@@ -166,7 +113,7 @@ mod tests {
         let nothing = env(&[]);
         let overrides = [("hostport".to_owned(), "x:1".to_owned())];
         let layers = Layers { file: None, overrides: &overrides, env: &nothing };
-        assert!(layers.settings::<ZookeeperSettings>("zookeeper").is_err());
+        assert!(layers.settings::<ZookeeperSettings>().is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyconf_sources::Source;
+use skyconf_sources::{DynSource, Source};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -122,7 +122,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store))
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
-        .with_writer(source as Arc<dyn admin::StoreWriter>)
+        .with_writer(source as Arc<dyn DynSource>)
         .with_options(config.admin);
     let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let stop = shutdown.clone();

@@ -16,15 +16,20 @@ pub mod file;
 pub mod fs;
 #[cfg(feature = "nacos")]
 pub mod nacos;
+pub mod registry;
+pub mod supervise;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
+pub use registry::{NoneSettings, REGISTRY, StoreConfig, StoreEntry, WithStore, entry, with_store};
 pub use skyconf_core::backoff::Backoff;
 pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, StoreContent};
+pub use supervise::{ReceiverGone, Reporter, Session, SessionEnd, supervise};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -146,9 +151,10 @@ impl KeySet {
 /// - [`Source::load`] reads the watched keys once; it fails rather than returning a partial view.
 /// - [`Source::run`] establishes its watch *first*, then sends an [`Update::Snapshot`] (so no
 ///   change between the two is lost), then one update per change, promptly (no polling where the
-///   store can push). On an outage it sends one [`Update::Failed`], reconnects with backoff and
-///   jitter, and sends a fresh snapshot when back. It returns when `shutdown` is cancelled or the
-///   receiver is gone.
+///   store can push). On an outage it sends one [`Update::Failed`], reconnects after the waits of
+///   a [`Backoff`] (exponential, equal jitter), and sends a fresh snapshot when back. It returns
+///   when `shutdown` is cancelled or the receiver is gone. Every store gets this by implementing
+///   a [`Session`] and handing it to [`supervise()`].
 /// - [`Source::put`] writes one single key (`None` deletes it), as the OAP's layout for the store
 ///   requires; the change then arrives through `run` like any other.
 pub trait Source: Send + Sync + 'static {
@@ -168,6 +174,96 @@ pub trait Source: Send + Sync + 'static {
 
     /// Writes (or with `None`, deletes) one single key.
     fn put(&self, key: &str, value: Option<&str>) -> impl Future<Output = Result<(), SourceError>> + Send;
+}
+
+/// A future boxed for a trait object.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A [`Source`] as a trait object, for code that picks the store at run time (the CLI, the admin
+/// API's writer). Every `Source` is one; a `Box<dyn DynSource>` is a `Source` again, so generic
+/// code such as the server's `start_with` takes it unchanged. The methods carry a `_boxed` suffix
+/// so they never shadow [`Source`]'s.
+pub trait DynSource: Send + Sync + 'static {
+    /// [`Source::describe`].
+    fn describe_boxed(&self) -> String;
+    /// [`Source::load`], boxed.
+    fn load_boxed<'a>(&'a self, keys: &'a KeySet) -> BoxFuture<'a, Result<StoreContent, SourceError>>;
+    /// [`Source::run`], boxed.
+    fn run_boxed(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) -> BoxFuture<'_, ()>;
+    /// [`Source::put`], boxed.
+    fn put_boxed<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>>;
+}
+
+impl<S: Source> DynSource for S {
+    fn describe_boxed(&self) -> String {
+        self.describe()
+    }
+
+    fn load_boxed<'a>(&'a self, keys: &'a KeySet) -> BoxFuture<'a, Result<StoreContent, SourceError>> {
+        Box::pin(self.load(keys))
+    }
+
+    fn run_boxed(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) -> BoxFuture<'_, ()> {
+        Box::pin(self.run(keys, updates, shutdown))
+    }
+
+    fn put_boxed<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>> {
+        Box::pin(self.put(key, value))
+    }
+}
+
+impl Source for Box<dyn DynSource> {
+    fn describe(&self) -> String {
+        (**self).describe_boxed()
+    }
+
+    async fn load(&self, keys: &KeySet) -> Result<StoreContent, SourceError> {
+        (**self).load_boxed(keys).await
+    }
+
+    async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        (**self).run_boxed(keys, updates, shutdown).await;
+    }
+
+    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+        (**self).put_boxed(key, value).await
+    }
+}
+
+/// Settings a store cannot work with: the one error every store's settings fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {store} settings: {message}")]
+pub struct SettingsError {
+    /// The store, by its selector (`etcd`, `zookeeper`, ...).
+    pub store: &'static str,
+    /// What is wrong, naming the setting as the OAP names it.
+    pub message: String,
+}
+
+impl SettingsError {
+    /// `message` about `store`'s settings.
+    pub fn new(store: &'static str, message: impl Into<String>) -> Self {
+        Self { store, message: message.into() }
+    }
+}
+
+/// The updates that turn `before` into `now`, one per key that differs (for stores that re-read
+/// rather than being told what changed).
+pub(crate) fn changes(before: &StoreContent, now: &StoreContent) -> Vec<Update> {
+    let mut updates = Vec::new();
+    let singles: BTreeSet<&String> = before.singles.keys().chain(now.singles.keys()).collect();
+    for key in singles {
+        if before.singles.get(key) != now.singles.get(key) {
+            updates.push(Update::Single { key: key.clone(), value: now.singles.get(key).cloned() });
+        }
+    }
+    let groups: BTreeSet<&String> = before.groups.keys().chain(now.groups.keys()).collect();
+    for key in groups {
+        if before.groups.get(key) != now.groups.get(key) {
+            updates.push(Update::Group { key: key.clone(), items: now.groups.get(key).cloned() });
+        }
+    }
+    updates
 }
 
 /// The OAP's `none` selector: a store that holds nothing, so every agent gets the EMPTY answer.
@@ -218,5 +314,21 @@ mod tests {
         assert_eq!(keys.singles.iter().filter(|k| *k == AGENT_CONFIGURATIONS_KEY).count(), 1);
         assert!(keys.singles.contains(&"x.y.z".to_owned()));
         assert_eq!(keys.groups, ["core.default.endpoint-name-grouping-openapi"]);
+    }
+
+    #[test]
+    fn changes_name_what_differs() {
+        let mut before = StoreContent::default();
+        before.singles.insert("a".into(), "1".into());
+        before.groups.insert("g".into(), BTreeMap::from([("x".into(), "1".into())]));
+        let mut now = StoreContent::default();
+        now.singles.insert("b".into(), "2".into());
+        now.groups.insert("g".into(), BTreeMap::new());
+        let updates = changes(&before, &now);
+        assert_eq!(updates.len(), 3, "{updates:?}");
+        assert!(matches!(&updates[0], Update::Single { key, value: None } if key == "a"));
+        assert!(matches!(&updates[1], Update::Single { key, value: Some(v) } if key == "b" && v == "2"));
+        assert!(matches!(&updates[2], Update::Group { key, items: Some(i) } if key == "g" && i.is_empty()));
+        assert!(changes(&now, &now).is_empty());
     }
 }

@@ -13,12 +13,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use skyconf_server::security::{AdminTokens, ClientAuth, Role, Secret, SecurityConfig};
 use skyconf_server::{AdminOptions, CdsOptions, FleetOptions, ServeConfig};
-use skyconf_sources::{KeySet, Limits, Source};
+use skyconf_sources::file::FileSettings;
+use skyconf_sources::{DynSource, KeySet, Limits, StoreConfig as _};
 
 use crate::settings::{
     ConfigFile, LimitsSection, SecuritySection, SharingServerSection, SkyconfSection, TlsSettings, canonical_selector,
 };
-use crate::stores::{self, Layers, Store};
+use crate::stores::{self, Layers};
 
 /// Arguments of `skyconf serve`.
 #[derive(Debug, clap::Args)]
@@ -189,7 +190,7 @@ fn security(
 /// Everything `serve` needs, resolved and validated.
 struct Plan {
     config: ServeConfig,
-    store: Store,
+    store: Box<dyn DynSource>,
 }
 
 fn plan(args: Args) -> anyhow::Result<Plan> {
@@ -205,7 +206,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         .or_else(|| file_config.as_ref().and_then(|f| f.string("configuration.selector")))
         .or_else(|| args.file.as_ref().map(|_| "file".to_owned()))
         .context("no store chosen: give --file PATH, --store NAME, or --config FILE with a `configuration.selector`")?;
-    let selector = canonical_selector(&selector_name)?;
+    let entry = canonical_selector(&selector_name)?;
 
     #[derive(serde::Deserialize, Default)]
     #[serde(rename_all = "camelCase", default)]
@@ -224,8 +225,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         cds: CdsOptions { disable_message_digest: args.disable_message_digest || discovery.disable_message_digest },
         data_dir: args.data_dir.or(own.data_dir),
         keys: KeySet::oap_with(own.extra_keys),
-        // A local file is there or it is a mistake; a remote store may come back.
-        require_initial_load: selector == "file",
+        require_initial_load: entry.must_load_at_start,
         release_retention: args.release_retention.unwrap_or(defaults.release_retention),
         fleet: FleetOptions {
             stuck_after_polls: args.stuck_after_polls.unwrap_or(defaults.fleet.stuck_after_polls),
@@ -248,8 +248,13 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
             .or(own.max_document_bytes)
             .unwrap_or(Limits::default().max_value_bytes),
     };
-    let layers = Layers { file: file_config.as_ref(), overrides: &args.store_settings, env: &env };
-    let store = stores::open(selector, args.file, limits, &layers)?;
+    let mut overrides = args.store_settings;
+    // `--file PATH` is the file store's `path` setting, ahead of the config file's.
+    if let Some(path) = args.file.filter(|_| entry.selector == FileSettings::SELECTOR) {
+        overrides.insert(0, ("path".to_owned(), path.to_string_lossy().into_owned()));
+    }
+    let layers = Layers { file: file_config.as_ref(), overrides: &overrides, env: &env };
+    let store = stores::open(entry.selector, limits, &layers)?;
     Ok(Plan { config, store })
 }
 
@@ -257,23 +262,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::runtime()?.block_on(async move {
         // Inside the runtime: some stores set up their (lazy) connections when opened.
         let Plan { config, store } = plan(args)?;
-        match store {
-            Store::File(source) => serve(source, config).await,
-            Store::Dcs(source) => serve(source, config).await,
-            Store::Etcd(source) => serve(source, config).await,
-            Store::Zookeeper(source) => serve(source, config).await,
-            Store::Nacos(source) => serve(source, config).await,
-            Store::None(source) => {
-                tracing::warn!(
-                    "No store: every agent gets the EMPTY answer, as an OAP with `configuration: selector: none` gives."
-                );
-                serve(source, config).await
-            }
-        }
+        serve(store, config).await
     })
 }
 
-async fn serve<S: Source>(source: S, config: ServeConfig) -> anyhow::Result<ExitCode> {
+async fn serve(source: Box<dyn DynSource>, config: ServeConfig) -> anyhow::Result<ExitCode> {
     let running = skyconf_server::start_with(source, config).await?;
     let stop = running.shutdown_token();
     tokio::spawn(async move {

@@ -29,9 +29,8 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use futures_util::future::BoxFuture;
 use serde_json::json;
-use skyconf_sources::{Source, SourceError};
+use skyconf_sources::DynSource;
 
 pub use error::AppError;
 
@@ -42,18 +41,6 @@ use crate::store_view::StoreView;
 
 /// The longest service name the API accepts.
 pub const MAX_SERVICE_NAME_BYTES: usize = 512;
-
-/// Writes to the store behind the server: any [`Source`], type-erased.
-pub trait StoreWriter: Send + Sync + 'static {
-    /// Writes (or with `None`, deletes) one single key, as [`Source::put`] does.
-    fn put_key<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>>;
-}
-
-impl<S: Source> StoreWriter for S {
-    fn put_key<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>> {
-        Box::pin(self.put(key, value))
-    }
-}
 
 /// Limits and waits of the admin API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +64,7 @@ pub struct Admin {
     store: Arc<StoreView>,
     releases: Arc<ReleaseLog>,
     fleet: Arc<Fleet>,
-    writer: Option<Arc<dyn StoreWriter>>,
+    writer: Option<Arc<dyn DynSource>>,
     options: AdminOptions,
     /// Writes are serialised: each one reads the current table, writes, and waits to be served.
     write_lock: Arc<tokio::sync::Mutex<()>>,
@@ -122,7 +109,7 @@ impl Admin {
     }
 
     /// Writes through `writer`.
-    pub fn with_writer(mut self, writer: Arc<dyn StoreWriter>) -> Self {
+    pub fn with_writer(mut self, writer: Arc<dyn DynSource>) -> Self {
         self.writer = Some(writer);
         self
     }

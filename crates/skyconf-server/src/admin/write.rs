@@ -183,7 +183,7 @@ async fn apply(
     let mut served_changes = admin.served.subscribe();
     let started = Instant::now();
     admin.releases.expect(proposal.text.as_deref(), attribution);
-    if let Err(error) = writer.put_key(AGENT_CONFIGURATIONS_KEY, proposal.text.as_deref()).await {
+    if let Err(error) = writer.put_boxed(AGENT_CONFIGURATIONS_KEY, proposal.text.as_deref()).await {
         admin.releases.withdraw(proposal.text.as_deref());
         tracing::warn!(%error, "The store refused an admin write.");
         return Err(error.into());

@@ -1,6 +1,6 @@
 //! The etcd store (v3 API), laid out as the OAP's `configuration: etcd` selector lays it out: a
 //! single key at `{namespace}/{key}`, a group's sub-items under `{namespace}/{key}/` (see
-//! [`layout`](self::layout) for the details), values as text.
+//! the `layout` module for the details), values as text.
 //!
 //! Where the OAP polls each registered key every `period` (60 s), skyconf reads the whole
 //! namespace once and then follows one prefix watch on it, so a change is reported as soon as etcd
@@ -42,8 +42,11 @@ use tokio_util::sync::CancellationToken;
 
 use self::client::{Connection, Connector, EtcdError};
 use self::layout::{Layout, Slot};
-pub use self::settings::{ENV_NAMES, EtcdSettings, InvalidSettings};
-use crate::{Backoff, KeySet, Limits, Source, SourceError, StoreContent, Update};
+pub use self::settings::EtcdSettings;
+use crate::{
+    Backoff, KeySet, Limits, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent, Update,
+    supervise,
+};
 
 /// Room for etcd's framing around the largest value accepted.
 const MESSAGE_OVERHEAD: usize = 16 * 1024 * 1024;
@@ -67,20 +70,9 @@ pub struct EtcdSource {
     writer: Mutex<Option<Box<Connection>>>,
 }
 
-/// How a watch session ended.
-enum SessionEnd {
-    /// The receiver is gone: stop.
-    ReceiverGone,
-    /// The history the watch needed is gone (compaction, or a store whose revisions went back):
-    /// read the namespace again at once.
-    Relist(String),
-    /// The store failed; `established` when a watch had been running.
-    Failed { error: SourceError, established: bool },
-}
-
 impl EtcdSource {
     /// A source for `settings`; nothing is contacted until it is used.
-    pub fn new(settings: EtcdSettings) -> Result<Self, InvalidSettings> {
+    pub fn new(settings: EtcdSettings) -> Result<Self, SettingsError> {
         settings.validate()?;
         let endpoints = settings.endpoint_list()?;
         let limits = Limits::default();
@@ -149,15 +141,16 @@ impl EtcdSource {
         Ok((mirror, revision, problems))
     }
 
+    /// Forgets the revision to resume from, so the next session reads the namespace afresh.
+    fn relist(&self, reason: String) -> SessionEnd {
+        self.reported.store(0, Ordering::Release);
+        self.relists.fetch_add(1, Ordering::Relaxed);
+        SessionEnd::Relist(reason)
+    }
+
     /// One connection's life: connect, read and watch, report until the watch ends.
-    async fn session(
-        &self,
-        layout: &Layout,
-        updates: &mpsc::Sender<Update>,
-        failing: &mut bool,
-        backoff: &mut Backoff,
-    ) -> SessionEnd {
-        let failed = |error: &EtcdError| SessionEnd::Failed { error: self.error(error), established: false };
+    async fn session(&self, layout: &Layout, reporter: &mut Reporter<'_>) -> SessionEnd {
+        let failed = |error: &EtcdError| SessionEnd::Failed(self.error(error));
         let connection = match self.connector.connect().await {
             Ok(connection) => connection,
             Err(error) => return failed(&error),
@@ -169,12 +162,12 @@ impl EtcdSource {
             // fresh read for the snapshot.
             let watch = match connection.watch(key, range_end, resume_after + 1).await {
                 Ok(watch) => watch,
-                Err(error @ EtcdError::Compacted { .. }) => return SessionEnd::Relist(error.to_string()),
+                Err(error @ EtcdError::Compacted { .. }) => return self.relist(error.to_string()),
                 Err(error) => return failed(&error),
             };
             match self.read(&connection, layout).await {
                 Ok((_, revision, _)) if revision < resume_after => {
-                    return SessionEnd::Relist(format!(
+                    return self.relist(format!(
                         "the store's revision {revision} is behind the last one seen, {resume_after}: a new or restored cluster"
                     ));
                 }
@@ -193,18 +186,17 @@ impl EtcdSource {
         };
         let (mut watch, (mut mirror, revision, problems)) = established;
         self.reported.fetch_max(revision, Ordering::AcqRel);
-        *failing = false;
-        backoff.reset();
+        reporter.established();
         tracing::info!(store = %self.describe(), revision, singles = mirror.content.singles.len(), groups = mirror.content.groups.len(), "Watching the etcd namespace.");
         let first = std::iter::once(Update::Snapshot(mirror.content.clone()));
-        if !send_all(updates, first.chain(problems.into_iter().map(Update::Failed))).await {
-            return SessionEnd::ReceiverGone;
+        if let Err(gone) = reporter.send_all(first.chain(problems.into_iter().map(Update::Failed))).await {
+            return gone.into();
         }
         loop {
             let response = match watch.next().await {
                 Ok(response) => response,
-                Err(error @ EtcdError::Compacted { .. }) => return SessionEnd::Relist(error.to_string()),
-                Err(error) => return SessionEnd::Failed { error: self.error(&error), established: true },
+                Err(error @ EtcdError::Compacted { .. }) => return self.relist(error.to_string()),
+                Err(error) => return SessionEnd::Failed(self.error(&error)),
             };
             let events = response.events.into_iter().filter_map(|event| {
                 let op = if event.r#type == mvccpb::event::EventType::Delete as i32 { Op::Delete } else { Op::Put };
@@ -213,8 +205,10 @@ impl EtcdSource {
             });
             let (batch, problems) = mirror.apply_all(events, self.limits.max_value_bytes);
             self.reported.fetch_max(mirror.last_revision, Ordering::AcqRel);
-            if !send_all(updates, batch.into_iter().chain(problems.into_iter().map(Update::Failed))).await {
-                return SessionEnd::ReceiverGone;
+            if let Err(gone) =
+                reporter.send_all(batch.into_iter().chain(problems.into_iter().map(Update::Failed))).await
+            {
+                return gone.into();
             }
         }
     }
@@ -238,43 +232,7 @@ impl Source for EtcdSource {
     }
 
     async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
-        let layout = Layout::new(&self.prefix, &keys);
-        let mut backoff = self.backoff.clone();
-        let mut failing = false;
-        loop {
-            let ended = tokio::select! {
-                () = shutdown.cancelled() => return,
-                ended = self.session(&layout, &updates, &mut failing, &mut backoff) => ended,
-            };
-            match ended {
-                SessionEnd::ReceiverGone => return,
-                SessionEnd::Relist(why) => {
-                    tracing::info!(store = %self.describe(), reason = %why, "Reading the etcd namespace again.");
-                    self.reported.store(0, Ordering::Release);
-                    self.relists.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                SessionEnd::Failed { error, established: true } => {
-                    // The store may well still be there: reconnect before calling it an outage.
-                    tracing::warn!(store = %self.describe(), %error, "The etcd watch ended; reconnecting.");
-                }
-                SessionEnd::Failed { error, established: false } => {
-                    if failing {
-                        tracing::debug!(store = %self.describe(), %error, "The etcd store is still unavailable.");
-                    } else {
-                        failing = true;
-                        tracing::warn!(store = %self.describe(), %error, "The etcd store is unavailable; retrying with backoff.");
-                        if updates.send(Update::Failed(error)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(backoff.next_delay()) => {}
-            }
-        }
+        supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
     async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
@@ -314,19 +272,15 @@ impl Source for EtcdSource {
     }
 }
 
+impl Session for EtcdSource {
+    async fn run_once(&self, keys: &KeySet, reporter: &mut Reporter<'_>) -> SessionEnd {
+        self.session(&Layout::new(&self.prefix, keys), reporter).await
+    }
+}
+
 /// The largest gRPC message accepted: a whole namespace read can hold several large values.
 fn message_limit(limits: &Limits) -> usize {
     usize::try_from(limits.max_value_bytes).unwrap_or(usize::MAX).saturating_mul(2).saturating_add(MESSAGE_OVERHEAD)
-}
-
-/// Sends every update; false when the receiver is gone.
-async fn send_all(updates: &mpsc::Sender<Update>, batch: impl IntoIterator<Item = Update>) -> bool {
-    for update in batch {
-        if updates.send(update).await.is_err() {
-            return false;
-        }
-    }
-    true
 }
 
 /// What happened to a key.

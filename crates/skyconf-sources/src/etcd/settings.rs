@@ -5,6 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::EtcdSource;
+use crate::{DynSource, Limits, SettingsError, StoreConfig};
+
 /// The OAP's etcd settings (`configuration: etcd:` in its `application.yml`) with its defaults,
 /// plus TLS and a connect timeout. Unknown names are refused so a typo does not silently fall
 /// back to a default.
@@ -78,40 +81,46 @@ impl std::fmt::Debug for EtcdSettings {
     }
 }
 
-/// The environment variables an OAP's `application.yml` reads each setting from, by setting name.
-/// The last four are skyconf's own names for settings the OAP does not have.
-pub const ENV_NAMES: &[(&str, &str)] = &[
-    ("endpoints", "SW_CONFIG_ETCD_ENDPOINTS"),
-    ("namespace", "SW_CONFIG_ETCD_NAMESPACE"),
-    ("authentication", "SW_CONFIG_ETCD_AUTHENTICATION"),
-    ("user", "SW_CONFIG_ETCD_USER"),
-    ("password", "SW_CONFIG_ETCD_password"),
-    ("period", "SW_CONFIG_ETCD_PERIOD"),
-    ("caFile", "SW_CONFIG_ETCD_CA_FILE"),
-    ("certFile", "SW_CONFIG_ETCD_CERT_FILE"),
-    ("keyFile", "SW_CONFIG_ETCD_KEY_FILE"),
-    ("connectTimeoutMs", "SW_CONFIG_ETCD_CONNECT_TIMEOUT_MS"),
-];
+impl StoreConfig for EtcdSettings {
+    const SELECTOR: &'static str = "etcd";
+    /// The last four are skyconf's own names for settings the OAP does not have.
+    const ENV: &'static [(&'static str, &'static str)] = &[
+        ("endpoints", "SW_CONFIG_ETCD_ENDPOINTS"),
+        ("namespace", "SW_CONFIG_ETCD_NAMESPACE"),
+        ("authentication", "SW_CONFIG_ETCD_AUTHENTICATION"),
+        ("user", "SW_CONFIG_ETCD_USER"),
+        ("password", "SW_CONFIG_ETCD_password"),
+        ("period", "SW_CONFIG_ETCD_PERIOD"),
+        ("caFile", "SW_CONFIG_ETCD_CA_FILE"),
+        ("certFile", "SW_CONFIG_ETCD_CERT_FILE"),
+        ("keyFile", "SW_CONFIG_ETCD_KEY_FILE"),
+        ("connectTimeoutMs", "SW_CONFIG_ETCD_CONNECT_TIMEOUT_MS"),
+    ];
+
+    fn open(self, limits: Limits) -> Result<Box<dyn DynSource>, SettingsError> {
+        Ok(Box::new(EtcdSource::new(self)?.with_limits(limits)))
+    }
+}
 
 /// Settings that cannot work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid etcd settings: {0}")]
-pub struct InvalidSettings(pub String);
+fn invalid(message: impl Into<String>) -> SettingsError {
+    SettingsError::new(EtcdSettings::SELECTOR, message)
+}
 
 impl EtcdSettings {
     /// The endpoint URLs, trimmed, in order. Fails like the OAP on an empty list.
-    pub(crate) fn endpoint_list(&self) -> Result<Vec<String>, InvalidSettings> {
+    pub(crate) fn endpoint_list(&self) -> Result<Vec<String>, SettingsError> {
         let list: Vec<String> =
             self.endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect();
         if list.is_empty() {
-            return Err(InvalidSettings("endpoints must not be empty".to_owned()));
+            return Err(invalid("endpoints must not be empty"));
         }
         for endpoint in &list {
             let Some((scheme, rest)) = endpoint.split_once("://") else {
-                return Err(InvalidSettings(format!("endpoint `{endpoint}` must start with http:// or https://")));
+                return Err(invalid(format!("endpoint `{endpoint}` must start with http:// or https://")));
             };
             if !matches!(scheme, "http" | "https") || rest.is_empty() {
-                return Err(InvalidSettings(format!("endpoint `{endpoint}` must start with http:// or https://")));
+                return Err(invalid(format!("endpoint `{endpoint}` must start with http:// or https://")));
             }
         }
         Ok(list)
@@ -125,16 +134,16 @@ impl EtcdSettings {
     }
 
     /// Checks everything that can be checked without contacting the store.
-    pub(crate) fn validate(&self) -> Result<(), InvalidSettings> {
+    pub(crate) fn validate(&self) -> Result<(), SettingsError> {
         self.endpoint_list()?;
         if self.authentication && self.user.is_empty() {
-            return Err(InvalidSettings("authentication is on but no user is set".to_owned()));
+            return Err(invalid("authentication is on but no user is set"));
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
-            return Err(InvalidSettings("certFile and keyFile go together".to_owned()));
+            return Err(invalid("certFile and keyFile go together"));
         }
         if self.connect_timeout_ms == 0 {
-            return Err(InvalidSettings("connectTimeoutMs must be positive".to_owned()));
+            return Err(invalid("connectTimeoutMs must be positive"));
         }
         Ok(())
     }
@@ -170,7 +179,7 @@ mod tests {
 
     #[test]
     fn refuses_what_cannot_work() {
-        let bad = |s: EtcdSettings| s.validate().unwrap_err().0;
+        let bad = |s: EtcdSettings| s.validate().unwrap_err().message;
         assert!(bad(EtcdSettings { endpoints: " , ".into(), ..Default::default() }).contains("empty"));
         assert!(bad(EtcdSettings { endpoints: "localhost:2379".into(), ..Default::default() }).contains("http"));
         assert!(bad(EtcdSettings { authentication: true, ..Default::default() }).contains("user"));

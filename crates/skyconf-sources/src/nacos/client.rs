@@ -452,7 +452,7 @@ fn hex_value(b: u8) -> Option<u8> {
 /// The lowercase MD5 hex of `text`, as Nacos identifies a config's content.
 pub(crate) fn content_md5(text: &str) -> String {
     use md5::Digest as _;
-    hex_lower(&md5::Md5::digest(text.as_bytes()))
+    hex::encode(md5::Md5::digest(text.as_bytes()))
 }
 
 /// The `Spas-Signature` header: base64 of HMAC-SHA1 over `resource+timestamp` (or the timestamp
@@ -464,16 +464,6 @@ pub(crate) fn spas_signature(secret_key: &str, resource: &str, timestamp: &str) 
         .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
     mac.update(signed.as_bytes());
     base64(&mac.finalize().into_bytes())
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    out
 }
 
 /// Standard base64 with padding (RFC 4648 §4).

@@ -28,8 +28,10 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use self::layout::{KeyState, Namespace};
-pub use self::settings::{InvalidSettings, ZookeeperSettings};
-use crate::{KeySet, Source, SourceError, StoreContent, Update};
+pub use self::settings::ZookeeperSettings;
+use crate::{
+    Backoff, KeySet, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent, Update, supervise,
+};
 
 /// The session timeout asked for (the server may grant less): long enough to ride out a leader
 /// election or a server restart without losing the session.
@@ -53,6 +55,7 @@ pub struct ZookeeperSource {
     namespace: Namespace,
     session_timeout: Duration,
     request_timeout: Duration,
+    backoff: Backoff,
     /// One session shared by `load`, `run` and `put`; replaced when it ends.
     client: Arc<Mutex<Option<zk::Client>>>,
 }
@@ -64,20 +67,13 @@ enum Failure {
     Timeout(Duration),
 }
 
-/// Why a watch session stopped.
-enum SessionEnd {
-    /// The update receiver is gone: stop.
-    ReceiverGone,
-    /// The session or the watch broke: report, back off, start a new session.
-    Lost(SourceError),
-}
-
 impl ZookeeperSource {
     /// A source for `settings`, or why they cannot work. Connects lazily.
-    pub fn new(settings: ZookeeperSettings) -> Result<Self, InvalidSettings> {
+    pub fn new(settings: ZookeeperSettings) -> Result<Self, SettingsError> {
         let connect = settings.connect_string()?;
         let namespace = Namespace::new(settings.namespace_prefix()?);
         Ok(Self {
+            backoff: settings.backoff(),
             settings,
             connect,
             namespace,
@@ -96,6 +92,13 @@ impl ZookeeperSource {
     /// Sets how long one request, or opening a session, may take.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// Sets the back-off between sessions (by default `baseSleepTimeMs` doubling `maxRetries`
+    /// times).
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
         self
     }
 
@@ -207,19 +210,13 @@ impl ZookeeperSource {
     }
 
     /// Watches with one session until it breaks.
-    async fn watch_session(
-        &self,
-        groups: &BTreeSet<String>,
-        updates: &mpsc::Sender<Update>,
-        failing: &mut bool,
-        backoff: &mut crate::Backoff,
-    ) -> SessionEnd {
+    async fn watch_session(&self, groups: &BTreeSet<String>, reporter: &mut Reporter<'_>) -> SessionEnd {
         let client = match self.client().await {
             Ok(client) => client,
-            Err(error) => return SessionEnd::Lost(error),
+            Err(error) => return SessionEnd::Failed(error),
         };
-        let end = self.watch_with(&client, groups, updates, failing, backoff).await;
-        if matches!(end, SessionEnd::Lost(_)) {
+        let end = self.watch_with(&client, groups, reporter).await;
+        if matches!(end, SessionEnd::Failed(_)) {
             self.forget(&client).await;
         }
         end
@@ -229,39 +226,36 @@ impl ZookeeperSource {
         &self,
         client: &zk::Client,
         groups: &BTreeSet<String>,
-        updates: &mpsc::Sender<Update>,
-        failing: &mut bool,
-        backoff: &mut crate::Backoff,
+        reporter: &mut Reporter<'_>,
     ) -> SessionEnd {
         let store = self.describe();
         // The watch first, then the read: a change between the two is both read and reported.
         let watch = client.watch(self.namespace.path(), zk::AddWatchMode::PersistentRecursive);
         let mut watcher = match self.timed(watch).await {
             Ok(watcher) => watcher,
-            Err(failure) => return SessionEnd::Lost(self.error(failure)),
+            Err(failure) => return SessionEnd::Failed(self.error(failure)),
         };
         let mut content = match self.timed(self.read_all(client, groups)).await {
             Ok(content) => content,
-            Err(failure) => return SessionEnd::Lost(self.error(failure)),
+            Err(failure) => return SessionEnd::Failed(self.error(failure)),
         };
         tracing::info!(store = %store, session = %client.session_id(), singles = content.singles.len(), groups = content.groups.len(), "Watching the ZooKeeper namespace.");
-        if updates.send(Update::Snapshot(content.clone())).await.is_err() {
-            return SessionEnd::ReceiverGone;
+        reporter.established();
+        if let Err(gone) = reporter.send(Update::Snapshot(content.clone())).await {
+            return gone.into();
         }
-        *failing = false;
-        backoff.reset();
 
         let mut connected = true;
         loop {
             let Some(first) = next_event(&mut watcher).await else {
-                return SessionEnd::Lost(self.unavailable("the watch ended"));
+                return SessionEnd::Failed(self.unavailable("the watch ended"));
             };
             // Everything already queued is handled together: one read per key touched.
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH && !ends_session(&batch[batch.len() - 1]) {
                 match AssertUnwindSafe(watcher.changed()).catch_unwind().now_or_never() {
                     Some(Ok(event)) => batch.push(event),
-                    Some(Err(_)) => return SessionEnd::Lost(self.unavailable("the watch ended")),
+                    Some(Err(_)) => return SessionEnd::Failed(self.unavailable("the watch ended")),
                     None => break,
                 }
             }
@@ -277,17 +271,13 @@ impl ZookeeperSource {
                 match event.session_state {
                     state if state.is_terminated() => {
                         // The watcher must not be polled again after a terminal state.
-                        return SessionEnd::Lost(self.unavailable(format!("the session ended: {state}")));
+                        return SessionEnd::Failed(self.unavailable(format!("the session ended: {state}")));
                     }
                     zk::SessionState::Disconnected => {
                         connected = false;
-                        if !*failing {
-                            *failing = true;
-                            tracing::warn!(store = %store, "Lost the connection to ZooKeeper; reconnecting.");
-                            let error = self.unavailable("disconnected");
-                            if updates.send(Update::Failed(error)).await.is_err() {
-                                return SessionEnd::ReceiverGone;
-                            }
+                        // The client reconnects by itself, within the session.
+                        if let Err(gone) = reporter.outage(self.unavailable("disconnected")).await {
+                            return gone.into();
                         }
                     }
                     _ => {
@@ -308,20 +298,20 @@ impl ZookeeperSource {
                 match self.timed(watch).await {
                     Ok(fresh) => watcher = fresh,
                     Err(_) if client.state() == zk::SessionState::Disconnected => continue,
-                    Err(failure) => return SessionEnd::Lost(self.error(failure)),
+                    Err(failure) => return SessionEnd::Failed(self.error(failure)),
                 }
                 match self.timed(self.read_all(client, groups)).await {
                     Ok(now) => {
                         content = now;
                         tracing::info!(store = %store, session = %client.session_id(), singles = content.singles.len(), groups = content.groups.len(), "Reconnected to ZooKeeper.");
-                        if updates.send(Update::Snapshot(content.clone())).await.is_err() {
-                            return SessionEnd::ReceiverGone;
+                        reporter.established();
+                        if let Err(gone) = reporter.send(Update::Snapshot(content.clone())).await {
+                            return gone.into();
                         }
-                        *failing = false;
                     }
                     // Lost again: the next connected event resyncs.
                     Err(_) if client.state() == zk::SessionState::Disconnected => {}
-                    Err(failure) => return SessionEnd::Lost(self.error(failure)),
+                    Err(failure) => return SessionEnd::Failed(self.error(failure)),
                 }
                 continue;
             }
@@ -329,12 +319,12 @@ impl ZookeeperSource {
                 let state = match self.timed(self.read_key(client, &key, groups)).await {
                     Ok(state) => state,
                     Err(_) if client.state() == zk::SessionState::Disconnected => break,
-                    Err(failure) => return SessionEnd::Lost(self.error(failure)),
+                    Err(failure) => return SessionEnd::Failed(self.error(failure)),
                 };
                 for update in state.apply_to(&key, &mut content) {
                     tracing::debug!(store = %store, key = %key, "A key changed in ZooKeeper.");
-                    if updates.send(update).await.is_err() {
-                        return SessionEnd::ReceiverGone;
+                    if let Err(gone) = reporter.send(update).await {
+                        return gone.into();
                     }
                 }
             }
@@ -388,33 +378,7 @@ impl Source for ZookeeperSource {
     }
 
     async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
-        let groups: BTreeSet<String> = keys.groups.into_iter().collect();
-        let mut backoff = self.settings.backoff();
-        let mut failing = false;
-        loop {
-            let end = tokio::select! {
-                () = shutdown.cancelled() => return,
-                end = self.watch_session(&groups, &updates, &mut failing, &mut backoff) => end,
-            };
-            let error = match end {
-                SessionEnd::ReceiverGone => return,
-                SessionEnd::Lost(error) => error,
-            };
-            let delay = backoff.next_delay();
-            if failing {
-                tracing::debug!(store = %self.describe(), %error, ?delay, "Still cannot watch ZooKeeper; retrying.");
-            } else {
-                failing = true;
-                tracing::warn!(store = %self.describe(), %error, ?delay, "Cannot watch ZooKeeper; retrying.");
-                if updates.send(Update::Failed(error)).await.is_err() {
-                    return;
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(delay) => {}
-            }
-        }
+        supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
     async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
@@ -441,5 +405,12 @@ impl Source for ZookeeperSource {
             self.forget(&client).await;
         }
         result
+    }
+}
+
+impl Session for ZookeeperSource {
+    async fn run_once(&self, keys: &KeySet, reporter: &mut Reporter<'_>) -> SessionEnd {
+        let groups: BTreeSet<String> = keys.groups.iter().cloned().collect();
+        self.watch_session(&groups, reporter).await
     }
 }

@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use super::ZookeeperSource;
+use crate::{Backoff, DynSource, Limits, SettingsError, StoreConfig};
+
 /// The OAP's ZooKeeper settings (`configuration: zookeeper:` in its `application.yml`), with its
 /// defaults. Unknown names are refused so a typo does not silently fall back to a default.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -36,42 +39,56 @@ impl Default for ZookeeperSettings {
     }
 }
 
+impl StoreConfig for ZookeeperSettings {
+    const SELECTOR: &'static str = "zookeeper";
+    const ENV: &'static [(&'static str, &'static str)] = &[
+        ("period", "SW_CONFIG_ZK_PERIOD"),
+        ("namespace", "SW_CONFIG_ZK_NAMESPACE"),
+        ("hostPort", "SW_CONFIG_ZK_HOST_PORT"),
+    ];
+
+    /// ZooKeeper's own packet limit bounds the values; `limits` is not needed.
+    fn open(self, _limits: Limits) -> Result<Box<dyn DynSource>, SettingsError> {
+        Ok(Box::new(ZookeeperSource::new(self)?))
+    }
+}
+
 /// Settings that cannot work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid ZooKeeper settings: {0}")]
-pub struct InvalidSettings(pub String);
+fn invalid(message: impl Into<String>) -> SettingsError {
+    SettingsError::new(ZookeeperSettings::SELECTOR, message)
+}
 
 impl ZookeeperSettings {
     /// The namespace as a path prefix: no trailing `/`, and empty for the root.
-    pub(crate) fn namespace_prefix(&self) -> Result<String, InvalidSettings> {
+    pub(crate) fn namespace_prefix(&self) -> Result<String, SettingsError> {
         let namespace = self.namespace.trim();
         if namespace.is_empty() {
-            return Err(InvalidSettings("namespace must not be empty".to_owned()));
+            return Err(invalid("namespace must not be empty"));
         }
         if !namespace.starts_with('/') {
-            return Err(InvalidSettings(format!("namespace `{namespace}` must start with `/`")));
+            return Err(invalid(format!("namespace `{namespace}` must start with `/`")));
         }
         let prefix = namespace.trim_end_matches('/');
         let bad_segment = prefix.split('/').skip(1).any(|s| s.is_empty() || s == "." || s == "..");
         if bad_segment || prefix.contains('\0') {
-            return Err(InvalidSettings(format!("namespace `{namespace}` is not a valid znode path")));
+            return Err(invalid(format!("namespace `{namespace}` is not a valid znode path")));
         }
         Ok(prefix.to_owned())
     }
 
     /// The connection string, checked for content.
-    pub(crate) fn connect_string(&self) -> Result<String, InvalidSettings> {
+    pub(crate) fn connect_string(&self) -> Result<String, SettingsError> {
         let hosts = self.host_port.trim();
         if hosts.is_empty() || hosts.split(',').any(|h| h.trim().is_empty()) {
-            return Err(InvalidSettings(format!("hostPort `{hosts}` must list host:port pairs")));
+            return Err(invalid(format!("hostPort `{hosts}` must list host:port pairs")));
         }
         Ok(hosts.split(',').map(str::trim).collect::<Vec<_>>().join(","))
     }
 
     /// The reconnect backoff: `baseSleepTimeMs`, doubling `maxRetries` times at most.
-    pub(crate) fn backoff(&self) -> crate::Backoff {
+    pub(crate) fn backoff(&self) -> Backoff {
         let base = Duration::from_millis(self.base_sleep_time_ms.max(1));
-        crate::Backoff::new(base, base.saturating_mul(1 << self.max_retries.min(16)))
+        Backoff::new(base, base.saturating_mul(1 << self.max_retries.min(16)))
     }
 }
 

@@ -11,50 +11,28 @@
 //!   a delete, because proto3 strings cannot be null;
 //! - a group present in a response replaces that group (missing sub-items are deleted); a group
 //!   absent from it is left alone;
-//! - on an error nothing changes and the uuid is kept, so the next round asks again.
+//! - on an error nothing changes and the uuid is kept, so the next round asks again (one
+//!   [`Update::Failed`] per outage, through [`supervise()`]).
 //!
 //! Unlike the OAP, which drops names it has no watcher for, skyconf keeps every name: it carries
 //! the whole store for its own DCS server and admin API.
 
+mod settings;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
 use skyconf_proto::dcs::ConfigurationRequest;
 use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::{KeySet, Source, SourceError, StoreContent, Update};
-
-/// Settings of the `grpc` selector, named as in the OAP's `application.yml`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
-pub struct DcsSettings {
-    /// The DCS server's host (`SW_DCS_SERVER_HOST`); required.
-    pub host: String,
-    /// Its port (`SW_DCS_SERVER_PORT`, default 80).
-    pub port: u16,
-    /// The cluster name sent with every request (`SW_DCS_CLUSTER_NAME`, default `SkyWalking`).
-    pub cluster_name: String,
-    /// Seconds between polls (`SW_DCS_PERIOD`, default 20).
-    pub period: u64,
-    /// The largest response accepted, in bytes (`SW_DCS_MAX_INBOUND_MESSAGE_SIZE`, default 4 MiB).
-    pub max_inbound_message_size: usize,
-}
-
-impl Default for DcsSettings {
-    fn default() -> Self {
-        Self {
-            host: String::new(),
-            port: 80,
-            cluster_name: "SkyWalking".to_owned(),
-            period: 20,
-            max_inbound_message_size: 4 * 1024 * 1024,
-        }
-    }
-}
+pub use self::settings::DcsSettings;
+use crate::{
+    Backoff, KeySet, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreConfig as _, StoreContent,
+    Update, supervise,
+};
 
 /// What a DCS client remembers between rounds.
 #[derive(Debug, Default)]
@@ -73,15 +51,17 @@ pub struct DcsSource {
 
 impl DcsSource {
     /// A client for the server in `settings`; the connection is made lazily.
-    pub fn new(settings: DcsSettings) -> Result<Self, SourceError> {
+    pub fn new(settings: DcsSettings) -> Result<Self, SettingsError> {
+        let invalid = |message: String| SettingsError::new(DcsSettings::SELECTOR, message);
+        // The OAP's own messages.
         if settings.host.is_empty() {
-            return Err(SourceError::Refused { store: "dcs".into(), message: "No host setting.".into() });
+            return Err(invalid("No host setting.".into()));
         }
         if settings.port == 0 {
-            return Err(SourceError::Refused { store: "dcs".into(), message: "No port setting.".into() });
+            return Err(invalid("No port setting.".into()));
         }
         let endpoint = Endpoint::from_shared(format!("http://{}:{}", settings.host, settings.port))
-            .map_err(|e| SourceError::Refused { store: "dcs".into(), message: e.to_string() })?
+            .map_err(|e| invalid(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30));
         Ok(Self { channel: endpoint.connect_lazy(), settings, remembered: Mutex::new(Remembered::default()) })
@@ -156,40 +136,33 @@ impl Source for DcsSource {
         })
     }
 
-    async fn run(&self, _keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
-        let period = Duration::from_secs(self.settings.period.max(1));
-        let mut failing = false;
-        loop {
-            let batch = match self.round().await {
-                Ok(batch) => {
-                    failing = false;
-                    batch
-                }
-                Err(error) => {
-                    // Logged once per outage; the round simply runs again next period.
-                    let report = !failing;
-                    failing = true;
-                    if report {
-                        tracing::warn!(store = %self.describe(), %error, "Remote config center is not available.");
-                        vec![Update::Failed(error)]
-                    } else {
-                        Vec::new()
-                    }
-                }
-            };
-            for update in batch {
-                if updates.send(update).await.is_err() {
-                    return;
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(period) => {}
-            }
-        }
+    async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        // The session never ends on a failure, so the back-off is never waited.
+        supervise(self, &keys, updates, Backoff::default(), shutdown).await;
     }
 
     async fn put(&self, _key: &str, _value: Option<&str>) -> Result<(), SourceError> {
         Err(SourceError::Unsupported("a DCS server is read-only; change the configuration at its source".into()))
+    }
+}
+
+/// Polls, as the OAP does: a round every `period`, whether the last one failed or not. A failed
+/// round is an outage that the next good round ends.
+impl Session for DcsSource {
+    async fn run_once(&self, _keys: &KeySet, reporter: &mut Reporter<'_>) -> SessionEnd {
+        let period = Duration::from_secs(self.settings.period.max(1));
+        loop {
+            let sent = match self.round().await {
+                Ok(batch) => {
+                    reporter.established();
+                    reporter.send_all(batch).await
+                }
+                Err(error) => reporter.outage(error).await,
+            };
+            if let Err(gone) = sent {
+                return gone.into();
+            }
+            tokio::time::sleep(period).await;
+        }
     }
 }

@@ -17,6 +17,8 @@
 //! delete: for a file the absence is almost always a deploy in progress or a mistake. In the
 //! directory form, removing a key's file deletes the key.
 
+mod settings;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +28,11 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::{AGENT_CONFIGURATIONS_KEY, DEFAULT_SETTLE, KeySet, Limits, Source, SourceError, StoreContent, Update};
+pub use self::settings::FileSettings;
+use crate::{
+    AGENT_CONFIGURATIONS_KEY, Backoff, DEFAULT_SETTLE, KeySet, Limits, ReceiverGone, Reporter, Session, SessionEnd,
+    Source, SourceError, StoreContent, Update, supervise,
+};
 
 /// The longest a burst of events may delay a re-read.
 const MAX_SETTLE: Duration = Duration::from_millis(60);
@@ -47,6 +53,7 @@ pub struct FileSource {
     form: Form,
     limits: Limits,
     rehash_every: Duration,
+    backoff: Backoff,
 }
 
 impl FileSource {
@@ -57,6 +64,7 @@ impl FileSource {
             form: Form::SingleFile,
             limits: Limits::default(),
             rehash_every: Duration::from_secs(10),
+            backoff: Backoff::default(),
         }
     }
 
@@ -80,6 +88,12 @@ impl FileSource {
     /// Sets the safety-net period.
     pub fn with_rehash_every(mut self, every: Duration) -> Self {
         self.rehash_every = every;
+        self
+    }
+
+    /// Sets the back-off between attempts to set up the watch.
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
         self
     }
 
@@ -190,72 +204,46 @@ impl FileSource {
                 .into_iter()
                 .collect(),
             (Form::Directory, None) => vec![Update::Snapshot(now.clone())],
-            (Form::Directory, Some(before)) => {
-                let mut updates = Vec::new();
-                let keys: std::collections::BTreeSet<_> = before.singles.keys().chain(now.singles.keys()).collect();
-                for key in keys {
-                    if before.singles.get(key) != now.singles.get(key) {
-                        updates.push(Update::Single { key: key.clone(), value: now.singles.get(key).cloned() });
-                    }
-                }
-                let groups: std::collections::BTreeSet<_> = before.groups.keys().chain(now.groups.keys()).collect();
-                for key in groups {
-                    if before.groups.get(key) != now.groups.get(key) {
-                        updates.push(Update::Group { key: key.clone(), items: now.groups.get(key).cloned() });
-                    }
-                }
-                updates
-            }
+            (Form::Directory, Some(before)) => crate::changes(before, now),
         }
     }
 
-    async fn watch_loop(&self, events: &Notify, updates: &mpsc::Sender<Update>, shutdown: &CancellationToken) {
+    /// Re-reads on every settled burst of events (and every `rehash_every`) until the receiver is
+    /// gone.
+    async fn watch_loop(&self, events: &Notify, reporter: &mut Reporter<'_>) -> ReceiverGone {
         let mut last: Option<StoreContent> = None;
-        let mut failed = false;
         let mut rehash = tokio::time::interval(self.rehash_every);
         rehash.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let batch = match self.read_content() {
-                Ok(now) if last.as_ref() == Some(&now) => Vec::new(),
+            let sent = match self.read_content() {
+                Ok(now) if last.as_ref() == Some(&now) => Ok(()),
                 Ok(now) => {
-                    failed = false;
+                    reporter.established();
                     let batch = self.updates_between(last.as_ref(), &now);
                     last = Some(now);
-                    batch
+                    reporter.send_all(batch).await
                 }
-                // Report a failure once until the store reads again; forget what was read so the
-                // same content is delivered again after recovery.
-                Err(_) if failed => Vec::new(),
+                // Forget what was read so the same content is delivered again after recovery.
                 Err(error) => {
-                    failed = true;
                     last = None;
-                    vec![Update::Failed(error)]
+                    reporter.outage(error).await
                 }
             };
-            for update in batch {
-                if updates.send(update).await.is_err() {
-                    return;
-                }
+            if let Err(gone) = sent {
+                return gone;
             }
             tokio::select! {
-                () = shutdown.cancelled() => return,
                 () = events.notified() => settle(events).await,
                 _ = rehash.tick() => {}
             }
         }
     }
+}
 
-    /// Writes `text` to `path` by rename, so readers never see half a file.
-    fn write_atomically(path: &Path, text: &str) -> Result<(), SourceError> {
-        use std::io::Write as _;
-        let io = |source| SourceError::Io { path: path.display().to_string(), source };
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let staged = dir.join(format!(".{name}.skyconf-{}", std::process::id()));
-        let mut file = std::fs::File::create(&staged).map_err(io)?;
-        file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(io)?;
-        std::fs::rename(&staged, path).map_err(io)
-    }
+/// Writes `text` to `path` so readers never see half a file.
+fn write_atomically(path: &Path, text: &str) -> Result<(), SourceError> {
+    crate::fs::write_atomically(path, text.as_bytes())
+        .map_err(|source| SourceError::Io { path: path.display().to_string(), source })
 }
 
 impl Source for FileSource {
@@ -270,41 +258,20 @@ impl Source for FileSource {
         self.read_content()
     }
 
-    async fn run(&self, _keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
-        let events = Arc::new(Notify::new());
-        let mut backoff = crate::Backoff::default();
-        // The watch first, then the first read: no change can fall between the two.
-        let watcher = loop {
-            match self.directory_watcher(Arc::clone(&events)) {
-                Ok(w) => break w,
-                Err(error) => {
-                    tracing::warn!(store = %self.describe(), %error, "Cannot watch the store; retrying.");
-                    if updates.send(Update::Failed(error)).await.is_err() {
-                        return;
-                    }
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(backoff.next_delay()) => {}
-                    }
-                }
-            }
-        };
-        self.watch_loop(&events, &updates, &shutdown).await;
-        drop(watcher);
+    async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
+        supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
     async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
         match (self.form, value) {
-            (Form::SingleFile, Some(text)) if key == AGENT_CONFIGURATIONS_KEY => {
-                Self::write_atomically(&self.path, text)
-            }
+            (Form::SingleFile, Some(text)) if key == AGENT_CONFIGURATIONS_KEY => write_atomically(&self.path, text),
             (Form::SingleFile, _) => Err(SourceError::Unsupported(format!(
                 "the single-file store holds only {AGENT_CONFIGURATIONS_KEY} and cannot delete it"
             ))),
             (Form::Directory, _) if key.is_empty() || key.starts_with('.') || key.contains(['/', '\\']) => {
                 Err(SourceError::Unsupported(format!("`{key}` cannot be a file name")))
             }
-            (Form::Directory, Some(text)) => Self::write_atomically(&self.path.join(key), text),
+            (Form::Directory, Some(text)) => write_atomically(&self.path.join(key), text),
             (Form::Directory, None) => match std::fs::remove_file(self.path.join(key)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     Err(SourceError::Io { path: self.path.join(key).display().to_string(), source: e })
@@ -312,6 +279,22 @@ impl Source for FileSource {
                 _ => Ok(()),
             },
         }
+    }
+}
+
+/// A session is the directory watch: it fails only if the watch cannot be set up; a file that
+/// cannot be read is an outage within it, over at the next good read.
+impl Session for FileSource {
+    async fn run_once(&self, _keys: &KeySet, reporter: &mut Reporter<'_>) -> SessionEnd {
+        let events = Arc::new(Notify::new());
+        // The watch first, then the first read: no change can fall between the two.
+        let watcher = match self.directory_watcher(Arc::clone(&events)) {
+            Ok(watcher) => watcher,
+            Err(error) => return SessionEnd::Failed(error),
+        };
+        let gone = self.watch_loop(&events, reporter).await;
+        drop(watcher);
+        gone.into()
     }
 }
 
@@ -389,6 +372,22 @@ mod tests {
 
         std::fs::write(&path, "a").unwrap();
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"), "same content is delivered again after a failure");
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_cannot_be_set_up_is_one_failure_however_often_it_is_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(40));
+        let (mut rx, stop, task) = spawn(FileSource::directory(&missing).with_backoff(backoff));
+        assert!(matches!(next(&mut rx).await, Update::Failed(SourceError::Watch { .. })));
+        let quiet = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
+        assert!(quiet.is_err(), "retried for 10 s without a second failure: {quiet:?}");
+
+        std::fs::create_dir(&missing).unwrap();
+        assert!(matches!(next(&mut rx).await, Update::Snapshot(content) if content == StoreContent::default()));
         stop.cancel();
         task.await.unwrap();
     }
