@@ -22,6 +22,7 @@ pub mod socket;
 mod startup;
 pub mod store_task;
 pub mod store_view;
+mod unix_time;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

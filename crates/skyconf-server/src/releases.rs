@@ -21,13 +21,14 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::{ServiceChange, diff};
 use skyconf_core::store::content_hash;
 
 use crate::persister::Persister;
+use crate::unix_time::now_ms;
 
 /// How many releases are kept by default.
 pub const DEFAULT_RETENTION: usize = 200;
@@ -156,10 +157,6 @@ pub struct ReleaseLog {
     retention: usize,
     // Shared with the persister's completion callbacks.
     state: Arc<Mutex<LogState>>,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// The hex SHA-256 of a document, as releases record it.

@@ -58,8 +58,8 @@ pub struct Rejection {
     pub origin: String,
     /// Why, with line and column where known.
     pub error: String,
-    /// When.
-    #[serde(with = "unix_seconds")]
+    /// When (`at_ms` in JSON).
+    #[serde(rename = "at_ms", serialize_with = "crate::unix_time::serialize_ms")]
     pub at: SystemTime,
 }
 
@@ -124,14 +124,6 @@ impl ServedTable {
     /// The document refused last, unless a good one came after it.
     pub fn last_rejection(&self) -> Option<Rejection> {
         self.last_rejection.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-mod unix_seconds {
-    use std::time::{SystemTime, UNIX_EPOCH};
-
-    pub(super) fn serialize<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0))
     }
 }
 

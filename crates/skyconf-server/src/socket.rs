@@ -4,10 +4,9 @@
 //! when the socket takes vectored writes, up to 1 KiB when it does not. A larger payload is
 //! *chained* instead, and h2 buffers nothing more until that frame is written, so every such
 //! answer costs its own `writev` call. A changed CDS answer (six settings, the 128-character
-//! digest, the serial number) is a few hundred bytes: over TCP streams as they are, each one went
-//! out in its own syscall (1.27 `writev` per call under h2load, against 0.26 for unchanged
-//! answers, which many streams share). Reporting no vectored writes lets h2 batch them like
-//! unchanged answers; larger answers are still chained, as before.
+//! digest, the serial number) is a few hundred bytes, so reporting no vectored writes lets h2
+//! batch changed answers as it batches unchanged ones (BENCHMARKS.md has the syscall counts);
+//! larger answers are still chained.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;

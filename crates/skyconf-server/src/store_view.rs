@@ -19,8 +19,8 @@ pub struct StoreStatus {
     pub stale: bool,
     /// The last failure, while it lasts.
     pub last_error: Option<String>,
-    /// When the store last reported content.
-    #[serde(with = "unix_seconds_opt")]
+    /// When the store last reported content (`last_update_ms` in JSON).
+    #[serde(rename = "last_update_ms", serialize_with = "crate::unix_time::serialize_ms_opt")]
     pub last_update: Option<SystemTime>,
 }
 
@@ -79,16 +79,5 @@ impl StoreView {
 
     fn lock_status(&self) -> std::sync::MutexGuard<'_, StoreStatus> {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-mod unix_seconds_opt {
-    use std::time::{SystemTime, UNIX_EPOCH};
-
-    pub(super) fn serialize<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
-        match t {
-            Some(t) => s.serialize_some(&t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)),
-            None => s.serialize_none(),
-        }
     }
 }

@@ -23,7 +23,7 @@ pub mod write;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -179,7 +179,7 @@ async fn readyz(State(state): State<Admin>) -> (StatusCode, Json<serde_json::Val
         "ready": snapshot.ready(),
         "version": snapshot.version,
         "services": snapshot.table.len(),
-        "installed_at": snapshot.installed_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "installed_at_ms": crate::unix_time::unix_ms(snapshot.installed_at),
         "stale": store.stale,
         "store": store,
         "last_rejection": state.served.last_rejection(),

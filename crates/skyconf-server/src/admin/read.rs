@@ -11,7 +11,6 @@
 //!
 //! Answers that a write can be conditioned on carry `ETag: "<release id>"`, the newest release.
 
-use std::time::UNIX_EPOCH;
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -24,6 +23,7 @@ use skyconf_core::Digest;
 
 use super::extract::{ReleaseId, ServiceName};
 use super::{Admin, AppError};
+use crate::unix_time::unix_ms;
 use crate::fleet::StateCounts;
 use crate::releases::Release;
 
@@ -84,7 +84,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
             json!({
                 "origin": r.origin,
                 "error": r.error,
-                "at_ms": r.at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+                "at_ms": unix_ms(r.at),
                 "text": null,
                 "truncated": false,
             })
@@ -93,7 +93,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
     Json(json!({
         "ready": snapshot.ready(),
         "version": snapshot.version,
-        "installed_at_ms": snapshot.installed_at.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        "installed_at_ms": unix_ms(snapshot.installed_at),
         "services": snapshot.table.len(),
         "store": admin.store.status(),
         "writable": admin.writer.is_some(),

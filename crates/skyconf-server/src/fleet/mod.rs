@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use skyconf_core::Digest;
 
@@ -214,7 +214,7 @@ fn shard_of(peer: &SocketAddr) -> usize {
 impl Fleet {
     /// An empty table.
     pub fn new(options: FleetOptions) -> Self {
-        let epoch_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        let epoch_unix_ms = crate::unix_time::now_ms();
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             options: FleetOptions { stuck_after_polls: options.stuck_after_polls.max(2), ..options },

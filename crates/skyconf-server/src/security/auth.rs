@@ -6,8 +6,8 @@
 //! status as a disconnect, which is what the OAP intends for an agent with the wrong token. The
 //! check runs before anything else, so a wrong token is never told anything about the table.
 //!
-//! **Admin.** `Authorization: Bearer <token>`. With no token configured the API is open (as
-//! before); with any, a read route needs a read or write token and a write route a write token:
+//! **Admin.** `Authorization: Bearer <token>`. With no token configured the API is open; with
+//! any, a read route needs a read or write token and a write route a write token:
 //! 401 without a token or with an unknown one, 403 for a read token on a write route.
 //!
 //! Comparisons take the same time wherever the first differing byte is.
