@@ -4,8 +4,7 @@
 //! restart, compaction, group keys (through the DCS service), authentication, the persisted last
 //! good configuration, and how fast an etcd write reaches agents.
 
-#[path = "../../skyconf-sources/tests/etcd/server.rs"]
-mod etcd_server;
+use skyconf_testkit::servers::etcd as etcd_server;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -5,8 +5,7 @@
 //! Nacos restart with a change made before skyconf is back, and how fast a Nacos publish reaches
 //! agents.
 
-#[path = "../../skyconf-sources/src/nacos/test_server.rs"]
-mod test_server;
+use skyconf_testkit::servers::rnacos as test_server;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

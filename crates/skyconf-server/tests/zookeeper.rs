@@ -4,8 +4,7 @@
 //! delete, a malformed document, group keys, the OAP's unit-test example, a ZooKeeper restart with
 //! changes made while skyconf could not see it, and how fast a ZooKeeper write reaches agents.
 
-#[path = "../../skyconf-sources/tests/zookeeper_server/mod.rs"]
-mod zookeeper_server;
+use skyconf_testkit::servers::zookeeper as zookeeper_server;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

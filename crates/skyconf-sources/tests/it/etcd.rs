@@ -1,19 +1,15 @@
-//! The etcd store against a real etcd (see `etcd/server.rs`): the [`Source`] contract — load,
+//! The etcd store against a real etcd (see `skyconf_testkit::servers::etcd`): the [`Source`] contract — load,
 //! snapshot then one update per change, put and delete, one failure per outage and a fresh
 //! snapshot after it, re-listing after compaction, authentication — and the OAP's key layout.
 
 #![cfg(feature = "etcd")]
 
-#[path = "etcd/server.rs"]
-mod server;
-
 use std::time::Duration;
 
-use server::{EtcdServer, TestCerts};
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, KeySet, Source, SourceError, StoreContent, Update};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, KeySet, Source, SourceError, Update};
+use skyconf_testkit::probe::SourceProbe;
+use skyconf_testkit::servers::etcd::{EtcdServer, TestCerts};
 
 const GROUP: &str = "core.default.endpoint-name-grouping-openapi";
 
@@ -27,61 +23,6 @@ fn source(settings: EtcdSettings) -> EtcdSource {
 
 fn key(k: &str) -> String {
     format!("/skywalking/{k}")
-}
-
-/// A running source and the means to stop it.
-struct Running {
-    updates: mpsc::Receiver<Update>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Running {
-    fn spawn(source: &std::sync::Arc<EtcdSource>) -> Self {
-        let (tx, updates) = mpsc::channel(64);
-        let stop = CancellationToken::new();
-        let (source, token) = (std::sync::Arc::clone(source), stop.clone());
-        let task = tokio::spawn(async move { source.run(KeySet::oap(), tx, token).await });
-        Self { updates, stop, task }
-    }
-
-    async fn next(&mut self) -> Update {
-        tokio::time::timeout(Duration::from_secs(20), self.updates.recv())
-            .await
-            .expect("an update within 20 s")
-            .expect("the source is running")
-    }
-
-    async fn snapshot(&mut self) -> StoreContent {
-        match self.next().await {
-            Update::Snapshot(content) => content,
-            other => panic!("expected a snapshot, got {other:?}"),
-        }
-    }
-
-    async fn single(&mut self) -> (String, Option<String>) {
-        match self.next().await {
-            Update::Single { key, value } => (key, value),
-            other => panic!("expected a single key, got {other:?}"),
-        }
-    }
-
-    /// Applies updates to `content` until `done` holds; a failure, or 20 s without it, fails.
-    async fn follow(&mut self, content: &mut StoreContent, done: impl Fn(&StoreContent) -> bool) {
-        while !done(content) {
-            match self.next().await {
-                Update::Snapshot(new) => *content = new,
-                Update::Single { key, value } => drop(content.set_single(&key, value)),
-                Update::Group { key, items } => drop(content.set_group(&key, items)),
-                Update::Failed(error) => panic!("unexpected failure: {error}"),
-            }
-        }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.unwrap();
-    }
 }
 
 #[tokio::test]
@@ -102,7 +43,7 @@ async fn reports_the_namespace_then_every_change() {
     assert_eq!(loaded.groups[GROUP].len(), 1, "{loaded:?}");
     assert_eq!(loaded.groups[GROUP]["customerAPI-v1.yaml"], "a");
 
-    let mut run = Running::spawn(&source);
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
     assert_eq!(run.snapshot().await, loaded, "the first report is what load read");
 
     admin.put(&key(AGENT_CONFIGURATIONS_KEY), "configurations:\n  a: {k: v}\n").await;
@@ -170,7 +111,7 @@ async fn an_outage_is_one_failure_then_a_fresh_snapshot() {
     let admin = etcd.admin().await;
     admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v1").await;
     let source = std::sync::Arc::new(source(settings(&etcd)));
-    let mut run = Running::spawn(&source);
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
     assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
 
     etcd.kill();
@@ -178,8 +119,8 @@ async fn an_outage_is_one_failure_then_a_fresh_snapshot() {
         Update::Failed(SourceError::Unavailable { message, .. }) => assert!(!message.is_empty()),
         other => panic!("expected one failure, got {other:?}"),
     }
-    let failed = run.updates.try_recv();
-    assert!(failed.is_err(), "one failure per outage, not one per retry: {failed:?}");
+    let failed = run.try_next();
+    assert!(failed.is_none(), "one failure per outage, not one per retry: {failed:?}");
 
     etcd.restart().await;
     let admin = etcd.admin().await;
@@ -210,14 +151,14 @@ async fn resumes_after_the_last_revision_and_relists_after_compaction() {
     admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v1").await;
     let source = std::sync::Arc::new(source(settings(&etcd)));
 
-    let mut run = Running::spawn(&source);
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
     assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
     run.stop().await;
 
     // Changes while nobody watched arrive in the next run's snapshot, once.
     admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v2").await;
     admin.put(&key("x.y.z"), "1").await;
-    let mut run = Running::spawn(&source);
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
     let content = run.snapshot().await;
     assert_eq!(content.agent_configurations(), Some("v2"));
     assert_eq!(content.singles["x.y.z"], "1");
@@ -235,7 +176,7 @@ async fn resumes_after_the_last_revision_and_relists_after_compaction() {
     admin.delete(&key("x.y.z")).await;
     let latest = admin.put(&key("a.b.c"), "new").await;
     admin.compact(latest).await;
-    let mut run = Running::spawn(&source);
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
     let mut content = run.snapshot().await;
     // etcd may cancel the resumed watch for compaction after that snapshot went out; whichever
     // way, the source's view converges on the store's and no failure is reported.
@@ -269,7 +210,7 @@ async fn logs_in_and_refuses_a_wrong_password_clearly() {
     };
     let good = std::sync::Arc::new(source(login("s3cret")));
     assert_eq!(good.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("v1"));
-    let mut run = Running::spawn(&good);
+    let mut run = SourceProbe::spawn_shared(&good, KeySet::oap());
     assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
     good.put(AGENT_CONFIGURATIONS_KEY, Some("v2")).await.unwrap();
     assert_eq!(run.single().await.1.as_deref(), Some("v2"));
@@ -281,7 +222,7 @@ async fn logs_in_and_refuses_a_wrong_password_clearly() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert!(matches!(wrong.put(AGENT_CONFIGURATIONS_KEY, Some("x")).await, Err(SourceError::Refused { .. })));
-    let mut run = Running::spawn(&wrong);
+    let mut run = SourceProbe::spawn_shared(&wrong, KeySet::oap());
     assert!(matches!(run.next().await, Update::Failed(SourceError::Refused { .. })));
     run.stop().await;
 
@@ -309,7 +250,7 @@ async fn speaks_tls_with_a_private_ca_and_a_client_certificate() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(source.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("over tls"));
-    let mut run = Running::spawn(&source);
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
     assert_eq!(run.snapshot().await.agent_configurations(), Some("over tls"));
     source.put(AGENT_CONFIGURATIONS_KEY, Some("still tls")).await.unwrap();
     assert_eq!(run.single().await.1.as_deref(), Some("still tls"));

@@ -5,9 +5,7 @@
 //! Without the binary, [`EtcdServer::start`] returns `None` and the test skips with a message,
 //! unless `SKYCONF_REQUIRE_ETCD` is set (scripts/test.sh sets it), in which case it panics.
 //!
-//! Shared by skyconf-sources' and skyconf-server's etcd tests (the latter includes this file).
-
-#![allow(dead_code, unreachable_pub)]
+//! Shared by skyconf-sources' and skyconf-server's etcd tests.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -237,11 +235,17 @@ impl Admin {
 /// `openssl` command line tool.
 #[derive(Debug, Clone)]
 pub struct TestCerts {
-    dir: std::sync::Arc<tempfile::TempDir>,
+    /// Keeps the files until the last copy is dropped.
+    _dir: std::sync::Arc<tempfile::TempDir>,
+    /// The CA certificate (PEM).
     pub ca: PathBuf,
+    /// etcd's certificate, for 127.0.0.1 and localhost.
     pub server_cert: PathBuf,
+    /// etcd's private key.
     pub server_key: PathBuf,
+    /// The client certificate, for the user `root`.
     pub client_cert: PathBuf,
+    /// The client's private key.
     pub client_key: PathBuf,
 }
 
@@ -322,7 +326,7 @@ impl TestCerts {
             server_key: path("server.key"),
             client_cert: path("client.pem"),
             client_key: path("client.key"),
-            dir: std::sync::Arc::new(dir),
+            _dir: std::sync::Arc::new(dir),
         })
     }
 }

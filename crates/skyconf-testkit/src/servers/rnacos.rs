@@ -1,14 +1,10 @@
 //! A real Nacos-protocol server for the Nacos tests: an `rnacos` process on ephemeral loopback
-//! ports with its own data directory, stopped when dropped.
-//!
-//! Not part of the library: `tests/nacos.rs` here and `skyconf-server/tests/nacos.rs` include it
-//! with `#[path]`, so both test the store against the same server set-up.
+//! ports with its own data directory, stopped when dropped. The sources' and the server's Nacos
+//! tests both use it, so both test the store against the same server set-up.
 //!
 //! The binary is `$SKYCONF_RNACOS`, else `rnacos` on `PATH`, else `~/.cargo/bin/rnacos`
 //! (`scripts/deps/nacos.sh` installs it). Without it a test prints why and skips, unless
 //! `SKYCONF_REQUIRE_NACOS` is set, when it fails.
-
-#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -23,7 +19,7 @@ const STARTUP: Duration = Duration::from_secs(60);
 
 /// A running (or stopped, between [`Rnacos::stop`] and [`Rnacos::restart`]) rnacos.
 #[derive(Debug)]
-pub(crate) struct Rnacos {
+pub struct Rnacos {
     binary: PathBuf,
     child: Option<Child>,
     http_port: u16,
@@ -36,12 +32,12 @@ pub(crate) struct Rnacos {
 
 impl Rnacos {
     /// Starts rnacos without authentication; `None` (after saying why) when it is not installed.
-    pub(crate) async fn start(test: &str) -> Option<Self> {
+    pub async fn start(test: &str) -> Option<Self> {
         Self::launch(test, None).await
     }
 
     /// Starts rnacos with open-API authentication and one user.
-    pub(crate) async fn start_with_login(test: &str, username: &str, password: &str) -> Option<Self> {
+    pub async fn start_with_login(test: &str, username: &str, password: &str) -> Option<Self> {
         Self::launch(test, Some((username.to_owned(), password.to_owned()))).await
     }
 
@@ -73,7 +69,7 @@ impl Rnacos {
     }
 
     /// Settings for a store on this server, in `group` and `namespace`.
-    pub(crate) fn settings(&self, group: &str, namespace: &str) -> NacosSettings {
+    pub fn settings(&self, group: &str, namespace: &str) -> NacosSettings {
         NacosSettings {
             server_addr: "127.0.0.1".to_owned(),
             port: self.http_port,
@@ -84,12 +80,12 @@ impl Rnacos {
     }
 
     /// `127.0.0.1:port` of the HTTP API.
-    pub(crate) fn addr(&self) -> String {
+    pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.http_port)
     }
 
     /// Stops the server abruptly, as a crash would; its ports stay reserved for a restart.
-    pub(crate) async fn stop(&mut self) {
+    pub async fn stop(&mut self) {
         self.kill();
     }
 
@@ -97,7 +93,7 @@ impl Rnacos {
     /// a single node's raft membership across a restart (it then refuses every write with
     /// "unknown the raft leader addr"), so the restarted server gets a fresh data directory. The
     /// tests are about skyconf resuming, not about rnacos' durability: they write again after.
-    pub(crate) async fn restart(&mut self) {
+    pub async fn restart(&mut self) {
         self.stop().await;
         self.generation += 1;
         // The ports were just released by the stopped server; retry while the kernel frees them.
@@ -213,7 +209,7 @@ impl Rnacos {
     }
 
     /// The data directory.
-    pub(crate) fn dir(&self) -> &Path {
+    pub fn dir(&self) -> &Path {
         &self.dir
     }
 }
@@ -245,7 +241,7 @@ fn free_ports() -> (u16, u16) {
 }
 
 /// One HTTP/1.1 request with a form body; the status and body, or `None` when it failed.
-pub(crate) async fn http(addr: &str, method: &str, path: &str, form: &str) -> Option<(u16, String)> {
+async fn http(addr: &str, method: &str, path: &str, form: &str) -> Option<(u16, String)> {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
         let request = format!(

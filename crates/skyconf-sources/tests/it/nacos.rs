@@ -2,22 +2,15 @@
 //! `Source` contract, the OAP's key layout (behaviour reference §3.5 and §5.3 items 8 and 11),
 //! namespace isolation, authentication, and an outage with a restart.
 
-#[path = "../src/nacos/test_server.rs"]
-mod test_server;
-
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use skyconf_sources::nacos::{NacosSettings, NacosSource};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, StoreContent, Update};
-use test_server::Rnacos;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use skyconf_testkit::probe::SourceProbe;
+use skyconf_testkit::servers::rnacos::Rnacos;
 
 const GROUP: &str = "skywalking";
 const GROUP_KEY: &str = "test-module.default.testKeyGroup";
-/// How long any one expected update may take.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 fn source(settings: NacosSettings) -> NacosSource {
     NacosSource::new(settings).expect("valid settings")
@@ -27,70 +20,6 @@ fn keys_with_test_group() -> KeySet {
     let mut keys = KeySet::oap_with(["test-module.default.testKey".to_owned()]);
     keys.groups.push(GROUP_KEY.to_owned());
     keys
-}
-
-/// A running source and the content its updates add up to.
-struct Watch {
-    updates: mpsc::Receiver<Update>,
-    content: StoreContent,
-    failures: usize,
-    snapshots: usize,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Watch {
-    /// Runs `source` on `keys`; the first update must be a snapshot.
-    async fn start(source: NacosSource, keys: KeySet) -> Self {
-        let (tx, updates) = mpsc::channel(64);
-        let stop = CancellationToken::new();
-        let token = stop.clone();
-        let task = tokio::spawn(async move { source.run(keys, tx, token).await });
-        let mut watch = Self { updates, content: StoreContent::default(), failures: 0, snapshots: 0, stop, task };
-        let first = watch.next().await;
-        assert!(matches!(first, Update::Snapshot(_)), "the first update is a snapshot: {first:?}");
-        watch.apply(first);
-        watch
-    }
-
-    async fn next(&mut self) -> Update {
-        match tokio::time::timeout(PATIENCE, self.updates.recv()).await {
-            Ok(Some(update)) => update,
-            Ok(None) => panic!("the source stopped"),
-            Err(_) => panic!("no update within {PATIENCE:?}; content so far: {:?}", self.content),
-        }
-    }
-
-    fn apply(&mut self, update: Update) {
-        match update {
-            Update::Snapshot(content) => {
-                self.snapshots += 1;
-                self.content = content;
-            }
-            Update::Single { key, value } => {
-                self.content.set_single(&key, value);
-            }
-            Update::Group { key, items } => {
-                self.content.set_group(&key, items);
-            }
-            Update::Failed(_) => self.failures += 1,
-        }
-    }
-
-    /// Applies updates until `done` holds.
-    async fn until(&mut self, what: &str, done: impl Fn(&StoreContent) -> bool) {
-        let give_up = Instant::now() + PATIENCE;
-        while !done(&self.content) {
-            assert!(Instant::now() < give_up, "never saw {what}; content: {:?}", self.content);
-            let update = self.next().await;
-            self.apply(update);
-        }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.unwrap();
-    }
 }
 
 fn single<'a>(content: &'a StoreContent, key: &str) -> Option<&'a str> {
@@ -119,9 +48,9 @@ async fn sends_a_snapshot_then_every_change_as_it_happens() {
     let Some(nacos) = Rnacos::start("changes").await else { return };
     let store = source(nacos.settings(GROUP, ""));
     store.put("core.default.apdexThreshold", Some("default: 500")).await.unwrap();
-    let mut watch = Watch::start(store.clone(), KeySet::oap()).await;
-    assert_eq!(single(&watch.content, "core.default.apdexThreshold"), Some("default: 500"));
-    assert_eq!(watch.content.singles.len(), 1);
+    let mut watch = SourceProbe::started(store.clone(), KeySet::oap()).await;
+    assert_eq!(single(watch.content(), "core.default.apdexThreshold"), Some("default: 500"));
+    assert_eq!(watch.content().singles.len(), 1);
 
     for (n, value) in [Some("configurations: {}\n"), Some("configurations:\n  a: {k: v}\n"), None].iter().enumerate() {
         store.put(AGENT_CONFIGURATIONS_KEY, *value).await.unwrap();
@@ -140,8 +69,8 @@ async fn sends_a_snapshot_then_every_change_as_it_happens() {
     store.put("not.watched.key", Some("x")).await.unwrap();
     store.put("core.default.apdexThreshold", Some("default: 600")).await.unwrap();
     watch.until("the second apdex", |c| single(c, "core.default.apdexThreshold") == Some("default: 600")).await;
-    assert!(!watch.content.singles.contains_key("not.watched.key"));
-    assert_eq!((watch.failures, watch.snapshots), (0, 1));
+    assert!(!watch.content().singles.contains_key("not.watched.key"));
+    assert_eq!((watch.failures(), watch.snapshots()), (0, 1));
     watch.stop().await;
 }
 
@@ -149,8 +78,8 @@ async fn sends_a_snapshot_then_every_change_as_it_happens() {
 async fn group_keys_follow_their_index_and_sub_items() {
     let Some(nacos) = Rnacos::start("groups").await else { return };
     let store = source(nacos.settings(GROUP, ""));
-    let mut watch = Watch::start(store.clone(), keys_with_test_group()).await;
-    assert!(watch.content.groups[GROUP_KEY].is_empty(), "an absent index is an empty group");
+    let mut watch = SourceProbe::started(store.clone(), keys_with_test_group()).await;
+    assert!(watch.content().groups[GROUP_KEY].is_empty(), "an absent index is an empty group");
 
     // §5.3 item 11: the index lists `item1\n item2`, each sub-item is its own dataId.
     store.put("item1", Some("100")).await.unwrap();
@@ -173,7 +102,7 @@ async fn group_keys_follow_their_index_and_sub_items() {
     watch.until("item2 dropped", |c| c.groups[GROUP_KEY] == items(&[("item3", "33")])).await;
     store.put(GROUP_KEY, None).await.unwrap();
     watch.until("the group emptied", |c| c.groups[GROUP_KEY].is_empty()).await;
-    assert_eq!(watch.failures, 0);
+    assert_eq!(watch.failures(), 0);
     watch.stop().await;
 }
 
@@ -181,7 +110,7 @@ async fn group_keys_follow_their_index_and_sub_items() {
 async fn namespaces_and_groups_are_isolated() {
     let Some(nacos) = Rnacos::start("isolation").await else { return };
     let tenant_a = source(nacos.settings(GROUP, "tenant-a"));
-    let mut watch = Watch::start(tenant_a.clone(), KeySet::oap()).await;
+    let mut watch = SourceProbe::started(tenant_a.clone(), KeySet::oap()).await;
     let key = "alarm.default.alarm-settings";
     let default_ns = source(nacos.settings(GROUP, ""));
     let tenant_b = source(nacos.settings(GROUP, "tenant-b"));
@@ -193,7 +122,7 @@ async fn namespaces_and_groups_are_isolated() {
     }
     tenant_a.put(key, Some("a")).await.unwrap();
     watch.until("tenant-a's own value", |c| single(c, key).is_some()).await;
-    assert_eq!(single(&watch.content, key), Some("a"), "only tenant-a's value was ever seen");
+    assert_eq!(single(watch.content(), key), Some("a"), "only tenant-a's value was ever seen");
     assert_eq!(single(&tenant_a.load(&KeySet::oap()).await.unwrap(), key), Some("a"));
     watch.stop().await;
 }
@@ -203,12 +132,11 @@ async fn an_outage_is_reported_once_and_a_restarted_store_is_resumed() {
     let Some(mut nacos) = Rnacos::start("restart").await else { return };
     let store = source(nacos.settings(GROUP, ""));
     store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations: {}\n")).await.unwrap();
-    let mut watch = Watch::start(store.clone(), KeySet::oap()).await;
+    let mut watch = SourceProbe::started(store.clone(), KeySet::oap()).await;
 
     nacos.stop().await;
     let failed = watch.next().await;
     assert!(matches!(failed, Update::Failed(SourceError::Unavailable { .. })), "{failed:?}");
-    watch.apply(failed);
     assert!(store.load(&KeySet::oap()).await.is_err(), "load fails rather than returning a partial view");
 
     nacos.restart().await;
@@ -224,8 +152,8 @@ async fn an_outage_is_reported_once_and_a_restarted_store_is_resumed() {
         .await;
     // The harness may start rnacos more than once (it restarts a broken start), and the source
     // may have caught one of those runs: each outage is one failure, each followed by a snapshot.
-    assert!(watch.failures >= 1);
-    assert_eq!(watch.snapshots, watch.failures + 1, "a fresh snapshot after each outage, one failure each");
+    assert!(watch.failures() >= 1);
+    assert_eq!(watch.snapshots(), watch.failures() + 1, "a fresh snapshot after each outage, one failure each");
 
     store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  s: {k: v}\n")).await.unwrap();
     watch
@@ -240,8 +168,8 @@ async fn logs_in_with_a_user_and_password() {
     let settings = NacosSettings { username: "skyconf".into(), password: "s3cret".into(), ..nacos.settings(GROUP, "") };
     let store = source(settings.clone());
     store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations: {}\n")).await.unwrap();
-    let mut watch = Watch::start(store.clone(), KeySet::oap()).await;
-    assert_eq!(watch.content.agent_configurations(), Some("configurations: {}\n"));
+    let mut watch = SourceProbe::started(store.clone(), KeySet::oap()).await;
+    assert_eq!(watch.content().agent_configurations(), Some("configurations: {}\n"));
     store.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap();
     watch.until("the delete", |c| c.agent_configurations().is_none()).await;
     watch.stop().await;

@@ -5,17 +5,14 @@
 
 #![cfg(feature = "zookeeper")]
 
-mod zookeeper_server;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, StoreContent, Update};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use skyconf_testkit::probe::SourceProbe;
+use skyconf_testkit::servers::zookeeper::{Proxy, ZkServer, delete_tree, namespace, upsert};
 use zookeeper_client as zk;
-use zookeeper_server::{Proxy, ZkServer, delete_tree, namespace, upsert};
 
 const OPENAPI: &str = "core.default.endpoint-name-grouping-openapi";
 
@@ -32,61 +29,6 @@ fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
 
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
-}
-
-/// A source's `run`, in a task.
-struct Watching {
-    rx: mpsc::Receiver<Update>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Watching {
-    fn start(source: &ZookeeperSource) -> Self {
-        // `RUST_LOG=skyconf_sources=debug,zookeeper_client=debug` shows what the source does.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let (tx, rx) = mpsc::channel(64);
-        let stop = CancellationToken::new();
-        let (source, token) = (source.clone(), stop.clone());
-        let task = tokio::spawn(async move { source.run(KeySet::oap(), tx, token).await });
-        Self { rx, stop, task }
-    }
-
-    async fn next(&mut self) -> Update {
-        tokio::time::timeout(Duration::from_secs(30), self.rx.recv())
-            .await
-            .expect("an update within 30 s")
-            .expect("the source is running")
-    }
-
-    async fn snapshot(&mut self) -> StoreContent {
-        match self.next().await {
-            Update::Snapshot(content) => content,
-            other => panic!("expected a snapshot, got {other:?}"),
-        }
-    }
-
-    async fn single(&mut self) -> (String, Option<String>) {
-        match self.next().await {
-            Update::Single { key, value } => (key, value),
-            other => panic!("expected a single, got {other:?}"),
-        }
-    }
-
-    async fn group(&mut self) -> (String, Option<BTreeMap<String, String>>) {
-        match self.next().await {
-            Update::Group { key, items } => (key, items),
-            other => panic!("expected a group, got {other:?}"),
-        }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        tokio::time::timeout(Duration::from_secs(10), self.task).await.expect("run returns").unwrap();
-    }
 }
 
 #[tokio::test]
@@ -129,7 +71,7 @@ async fn reads_singles_groups_and_both_and_snapshots_after_the_watch() {
     expected_groups.insert("deep".to_owned(), map(&[("item", "")]));
     assert_eq!(loaded.groups, expected_groups, "deeper znodes are ignored");
 
-    let mut watching = Watching::start(&source);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
     assert_eq!(watching.snapshot().await, loaded, "run starts with the same view");
     watching.stop().await;
     delete_tree(&client, &ns).await;
@@ -141,7 +83,7 @@ async fn reports_each_change_to_singles_and_groups() {
     let client = server.client().await;
     let ns = namespace("changes");
     let source = source(&server.addr(), &ns);
-    let mut watching = Watching::start(&source);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
     assert_eq!(watching.snapshot().await, StoreContent::default(), "a missing namespace is empty");
 
     // put creates the namespace and the key.
@@ -175,7 +117,7 @@ async fn reports_each_change_to_singles_and_groups() {
 
     source.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap();
     assert_eq!(watching.single().await, (AGENT_CONFIGURATIONS_KEY.to_owned(), None));
-    assert!(watching.rx.try_recv().is_err(), "nothing else was reported");
+    assert!(watching.try_next().is_none(), "nothing else was reported");
     watching.stop().await;
     delete_tree(&client, &ns).await;
 }
@@ -216,7 +158,7 @@ async fn a_lost_connection_is_one_failure_then_a_snapshot_with_what_changed_mean
     upsert(&client, &format!("{ns}/gone.key"), "x").await;
     let proxy = Proxy::start(server.socket_addr()).await;
     let source = source(&proxy.addr(), &ns);
-    let mut watching = Watching::start(&source);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
     assert_eq!(watching.snapshot().await.singles.len(), 2);
 
     proxy.cut();
@@ -245,7 +187,7 @@ async fn a_restarted_server_is_watched_again() {
         upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "before").await;
     }
     let source = source(&server.addr(), ns);
-    let mut watching = Watching::start(&source);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
     assert_eq!(watching.snapshot().await.agent_configurations(), Some("before"));
 
     server.kill();
@@ -264,7 +206,7 @@ async fn an_expired_session_is_replaced_by_a_new_one() {
     let Some(mut server) = ZkServer::start() else { return };
     let ns = "/expiry";
     let source = source(&server.addr(), ns);
-    let mut watching = Watching::start(&source);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
     assert_eq!(watching.snapshot().await, StoreContent::default());
 
     // A server that lost its data does not know the session: the client is told it expired.
@@ -290,10 +232,10 @@ async fn an_unreachable_store_fails_to_load_and_run_keeps_retrying() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let source = source(&format!("127.0.0.1:{port}"), "/default");
     assert!(matches!(source.load(&KeySet::oap()).await, Err(SourceError::Unavailable { .. })));
-    let mut watching = Watching::start(&source);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
     assert!(matches!(watching.next().await, Update::Failed(_)));
     // Retrying quietly: no second failure while it stays down.
-    assert!(tokio::time::timeout(Duration::from_millis(500), watching.rx.recv()).await.is_err());
+    assert!(watching.next_within(Duration::from_millis(500)).await.is_none());
     watching.stop().await;
 }
 

@@ -5,8 +5,6 @@
 //! The JVM runs under a small shell wrapper that kills it when its stdin closes, so a server
 //! never outlives the test process, even one that aborts.
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
