@@ -11,7 +11,7 @@ use skyconf_core::codec::DiscoveryCommand;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
 use skyconf_server::{Running, ServeConfig, ServerError};
-use skyconf_sources::Source;
+use skyconf_sources::{Source, StoreContent};
 use tonic::transport::Channel;
 
 use crate::PATIENCE;
@@ -50,6 +50,18 @@ impl Server {
     /// An admin HTTP client for the admin port.
     pub fn admin(&self) -> AdminClient {
         AdminClient::new(self.running.admin_addr)
+    }
+
+    /// Polls the server's view of the store until `done` holds; fails after [`PATIENCE`].
+    pub async fn wait_for_store(&self, what: &str, done: impl Fn(&StoreContent) -> bool) {
+        let give_up = Instant::now() + PATIENCE;
+        let mut changes = self.running.store.subscribe();
+        while !done(&self.running.store.content()) {
+            let left = give_up.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "never seen in the store view: {what}: {:?}", self.running.store.content());
+            // Wakes on every content change; the timeout bounds the wait.
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(50)), changes.changed()).await;
+        }
     }
 
     /// Stops the server and waits for it.
@@ -96,6 +108,12 @@ impl Cds {
         DiscoveryCommand::find(&commands.into_inner())
     }
 
+    /// The digest in the command an agent of `service` holding `uuid` gets; `None` is "no
+    /// change".
+    pub async fn fetch_digest(&self, service: &str, uuid: &str) -> Option<String> {
+        self.fetch(service, uuid).await.map(|command| command.uuid.expect("a command carries its digest"))
+    }
+
     /// The digest served to `service` now; `None` while the server answers "no change".
     pub async fn digest(&self, service: &str) -> Option<String> {
         self.fetch(service, "").await.and_then(|command| command.uuid)
@@ -118,6 +136,14 @@ impl Cds {
             assert!(Instant::now() < give_up, "never served: {what} (last digest {digest:?})");
             tokio::task::yield_now().await;
         }
+    }
+}
+
+impl Cds {
+    /// Polls until the digest served to `service` is no longer `old`; the new one and when it was
+    /// first seen.
+    pub async fn wait_for_new_digest(&self, service: &str, old: Option<&str>) -> (Option<String>, Instant) {
+        self.wait_for_digest(service, "a new digest", |digest| digest != old).await
     }
 }
 
@@ -168,7 +194,7 @@ impl AdminClient {
         self.try_send(method, path, headers, body).await.unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
-    /// Any request; `None` when nothing answered (within 5 s).
+    /// Any request; an error when nothing answered (within 5 s).
     pub async fn try_send(
         &self,
         method: &str,

@@ -2,14 +2,12 @@
 //! refused document, and a store outage.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, StoreContent};
-use skyconf_proto::v3::ConfigurationSyncRequest;
-use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_server::{Running, ServeConfig};
 use skyconf_sources::{KeySet, Source, SourceError, Update};
+use skyconf_testkit::server::{Reply, Server, eventually, loopback};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -59,63 +57,29 @@ impl Source for Scripted {
     }
 }
 
-async fn start(source: Scripted) -> Running {
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        ..ServeConfig::default()
-    };
-    skyconf_server::start_with(source, config).await.unwrap()
-}
-
-/// Returns the digest (or `None` for "no change").
-async fn fetch(running: &Running, service: &str, uuid: &str) -> Option<String> {
-    let mut client =
-        ConfigurationDiscoveryServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
-    let request = ConfigurationSyncRequest { service: service.into(), uuid: uuid.into() };
-    let commands = client.fetch_configurations(request).await.unwrap().into_inner();
-    skyconf_core::codec::DiscoveryCommand::find(&commands).map(|c| c.uuid.unwrap())
-}
-
-/// `GET /metrics` over HTTP/1.1: the status line, the content type and the body.
-async fn scrape(running: &Running) -> (String, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(running.admin_addr).await.unwrap();
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    (head.to_owned(), body.to_owned())
-}
-
 /// The value of the one series whose line starts with `series`.
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-/// Waits (bounded) until `condition` holds.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        assert!(Instant::now() < give_up, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 #[tokio::test]
 async fn fetches_are_counted_by_outcome() {
     let (source, _script) = Scripted::new(GOOD);
-    let running = start(source).await;
+    let running = Server::start(source, loopback()).await;
 
-    let digest = fetch(&running, "svc", "").await.expect("changed: the command");
-    assert_eq!(fetch(&running, "svc", &digest).await, None, "unchanged");
-    assert_eq!(fetch(&running, "svc", "stale").await.as_deref(), Some(digest.as_str()), "changed again");
-    assert_eq!(fetch(&running, "nobody", "").await.as_deref(), Some(EMPTY_DIGEST), "empty");
-    assert_eq!(fetch(&running, "nobody", EMPTY_DIGEST).await, None, "unchanged");
+    let digest = running.cds().await.fetch_digest("svc", "").await.expect("changed: the command");
+    assert_eq!(running.cds().await.fetch_digest("svc", &digest).await, None, "unchanged");
+    assert_eq!(
+        running.cds().await.fetch_digest("svc", "stale").await.as_deref(),
+        Some(digest.as_str()),
+        "changed again"
+    );
+    assert_eq!(running.cds().await.fetch_digest("nobody", "").await.as_deref(), Some(EMPTY_DIGEST), "empty");
+    assert_eq!(running.cds().await.fetch_digest("nobody", EMPTY_DIGEST).await, None, "unchanged");
 
-    let (head, text) = scrape(&running).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.to_ascii_lowercase().contains("content-type: application/openmetrics-text"), "{head}");
+    let Reply { status, content_type, body: text } = running.admin().get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(content_type.unwrap_or_default().to_ascii_lowercase().starts_with("application/openmetrics-text"));
     assert_eq!(value(&text, "skyconf_fetches_total{outcome=\"changed\"}"), Some(2.0), "{text}");
     assert_eq!(value(&text, "skyconf_fetches_total{outcome=\"unchanged\"}"), Some(2.0), "{text}");
     assert_eq!(value(&text, "skyconf_fetches_total{outcome=\"empty\"}"), Some(1.0), "{text}");
@@ -146,12 +110,12 @@ async fn fetches_are_counted_by_outcome() {
 #[tokio::test]
 async fn a_refused_document_and_a_store_outage_show() {
     let (source, script) = Scripted::new(GOOD);
-    let running = start(source).await;
-    let digest = fetch(&running, "svc", "").await.unwrap();
+    let running = Server::start(source, loopback()).await;
+    let digest = running.cds().await.fetch_digest("svc", "").await.unwrap();
 
     script.send(Update::Single { key: AGENT_CONFIGURATIONS_KEY.into(), value: Some(BAD.into()) }).await.unwrap();
     eventually("the refusal", || running.served.last_rejection().is_some()).await;
-    let (_, text) = scrape(&running).await;
+    let text = running.admin().get("/metrics").await.body;
     assert_eq!(value(&text, "skyconf_documents_rejected_total{origin=\"scripted\"}"), Some(1.0), "{text}");
     assert_eq!(value(&text, "skyconf_reloads_total{origin=\"scripted\"}"), Some(0.0), "{text}");
     assert_eq!(value(&text, "skyconf_table_version"), Some(1.0), "the last good table stays");
@@ -160,24 +124,28 @@ async fn a_refused_document_and_a_store_outage_show() {
     let mut changes = running.served.subscribe();
     script.send(Update::Single { key: AGENT_CONFIGURATIONS_KEY.into(), value: Some(fixed) }).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), changes.changed()).await.unwrap().unwrap();
-    let (_, text) = scrape(&running).await;
+    let text = running.admin().get("/metrics").await.body;
     assert_eq!(value(&text, "skyconf_reloads_total{origin=\"scripted\"}"), Some(1.0), "{text}");
     assert_eq!(value(&text, "skyconf_table_version"), Some(2.0));
 
     let outage = SourceError::Unavailable { store: "scripted".into(), message: "connection refused".into() };
     script.send(Update::Failed(outage)).await.unwrap();
     eventually("the outage", || !running.store.status().connected).await;
-    let (_, text) = scrape(&running).await;
+    let text = running.admin().get("/metrics").await.body;
     assert_eq!(value(&text, "skyconf_store_up{store=\"scripted\"}"), Some(0.0), "{text}");
     assert_eq!(value(&text, "skyconf_store_failures_total{store=\"scripted\"}"), Some(1.0), "{text}");
     assert!(value(&text, "skyconf_store_last_report_age_seconds{store=\"scripted\"}").is_some());
-    assert_ne!(fetch(&running, "svc", &digest).await, None, "agents are still served during the outage");
+    assert_ne!(
+        running.cds().await.fetch_digest("svc", &digest).await,
+        None,
+        "agents are still served during the outage"
+    );
 
     let mut back = StoreContent::default();
     back.set_single(AGENT_CONFIGURATIONS_KEY, Some(GOOD.replace("10", "20")));
     script.send(Update::Snapshot(back)).await.unwrap();
     eventually("the recovery", || running.store.status().connected).await;
-    let (_, text) = scrape(&running).await;
+    let text = running.admin().get("/metrics").await.body;
     assert_eq!(value(&text, "skyconf_store_up{store=\"scripted\"}"), Some(1.0), "{text}");
     assert_eq!(value(&text, "skyconf_reloads_total{origin=\"scripted\"}"), Some(1.0), "the same text is no reload");
     running.stop().await.unwrap();
@@ -188,13 +156,13 @@ async fn dcs_calls_are_counted() {
     use skyconf_proto::dcs::ConfigurationRequest;
     use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
     let (source, _script) = Scripted::new(GOOD);
-    let running = start(source).await;
+    let running = Server::start(source, loopback()).await;
     let mut client = ConfigurationServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
     let request = |uuid: &str| ConfigurationRequest { cluster_name: "oap".into(), uuid: uuid.into() };
     let first = client.call(request("")).await.unwrap().into_inner();
     client.call(request(&first.uuid)).await.unwrap();
     client.call_group(request("")).await.unwrap();
-    let (_, text) = scrape(&running).await;
+    let text = running.admin().get("/metrics").await.body;
     assert_eq!(value(&text, "skyconf_dcs_calls_total{method=\"call\",outcome=\"changed\"}"), Some(1.0), "{text}");
     assert_eq!(value(&text, "skyconf_dcs_calls_total{method=\"call\",outcome=\"unchanged\"}"), Some(1.0), "{text}");
     assert_eq!(value(&text, "skyconf_dcs_calls_total{method=\"callGroup\",outcome=\"changed\"}"), Some(1.0), "{text}");

@@ -17,6 +17,7 @@ use skyconf_server::admin::Admin;
 use skyconf_server::security::{AdminTokens, GrpcLimits, Role, Secret, SecurityConfig};
 use skyconf_server::{Metrics, Running, ServeConfig, ServedTable, StoreView};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
 use tonic::Code;
 use tonic::transport::Channel;
 use tower::ServiceExt;
@@ -27,16 +28,11 @@ const GOOD: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n
 const DEADLY: [Code; 5] =
     [Code::Unknown, Code::Unavailable, Code::ResourceExhausted, Code::Unauthenticated, Code::PermissionDenied];
 
-async fn start(dir: &Path, security: SecurityConfig) -> Running {
+/// A server on a file holding GOOD in `dir`, with `security`.
+async fn start(dir: &Path, security: SecurityConfig) -> Server {
     let path = dir.join("agent.yaml");
     std::fs::write(&path, GOOD).unwrap();
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        security,
-        ..ServeConfig::default()
-    };
-    skyconf_server::start_with(FileSource::new(path), config).await.unwrap()
+    Server::start(FileSource::new(path), ServeConfig { security, ..loopback() }).await
 }
 
 async fn channel(running: &Running) -> Channel {

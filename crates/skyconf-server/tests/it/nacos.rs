@@ -1,27 +1,22 @@
 //! End to end with a real Nacos-protocol server (rnacos on ephemeral loopback ports, see
-//! `skyconf-sources/src/nacos/test_server.rs`): a server on `NacosSource`, polled over gRPC by a
+//! `skyconf_testkit::servers::rnacos`): a server on `NacosSource`, polled over gRPC by a
 //! tonic client as an agent polls it, and by a DCS client as an OAP polls it. Covers put, update,
 //! delete, a malformed document, group keys, namespace isolation, the OAP's unit-test example, a
 //! Nacos restart with a change made before skyconf is back, and how fast a Nacos publish reaches
 //! agents.
 
-use skyconf_testkit::servers::rnacos as test_server;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
-use skyconf_core::store::StoreContent;
 use skyconf_proto::dcs::ConfigurationRequest;
 use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
-use skyconf_proto::v3::ConfigurationSyncRequest;
-use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_server::{Running, ServeConfig};
+use skyconf_server::ServeConfig;
 use skyconf_sources::nacos::NacosSource;
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source};
-use test_server::Rnacos;
-use tonic::transport::Channel;
+use skyconf_testkit::PATIENCE;
+use skyconf_testkit::server::{Server, loopback};
+use skyconf_testkit::servers::rnacos::Rnacos;
 
 const GROUP: &str = "skywalking";
 const GOOD: &str =
@@ -29,8 +24,6 @@ const GOOD: &str =
 /// Vector V5 of the behaviour reference.
 const GOOD_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e11bca6b606bb72d39ec9596d900520195cfaf88c98eff8695576af47fb1858a8f1e098ff35fb11";
 const OPENAPI: &str = "core.default.endpoint-name-grouping-openapi";
-/// How long anything expected may take to be served.
-const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Keeps the other tests' rnacos start-ups and restarts from running during the latency
 /// measurement (the reference machine has two cores). A tokio mutex: it is held across awaits.
@@ -40,55 +33,8 @@ fn store(nacos: &Rnacos, namespace: &str) -> NacosSource {
     NacosSource::new(nacos.settings(GROUP, namespace)).expect("valid settings")
 }
 
-async fn start(source: NacosSource, keys: KeySet) -> Running {
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        require_initial_load: false,
-        keys,
-        ..ServeConfig::default()
-    };
-    skyconf_server::start_with(source, config).await.unwrap()
-}
-
-async fn client(running: &Running) -> ConfigurationDiscoveryServiceClient<Channel> {
-    ConfigurationDiscoveryServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap()
-}
-
-/// The digest served to `svc` now; `None` while the server answers "no change".
-async fn digest(client: &mut ConfigurationDiscoveryServiceClient<Channel>) -> Option<String> {
-    let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
-    let commands = client.fetch_configurations(request).await.expect("the call succeeds").into_inner();
-    DiscoveryCommand::find(&commands).and_then(|c| c.uuid)
-}
-
-/// Polls (tightly) until the served digest satisfies `done`; returns it and when it was seen.
-async fn wait_for_digest(
-    client: &mut ConfigurationDiscoveryServiceClient<Channel>,
-    what: &str,
-    done: impl Fn(Option<&str>) -> bool,
-) -> (Option<String>, Instant) {
-    let give_up = Instant::now() + PATIENCE;
-    loop {
-        let digest = digest(client).await;
-        if done(digest.as_deref()) {
-            return (digest, Instant::now());
-        }
-        assert!(Instant::now() < give_up, "never served: {what} (last digest {digest:?})");
-        tokio::task::yield_now().await;
-    }
-}
-
-/// Polls the server's view of the store until `done` holds.
-async fn wait_for_store(running: &Running, what: &str, done: impl Fn(&StoreContent) -> bool) {
-    let give_up = Instant::now() + PATIENCE;
-    let mut changes = running.store.subscribe();
-    while !done(&running.store.content()) {
-        let left = give_up.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "never saw {what}; store: {:?}", running.store.content());
-        // Wakes on every content change; the timeout bounds the wait.
-        let _ = tokio::time::timeout(left, changes.changed()).await;
-    }
+fn config(keys: KeySet) -> ServeConfig {
+    ServeConfig { require_initial_load: false, keys, ..loopback() }
 }
 
 fn items(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -101,13 +47,13 @@ async fn put_update_delete_and_a_malformed_document_are_served_as_the_oap_would(
     let Some(nacos) = Rnacos::start("e2e-changes").await else { return };
     let writer = store(&nacos, "");
     writer.put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
-    let running = start(store(&nacos, ""), KeySet::oap()).await;
-    let mut client = client(&running).await;
-    assert_eq!(digest(&mut client).await.as_deref(), Some(GOOD_DIGEST), "loaded before the port opened");
+    let running = Server::start(store(&nacos, ""), config(KeySet::oap())).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "loaded before the port opened");
 
     let updated = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
     writer.put(AGENT_CONFIGURATIONS_KEY, Some(updated)).await.unwrap();
-    let (new, _) = wait_for_digest(&mut client, "the update", |d| d.is_some_and(|d| d != GOOD_DIGEST)).await;
+    let (new, _) = client.wait_for_digest("svc", "the update", |d| d.is_some_and(|d| d != GOOD_DIGEST)).await;
 
     writer.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc:\n    k:\n")).await.unwrap();
     let give_up = Instant::now() + PATIENCE;
@@ -118,10 +64,10 @@ async fn put_update_delete_and_a_malformed_document_are_served_as_the_oap_would(
         let _ = tokio::time::timeout(left.min(Duration::from_millis(100)), changes.changed()).await;
     }
     assert!(running.served.last_rejection().unwrap().error.contains("line 3"));
-    assert_eq!(digest(&mut client).await, new, "the last good document is still served");
+    assert_eq!(client.digest("svc").await, new, "the last good document is still served");
 
     writer.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap();
-    wait_for_digest(&mut client, "the EMPTY answer", |d| d == Some(EMPTY_DIGEST)).await;
+    client.wait_for_digest("svc", "the EMPTY answer", |d| d == Some(EMPTY_DIGEST)).await;
     assert!(running.store.status().connected);
     running.stop().await.unwrap();
 }
@@ -133,15 +79,14 @@ async fn group_keys_reach_the_store_view_and_oaps_polling_the_dcs_service() {
     // §5.3 item 11's layout on the OAP's own group key: an index dataId listing sub-item dataIds.
     writer.put("customerAPI-v1.yaml", Some("openapi: 3.0.0\n")).await.unwrap();
     writer.put(OPENAPI, Some("customerAPI-v1.yaml\n productAPI-v1.yaml")).await.unwrap();
-    let running = start(store(&nacos, ""), KeySet::oap()).await;
-    wait_for_store(&running, "customerAPI", |c| {
-        c.groups[OPENAPI] == items(&[("customerAPI-v1.yaml", "openapi: 3.0.0\n")])
-    })
-    .await;
+    let running = Server::start(store(&nacos, ""), config(KeySet::oap())).await;
+    running
+        .wait_for_store("customerAPI", |c| c.groups[OPENAPI] == items(&[("customerAPI-v1.yaml", "openapi: 3.0.0\n")]))
+        .await;
 
     writer.put("productAPI-v1.yaml", Some("openapi: 3.0.1\n")).await.unwrap();
     let both = items(&[("customerAPI-v1.yaml", "openapi: 3.0.0\n"), ("productAPI-v1.yaml", "openapi: 3.0.1\n")]);
-    wait_for_store(&running, "both sub-items", |c| c.groups[OPENAPI] == both).await;
+    running.wait_for_store("both sub-items", |c| c.groups[OPENAPI] == both).await;
 
     let mut dcs = ConfigurationServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
     let request = ConfigurationRequest { cluster_name: "SkyWalking".into(), uuid: String::new() };
@@ -152,10 +97,11 @@ async fn group_keys_reach_the_store_view_and_oaps_polling_the_dcs_service() {
 
     writer.put("customerAPI-v1.yaml", None).await.unwrap();
     writer.put("productAPI-v1.yaml", Some("openapi: 3.1.0\n")).await.unwrap();
-    wait_for_store(&running, "the delete and the update", |c| {
-        c.groups[OPENAPI] == items(&[("productAPI-v1.yaml", "openapi: 3.1.0\n")])
-    })
-    .await;
+    running
+        .wait_for_store("the delete and the update", |c| {
+            c.groups[OPENAPI] == items(&[("productAPI-v1.yaml", "openapi: 3.1.0\n")])
+        })
+        .await;
     let after = dcs.call_group(request).await.unwrap().into_inner();
     assert_ne!(after.uuid, groups.uuid, "a changed group has a new DCS uuid");
     running.stop().await.unwrap();
@@ -168,7 +114,7 @@ async fn serves_the_oaps_unit_test_example_to_dcs_clients() {
     // §5.3 item 8: two configs in group `skywalking`, one of them a key no OAP module registers.
     writer.put("agent-analyzer.default.slowDBAccessThreshold", Some("test")).await.unwrap();
     writer.put("testKey", Some("testVal")).await.unwrap();
-    let running = start(store(&nacos, ""), KeySet::oap_with(["testKey".to_owned()])).await;
+    let running = Server::start(store(&nacos, ""), config(KeySet::oap_with(["testKey".to_owned()]))).await;
     let mut dcs = ConfigurationServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
     let request = ConfigurationRequest { cluster_name: "SkyWalking".into(), uuid: String::new() };
     let table = dcs.call(request).await.unwrap().into_inner().config_table;
@@ -184,11 +130,11 @@ async fn serves_only_its_own_namespace() {
     store(&nacos, "").put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
     store(&nacos, "staging").put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc: {k: s}\n")).await.unwrap();
     let prod = store(&nacos, "prod");
-    let running = start(prod.clone(), KeySet::oap()).await;
-    let mut client = client(&running).await;
-    assert_eq!(digest(&mut client).await.as_deref(), Some(EMPTY_DIGEST), "nothing in prod yet");
+    let running = Server::start(prod.clone(), config(KeySet::oap())).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(EMPTY_DIGEST), "nothing in prod yet");
     prod.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc: {k: p}\n")).await.unwrap();
-    let (served, _) = wait_for_digest(&mut client, "prod's document", |d| d != Some(EMPTY_DIGEST)).await;
+    let (served, _) = client.wait_for_digest("svc", "prod's document", |d| d != Some(EMPTY_DIGEST)).await;
     let expected = skyconf_core::read("configurations:\n  svc: {k: p}\n").unwrap();
     assert_eq!(served.as_deref(), expected.get("svc").map(|s| s.digest().as_str()));
     running.stop().await.unwrap();
@@ -200,9 +146,9 @@ async fn a_restarted_nacos_is_resumed_with_what_changed_meanwhile() {
     let Some(mut nacos) = Rnacos::start("e2e-restart").await else { return };
     let writer = store(&nacos, "");
     writer.put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
-    let running = start(store(&nacos, ""), KeySet::oap()).await;
-    let mut client = client(&running).await;
-    assert_eq!(digest(&mut client).await.as_deref(), Some(GOOD_DIGEST));
+    let running = Server::start(store(&nacos, ""), config(KeySet::oap())).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
 
     nacos.stop().await;
     let give_up = Instant::now() + PATIENCE;
@@ -212,15 +158,15 @@ async fn a_restarted_nacos_is_resumed_with_what_changed_meanwhile() {
         assert!(!left.is_zero(), "the outage was never noticed");
         let _ = tokio::time::timeout(left.min(Duration::from_millis(100)), changes.changed()).await;
     }
-    assert_eq!(digest(&mut client).await.as_deref(), Some(GOOD_DIGEST), "the last good table is still served");
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "the last good table is still served");
 
     nacos.restart().await;
     // Written as soon as Nacos is back, most likely before skyconf is (it backs off); the
     // restarted rnacos is empty (see `Rnacos::restart`), so this is what it holds.
     let changed = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 30\n";
     writer.put(AGENT_CONFIGURATIONS_KEY, Some(changed)).await.unwrap();
-    wait_for_digest(&mut client, "the change made during the outage", |d| d.is_some_and(|d| d != GOOD_DIGEST)).await;
-    wait_for_store(&running, "the reconnection", |_| running.store.status().connected).await;
+    client.wait_for_digest("svc", "the change made during the outage", |d| d.is_some_and(|d| d != GOOD_DIGEST)).await;
+    running.wait_for_store("the reconnection", |_| running.store.status().connected).await;
     running.stop().await.unwrap();
 }
 
@@ -230,16 +176,16 @@ async fn propagation_nacos_publish_reaches_agents_within_a_second() {
     let Some(nacos) = Rnacos::start("e2e-propagation").await else { return };
     let writer = store(&nacos, "");
     writer.put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
-    let running = start(store(&nacos, ""), KeySet::oap()).await;
-    let mut client = client(&running).await;
-    let mut current = digest(&mut client).await;
+    let running = Server::start(store(&nacos, ""), config(KeySet::oap())).await;
+    let client = running.cds().await;
+    let mut current = client.digest("svc").await;
     let mut delays = Vec::new();
     for n in 0..50 {
         let text = format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {n}\n");
         let published = Instant::now();
         writer.put(AGENT_CONFIGURATIONS_KEY, Some(&text)).await.unwrap();
         let old = current.clone();
-        let (digest, seen) = wait_for_digest(&mut client, "the publish", |d| d != old.as_deref()).await;
+        let (digest, seen) = client.wait_for_digest("svc", "the publish", |d| d != old.as_deref()).await;
         delays.push(seen - published);
         current = digest;
     }

@@ -2,40 +2,16 @@
 //! server's `/ConfigurationService/call` and `callGroup` reproduces its store and its answers.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use skyconf_core::store::AGENT_CONFIGURATIONS_KEY;
-use skyconf_proto::v3::ConfigurationSyncRequest;
-use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_server::{Running, ServeConfig};
+use skyconf_server::ServeConfig;
 use skyconf_sources::Source;
 use skyconf_sources::dcs::{DcsSettings, DcsSource};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, eventually_async, loopback};
 
 fn local() -> ServeConfig {
-    ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        require_initial_load: false,
-        ..ServeConfig::default()
-    }
-}
-
-async fn digest(running: &Running, service: &str) -> String {
-    let mut client =
-        ConfigurationDiscoveryServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
-    let request = ConfigurationSyncRequest { service: service.into(), uuid: String::new() };
-    let commands = client.fetch_configurations(request).await.unwrap().into_inner();
-    skyconf_core::codec::DiscoveryCommand::find(&commands).unwrap().uuid.unwrap()
-}
-
-/// Waits (bounded) until `condition` holds.
-async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
-    let give_up = Instant::now() + Duration::from_secs(15);
-    while !condition().await {
-        assert!(Instant::now() < give_up, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ServeConfig { require_initial_load: false, ..loopback() }
 }
 
 fn write_store(dir: &Path) {
@@ -51,13 +27,13 @@ async fn a_dcs_client_of_a_skyconf_dcs_server_reproduces_the_store() {
     let dir = tempfile::tempdir().unwrap();
     write_store(dir.path());
     let upstream_store = FileSource::directory(dir.path());
-    let upstream = skyconf_server::start_with(upstream_store.clone(), local()).await.unwrap();
+    let upstream = Server::start(upstream_store.clone(), local()).await;
 
     let settings =
         DcsSettings { host: "127.0.0.1".into(), port: upstream.grpc_addr.port(), period: 1, ..DcsSettings::default() };
-    let downstream = skyconf_server::start_with(DcsSource::new(settings).unwrap(), local()).await.unwrap();
+    let downstream = Server::start(DcsSource::new(settings).unwrap(), local()).await;
 
-    assert_eq!(digest(&downstream, "svc").await, digest(&upstream, "svc").await);
+    assert_eq!(downstream.cds().await.digest("svc").await.unwrap(), upstream.cds().await.digest("svc").await.unwrap());
     let (up, down) = (upstream.store.content(), downstream.store.content());
     let non_empty = |c: &skyconf_core::store::StoreContent| {
         c.singles.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>()
@@ -69,17 +45,20 @@ async fn a_dcs_client_of_a_skyconf_dcs_server_reproduces_the_store() {
     );
 
     // A change upstream reaches the downstream agents within a poll period.
-    let before = digest(&downstream, "svc").await;
+    let before = downstream.cds().await.digest("svc").await.unwrap();
     upstream_store
         .put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc:\n    agent.sample_n_per_3_secs: 8\n"))
         .await
         .unwrap();
-    eventually("the change upstream is served downstream", async || digest(&downstream, "svc").await != before).await;
-    assert_eq!(digest(&downstream, "svc").await, digest(&upstream, "svc").await);
+    eventually_async("the change upstream is served downstream", async || {
+        downstream.cds().await.digest("svc").await.unwrap() != before
+    })
+    .await;
+    assert_eq!(downstream.cds().await.digest("svc").await.unwrap(), upstream.cds().await.digest("svc").await.unwrap());
 
     // A key deleted upstream is cleared downstream (sent as "", as the protocol requires).
     upstream_store.put("alarm.default.alarm-settings", None).await.unwrap();
-    eventually("the deleted key is cleared", async || {
+    eventually_async("the deleted key is cleared", async || {
         downstream.store.content().singles.get("alarm.default.alarm-settings").is_some_and(String::is_empty)
     })
     .await;

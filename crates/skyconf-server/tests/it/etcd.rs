@@ -1,26 +1,22 @@
 //! End to end with a real etcd (started per test on ephemeral loopback ports, see
-//! `skyconf-sources/tests/etcd/server.rs`): a server on `EtcdSource`, polled over gRPC by a tonic
+//! `skyconf_testkit::servers::etcd`): a server on `EtcdSource`, polled over gRPC by a tonic
 //! client as an agent polls it. Covers put, update, delete, a malformed document, an etcd
 //! restart, compaction, group keys (through the DCS service), authentication, the persisted last
 //! good configuration, and how fast an etcd write reaches agents.
 
-use skyconf_testkit::servers::etcd as etcd_server;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use etcd_server::{EtcdServer, Proxy, http_get};
-use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::dcs::ConfigurationRequest;
 use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
-use skyconf_proto::v3::ConfigurationSyncRequest;
-use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_server::{Running, ServeConfig};
+use skyconf_server::ServeConfig;
 use skyconf_sources::Backoff;
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
+use skyconf_testkit::fixtures::numbered;
+use skyconf_testkit::server::{Server, eventually, loopback};
+use skyconf_testkit::servers::etcd::{EtcdServer, Proxy};
 use tokio::sync::RwLock;
-use tonic::transport::Channel;
 
 const GOOD: &str =
     "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
@@ -36,64 +32,12 @@ fn settings(etcd: &EtcdServer) -> EtcdSettings {
     EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() }
 }
 
-async fn start(settings: EtcdSettings, data_dir: Option<&Path>, backoff: Backoff) -> Running {
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        require_initial_load: false,
-        data_dir: data_dir.map(Path::to_path_buf),
-        ..ServeConfig::default()
-    };
-    let source = EtcdSource::new(settings).unwrap().with_backoff(backoff);
-    skyconf_server::start_with(source, config).await.expect("the server starts")
+fn source(settings: EtcdSettings) -> EtcdSource {
+    EtcdSource::new(settings).unwrap().with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
 }
 
-fn quick() -> Backoff {
-    Backoff::new(Duration::from_millis(50), Duration::from_millis(500))
-}
-
-async fn connect(running: &Running) -> ConfigurationDiscoveryServiceClient<Channel> {
-    ConfigurationDiscoveryServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap()
-}
-
-/// The command an agent holding `uuid` gets; `None` is "no change".
-async fn fetch(client: &mut ConfigurationDiscoveryServiceClient<Channel>, uuid: &str) -> Option<DiscoveryCommand> {
-    let request = ConfigurationSyncRequest { service: "svc".into(), uuid: uuid.into() };
-    let commands = client.fetch_configurations(request).await.expect("the call succeeds").into_inner();
-    DiscoveryCommand::find(&commands)
-}
-
-async fn served_digest(client: &mut ConfigurationDiscoveryServiceClient<Channel>) -> Option<String> {
-    fetch(client, "").await.and_then(|c| c.uuid)
-}
-
-/// Polls until `svc`'s digest is no longer `old`; the new one and when it was first seen.
-async fn wait_for_new_digest(
-    client: &mut ConfigurationDiscoveryServiceClient<Channel>,
-    old: Option<&str>,
-) -> (Option<String>, Instant) {
-    let give_up = Instant::now() + Duration::from_secs(20);
-    loop {
-        let digest = served_digest(client).await;
-        if digest.as_deref() != old {
-            return (digest, Instant::now());
-        }
-        assert!(Instant::now() < give_up, "the change was never served");
-        tokio::task::yield_now().await;
-    }
-}
-
-/// Polls `condition` until it holds, for at most 20 s.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let give_up = Instant::now() + Duration::from_secs(20);
-    while !condition() {
-        assert!(Instant::now() < give_up, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn document(n: usize) -> String {
-    format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {n}\n")
+fn config(data_dir: Option<&Path>) -> ServeConfig {
+    ServeConfig { require_initial_load: false, data_dir: data_dir.map(Path::to_path_buf), ..loopback() }
 }
 
 #[tokio::test]
@@ -102,36 +46,36 @@ async fn serves_puts_updates_and_deletes_and_keeps_the_last_good_document() {
     let Some(etcd) = EtcdServer::start().await else { return };
     let admin = etcd.admin().await;
     admin.put(AGENT_KEY, GOOD).await;
-    let running = start(settings(&etcd), None, quick()).await;
-    let mut client = connect(&running).await;
-    let first = fetch(&mut client, "").await.expect("a command");
+    let running = Server::start(source(settings(&etcd)), config(None)).await;
+    let client = running.cds().await;
+    let first = client.fetch("svc", "").await.expect("a command");
     assert_eq!(first.uuid.as_deref(), Some(GOOD_DIGEST));
     assert_eq!(first.config.len(), 2);
-    assert!(fetch(&mut client, GOOD_DIGEST).await.is_none(), "echoing the digest gets no command");
+    assert!(client.fetch("svc", GOOD_DIGEST).await.is_none(), "echoing the digest gets no command");
 
-    admin.put(AGENT_KEY, document(1)).await;
-    let (updated, _) = wait_for_new_digest(&mut client, Some(GOOD_DIGEST)).await;
+    admin.put(AGENT_KEY, numbered(1)).await;
+    let (updated, _) = client.wait_for_new_digest("svc", Some(GOOD_DIGEST)).await;
     assert_eq!(
-        fetch(&mut client, "").await.unwrap().config,
+        client.fetch("svc", "").await.unwrap().config,
         [("agent.sample_n_per_3_secs".to_owned(), "1".to_owned())]
     );
 
     admin.delete(AGENT_KEY).await;
-    let (deleted, _) = wait_for_new_digest(&mut client, updated.as_deref()).await;
+    let (deleted, _) = client.wait_for_new_digest("svc", updated.as_deref()).await;
     assert_eq!(deleted.as_deref(), Some(EMPTY_DIGEST), "a deleted document is an empty table, as in the OAP");
 
     admin.put(AGENT_KEY, GOOD).await;
-    let (restored, _) = wait_for_new_digest(&mut client, Some(EMPTY_DIGEST)).await;
+    let (restored, _) = client.wait_for_new_digest("svc", Some(EMPTY_DIGEST)).await;
     assert_eq!(restored.as_deref(), Some(GOOD_DIGEST));
 
     admin.put(AGENT_KEY, "configurations:\n  svc:\n    agent.sample_n_per_3_secs: [unclosed\n").await;
     eventually("the malformed document is refused", || running.served.last_rejection().is_some()).await;
-    assert_eq!(served_digest(&mut client).await.as_deref(), Some(GOOD_DIGEST), "the last good table stays");
-    let ready = http_get(running.admin_addr.port(), "/readyz").await.unwrap();
-    assert!(ready.contains("last_rejection") && ready.contains("line "), "{ready}");
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "the last good table stays");
+    let ready = running.admin().get("/readyz").await;
+    assert!(ready.body.contains("last_rejection") && ready.body.contains("line "), "{ready:?}");
 
-    admin.put(AGENT_KEY, document(2)).await;
-    wait_for_new_digest(&mut client, Some(GOOD_DIGEST)).await;
+    admin.put(AGENT_KEY, numbered(2)).await;
+    client.wait_for_new_digest("svc", Some(GOOD_DIGEST)).await;
     assert!(running.served.last_rejection().is_none());
     running.stop().await.unwrap();
 }
@@ -141,22 +85,22 @@ async fn an_etcd_restart_is_survived_and_changes_made_meanwhile_are_served() {
     let _shared = MACHINE.read().await;
     let Some(mut etcd) = EtcdServer::start().await else { return };
     etcd.admin().await.put(AGENT_KEY, GOOD).await;
-    let running = start(settings(&etcd), None, quick()).await;
-    let mut client = connect(&running).await;
-    assert_eq!(served_digest(&mut client).await.as_deref(), Some(GOOD_DIGEST));
+    let running = Server::start(source(settings(&etcd)), config(None)).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
 
     etcd.kill();
     eventually("the outage is noticed", || !running.store.status().connected).await;
-    assert_eq!(served_digest(&mut client).await.as_deref(), Some(GOOD_DIGEST), "still served while etcd is down");
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "still served while etcd is down");
 
     etcd.restart().await;
-    etcd.admin().await.put(AGENT_KEY, document(3)).await;
-    let (digest, _) = wait_for_new_digest(&mut client, Some(GOOD_DIGEST)).await;
-    assert_eq!(fetch(&mut client, "").await.unwrap().uuid, digest);
+    etcd.admin().await.put(AGENT_KEY, numbered(3)).await;
+    let (digest, _) = client.wait_for_new_digest("svc", Some(GOOD_DIGEST)).await;
+    assert_eq!(client.fetch("svc", "").await.unwrap().uuid, digest);
     eventually("the store is connected again", || running.store.status().connected).await;
 
-    etcd.admin().await.put(AGENT_KEY, document(4)).await;
-    wait_for_new_digest(&mut client, digest.as_deref()).await;
+    etcd.admin().await.put(AGENT_KEY, numbered(4)).await;
+    client.wait_for_new_digest("svc", digest.as_deref()).await;
     running.stop().await.unwrap();
 }
 
@@ -168,28 +112,28 @@ async fn a_compacted_history_is_read_again() {
     admin.put(AGENT_KEY, GOOD).await;
     // The server reaches etcd through a proxy the test cuts: etcd keeps running and changing.
     let proxy = Proxy::start(&etcd.url()).await;
-    let running = start(EtcdSettings { endpoints: proxy.url(), ..settings(&etcd) }, None, quick()).await;
-    let mut client = connect(&running).await;
-    assert_eq!(served_digest(&mut client).await.as_deref(), Some(GOOD_DIGEST));
+    let running = Server::start(source(EtcdSettings { endpoints: proxy.url(), ..settings(&etcd) }), config(None)).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
 
     proxy.cut();
     eventually("the outage is noticed", || !running.store.status().connected).await;
     // While the server cannot see it, etcd moves on and forgets the history the watch would
     // resume from.
-    admin.put(AGENT_KEY, document(5)).await;
+    admin.put(AGENT_KEY, numbered(5)).await;
     admin.put("/skywalking/x.y.z", "1").await;
     let latest = admin.put("/skywalking/x.y.z", "2").await;
     admin.compact(latest).await;
     proxy.restore();
 
-    let (digest, _) = wait_for_new_digest(&mut client, Some(GOOD_DIGEST)).await;
+    let (digest, _) = client.wait_for_new_digest("svc", Some(GOOD_DIGEST)).await;
     eventually("the whole namespace is read again", || {
         running.store.content().singles.get("x.y.z").is_some_and(|v| v == "2")
     })
     .await;
     eventually("the store is connected again", || running.store.status().connected).await;
-    admin.put(AGENT_KEY, document(6)).await;
-    wait_for_new_digest(&mut client, digest.as_deref()).await;
+    admin.put(AGENT_KEY, numbered(6)).await;
+    client.wait_for_new_digest("svc", digest.as_deref()).await;
     running.stop().await.unwrap();
 }
 
@@ -202,7 +146,7 @@ async fn group_and_unregistered_keys_reach_the_dcs_service() {
     admin.put("/skywalking/test-module.default.testKeyGroup/item1", "100").await;
     admin.put("/skywalking/test-module.default.testKeyGroup/item2", "200").await;
     admin.put("/skywalking/test-module.default.testKey", "v").await;
-    let running = start(settings(&etcd), None, quick()).await;
+    let running = Server::start(source(settings(&etcd)), config(None)).await;
     let mut dcs = ConfigurationServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
     let request = || ConfigurationRequest { cluster_name: "SkyWalking".into(), uuid: String::new() };
 
@@ -241,22 +185,22 @@ async fn authenticates_and_serves_nothing_wrong_with_a_bad_password() {
         ..settings(&etcd)
     };
 
-    let running = start(login("s3cret"), None, quick()).await;
-    let mut client = connect(&running).await;
-    assert_eq!(served_digest(&mut client).await.as_deref(), Some(GOOD_DIGEST));
-    admin.put(AGENT_KEY, document(7)).await;
-    wait_for_new_digest(&mut client, Some(GOOD_DIGEST)).await;
+    let running = Server::start(source(login("s3cret")), config(None)).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
+    admin.put(AGENT_KEY, numbered(7)).await;
+    client.wait_for_new_digest("svc", Some(GOOD_DIGEST)).await;
     running.stop().await.unwrap();
 
-    let running = start(login("wrong"), None, quick()).await;
-    let mut client = connect(&running).await;
-    assert!(fetch(&mut client, "").await.is_none(), "no table: agents are told \"no change\", never EMPTY");
+    let running = Server::start(source(login("wrong")), config(None)).await;
+    let client = running.cds().await;
+    assert!(client.fetch("svc", "").await.is_none(), "no table: agents are told \"no change\", never EMPTY");
     let status = running.store.status();
     assert!(!status.connected);
     let error = status.last_error.unwrap_or_default();
     assert!(error.contains("refused") && error.contains("authentication failed"), "{error}");
-    let ready = http_get(running.admin_addr.port(), "/readyz").await.unwrap();
-    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    let ready = running.admin().get("/readyz").await;
+    assert_eq!(ready.status, 503, "{ready:?}");
     running.stop().await.unwrap();
 }
 
@@ -266,18 +210,18 @@ async fn a_restart_with_etcd_down_serves_the_persisted_table_until_etcd_is_back(
     let Some(mut etcd) = EtcdServer::start().await else { return };
     etcd.admin().await.put(AGENT_KEY, GOOD).await;
     let data = tempfile::tempdir().unwrap();
-    let running = start(settings(&etcd), Some(data.path()), quick()).await;
-    let mut client = connect(&running).await;
-    assert_eq!(served_digest(&mut client).await.as_deref(), Some(GOOD_DIGEST));
+    let running = Server::start(source(settings(&etcd)), config(Some(data.path()))).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
     eventually("the table is persisted", || data.path().join("last-good.json").exists()).await;
     running.stop().await.unwrap();
     etcd.kill();
 
-    let running = start(settings(&etcd), Some(data.path()), quick()).await;
-    let mut client = connect(&running).await;
-    assert_eq!(served_digest(&mut client).await.as_deref(), Some(GOOD_DIGEST), "the persisted table is served");
-    let ready = http_get(running.admin_addr.port(), "/readyz").await.unwrap();
-    assert!(ready.starts_with("HTTP/1.1 200") && ready.contains("\"stale\":true"), "{ready}");
+    let running = Server::start(source(settings(&etcd)), config(Some(data.path()))).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "the persisted table is served");
+    let ready = running.admin().get("/readyz").await;
+    assert!(ready.status == 200 && ready.body.contains("\"stale\":true"), "{ready:?}");
     assert!(!running.store.status().connected);
 
     etcd.restart().await;
@@ -286,10 +230,10 @@ async fn a_restart_with_etcd_down_serves_the_persisted_table_until_etcd_is_back(
         status.connected && !status.stale
     })
     .await;
-    let ready = http_get(running.admin_addr.port(), "/readyz").await.unwrap();
-    assert!(ready.contains("\"stale\":false") && ready.contains("\"connected\":true"), "{ready}");
-    etcd.admin().await.put(AGENT_KEY, document(8)).await;
-    wait_for_new_digest(&mut client, Some(GOOD_DIGEST)).await;
+    let ready = running.admin().get("/readyz").await;
+    assert!(ready.body.contains("\"stale\":false") && ready.body.contains("\"connected\":true"), "{ready:?}");
+    etcd.admin().await.put(AGENT_KEY, numbered(8)).await;
+    client.wait_for_new_digest("svc", Some(GOOD_DIGEST)).await;
     running.stop().await.unwrap();
 }
 
@@ -302,15 +246,15 @@ async fn propagation_etcd_writes_are_served_within_100_ms() {
     let Some(etcd) = EtcdServer::start().await else { return };
     let admin = etcd.admin().await;
     admin.put(AGENT_KEY, GOOD).await;
-    let running = start(settings(&etcd), None, quick()).await;
-    let mut client = connect(&running).await;
-    let mut current = served_digest(&mut client).await;
+    let running = Server::start(source(settings(&etcd)), config(None)).await;
+    let client = running.cds().await;
+    let mut current = client.digest("svc").await;
     assert_eq!(current.as_deref(), Some(GOOD_DIGEST));
     let mut delays = Vec::with_capacity(50);
     for n in 0..50 {
         let written = Instant::now();
-        admin.put(AGENT_KEY, document(100 + n)).await;
-        let (digest, seen) = wait_for_new_digest(&mut client, current.as_deref()).await;
+        admin.put(AGENT_KEY, numbered(100 + n)).await;
+        let (digest, seen) = client.wait_for_new_digest("svc", current.as_deref()).await;
         delays.push(seen - written);
         current = digest;
     }

@@ -1,23 +1,19 @@
 //! End to end with a real ZooKeeper (Debian's package, started by the tests on an ephemeral
-//! loopback port, see `skyconf-sources/tests/zookeeper_server/mod.rs`): a server on
+//! loopback port, see `skyconf_testkit::servers::zookeeper`): a server on
 //! `ZookeeperSource`, polled over gRPC by a tonic client as an agent polls it. Covers put, update,
 //! delete, a malformed document, group keys, the OAP's unit-test example, a ZooKeeper restart with
 //! changes made while skyconf could not see it, and how fast a ZooKeeper write reaches agents.
 
-use skyconf_testkit::servers::zookeeper as zookeeper_server;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
-use skyconf_proto::v3::ConfigurationSyncRequest;
-use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_server::{Running, ServeConfig};
+use skyconf_server::ServeConfig;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
-use tonic::transport::Channel;
-use zookeeper_server::{Proxy, ZkServer, delete_tree, namespace, upsert};
+use skyconf_testkit::fixtures::numbered;
+use skyconf_testkit::server::{Server, loopback};
+use skyconf_testkit::servers::zookeeper::{Proxy, ZkServer, delete_tree, namespace, upsert};
 
 const GOOD: &str =
     "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
@@ -29,62 +25,14 @@ const OPENAPI: &str = "core.default.endpoint-name-grouping-openapi";
 /// reference machine has two cores). A tokio mutex: it is held across awaits.
 static QUIET: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn start(host_port: &str, namespace: &str) -> Running {
+fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
     let settings = ZookeeperSettings {
         host_port: host_port.to_owned(),
         namespace: namespace.to_owned(),
         base_sleep_time_ms: 50,
         ..ZookeeperSettings::default()
     };
-    let source = ZookeeperSource::new(settings).unwrap();
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        require_initial_load: false,
-        ..ServeConfig::default()
-    };
-    skyconf_server::start_with(source, config).await.unwrap()
-}
-
-async fn client(running: &Running) -> ConfigurationDiscoveryServiceClient<Channel> {
-    ConfigurationDiscoveryServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap()
-}
-
-/// The digest served to `svc` now; `None` while the server answers "no change" (nothing loaded).
-async fn digest(client: &mut ConfigurationDiscoveryServiceClient<Channel>) -> Option<String> {
-    let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
-    let commands = client.fetch_configurations(request).await.expect("the call succeeds").into_inner();
-    DiscoveryCommand::find(&commands).and_then(|c| c.uuid)
-}
-
-/// Polls until the served digest satisfies `done`; returns it and when it was seen.
-async fn wait_for_digest(
-    client: &mut ConfigurationDiscoveryServiceClient<Channel>,
-    what: &str,
-    done: impl Fn(Option<&str>) -> bool,
-) -> (Option<String>, Instant) {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        let digest = digest(client).await;
-        if done(digest.as_deref()) {
-            return (digest, Instant::now());
-        }
-        assert!(Instant::now() < give_up, "never served: {what} (last digest {digest:?})");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-/// Polls the server's view of the store until `done` holds.
-async fn wait_for_store(running: &Running, what: &str, done: impl Fn(&skyconf_core::store::StoreContent) -> bool) {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    while !done(&running.store.content()) {
-        assert!(Instant::now() < give_up, "never seen in the store view: {what}: {:?}", running.store.content());
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn doc(n: u32) -> String {
-    format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {n}\n")
+    ZookeeperSource::new(settings).unwrap()
 }
 
 #[tokio::test]
@@ -93,17 +41,18 @@ async fn agents_get_what_zookeeper_holds_and_every_change() {
     let zk = server.client().await;
     let ns = namespace("e2e");
     let agent_node = format!("{ns}/{AGENT_CONFIGURATIONS_KEY}");
-    let running = start(&server.addr(), &ns).await;
-    let mut client = client(&running).await;
-    assert_eq!(digest(&mut client).await.as_deref(), Some(EMPTY_DIGEST), "an empty namespace is an empty table");
+    let running =
+        Server::start(source(&server.addr(), &ns), ServeConfig { require_initial_load: false, ..loopback() }).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(EMPTY_DIGEST), "an empty namespace is an empty table");
 
     // put → served.
     upsert(&zk, &agent_node, GOOD).await;
-    wait_for_digest(&mut client, "the first document", |d| d == Some(GOOD_DIGEST)).await;
+    client.wait_for_digest("svc", "the first document", |d| d == Some(GOOD_DIGEST)).await;
 
     // update → served.
-    upsert(&zk, &agent_node, &doc(20)).await;
-    let (updated, _) = wait_for_digest(&mut client, "the update", |d| d.is_some_and(|d| d != GOOD_DIGEST)).await;
+    upsert(&zk, &agent_node, &numbered(20)).await;
+    let (updated, _) = client.wait_for_digest("svc", "the update", |d| d.is_some_and(|d| d != GOOD_DIGEST)).await;
 
     // malformed → refused, the last good table stays.
     upsert(&zk, &agent_node, "configurations:\n  svc:\n    agent.sample_n_per_3_secs: [unclosed\n").await;
@@ -112,11 +61,11 @@ async fn agents_get_what_zookeeper_holds_and_every_change() {
         assert!(Instant::now() < give_up, "the malformed document was never noticed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(digest(&mut client).await, updated, "the last good table is still served");
+    assert_eq!(client.digest("svc").await, updated, "the last good table is still served");
 
     // delete → EMPTY for everyone.
     zk.delete(&agent_node, None).await.unwrap();
-    wait_for_digest(&mut client, "the delete", |d| d == Some(EMPTY_DIGEST)).await;
+    client.wait_for_digest("svc", "the delete", |d| d == Some(EMPTY_DIGEST)).await;
 
     // Group keys: children added, changed, removed (carried for the DCS server).
     let group = format!("{ns}/{OPENAPI}");
@@ -124,16 +73,16 @@ async fn agents_get_what_zookeeper_holds_and_every_change() {
     upsert(&zk, &format!("{group}/productAPI-v1.yaml"), "b").await;
     let two: BTreeMap<String, String> =
         [("customerAPI-v1.yaml", "a"), ("productAPI-v1.yaml", "b")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
-    wait_for_store(&running, "two items", |c| c.groups.get(OPENAPI) == Some(&two)).await;
+    running.wait_for_store("two items", |c| c.groups.get(OPENAPI) == Some(&two)).await;
     upsert(&zk, &format!("{group}/productAPI-v1.yaml"), "c").await;
-    wait_for_store(&running, "a changed item", |c| c.groups[OPENAPI]["productAPI-v1.yaml"] == "c").await;
+    running.wait_for_store("a changed item", |c| c.groups[OPENAPI]["productAPI-v1.yaml"] == "c").await;
     zk.delete(&format!("{group}/customerAPI-v1.yaml"), None).await.unwrap();
-    wait_for_store(&running, "a removed item", |c| c.groups[OPENAPI].len() == 1).await;
+    running.wait_for_store("a removed item", |c| c.groups[OPENAPI].len() == 1).await;
 
     // The OAP unit test's example (behaviour reference §5.3 item 9).
     let key = "agent-analyzer.default.slowDBAccessThreshold";
     upsert(&zk, &format!("{ns}/{key}"), "default:100,mongodb:50").await;
-    wait_for_store(&running, key, |c| c.singles.get(key).map(String::as_str) == Some("default:100,mongodb:50")).await;
+    running.wait_for_store(key, |c| c.singles.get(key).map(String::as_str) == Some("default:100,mongodb:50")).await;
 
     running.stop().await.unwrap();
     delete_tree(&zk, &ns).await;
@@ -148,9 +97,10 @@ async fn serves_changes_made_while_zookeeper_was_down() {
     upsert(&server.client().await, &agent_node, GOOD).await;
     // skyconf reaches ZooKeeper through a proxy, so the test decides when it can see it again.
     let proxy = Proxy::start(server.socket_addr()).await;
-    let running = start(&proxy.addr(), ns).await;
-    let mut client = client(&running).await;
-    assert_eq!(digest(&mut client).await.as_deref(), Some(GOOD_DIGEST));
+    let running =
+        Server::start(source(&proxy.addr(), ns), ServeConfig { require_initial_load: false, ..loopback() }).await;
+    let client = running.cds().await;
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
 
     proxy.cut();
     server.kill();
@@ -159,19 +109,19 @@ async fn serves_changes_made_while_zookeeper_was_down() {
         assert!(Instant::now() < give_up, "the outage was never noticed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(digest(&mut client).await.as_deref(), Some(GOOD_DIGEST), "the last good table is still served");
+    assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "the last good table is still served");
 
     // Back on the same port and data directory; a change is made before skyconf can reconnect.
     server.restart();
     let zk = server.client().await;
-    upsert(&zk, &agent_node, &doc(30)).await;
+    upsert(&zk, &agent_node, &numbered(30)).await;
     proxy.restore();
-    let (during, _) = wait_for_digest(&mut client, "the change made while down", |d| d != Some(GOOD_DIGEST)).await;
+    let (during, _) = client.wait_for_digest("svc", "the change made while down", |d| d != Some(GOOD_DIGEST)).await;
     assert!(running.store.status().connected);
 
     // And the watch works again.
-    upsert(&zk, &agent_node, &doc(31)).await;
-    wait_for_digest(&mut client, "a change after the restart", |d| d.is_some() && d != during.as_deref()).await;
+    upsert(&zk, &agent_node, &numbered(31)).await;
+    client.wait_for_digest("svc", "a change after the restart", |d| d.is_some() && d != during.as_deref()).await;
     running.stop().await.unwrap();
 }
 
@@ -185,23 +135,24 @@ async fn propagation_zookeeper_write_reaches_agents_within_100_ms() {
     let zk = server.client().await;
     let ns = namespace("propagation");
     let agent_node = format!("{ns}/{AGENT_CONFIGURATIONS_KEY}");
-    upsert(&zk, &agent_node, &doc(0)).await;
-    let running = start(&server.addr(), &ns).await;
-    let mut client = client(&running).await;
-    let mut current = digest(&mut client).await;
+    upsert(&zk, &agent_node, &numbered(0)).await;
+    let running =
+        Server::start(source(&server.addr(), &ns), ServeConfig { require_initial_load: false, ..loopback() }).await;
+    let client = running.cds().await;
+    let mut current = client.digest("svc").await;
     assert!(current.is_some());
 
     // A few writes first, so the JVM's JIT warm-up is not counted as skyconf's delay.
     for n in 1..=5 {
-        zk.set_data(&agent_node, doc(n).as_bytes(), None).await.unwrap();
-        current = wait_for_digest(&mut client, "a warm-up write", |d| d != current.as_deref()).await.0;
+        zk.set_data(&agent_node, numbered(n).as_bytes(), None).await.unwrap();
+        current = client.wait_for_digest("svc", "a warm-up write", |d| d != current.as_deref()).await.0;
     }
     let (mut delays, mut commits) = (Vec::new(), Vec::new());
     for n in 100..150 {
         let written = Instant::now();
-        zk.set_data(&agent_node, doc(n).as_bytes(), None).await.unwrap();
+        zk.set_data(&agent_node, numbered(n).as_bytes(), None).await.unwrap();
         commits.push(written.elapsed());
-        let (now, seen) = wait_for_digest(&mut client, "a write", |d| d != current.as_deref()).await;
+        let (now, seen) = client.wait_for_digest("svc", "a write", |d| d != current.as_deref()).await;
         delays.push(seen - written);
         current = now;
     }

@@ -10,12 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use skyconf_core::codec::DiscoveryCommand;
-use skyconf_proto::v3::ConfigurationSyncRequest;
-use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
 use skyconf_server::ServeConfig;
 use skyconf_server::security::{Role, Secret};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
 
 const SERVICE: &str = "mall-order-service";
 const V1: &str = "configurations:\n  mall-order-service:\n    agent.sample_n_per_3_secs: 10\n    agent.ignore_suffix: .jpg,.png\n  other:\n    agent.span_limit_per_segment: 100\n";
@@ -32,13 +30,6 @@ fn available(program: &str, arg: &str) -> bool {
         _ => None,
     };
     Command::new(env.as_deref().unwrap_or(program)).arg(arg).output().is_ok_and(|o| o.status.success())
-}
-
-async fn fetch(addr: std::net::SocketAddr) -> DiscoveryCommand {
-    let mut client = ConfigurationDiscoveryServiceClient::connect(format!("http://{addr}")).await.unwrap();
-    let request = ConfigurationSyncRequest { service: SERVICE.into(), uuid: String::new() };
-    let commands = client.fetch_configurations(request).await.unwrap().into_inner();
-    DiscoveryCommand::find(&commands).expect("a first fetch gets the command")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,18 +64,14 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agents.yaml");
     std::fs::write(&path, V1).unwrap();
-    let mut config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        data_dir: Some(dir.path().join("data")),
-        ..ServeConfig::default()
-    };
+    let mut config = ServeConfig { data_dir: Some(dir.path().join("data")), ..loopback() };
     if let Some((read, write)) = tokens {
         config.security.admin_tokens.add(Role::Read, Secret::new(read));
         config.security.admin_tokens.add(Role::Write, Secret::new(write));
     }
-    let running = skyconf_server::start_with(FileSource::new(&path), config).await.unwrap();
-    let before = fetch(running.grpc_addr).await;
+    let running = Server::start(FileSource::new(&path), config).await;
+    let cds = running.cds().await;
+    let before = cds.fetch(SERVICE, "").await.expect("a first fetch gets the command");
     let first_release = running.releases.latest().unwrap().id;
 
     // A hand edit of the file: the page must show it, then roll it back.
@@ -94,7 +81,7 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
         assert!(Instant::now() < give_up, "the edit was never recorded");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let edited = fetch(running.grpc_addr).await;
+    let edited = cds.fetch(SERVICE, "").await.expect("a first fetch gets the command");
     assert_eq!(
         edited.config.iter().find(|(k, _)| k == "agent.sample_n_per_3_secs").map(|(_, v)| v.as_str()),
         Some("20")
@@ -126,7 +113,7 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
         assert!(stdout.contains("admin token (read or write role)") && stdout.contains("write role"), "{stdout}");
     }
 
-    let after = fetch(running.grpc_addr).await;
+    let after = cds.fetch(SERVICE, "").await.expect("a first fetch gets the command");
     assert_eq!(after.uuid, before.uuid, "the rollback restores the digest the agent had");
     assert_eq!(after.config, before.config, "and exactly the values");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "the file itself is back, written by atomic rename");

@@ -14,6 +14,7 @@ use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDisc
 use skyconf_server::security::{ClientAuth, ClientCerts, SecurityConfig, TlsFiles};
 use skyconf_server::{Running, ServeConfig, ServerError};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -79,19 +80,14 @@ impl Pki {
     }
 }
 
-async fn start(dir: &Path, security: SecurityConfig) -> Result<Running, ServerError> {
+/// A server on a file holding GOOD in `dir`, with `security`.
+async fn start(dir: &Path, security: SecurityConfig) -> Result<Server, ServerError> {
     let path = dir.join("agent.yaml");
     std::fs::write(&path, GOOD).unwrap();
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        security,
-        ..ServeConfig::default()
-    };
-    skyconf_server::start_with(FileSource::new(path), config).await
+    Server::try_start(FileSource::new(path), ServeConfig { security, ..loopback() }).await
 }
 
-async fn start_tls(pki: &Pki, client_auth: Option<ClientAuth>) -> Running {
+async fn start_tls(pki: &Pki, client_auth: Option<ClientAuth>) -> Server {
     let files = pki.files(client_auth);
     let security =
         SecurityConfig { grpc_tls: Some(files.clone()), admin_tls: Some(files), ..SecurityConfig::default() };

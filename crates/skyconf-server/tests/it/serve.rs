@@ -1,16 +1,14 @@
 //! End to end over real sockets: a file-backed server on ephemeral ports, polled by a tonic
 //! client as an agent would poll it.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_server::{Running, ServeConfig, ServerError};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
 use tonic::transport::Channel;
 
 const GOOD: &str =
@@ -18,65 +16,22 @@ const GOOD: &str =
 /// Vector V5 of the behaviour reference.
 const GOOD_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e11bca6b606bb72d39ec9596d900520195cfaf88c98eff8695576af47fb1858a8f1e098ff35fb11";
 
-async fn start(path: &Path) -> Result<Running, ServerError> {
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        ..ServeConfig::default()
-    };
-    skyconf_server::start_with(FileSource::new(path), config).await
-}
-
-async fn client(running: &Running) -> ConfigurationDiscoveryServiceClient<Channel> {
-    ConfigurationDiscoveryServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap()
-}
-
-async fn fetch(
-    client: &mut ConfigurationDiscoveryServiceClient<Channel>,
-    service: &str,
-    uuid: &str,
-) -> Option<DiscoveryCommand> {
-    let request = ConfigurationSyncRequest { service: service.into(), uuid: uuid.into() };
-    let commands = client.fetch_configurations(request).await.expect("the call succeeds").into_inner();
-    DiscoveryCommand::find(&commands)
-}
-
-async fn served_digest(client: &mut ConfigurationDiscoveryServiceClient<Channel>) -> String {
-    fetch(client, "svc", "").await.unwrap().uuid.unwrap()
-}
-
-/// Polls until the served digest differs from `old`, returning when that was seen.
-async fn wait_for_new_digest(
-    client: &mut ConfigurationDiscoveryServiceClient<Channel>,
-    old: &str,
-) -> (String, Instant) {
-    let give_up = Instant::now() + Duration::from_secs(10);
-    loop {
-        let digest = served_digest(client).await;
-        if digest != old {
-            return (digest, Instant::now());
-        }
-        assert!(Instant::now() < give_up, "the edit was never served");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
 #[tokio::test]
 async fn answers_as_the_oap_does_over_grpc() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.yaml");
     std::fs::write(&path, GOOD).unwrap();
-    let running = start(&path).await.unwrap();
-    let mut client = client(&running).await;
+    let running = Server::try_start(FileSource::new(&path), loopback()).await.unwrap();
+    let client = running.cds().await;
 
-    let first = fetch(&mut client, "svc", "").await.unwrap();
+    let first = client.fetch("svc", "").await.unwrap();
     assert_eq!(first.uuid.as_deref(), Some(GOOD_DIGEST));
     assert_eq!(first.config.len(), 2);
-    assert!(fetch(&mut client, "svc", GOOD_DIGEST).await.is_none(), "echoing the digest gets no command");
-    let unknown = fetch(&mut client, "unknown", "").await.unwrap();
+    assert!(client.fetch("svc", GOOD_DIGEST).await.is_none(), "echoing the digest gets no command");
+    let unknown = client.fetch("unknown", "").await.unwrap();
     assert_eq!(unknown.uuid.as_deref(), Some(EMPTY_DIGEST));
     assert!(unknown.config.is_empty());
-    assert!(fetch(&mut client, "unknown", EMPTY_DIGEST).await.is_none());
+    assert!(client.fetch("unknown", EMPTY_DIGEST).await.is_none());
     running.stop().await.unwrap();
 }
 
@@ -88,9 +43,9 @@ async fn propagation_file_edits_are_served_within_100_ms() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.yaml");
     std::fs::write(&path, GOOD).unwrap();
-    let running = start(&path).await.unwrap();
-    let mut client = client(&running).await;
-    let mut current = served_digest(&mut client).await;
+    let running = Server::try_start(FileSource::new(&path), loopback()).await.unwrap();
+    let client = running.cds().await;
+    let mut current = client.digest("svc").await.unwrap();
     let mut delays = Vec::with_capacity(50);
     for n in 0..50 {
         let text = format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {n}\n");
@@ -103,9 +58,9 @@ async fn propagation_file_edits_are_served_within_100_ms() {
             std::fs::write(&staged, text).unwrap();
             std::fs::rename(&staged, &path).unwrap();
         }
-        let (digest, seen) = wait_for_new_digest(&mut client, &current).await;
+        let (digest, seen) = client.wait_for_new_digest("svc", Some(&current)).await;
         delays.push(seen - written);
-        current = digest;
+        current = digest.unwrap();
     }
     delays.sort();
     let pct = |p: f64| delays[((p * delays.len() as f64).ceil() as usize).clamp(1, delays.len()) - 1];
@@ -125,8 +80,8 @@ async fn a_broken_file_keeps_the_last_good_config_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.yaml");
     std::fs::write(&path, GOOD).unwrap();
-    let running = start(&path).await.unwrap();
-    let mut client = client(&running).await;
+    let running = Server::try_start(FileSource::new(&path), loopback()).await.unwrap();
+    let client = running.cds().await;
     let mut changes = running.served.subscribe();
 
     std::fs::write(&path, "configurations:\n  svc:\n    agent.sample_n_per_3_secs: [unclosed\n").unwrap();
@@ -137,15 +92,15 @@ async fn a_broken_file_keeps_the_last_good_config_and_recovers() {
     }
     let rejection = running.served.last_rejection().unwrap();
     assert!(rejection.error.contains("line "), "{}", rejection.error);
-    assert_eq!(served_digest(&mut client).await, GOOD_DIGEST, "the last good table is still served");
+    assert_eq!(client.digest("svc").await.unwrap(), GOOD_DIGEST, "the last good table is still served");
 
-    let ready = http_get(running.admin_addr, "/readyz").await;
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
-    assert!(ready.contains("last_rejection") && ready.contains("line "), "{ready}");
+    let ready = running.admin().get("/readyz").await;
+    assert_eq!(ready.status, 200, "{ready:?}");
+    assert!(ready.body.contains("last_rejection") && ready.body.contains("line "), "{ready:?}");
 
     std::fs::write(&path, "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n").unwrap();
     tokio::time::timeout(Duration::from_secs(10), changes.changed()).await.unwrap().unwrap();
-    assert_ne!(served_digest(&mut client).await, GOOD_DIGEST);
+    assert_ne!(client.digest("svc").await.unwrap(), GOOD_DIGEST);
     assert!(running.served.last_rejection().is_none());
     running.stop().await.unwrap();
 }
@@ -155,7 +110,7 @@ async fn refuses_to_start_on_a_bad_document_naming_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.yaml");
     std::fs::write(&path, "configurations:\n  svc:\n    k:\n").unwrap();
-    let error = start(&path).await.unwrap_err();
+    let error = Server::try_start(FileSource::new(&path), loopback()).await.unwrap_err();
     let message = error.to_string();
     assert!(message.contains("line 3") && message.contains("column"), "{message}");
 }
@@ -166,7 +121,7 @@ async fn bad_requests_never_end_with_a_code_that_drops_the_agent_channel() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.yaml");
     std::fs::write(&path, GOOD).unwrap();
-    let running = start(&path).await.unwrap();
+    let running = Server::try_start(FileSource::new(&path), loopback()).await.unwrap();
     let channel = Channel::from_shared(format!("http://{}", running.grpc_addr)).unwrap().connect().await.unwrap();
     let deadly =
         [Code::Unknown, Code::Unavailable, Code::ResourceExhausted, Code::Unauthenticated, Code::PermissionDenied];
@@ -226,16 +181,6 @@ async fn raw_call(channel: Channel, body: Vec<u8>) -> Result<bytes::Bytes, tonic
     grpc.ready().await.unwrap();
     let path = http::uri::PathAndQuery::from_static(skyconf_proto::FETCH_CONFIGURATIONS_PATH);
     grpc.unary(tonic::Request::new(body), path, Raw).await.map(tonic::Response::into_inner)
-}
-
-/// A minimal HTTP/1.1 GET, to keep an HTTP client out of the dependencies.
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.unwrap();
-    out
 }
 
 #[test]

@@ -11,6 +11,7 @@ use skyconf_proto::v3::management_service_client::ManagementServiceClient;
 use skyconf_proto::v3::{ConfigurationSyncRequest, InstancePingPkg};
 use skyconf_server::{FleetOptions, Running, ServeConfig};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
 use tonic::transport::Channel;
 
 const V1: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n";
@@ -44,16 +45,6 @@ impl Agent {
     }
 }
 
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> serde_json::Value {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).await.unwrap();
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
 fn states(body: &serde_json::Value) -> Vec<(String, String)> {
     let mut out: Vec<_> = body["agents"]
         .as_array()
@@ -70,13 +61,8 @@ async fn followers_apply_within_one_poll_and_a_failing_agent_shows_stuck() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agents.yaml");
     std::fs::write(&path, V1).unwrap();
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        fleet: FleetOptions { stuck_after_polls: 3, ..FleetOptions::default() },
-        ..ServeConfig::default()
-    };
-    let running = skyconf_server::start_with(FileSource::new(&path), config).await.unwrap();
+    let config = ServeConfig { fleet: FleetOptions { stuck_after_polls: 3, ..FleetOptions::default() }, ..loopback() };
+    let running = Server::start(FileSource::new(&path), config).await;
     let mut follower = Agent::connect(&running, false).await;
     let mut failing = Agent::connect(&running, true).await;
     for name in ["follower", "failing"] {
@@ -89,7 +75,7 @@ async fn followers_apply_within_one_poll_and_a_failing_agent_shows_stuck() {
         follower.poll().await;
         failing.poll().await;
     }
-    let body = http_get(running.admin_addr, "/api/v1/services/svc").await;
+    let body = running.admin().get_json("/api/v1/services/svc").await;
     assert_eq!(states(&body), [("failing".into(), "applied".into()), ("follower".into(), "applied".into())]);
 
     let mut changes = running.served.subscribe();
@@ -98,24 +84,24 @@ async fn followers_apply_within_one_poll_and_a_failing_agent_shows_stuck() {
 
     follower.poll().await;
     failing.poll().await;
-    let body = http_get(running.admin_addr, "/api/v1/services/svc").await;
+    let body = running.admin().get_json("/api/v1/services/svc").await;
     assert_eq!(states(&body), [("failing".into(), "behind".into()), ("follower".into(), "behind".into())]);
     follower.poll().await;
     failing.poll().await;
-    let body = http_get(running.admin_addr, "/api/v1/services/svc").await;
+    let body = running.admin().get_json("/api/v1/services/svc").await;
     assert_eq!(
         states(&body),
         [("failing".into(), "behind".into()), ("follower".into(), "applied".into())],
         "one poll after receiving it, the follower holds the new digest"
     );
     failing.poll().await;
-    let body = http_get(running.admin_addr, "/api/v1/services/svc").await;
+    let body = running.admin().get_json("/api/v1/services/svc").await;
     assert_eq!(states(&body), [("failing".into(), "stuck".into()), ("follower".into(), "applied".into())]);
     let stuck = body["agents"].as_array().unwrap().iter().find(|a| a["state"] == "stuck").unwrap();
     assert_eq!(stuck["polls_behind"], 3);
     assert_ne!(stuck["digest"], body["digest"], "it holds the old digest");
 
-    let list = http_get(running.admin_addr, "/api/v1/services").await;
+    let list = running.admin().get_json("/api/v1/services").await;
     let svc = &list["services"][0];
     assert_eq!((svc["agents"].as_u64(), svc["applied"].as_u64(), svc["stuck"].as_u64()), (Some(2), Some(1), Some(1)));
     running.stop().await.unwrap();
