@@ -1,13 +1,11 @@
 //! The agent against skyconf's own CDS service, in-process on an ephemeral port: the scenarios of
 //! `common::scenarios` over real gRPC, then the spawned loop with the real transport.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::scenarios::{self, Backend, SERVICE, V1, V2};
+use crate::common::scenarios::{self, Backend, SERVICE, V1, V2};
 use skyconf_agent::watchers::{SPAN_LIMIT_PER_SEGMENT, SpanLimit};
 use skyconf_agent::{Agent, AgentOptions, GrpcTransport, Registry};
 use skyconf_server::{CdsOptions, CdsService, ServedTable};

@@ -1,12 +1,10 @@
 //! The poll loop under paused tokio time, against an in-memory CDS server: when it polls, what it
 //! sends, what the watchers see, and how it survives a failing server.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{FakeCds, Log, Recorder, after_polls, raw_command, seen, without_uuids};
+use crate::common::{FakeCds, Log, Recorder, after_polls, raw_command, seen, without_uuids};
 use skyconf_agent::watchers::{
     IGNORE_SUFFIX, IgnorePath, SAMPLE_N_PER_3_SECS, SPAN_LIMIT_PER_SEGMENT, SampleNPer3Secs, SpanLimit,
     TRACE_IGNORE_PATH,

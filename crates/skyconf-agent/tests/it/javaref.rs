@@ -6,15 +6,13 @@
 //! It runs only when `SKYCONF_JAVAREF_CP` names the classpath file `bench/javaref/build.sh` writes
 //! (`scripts/interop/agent-vs-javaref.sh` sets it up); without it the test says so and passes.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::scenarios::{self, Backend, SERVICE};
+use crate::common::scenarios::{self, Backend, SERVICE};
 
 const CLASSPATH_ENV: &str = "SKYCONF_JAVAREF_CP";
 

@@ -2,7 +2,8 @@
 //! in-memory CDS server (the OAP's algorithm over a table, plus scripted answers and failures)
 //! that plugs in as a [`Transport`] so the poll loop can run under paused tokio time.
 
-#![allow(dead_code, unreachable_pub)]
+// `pub` for the test modules of this binary, which the lint counts as unreachable.
+#![allow(unreachable_pub)]
 
 pub mod scenarios;
 
@@ -59,13 +60,6 @@ impl Recorder {
             log: log.clone(),
             fail_next: AtomicBool::new(false),
         })
-    }
-
-    /// A recorder holding `value` from the start, as the Java agent's built-in watchers do.
-    pub fn holding(name: &'static str, key: &str, value: &str, log: &Log) -> Arc<Self> {
-        let r = Self::new(name, key, log);
-        *r.value.lock().unwrap() = Some(value.to_owned());
-        r
     }
 
     /// Makes the next notification fail.
