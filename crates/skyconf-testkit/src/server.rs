@@ -147,11 +147,11 @@ impl Cds {
     }
 }
 
-/// An HTTP client for the admin port (reqwest).
+/// An HTTP client for the admin port (reqwest), optionally with a bearer token.
 #[derive(Debug, Clone)]
 pub struct AdminClient {
     base: String,
-    client: reqwest::Client,
+    token: Option<String>,
 }
 
 /// An admin port's answer.
@@ -175,7 +175,13 @@ impl Reply {
 impl AdminClient {
     /// A client for the admin port at `addr` (`host:port`), over plain HTTP.
     pub fn new(addr: impl std::fmt::Display) -> Self {
-        Self { base: format!("http://{addr}"), client: reqwest::Client::new() }
+        Self { base: format!("http://{addr}"), token: None }
+    }
+
+    /// The same client, sending `Authorization: Bearer {token}`.
+    pub fn with_bearer(mut self, token: &str) -> Self {
+        self.token = Some(token.to_owned());
+        self
     }
 
     /// `GET path`.
@@ -203,11 +209,16 @@ impl AdminClient {
         body: &str,
     ) -> Result<Reply, reqwest::Error> {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
-        let mut request = self
-            .client
+        // A client per request: no pooled connection outlives the runtime that made it (see
+        // `send_blocking`), and every request is on a connection of its own, as curl's would be.
+        let client = reqwest::Client::new();
+        let mut request = client
             .request(method, format!("{}{path}", self.base))
             .timeout(Duration::from_secs(5))
             .body(body.to_owned());
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
@@ -219,10 +230,10 @@ impl AdminClient {
         Ok(Reply { status, content_type, body })
     }
 
-    /// [`Self::send`] from a test that is not async: on a runtime of its own.
-    pub fn send_blocking(addr: impl std::fmt::Display, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    /// A request without a body from a test that is not async, on a runtime of its own.
+    pub fn send_blocking(&self, method: &str, path: &str) -> Reply {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-        runtime.block_on(Self::new(addr).send(method, path, headers, ""))
+        runtime.block_on(self.send(method, path, &[], ""))
     }
 }
 

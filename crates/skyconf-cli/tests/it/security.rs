@@ -2,25 +2,18 @@
 //! and its `SW_AUTHENTICATION`, admin bearer tokens from the environment and a token file, and
 //! token values that never reach `--help` or the log.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use assert_cmd::cargo::CommandCargoExt;
+use skyconf_testkit::server::AdminClient;
+
+use crate::util::{repo_root, skyconf};
 
 const AGENT_TOKEN: &str = "agent-tok-5f1c";
 const READ_TOKEN: &str = "read-tok-77ab";
 const WRITE_TOKEN: &str = "write-tok-90de";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-fn skyconf() -> Command {
-    Command::cargo_bin("skyconf").unwrap()
-}
 
 /// A `skyconf serve` process; its log lines are collected for inspection.
 struct Server {
@@ -75,20 +68,6 @@ impl Drop for Server {
     }
 }
 
-fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> String {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-}
-
-fn status(response: &str) -> &str {
-    response.split(' ').nth(1).unwrap_or("")
-}
-
 #[test]
 fn serve_takes_the_oap_token_and_admin_tokens_and_never_prints_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,12 +109,14 @@ fn serve_takes_the_oap_token_and_admin_tokens_and_never_prints_them() {
     assert!(allowed.status.success(), "{allowed:?}");
     assert!(String::from_utf8_lossy(&allowed.stdout).contains("ConfigurationDiscoveryCommand"));
 
-    assert_eq!(status(&http(&server.admin_addr, "GET", "/healthz", None)), "200");
-    assert_eq!(status(&http(&server.admin_addr, "GET", "/metrics", None)), "401");
-    assert_eq!(status(&http(&server.admin_addr, "GET", "/metrics", Some(READ_TOKEN))), "200");
-    assert_eq!(status(&http(&server.admin_addr, "GET", "/api/v1/services", Some(WRITE_TOKEN))), "200");
-    assert_eq!(status(&http(&server.admin_addr, "DELETE", "/api/v1/services/nobody", Some(READ_TOKEN))), "403");
-    let metrics = http(&server.admin_addr, "GET", "/metrics", Some(READ_TOKEN));
+    let (anonymous, admin) =
+        (AdminClient::new(&server.admin_addr), |token| AdminClient::new(&server.admin_addr).with_bearer(token));
+    assert_eq!(anonymous.send_blocking("GET", "/healthz").status, 200);
+    assert_eq!(anonymous.send_blocking("GET", "/metrics").status, 401);
+    assert_eq!(admin(READ_TOKEN).send_blocking("GET", "/metrics").status, 200);
+    assert_eq!(admin(WRITE_TOKEN).send_blocking("GET", "/api/v1/services").status, 200);
+    assert_eq!(admin(READ_TOKEN).send_blocking("DELETE", "/api/v1/services/nobody").status, 403);
+    let metrics = admin(READ_TOKEN).send_blocking("GET", "/metrics").body;
     assert!(metrics.contains("skyconf_grpc_denied_total{service=\"cds\"} 2"), "{metrics}");
 
     for line in server.drain_log() {

@@ -6,21 +6,19 @@
 //! The grpcio client needs python3 with grpcio and grpcio-tools: `scripts/test.sh` installs them
 //! and sets SKYCONF_REQUIRE_INTEROP=1 so a missing dependency fails instead of skipping.
 
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use skyconf_server::fleet::{AgentState, AgentStatus};
 use skyconf_server::{FleetOptions, Running, ServeConfig};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
+
+use crate::util::repo_root;
 
 const V1: &str = "configurations:\n  fleet-svc:\n    agent.sample_n_per_3_secs: 10\n";
 const V2: &str = "configurations:\n  fleet-svc:\n    agent.sample_n_per_3_secs: 20\n";
 const INTERVAL: &str = "0.2";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
 
 /// A child process killed when the test ends, pass or fail.
 struct Guard(Child);
@@ -88,13 +86,8 @@ async fn two_independent_clients_apply_and_a_stuck_one_shows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agents.yaml");
     std::fs::write(&path, V1).unwrap();
-    let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        fleet: FleetOptions { stuck_after_polls: 3, ..FleetOptions::default() },
-        ..ServeConfig::default()
-    };
-    let running = skyconf_server::start_with(FileSource::new(&path), config).await.unwrap();
+    let config = ServeConfig { fleet: FleetOptions { stuck_after_polls: 3, ..FleetOptions::default() }, ..loopback() };
+    let running = Server::start(FileSource::new(&path), config).await;
     let _grpcio = grpcio(&running, false);
     let _agent = skyconf_agent(&running);
     let _stuck = grpcio(&running, true);

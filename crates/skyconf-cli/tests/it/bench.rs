@@ -4,14 +4,10 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::cargo::CommandCargoExt;
-
-fn skyconf() -> Command {
-    Command::cargo_bin("skyconf").unwrap()
-}
+use crate::util::skyconf;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -5,16 +5,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use assert_cmd::cargo::CommandCargoExt;
 use predicates::prelude::*;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-fn skyconf() -> Command {
-    Command::cargo_bin("skyconf").unwrap()
-}
+use crate::util::{repo_root, skyconf};
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let path = dir.path().join(name);
