@@ -7,10 +7,12 @@
 //! - [`server::Server`]: a skyconf server on ephemeral loopback ports with a CDS client
 //!   ([`server::Cds`]) and an admin HTTP client ([`server::AdminClient`]);
 //! - [`fixtures`]: synthetic agent-configurations documents;
+//! - [`latency`]: percentiles of measured delays;
 //! - [`conformance`]: the [`skyconf_sources::Source`] contract, checked once for every store.
 
 pub mod conformance;
 pub mod fixtures;
+pub mod latency;
 pub mod probe;
 pub mod server;
 pub mod servers;

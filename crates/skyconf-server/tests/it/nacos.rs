@@ -15,6 +15,8 @@ use skyconf_server::ServeConfig;
 use skyconf_sources::nacos::NacosSource;
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source};
 use skyconf_testkit::PATIENCE;
+use skyconf_testkit::fixtures::numbered;
+use skyconf_testkit::latency::percentiles;
 use skyconf_testkit::server::{Server, loopback};
 use skyconf_testkit::servers::rnacos::Rnacos;
 
@@ -181,7 +183,7 @@ async fn propagation_nacos_publish_reaches_agents_within_a_second() {
     let mut current = client.digest("svc").await;
     let mut delays = Vec::new();
     for n in 0..50 {
-        let text = format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {n}\n");
+        let text = numbered(n);
         let published = Instant::now();
         writer.put(AGENT_CONFIGURATIONS_KEY, Some(&text)).await.unwrap();
         let old = current.clone();
@@ -189,16 +191,8 @@ async fn propagation_nacos_publish_reaches_agents_within_a_second() {
         delays.push(seen - published);
         current = digest;
     }
-    delays.sort();
-    let at = |q: f64| delays[((delays.len() as f64 * q).ceil() as usize).clamp(1, delays.len()) - 1];
-    eprintln!(
-        "nacos publish → served over gRPC, {} changes: p50 {:?}, p90 {:?}, p99 {:?}, max {:?}",
-        delays.len(),
-        at(0.50),
-        at(0.90),
-        at(0.99),
-        delays[delays.len() - 1]
-    );
-    assert!(at(0.99) <= Duration::from_secs(1), "publish → served delays: {delays:?}");
+    let p = percentiles(&mut delays);
+    eprintln!("nacos publish → served over gRPC, {} changes: {p}", delays.len());
+    assert!(p.p99 <= Duration::from_secs(1), "publish → served delays: {delays:?}");
     running.stop().await.unwrap();
 }
