@@ -14,7 +14,7 @@ use skyconf_server::{FleetOptions, Running, ServeConfig};
 use skyconf_sources::file::FileSource;
 use skyconf_testkit::server::{Server, loopback};
 
-use crate::util::repo_root;
+use crate::util::{grpcio_available, repo_root};
 
 const V1: &str = "configurations:\n  fleet-svc:\n    agent.sample_n_per_3_secs: 10\n";
 const V2: &str = "configurations:\n  fleet-svc:\n    agent.sample_n_per_3_secs: 20\n";
@@ -73,14 +73,7 @@ async fn wait_until(running: &Running, what: &str, condition: impl Fn(&[AgentSta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_independent_clients_apply_and_a_stuck_one_shows() {
-    let has_grpcio =
-        Command::new("python3").args(["-c", "import grpc, grpc_tools"]).status().is_ok_and(|s| s.success());
-    if !has_grpcio {
-        assert!(
-            std::env::var_os("SKYCONF_REQUIRE_INTEROP").is_none(),
-            "python3 with grpcio and grpcio-tools is required"
-        );
-        eprintln!("skipped: python3 with grpcio and grpcio-tools is not installed (pip install grpcio grpcio-tools)");
+    if !grpcio_available() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
