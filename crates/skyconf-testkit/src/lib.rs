@@ -10,6 +10,8 @@
 //! - [`latency`]: percentiles of measured delays;
 //! - [`conformance`]: the [`skyconf_sources::Source`] contract, checked once for every store.
 
+#![warn(missing_docs)]
+
 pub mod conformance;
 pub mod fixtures;
 pub mod latency;

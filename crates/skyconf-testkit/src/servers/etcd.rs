@@ -17,6 +17,8 @@ use skyconf_proto::etcd::etcdserverpb::kv_client::KvClient;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
+use crate::server::AdminClient;
+
 /// How long etcd may take to start answering.
 const START_LIMIT: Duration = Duration::from_secs(30);
 
@@ -415,16 +417,8 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A minimal HTTP/1.1 GET on loopback; `None` when nothing answers.
-pub async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut out = String::new();
-        stream.read_to_string(&mut out).await.ok()?;
-        Some(out)
-    };
-    tokio::time::timeout(Duration::from_secs(2), attempt).await.ok().flatten()
+/// A GET on loopback; the body, or `None` when nothing answers.
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    let reply = AdminClient::new(format!("127.0.0.1:{port}")).try_send("GET", path, &[], "").await.ok()?;
+    Some(reply.body)
 }

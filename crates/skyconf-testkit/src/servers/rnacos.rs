@@ -12,7 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use skyconf_sources::nacos::NacosSettings;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::server::AdminClient;
 
 /// How long rnacos may take to start answering writes.
 const STARTUP: Duration = Duration::from_secs(60);
@@ -240,22 +241,9 @@ fn free_ports() -> (u16, u16) {
     (a.local_addr().unwrap().port(), b.local_addr().unwrap().port())
 }
 
-/// One HTTP/1.1 request with a form body; the status and body, or `None` when it failed.
+/// One HTTP request with a form body; the status and body, or `None` when it failed.
 async fn http(addr: &str, method: &str, path: &str, form: &str) -> Option<(u16, String)> {
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
-            form.len()
-        );
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await.ok()?;
-        let answer = String::from_utf8_lossy(&answer).into_owned();
-        let status = answer.split(' ').nth(1)?.parse().ok()?;
-        let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
-        Some((status, body))
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange).await.ok().flatten()
+    let headers = [("Content-Type", "application/x-www-form-urlencoded")];
+    let reply = AdminClient::new(addr).try_send(method, path, &headers, form).await.ok()?;
+    Some((reply.status, reply.body))
 }
