@@ -68,11 +68,6 @@ impl Server {
     pub async fn stop(self) -> Result<(), ServerError> {
         self.running.stop().await
     }
-
-    /// The server's handle itself.
-    pub fn into_running(self) -> Running {
-        self.running
-    }
 }
 
 impl Deref for Server {
@@ -94,11 +89,6 @@ impl Cds {
     pub async fn connect(addr: SocketAddr) -> Self {
         let client = ConfigurationDiscoveryServiceClient::connect(format!("http://{addr}")).await.expect("connects");
         Self { client }
-    }
-
-    /// A client on an existing channel.
-    pub fn on(channel: Channel) -> Self {
-        Self { client: ConfigurationDiscoveryServiceClient::new(channel) }
     }
 
     /// The command an agent of `service` holding `uuid` gets; `None` is "no change".
@@ -137,9 +127,7 @@ impl Cds {
             tokio::task::yield_now().await;
         }
     }
-}
 
-impl Cds {
     /// Polls until the digest served to `service` is no longer `old`; the new one and when it was
     /// first seen.
     pub async fn wait_for_new_digest(&self, service: &str, old: Option<&str>) -> (Option<String>, Instant) {
