@@ -32,4 +32,4 @@ if [ ! -f "$CP_FILE" ] || [ -n "$(find "$JAVAREF/src" -newer "$CP_FILE" -name '*
 fi
 
 export SKYCONF_JAVAREF_CP=$CP_FILE
-cargo test -p skyconf-agent --test javaref -- --nocapture
+cargo test -p skyconf-agent --test it javaref:: -- --nocapture

@@ -4,11 +4,10 @@
 //! `cargo bench -p skyconf-core --bench core`. Wall-clock numbers on a shared machine are noisy; for
 //! repeatable counts run the binary under `valgrind --tool=callgrind` (see BENCHMARKS.md).
 
-use std::fmt::Write as _;
-
 use divan::{Bencher, black_box};
 use skyconf_core::Digest;
 use skyconf_core::codec::PreEncoded;
+use skyconf_testkit::fixtures;
 use uuid::Uuid;
 
 fn main() {
@@ -16,30 +15,12 @@ fn main() {
 }
 
 /// The settings the stock agents read, as `skyconf bench document` writes them.
-const ENTRIES: [(&str, &str); 6] = [
-    ("agent.sample_n_per_3_secs", "10"),
-    ("agent.span_limit_per_segment", "300"),
-    ("agent.ignore_suffix", ".jpg,.css,.png,.ico"),
-    ("agent.trace.ignore_path", "/eureka/**,/actuator/**,/health"),
-    ("plugin.jdbc.trace_sql_parameters", "true"),
-    ("agent.sample_rate", "0.5"),
-];
-
-fn document(services: usize) -> String {
-    let mut out = String::from("configurations:\n");
-    for i in 0..services {
-        let _ = writeln!(out, "  bench-svc-{i}:");
-        for (key, value) in ENTRIES {
-            let _ = writeln!(out, "    {key}: '{value}'");
-        }
-    }
-    out
-}
+const ENTRIES: [(&str, &str); 6] = fixtures::ENTRIES;
 
 /// Parsing, typing, stringifying and digesting a whole document: the CPU part of a reload.
 #[divan::bench(args = [1, 1_000, 10_000], sample_count = 10)]
 fn read(bencher: Bencher<'_, '_>, services: usize) {
-    let text = document(services);
+    let text = fixtures::document(services, ENTRIES.len());
     bencher.counter(divan::counter::BytesCount::of_str(&text)).bench(|| skyconf_core::read(black_box(&text)).unwrap());
 }
 

@@ -11,7 +11,14 @@ use std::fmt::Write as _;
 
 use crate::table::{AgentConfigurations, ServiceConfig};
 
-/// A YAML double-quoted scalar holding exactly `text`.
+/// `text` as a YAML double-quoted scalar that reads back as exactly `text`.
+pub fn double_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    quoted(text, &mut out);
+    out
+}
+
+/// Appends `text` as a YAML double-quoted scalar.
 fn quoted(text: &str, out: &mut String) {
     out.push('"');
     for c in text.chars() {

@@ -5,37 +5,19 @@
 //!
 //! `cargo bench -p skyconf-server --bench cds`.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use divan::{Bencher, black_box};
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_server::{CdsOptions, CdsService, ServedTable};
+use skyconf_testkit::fixtures;
 
 fn main() {
     divan::main();
 }
 
-fn document(services: usize) -> String {
-    let mut out = String::from("configurations:\n");
-    for i in 0..services {
-        let _ = writeln!(out, "  bench-svc-{i}:");
-        for (key, value) in [
-            ("agent.sample_n_per_3_secs", "10"),
-            ("agent.span_limit_per_segment", "300"),
-            ("agent.ignore_suffix", ".jpg,.css,.png,.ico"),
-            ("agent.trace.ignore_path", "/eureka/**,/actuator/**,/health"),
-            ("plugin.jdbc.trace_sql_parameters", "true"),
-            ("agent.sample_rate", "0.5"),
-        ] {
-            let _ = writeln!(out, "    {key}: '{value}'");
-        }
-    }
-    out
-}
-
 fn service(services: usize) -> (CdsService, String) {
-    let table = skyconf_core::read(&document(services)).unwrap();
+    let table = skyconf_core::read(&fixtures::document(services, fixtures::ENTRIES.len())).unwrap();
     let digest = table.get("bench-svc-0").unwrap().digest().as_str().to_owned();
     let served = Arc::new(ServedTable::new(table));
     (CdsService::new(served, CdsOptions::default()), digest)
@@ -72,7 +54,7 @@ fn answer_unknown_service(bencher: Bencher<'_, '_>) {
 /// Installing an already parsed 10,000-service table: per-service answers encoded, old table dropped.
 #[divan::bench(sample_count = 10)]
 fn install_10k_services(bencher: Bencher<'_, '_>) {
-    let table = skyconf_core::read(&document(10_000)).unwrap();
+    let table = skyconf_core::read(&fixtures::document(10_000, fixtures::ENTRIES.len())).unwrap();
     let served = ServedTable::new(table.clone());
     bencher.bench(|| served.install(black_box(table.clone())));
 }

@@ -249,6 +249,7 @@ impl SettingsError {
 
 /// The updates that turn `before` into `now`, one per key that differs (for stores that re-read
 /// rather than being told what changed).
+#[cfg_attr(not(any(feature = "file", feature = "nacos")), allow(dead_code))]
 pub(crate) fn changes(before: &StoreContent, now: &StoreContent) -> Vec<Update> {
     let mut updates = Vec::new();
     let singles: BTreeSet<&String> = before.singles.keys().chain(now.singles.keys()).collect();

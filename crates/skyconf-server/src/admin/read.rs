@@ -11,7 +11,6 @@
 //!
 //! Answers that a write can be conditioned on carry `ETag: "<release id>"`, the newest release.
 
-
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -23,9 +22,9 @@ use skyconf_core::Digest;
 
 use super::extract::{ReleaseId, ServiceName};
 use super::{Admin, AppError};
-use crate::unix_time::unix_ms;
 use crate::fleet::StateCounts;
 use crate::releases::Release;
+use crate::unix_time::unix_ms;
 
 /// The web page: one static HTML file with its script and style inline.
 const PAGE: &str = include_str!("../../assets/index.html");

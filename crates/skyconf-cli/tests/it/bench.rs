@@ -1,0 +1,140 @@
+//! A smoke run of `skyconf bench` against a real `skyconf serve`: every scenario, the open loop,
+//! propagation and reload, each short, each required to report every call as succeeded and every
+//! answer as right. Timings are not asserted (CI machines are shared); correctness is.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::skyconf;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `skyconf serve` child, killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(file: &Path) -> Server {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = skyconf()
+        .arg("serve")
+        .arg("--file")
+        .arg(file)
+        .args(["--grpc-addr", &addr, "--admin-addr", &format!("127.0.0.1:{}", free_port())])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server { child, addr };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(&server.addr).is_err() {
+        assert!(Instant::now() < deadline, "skyconf serve did not open {}", server.addr);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+/// Runs `skyconf bench ARGS --json --quiet`, requires success, returns its report.
+fn bench(args: &[&str]) -> serde_json::Value {
+    let output = skyconf().arg("bench").args(args).args(["--json", "--quiet"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "skyconf bench {args:?} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+fn assert_all_right(report: &serde_json::Value) {
+    let outcome = &report["outcome"];
+    assert_eq!(outcome["errors"], serde_json::json!({}), "{report}");
+    assert_eq!(outcome["wrong_answers"], 0, "{report}");
+    assert!(report["calls"].as_u64().unwrap() > 0, "{report}");
+}
+
+#[test]
+fn bench_smoke_every_call_succeeds_and_every_answer_is_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agent-configurations.yaml");
+    let document = skyconf().args(["bench", "document", "--services", "50", "--keys", "6"]).output().unwrap();
+    assert!(document.status.success());
+    std::fs::write(&file, &document.stdout).unwrap();
+    let server = serve(&file);
+    let addr = server.addr.as_str();
+
+    for scenario in ["unchanged", "changed", "mixed"] {
+        let report = bench(&[
+            "--addr",
+            addr,
+            "--scenario",
+            scenario,
+            "--services",
+            "50",
+            "-n",
+            "600",
+            "-c",
+            "4",
+            "-m",
+            "4",
+            "--warmup",
+            "0s",
+        ]);
+        assert_all_right(&report);
+        assert_eq!(report["calls"], 600, "{report}");
+        let outcome = &report["outcome"];
+        match scenario {
+            "unchanged" => assert_eq!(outcome["command_answers"], 0),
+            "changed" => assert_eq!(outcome["empty_answers"], 0),
+            _ => {
+                assert!(outcome["command_answers"].as_u64().unwrap() > 0);
+                assert!(outcome["empty_answers"].as_u64().unwrap() > 0);
+            }
+        }
+    }
+
+    // The fixed-rate open loop.
+    let report =
+        bench(&["--addr", addr, "--rate", "400", "--duration", "1s", "--warmup", "200ms", "-c", "2", "-m", "4"]);
+    assert_all_right(&report);
+
+    // Idle agents that poll like stock agents.
+    let report =
+        bench(&["agents", "--addr", addr, "-c", "20", "--services", "50", "--interval", "300ms", "--duration", "1s"]);
+    assert_all_right(&report);
+
+    // An edit is served (the file is rewritten with new revisions of the same shape).
+    let report =
+        bench(&["propagation", "--addr", addr, "--file", file.to_str().unwrap(), "--services", "50", "--edits", "2"]);
+    assert_eq!(report["timed_out"], 0, "{report}");
+    assert_eq!(report["seen"], 2, "{report}");
+}
+
+#[test]
+fn bench_reload_times_a_synthetic_document() {
+    let report = bench(&["reload", "--services", "200", "--keys", "6", "--repeat", "2"]);
+    assert_eq!(report["services"], 200);
+    assert!(report["total_ms"]["max"].as_f64().unwrap() >= 0.0);
+}
+
+#[test]
+fn bench_fails_when_calls_fail() {
+    // Nothing listens there: the run must not pass.
+    let output = skyconf()
+        .args(["bench", "--addr", &format!("127.0.0.1:{}", free_port()), "-n", "10", "--timeout", "1s", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+}

@@ -1,0 +1,288 @@
+//! The `skyconf` binary end to end: digest, validate, fetch, and serve as a process (bound
+//! addresses read from its JSON log, SIGTERM for a graceful stop), plus the grpcio interop check.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use predicates::prelude::*;
+
+use crate::util::{grpcio_available, repo_root, skyconf};
+
+fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn digest_prints_what_the_server_would_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "a.yaml", "configurations:\n  svc:\n    agent.sample_rate: 0.50\n");
+    let output = assert_cmd::Command::from_std(skyconf())
+        .arg("digest")
+        .arg(&path)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    // Vector V7: 0.50 is a Double and prints as 0.5.
+    assert_eq!(json["svc"]["config"]["agent.sample_rate"], "0.5");
+    assert_eq!(
+        json["svc"]["uuid"],
+        "1dbe76507aaefff68630023ff0882b046fbc6857f7c20e28732a28dad21293888e70d0e0f32fad6593f16315a5459fb3dc81e8fdc5ce308d052f2dc4d8909f64"
+    );
+}
+
+#[test]
+fn digest_and_validate_refuse_a_bad_document_with_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "bad.yaml", "configurations:\n  svc:\n    k: ~\n");
+    for command in ["digest", "validate"] {
+        assert_cmd::Command::from_std(skyconf())
+            .arg(command)
+            .arg(&path)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("line 3, column").and(predicate::str::contains("bad.yaml")));
+    }
+}
+
+#[test]
+fn validate_warns_about_keys_no_agent_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "a.yaml", "configurations:\n  svc:\n    agent.sample_n_per_3_sec: 1\n");
+    assert_cmd::Command::from_std(skyconf()).arg("validate").arg(&path).assert().success().stderr(
+        predicate::str::contains("agent.sample_n_per_3_sec`")
+            .and(predicate::str::contains("agent.sample_n_per_3_secs,")),
+    );
+    assert_cmd::Command::from_std(skyconf()).args(["validate", "--strict"]).arg(&path).assert().code(1);
+    let output = assert_cmd::Command::from_std(skyconf())
+        .args(["validate", "--json"])
+        .arg(&path)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    assert_eq!(json["valid"], true);
+    assert_eq!(json["warnings"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn the_shipped_example_is_valid_without_warnings() {
+    let example = repo_root().join("examples/agent-configurations.yaml");
+    assert_cmd::Command::from_std(skyconf())
+        .args(["validate", "--strict"])
+        .arg(example)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("0 warnings"));
+}
+
+/// A `skyconf serve` process on ephemeral ports.
+struct Server {
+    child: Child,
+    grpc_addr: String,
+    admin_addr: String,
+}
+
+impl Server {
+    fn start(file: &Path) -> Self {
+        let mut command = skyconf();
+        command
+            .args([
+                "--log-format",
+                "json",
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--file",
+            ])
+            .arg(file);
+        Self::spawn(command)
+    }
+
+    /// Runs a prepared `skyconf ... serve` command and waits for its addresses.
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let (grpc_addr, admin_addr) = loop {
+            let line = lines.next().expect("the server logs its addresses").unwrap();
+            let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if let (Some(g), Some(a)) = (json["fields"]["grpc_addr"].as_str(), json["fields"]["admin_addr"].as_str()) {
+                break (g.to_owned(), a.to_owned());
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Self { child, grpc_addr, admin_addr }
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+#[test]
+fn serve_answers_fetch_and_stops_cleanly_on_sigterm() {
+    let server = Server::start(&repo_root().join("examples/agent-configurations.yaml"));
+    let output = assert_cmd::Command::from_std(skyconf())
+        .args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    let args = &json["commands"][0]["args"];
+    assert_eq!(json["commands"][0]["command"], "ConfigurationDiscoveryCommand");
+    assert_eq!(args[0][0], "SerialNumber");
+    assert_eq!(args[2], serde_json::json!(["agent.sample_rate", "0.5"]));
+    let uuid = args[1][1].as_str().unwrap().to_owned();
+    let output = assert_cmd::Command::from_std(skyconf())
+        .args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go", "--uuid", &uuid])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert_eq!(String::from_utf8(output).unwrap().trim(), r#"{"commands":[]}"#);
+    assert!(server.admin_addr.starts_with("127.0.0.1:"));
+    assert!(server.terminate().success(), "SIGTERM is a clean exit");
+}
+
+fn fetch_digest(addr: &str, service: &str) -> String {
+    let output = assert_cmd::Command::from_std(skyconf())
+        .args(["fetch", "--addr", addr, "--service", service])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    json["commands"][0]["args"][1][1].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn serve_reads_an_oap_application_yml_and_its_sw_variables() {
+    // An upstream skyconf on the example file, and a second one that reads it over DCS, configured
+    // by an OAP-style application.yml whose placeholders come from the environment.
+    let upstream = Server::start(&repo_root().join("examples/agent-configurations.yaml"));
+    let port = upstream.grpc_addr.rsplit(':').next().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        &dir,
+        "application.yml",
+        "core:\n  default:\n    role: Mixed\nconfiguration:\n  selector: ${SW_CONFIGURATION:none}\n  grpc:\n    host: ${SW_DCS_SERVER_HOST:\"\"}\n    port: ${SW_DCS_SERVER_PORT:80}\n    clusterName: ${SW_DCS_CLUSTER_NAME:SkyWalking}\n    period: ${SW_DCS_PERIOD:20}\n",
+    );
+    let mut command = skyconf();
+    command
+        .env("SW_CONFIGURATION", "grpc")
+        .env("SW_DCS_SERVER_HOST", "127.0.0.1")
+        .env("SW_DCS_SERVER_PORT", &port)
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(&config);
+    let downstream = Server::spawn(command);
+    assert_eq!(fetch_digest(&downstream.grpc_addr, "inventory-go"), fetch_digest(&upstream.grpc_addr, "inventory-go"));
+}
+
+#[test]
+fn a_remote_store_that_is_down_at_start_means_no_change_not_empty() {
+    // Nothing listens on port 1: the store is down and nothing is persisted, so the server starts
+    // not ready and answers "no change", which keeps every agent's configuration.
+    for (store, setting) in [("etcd", "endpoints=http://127.0.0.1:1"), ("zookeeper", "hostPort=127.0.0.1:1")] {
+        let mut command = skyconf();
+        command
+            .args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .args(["--store", store, "--store-setting", setting]);
+        let server = Server::spawn(command);
+        let output = assert_cmd::Command::from_std(skyconf())
+            .args(["fetch", "--addr", &server.grpc_addr, "--service", "svc"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        assert_eq!(String::from_utf8(output).unwrap().trim(), r#"{"commands":[]}"#, "{store}");
+    }
+}
+
+#[test]
+fn serve_explains_a_missing_store() {
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+        .env_remove("SKYCONF_FILE")
+        .env_remove("SKYCONF_STORE")
+        .env_remove("SKYCONF_CONFIG")
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("no store chosen"));
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--store", "consul"])
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("not supported yet"));
+}
+
+#[test]
+fn serve_refuses_to_start_on_a_bad_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "bad.yaml", "configurations: [1, 2]\n");
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--file"])
+        .arg(&path)
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("line 1, column 17"));
+}
+
+/// The independent grpcio client (tests/interop/cds_client.py) checks every argument against the
+/// answers the OAP-equivalent DigestTool computed for the example file. It needs python3 with
+/// grpcio and grpcio-tools: `scripts/test.sh` installs them and sets SKYCONF_REQUIRE_INTEROP=1 so a
+/// missing dependency fails instead of skipping.
+#[test]
+fn an_independent_grpcio_client_sees_exactly_the_oap_answers() {
+    let root = repo_root();
+    if !grpcio_available() {
+        return;
+    }
+    let server = Server::start(&root.join("examples/agent-configurations.yaml"));
+    let output = Command::new("python3")
+        .arg(root.join("tests/interop/cds_client.py"))
+        .args(["check", "--addr", &server.grpc_addr, "--golden"])
+        .arg(root.join("tests/interop/golden/agent-configurations.json"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "grpcio check failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains(r#""ok": true"#));
+}

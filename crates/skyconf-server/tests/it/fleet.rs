@@ -1,0 +1,132 @@
+//! Fleet status end to end over real sockets: tonic clients poll as agents do (each on its own
+//! connection, so each has its own peer address), one of them fails to apply a change; the admin
+//! API shows who applied, who is behind and who is stuck, and the instance name an agent gave in
+//! a `ManagementService.keepAlive` on the same channel.
+
+use std::time::{Duration, Instant};
+
+use skyconf_core::codec::DiscoveryCommand;
+use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
+use skyconf_proto::v3::management_service_client::ManagementServiceClient;
+use skyconf_proto::v3::{ConfigurationSyncRequest, InstancePingPkg};
+use skyconf_server::{FleetOptions, Running, ServeConfig};
+use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
+use tonic::transport::Channel;
+
+const V1: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n";
+const V2: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
+
+/// An agent: one channel, the digest of what it applied.
+struct Agent {
+    channel: Channel,
+    uuid: String,
+    /// Refuses every command after the first, as a Java agent whose watcher throws.
+    stuck: bool,
+}
+
+impl Agent {
+    async fn connect(running: &Running, stuck: bool) -> Self {
+        // One endpoint per agent: its own connection and peer address.
+        let channel = Channel::from_shared(format!("http://{}", running.grpc_addr)).unwrap().connect().await.unwrap();
+        Self { channel, uuid: String::new(), stuck }
+    }
+
+    async fn poll(&mut self) {
+        let mut client = ConfigurationDiscoveryServiceClient::new(self.channel.clone());
+        let request = ConfigurationSyncRequest { service: "svc".into(), uuid: self.uuid.clone() };
+        let commands = client.fetch_configurations(request).await.unwrap().into_inner();
+        // A stuck agent applied its first configuration and fails every later one.
+        if let Some(new) = DiscoveryCommand::find(&commands).and_then(|c| c.uuid)
+            && (!self.stuck || self.uuid.is_empty())
+        {
+            self.uuid = new;
+        }
+    }
+}
+
+fn states(body: &serde_json::Value) -> Vec<(String, String)> {
+    let mut out: Vec<_> = body["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["instance"].as_str().unwrap_or("-").to_owned(), a["state"].as_str().unwrap().to_owned()))
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn followers_apply_within_one_poll_and_a_failing_agent_shows_stuck() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.yaml");
+    std::fs::write(&path, V1).unwrap();
+    let config = ServeConfig { fleet: FleetOptions { stuck_after_polls: 3, ..FleetOptions::default() }, ..loopback() };
+    let running = Server::start(FileSource::new(&path), config).await;
+    let mut follower = Agent::connect(&running, false).await;
+    let mut failing = Agent::connect(&running, true).await;
+    for name in ["follower", "failing"] {
+        let channel = if name == "follower" { follower.channel.clone() } else { failing.channel.clone() };
+        let ping = InstancePingPkg { service: "svc".into(), service_instance: name.into(), layer: String::new() };
+        ManagementServiceClient::new(channel).keep_alive(ping).await.unwrap();
+    }
+
+    for _ in 0..2 {
+        follower.poll().await;
+        failing.poll().await;
+    }
+    let body = running.admin().get_json("/api/v1/services/svc").await;
+    assert_eq!(states(&body), [("failing".into(), "applied".into()), ("follower".into(), "applied".into())]);
+
+    let mut changes = running.served.subscribe();
+    std::fs::write(&path, V2).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), changes.changed()).await.unwrap().unwrap();
+
+    follower.poll().await;
+    failing.poll().await;
+    let body = running.admin().get_json("/api/v1/services/svc").await;
+    assert_eq!(states(&body), [("failing".into(), "behind".into()), ("follower".into(), "behind".into())]);
+    follower.poll().await;
+    failing.poll().await;
+    let body = running.admin().get_json("/api/v1/services/svc").await;
+    assert_eq!(
+        states(&body),
+        [("failing".into(), "behind".into()), ("follower".into(), "applied".into())],
+        "one poll after receiving it, the follower holds the new digest"
+    );
+    failing.poll().await;
+    let body = running.admin().get_json("/api/v1/services/svc").await;
+    assert_eq!(states(&body), [("failing".into(), "stuck".into()), ("follower".into(), "applied".into())]);
+    let stuck = body["agents"].as_array().unwrap().iter().find(|a| a["state"] == "stuck").unwrap();
+    assert_eq!(stuck["polls_behind"], 3);
+    assert_ne!(stuck["digest"], body["digest"], "it holds the old digest");
+
+    let list = running.admin().get_json("/api/v1/services").await;
+    let svc = &list["services"][0];
+    assert_eq!((svc["agents"].as_u64(), svc["applied"].as_u64(), svc["stuck"].as_u64()), (Some(2), Some(1), Some(1)));
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn agents_not_seen_for_a_while_are_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.yaml");
+    std::fs::write(&path, V1).unwrap();
+    let config = ServeConfig {
+        grpc_addr: "127.0.0.1:0".parse().unwrap(),
+        admin_addr: "127.0.0.1:0".parse().unwrap(),
+        fleet: FleetOptions { expire_after: Duration::from_millis(50), ..FleetOptions::default() },
+        ..ServeConfig::default()
+    };
+    let running = skyconf_server::start_with(FileSource::new(&path), config).await.unwrap();
+    let mut agent = Agent::connect(&running, false).await;
+    agent.poll().await;
+    assert_eq!(running.fleet.tracked(), 1);
+    // The sweeper runs every second at most; bounded wait for it.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while running.fleet.tracked() != 0 {
+        assert!(Instant::now() < give_up, "the agent was never forgotten");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running.stop().await.unwrap();
+}

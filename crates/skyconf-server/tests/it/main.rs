@@ -1,0 +1,17 @@
+//! skyconf-server's integration tests, one binary (`cargo test -p skyconf-server --test it`; a
+//! module's tests alone with a filter, e.g. `-- etcd::`): the admin API and the CDS, DCS, fleet,
+//! metrics, security and TLS behaviour over real sockets, the web page in a real browser, and
+//! each remote store end to end against its real server (`skyconf_testkit::servers`).
+
+mod admin;
+mod admin_rollback;
+mod dcs;
+mod etcd;
+mod fleet;
+mod metrics;
+mod nacos;
+mod security;
+mod serve;
+mod tls;
+mod web;
+mod zookeeper;

@@ -1,0 +1,287 @@
+//! Tokens and limits. The agent token over real gRPC sockets, exactly as the OAP checks it; the
+//! admin API's bearer roles with `oneshot` (no socket); HTTP/2 limits that never cost an agent
+//! its channel.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use skyconf_core::codec::DiscoveryCommand;
+use skyconf_proto::dcs::ConfigurationRequest;
+use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
+use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
+use skyconf_proto::v3::management_service_client::ManagementServiceClient;
+use skyconf_proto::v3::{ConfigurationSyncRequest, InstancePingPkg};
+use skyconf_server::admin::Admin;
+use skyconf_server::security::{AdminTokens, GrpcLimits, Role, Secret, SecurityConfig};
+use skyconf_server::{Metrics, Running, ServeConfig, ServedTable, StoreView};
+use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
+use tonic::Code;
+use tonic::transport::Channel;
+use tower::ServiceExt;
+
+const GOOD: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n";
+
+/// The codes that make a Java agent drop its whole channel (behaviour reference §1.3).
+const DEADLY: [Code; 5] =
+    [Code::Unknown, Code::Unavailable, Code::ResourceExhausted, Code::Unauthenticated, Code::PermissionDenied];
+
+/// A server on a file holding GOOD in `dir`, with `security`.
+async fn start(dir: &Path, security: SecurityConfig) -> Server {
+    let path = dir.join("agent.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    Server::start(FileSource::new(path), ServeConfig { security, ..loopback() }).await
+}
+
+async fn channel(running: &Running) -> Channel {
+    Channel::from_shared(format!("http://{}", running.grpc_addr)).unwrap().connect().await.unwrap()
+}
+
+fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        // The Java agent's metadata key is `Authentication`; HTTP/2 carries it lower-case.
+        request.metadata_mut().insert("authentication", token.parse().unwrap());
+    }
+    request
+}
+
+async fn fetch(channel: &Channel, token: Option<&str>) -> Result<Option<DiscoveryCommand>, tonic::Status> {
+    let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
+    let commands = ConfigurationDiscoveryServiceClient::new(channel.clone())
+        .fetch_configurations(with_token(request, token))
+        .await?;
+    Ok(DiscoveryCommand::find(&commands.into_inner()))
+}
+
+async fn dcs_call(channel: &Channel, token: Option<&str>) -> Result<(), tonic::Status> {
+    let request = ConfigurationRequest { cluster_name: "oap".into(), uuid: String::new() };
+    ConfigurationServiceClient::new(channel.clone()).call(with_token(request, token)).await.map(drop)
+}
+
+async fn keep_alive(channel: &Channel, token: Option<&str>) -> Result<(), tonic::Status> {
+    let ping = InstancePingPkg { service: "svc".into(), service_instance: "i1".into(), layer: String::new() };
+    ManagementServiceClient::new(channel.clone()).keep_alive(with_token(ping, token)).await.map(drop)
+}
+
+fn agent_token(token: &str) -> SecurityConfig {
+    SecurityConfig { agent_token: Some(Secret::new(token)), ..SecurityConfig::default() }
+}
+
+#[tokio::test]
+async fn without_a_token_every_call_is_answered_whatever_metadata_it_sends() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(dir.path(), SecurityConfig::default()).await;
+    let channel = channel(&running).await;
+    for token in [None, Some("anything")] {
+        assert!(fetch(&channel, token).await.unwrap().is_some(), "{token:?}");
+        keep_alive(&channel, token).await.unwrap();
+        dcs_call(&channel, token).await.unwrap();
+    }
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_agent_token_is_checked_as_the_oap_checks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(dir.path(), agent_token("s3cret")).await;
+    let channel = channel(&running).await;
+
+    for wrong in [None, Some("wrong"), Some("s3cret "), Some("S3CRET"), Some("")] {
+        let status = fetch(&channel, wrong).await.unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "{wrong:?}: {status:?}");
+        assert!(status.message().is_empty(), "the OAP sends no description");
+        let status = keep_alive(&channel, wrong).await.unwrap_err();
+        assert_eq!(status.code(), Code::PermissionDenied, "management shares the agents' channel and token");
+    }
+    let command = fetch(&channel, Some("s3cret")).await.unwrap().expect("the right token gets the command");
+    assert_eq!(command.config.len(), 1);
+    keep_alive(&channel, Some("s3cret")).await.unwrap();
+    // The OAP's DCS client sends no metadata: the agent token does not apply to DCS.
+    dcs_call(&channel, None).await.unwrap();
+
+    let text = running.metrics.encode();
+    assert!(text.contains("skyconf_grpc_denied_total{service=\"cds\"} 5"), "{text}");
+    assert!(text.contains("skyconf_grpc_denied_total{service=\"management\"} 5"), "{text}");
+    assert!(text.contains("skyconf_fetches_total{outcome=\"changed\"} 1"), "refused calls are not answered: {text}");
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_dcs_token_guards_only_dcs() {
+    let dir = tempfile::tempdir().unwrap();
+    let security = SecurityConfig { dcs_token: Some(Secret::new("oap-token")), ..SecurityConfig::default() };
+    let running = start(dir.path(), security).await;
+    let channel = channel(&running).await;
+    assert_eq!(dcs_call(&channel, None).await.unwrap_err().code(), Code::PermissionDenied);
+    assert_eq!(dcs_call(&channel, Some("nope")).await.unwrap_err().code(), Code::PermissionDenied);
+    dcs_call(&channel, Some("oap-token")).await.unwrap();
+    assert!(fetch(&channel, None).await.unwrap().is_some(), "agents need no token");
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_empty_token_is_no_token_as_on_the_oap() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = start(dir.path(), agent_token("")).await;
+    let channel = channel(&running).await;
+    assert!(fetch(&channel, None).await.unwrap().is_some());
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn connection_limits_never_end_an_agent_call_with_a_deadly_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = GrpcLimits {
+        max_concurrent_streams: 2,
+        keepalive_interval: Some(Duration::from_millis(50)),
+        keepalive_timeout: Duration::from_secs(5),
+        ..GrpcLimits::default()
+    };
+    let running = start(dir.path(), SecurityConfig { grpc_limits: limits, ..agent_token("t") }).await;
+    let channel = channel(&running).await;
+
+    // One poll first, as an agent's first poll: the client then knows the server's SETTINGS.
+    // (Before them HTTP/2 allows any number of streams, and a first flight over the limit is
+    // refused with REFUSED_STREAM; the default limit, 1024, is far above any agent's first flight.)
+    fetch(&channel, Some("t")).await.unwrap();
+    // Ten times the stream limit at once on one connection: the client queues, nothing is refused.
+    let calls = (0..20).map(|_| {
+        let channel = channel.clone();
+        async move { fetch(&channel, Some("t")).await }
+    });
+    for result in futures_util::future::join_all(calls).await {
+        assert!(result.is_ok(), "{result:?}");
+    }
+
+    // Agent-shaped metadata, generous: a long token and the Java agent's version header.
+    let long = "k".repeat(4096);
+    let running_long = start(tempfile::tempdir().unwrap().path(), agent_token(&long)).await;
+    let long_channel = self::channel(&running_long).await;
+    let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
+    let mut request = with_token(request, Some(&long));
+    request.metadata_mut().insert("agent-version", "9.4.0".parse().unwrap());
+    ConfigurationDiscoveryServiceClient::new(long_channel).fetch_configurations(request).await.unwrap();
+    running_long.stop().await.unwrap();
+
+    // Keep-alive pings on an idle connection are answered; the next poll goes through. The
+    // wait is the scenario (idle time), not synchronisation.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after_idle = fetch(&channel, Some("t")).await;
+    assert!(after_idle.is_ok(), "{after_idle:?}");
+
+    // Oversized: OUT_OF_RANGE, which agents treat as an ordinary failed poll.
+    let huge = ConfigurationSyncRequest { service: "x".repeat(1 << 20), uuid: String::new() };
+    let status = ConfigurationDiscoveryServiceClient::new(channel.clone())
+        .fetch_configurations(with_token(huge, Some("t")))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::OutOfRange);
+    assert!(!DEADLY.contains(&status.code()));
+    running.stop().await.unwrap();
+}
+
+// ---- admin API: the auth matrix with oneshot ----
+
+fn app(tokens: AdminTokens, metrics_open: bool) -> (axum::Router, Arc<Metrics>) {
+    let served = Arc::new(ServedTable::new(skyconf_core::read(GOOD).unwrap()));
+    let store = Arc::new(StoreView::new("test".into(), Default::default(), true, false));
+    let metrics = Arc::new(Metrics::for_server(Arc::clone(&served), Arc::clone(&store)));
+    let admin = Admin::new(served, store);
+    let security = SecurityConfig { admin_tokens: tokens, metrics_open, ..SecurityConfig::default() };
+    (skyconf_server::security::admin_app(&admin, &metrics, &security, 1024), metrics)
+}
+
+fn tokens() -> AdminTokens {
+    let mut tokens = AdminTokens::default();
+    tokens.add(Role::Read, Secret::new("reader"));
+    tokens.add(Role::Write, Secret::new("writer"));
+    tokens
+}
+
+async fn status(app: &axum::Router, method: &str, path: &str, token: Option<&str>, body: Vec<u8>) -> u16 {
+    // As a client over a socket sends it; the limit refuses on it before reading.
+    let length = body.len();
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .header("content-length", length);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let response = app.clone().oneshot(request.body(axum::body::Body::from(body)).unwrap()).await.unwrap();
+    let code = response.status().as_u16();
+    if code == 401 {
+        assert_eq!(response.headers()["www-authenticate"], "Bearer realm=\"skyconf\"");
+    }
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    if code == 401 || code == 403 {
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(json["error"].is_string(), "the admin API's error body");
+    }
+    code
+}
+
+fn service_body() -> Vec<u8> {
+    br#"{"config": {"agent.sample_n_per_3_secs": "5"}}"#.to_vec()
+}
+
+#[tokio::test]
+async fn admin_auth_matrix() {
+    let (app, metrics) = app(tokens(), false);
+    // (token, read route, write route (None: authorised), /healthz, /readyz, /metrics). The web
+    // page (`/`) holds no data and is served to all: it asks for a token when the API wants one.
+    type Case<'a> = (Option<&'a str>, u16, Option<u16>, u16, u16, u16);
+    let cases: [Case<'_>; 4] = [
+        (None, 401, Some(401), 200, 200, 401),
+        (Some("reader"), 200, Some(403), 200, 200, 200),
+        (Some("writer"), 200, None, 200, 200, 200),
+        (Some("wrong"), 401, Some(401), 200, 200, 401),
+    ];
+    for (token, read, write, healthz, readyz, metrics_code) in cases {
+        assert_eq!(status(&app, "GET", "/", token, Vec::new()).await, 200, "page {token:?}");
+        assert_eq!(status(&app, "GET", "/api/v1/services", token, Vec::new()).await, read, "read {token:?}");
+        let written = status(&app, "PUT", "/api/v1/services/svc", token, service_body()).await;
+        match write {
+            Some(expected) => assert_eq!(written, expected, "write {token:?}"),
+            // Authorised: whatever the write itself answers (this app has no store writer).
+            None => assert!(![401, 403].contains(&written), "write {token:?}: {written}"),
+        }
+        assert_eq!(status(&app, "GET", "/healthz", token, Vec::new()).await, healthz);
+        assert_eq!(status(&app, "GET", "/readyz", token, Vec::new()).await, readyz);
+        assert_eq!(status(&app, "GET", "/metrics", token, Vec::new()).await, metrics_code, "metrics {token:?}");
+    }
+    let text = metrics.encode();
+    assert!(text.contains("skyconf_admin_denied_total{status=\"401\"} 6"), "{text}");
+    assert!(text.contains("skyconf_admin_denied_total{status=\"403\"} 1"), "{text}");
+}
+
+#[tokio::test]
+async fn without_admin_tokens_the_api_is_open() {
+    let (app, _) = app(AdminTokens::default(), false);
+    assert_eq!(status(&app, "GET", "/api/v1/services", None, Vec::new()).await, 200);
+    assert_eq!(status(&app, "GET", "/metrics", None, Vec::new()).await, 200);
+    let written = status(&app, "PUT", "/api/v1/services/svc", None, service_body()).await;
+    assert!(![401, 403].contains(&written), "{written}");
+}
+
+#[tokio::test]
+async fn metrics_can_be_left_open_while_the_api_is_not() {
+    let (app, _) = app(tokens(), true);
+    assert_eq!(status(&app, "GET", "/metrics", None, Vec::new()).await, 200);
+    assert_eq!(status(&app, "GET", "/api/v1/services", None, Vec::new()).await, 401);
+}
+
+#[tokio::test]
+async fn request_bodies_are_bounded_after_the_token_check() {
+    // The app above accepts documents of 1 KiB; write routes take that plus a 64 KiB envelope.
+    let (app, _) = app(tokens(), false);
+    let too_big = vec![b' '; 1024 + 64 * 1024 + 1];
+    assert_eq!(status(&app, "PUT", "/api/v1/configurations", None, too_big.clone()).await, 401, "no token: 401 first");
+    assert_eq!(status(&app, "PUT", "/api/v1/configurations", Some("writer"), too_big).await, 413);
+    let small_limit_exceeded = vec![b' '; 16 * 1024 + 1];
+    assert_eq!(status(&app, "GET", "/api/v1/services", Some("reader"), small_limit_exceeded).await, 413);
+}

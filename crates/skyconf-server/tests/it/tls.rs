@@ -1,0 +1,225 @@
+//! TLS over real sockets, with a throwaway CA made here by rcgen: server certificates on both
+//! ports, client certificates required or only requested, and files that cannot be used.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+use skyconf_core::codec::DiscoveryCommand;
+use skyconf_proto::v3::ConfigurationSyncRequest;
+use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
+use skyconf_server::security::{ClientAuth, ClientCerts, SecurityConfig, TlsFiles};
+use skyconf_server::{Running, ServeConfig, ServerError};
+use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, loopback};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+const GOOD: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n";
+
+/// A CA, a server certificate for localhost and 127.0.0.1, a client certificate it signed, and
+/// one from a CA the server does not trust.
+struct Pki {
+    dir: tempfile::TempDir,
+    ca_pem: String,
+    client: (String, String),
+    stranger: (String, String),
+}
+
+fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+fn leaf(
+    issuer: &CertifiedIssuer<'static, KeyPair>,
+    names: &[&str],
+    usage: ExtendedKeyUsagePurpose,
+) -> (String, String) {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, names[0]);
+    params.extended_key_usages = vec![usage];
+    let cert = params.signed_by(&key, issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+impl Pki {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let authority = ca("skyconf test CA");
+        let (server_cert, server_key) =
+            leaf(&authority, &["localhost", "127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+        let client = leaf(&authority, &["agent.test"], ExtendedKeyUsagePurpose::ClientAuth);
+        let stranger = leaf(&ca("someone else"), &["agent.test"], ExtendedKeyUsagePurpose::ClientAuth);
+        std::fs::write(dir.path().join("ca.pem"), authority.pem()).unwrap();
+        std::fs::write(dir.path().join("server.pem"), server_cert).unwrap();
+        std::fs::write(dir.path().join("server.key"), server_key).unwrap();
+        Self { ca_pem: authority.pem(), dir, client, stranger }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn files(&self, client_auth: Option<ClientAuth>) -> TlsFiles {
+        TlsFiles {
+            cert: self.path("server.pem"),
+            key: self.path("server.key"),
+            client_certs: client_auth.map(|auth| ClientCerts { ca: self.path("ca.pem"), auth }),
+        }
+    }
+}
+
+/// A server on a file holding GOOD in `dir`, with `security`.
+async fn start(dir: &Path, security: SecurityConfig) -> Result<Server, ServerError> {
+    let path = dir.join("agent.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    Server::try_start(FileSource::new(path), ServeConfig { security, ..loopback() }).await
+}
+
+async fn start_tls(pki: &Pki, client_auth: Option<ClientAuth>) -> Server {
+    let files = pki.files(client_auth);
+    let security =
+        SecurityConfig { grpc_tls: Some(files.clone()), admin_tls: Some(files), ..SecurityConfig::default() };
+    start(pki.dir.path(), security).await.unwrap()
+}
+
+/// One poll over TLS, as an agent with (or without) a client certificate.
+async fn fetch_tls(running: &Running, pki: &Pki, identity: Option<&(String, String)>) -> Result<(), String> {
+    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&pki.ca_pem)).domain_name("localhost");
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(cert, key));
+    }
+    let endpoint = Channel::from_shared(format!("https://{}", running.grpc_addr)).unwrap();
+    let channel = endpoint.tls_config(tls).map_err(|e| e.to_string())?.connect().await.map_err(|e| e.to_string())?;
+    let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
+    let commands = ConfigurationDiscoveryServiceClient::new(channel)
+        .fetch_configurations(request)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    DiscoveryCommand::find(&commands).ok_or("no command")?;
+    Ok(())
+}
+
+/// `GET /healthz` over TLS; the raw response, or why there was none.
+async fn healthz_tls(running: &Running, pki: &Pki, identity: Option<&(String, String)>) -> Result<String, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
+            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap()).unwrap()
+        }
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(running.admin_addr).await.unwrap();
+    let server_name = ServerName::try_from("localhost").unwrap();
+    let mut stream = connector.connect(server_name, tcp).await.map_err(|e| e.to_string())?;
+    // With TLS 1.3 the server judges the client's certificate after the client's side of the
+    // handshake is done: a refusal arrives as an alert on the first read.
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.map_err(|e| e.to_string())?;
+    Ok(response)
+}
+
+#[tokio::test]
+async fn required_client_certificates_on_both_ports() {
+    let pki = Pki::new();
+    let running = start_tls(&pki, Some(ClientAuth::Require)).await;
+
+    fetch_tls(&running, &pki, Some(&pki.client)).await.unwrap();
+    let error = fetch_tls(&running, &pki, None).await.unwrap_err();
+    assert!(!error.is_empty());
+    fetch_tls(&running, &pki, Some(&pki.stranger)).await.expect_err("a certificate from another CA is refused");
+
+    let response = healthz_tls(&running, &pki, Some(&pki.client)).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let refused = healthz_tls(&running, &pki, None).await;
+    assert!(refused.as_ref().map_or(true, String::is_empty), "no HTTP answer without a certificate: {refused:?}");
+    let refused = healthz_tls(&running, &pki, Some(&pki.stranger)).await;
+    assert!(refused.as_ref().map_or(true, String::is_empty), "{refused:?}");
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn requested_client_certificates_let_clients_without_one_in() {
+    let pki = Pki::new();
+    let running = start_tls(&pki, Some(ClientAuth::Request)).await;
+    fetch_tls(&running, &pki, None).await.unwrap();
+    fetch_tls(&running, &pki, Some(&pki.client)).await.unwrap();
+    assert!(healthz_tls(&running, &pki, None).await.unwrap().starts_with("HTTP/1.1 200"));
+    // A certificate that is sent is verified.
+    fetch_tls(&running, &pki, Some(&pki.stranger)).await.expect_err("a bad certificate is refused even when optional");
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn server_tls_alone_and_no_plaintext_on_a_tls_port() {
+    let pki = Pki::new();
+    let running = start_tls(&pki, None).await;
+    fetch_tls(&running, &pki, None).await.unwrap();
+    assert!(healthz_tls(&running, &pki, None).await.unwrap().starts_with("HTTP/1.1 200"));
+
+    let plain = async {
+        let channel = Channel::from_shared(format!("http://{}", running.grpc_addr)).unwrap().connect().await?;
+        let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
+        ConfigurationDiscoveryServiceClient::new(channel).fetch_configurations(request).await?;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    assert!(plain.await.is_err(), "plaintext gRPC on the TLS port");
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn unusable_files_stop_the_start_and_name_the_file() {
+    let pki = Pki::new();
+    let missing = TlsFiles { cert: pki.path("nope.pem"), ..pki.files(None) };
+    let error = start(pki.dir.path(), SecurityConfig { admin_tls: Some(missing), ..SecurityConfig::default() })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("nope.pem"), "{error}");
+
+    // A key that is not the certificate's.
+    std::fs::write(pki.path("other.key"), KeyPair::generate().unwrap().serialize_pem()).unwrap();
+    let mismatched = TlsFiles { key: pki.path("other.key"), ..pki.files(None) };
+    let error = start(pki.dir.path(), SecurityConfig { grpc_tls: Some(mismatched), ..SecurityConfig::default() })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("gRPC"), "{error}");
+
+    std::fs::write(pki.path("empty.pem"), "not a certificate\n").unwrap();
+    let empty = TlsFiles {
+        client_certs: Some(ClientCerts { ca: pki.path("empty.pem"), auth: ClientAuth::Require }),
+        ..pki.files(None)
+    };
+    let error = start(pki.dir.path(), SecurityConfig { grpc_tls: Some(empty), ..SecurityConfig::default() })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("empty.pem"), "{error}");
+}

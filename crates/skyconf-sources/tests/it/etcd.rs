@@ -1,0 +1,270 @@
+//! The etcd store against a real etcd (see `skyconf_testkit::servers::etcd`): the [`Source`] contract — load,
+//! snapshot then one update per change, put and delete, one failure per outage and a fresh
+//! snapshot after it, re-listing after compaction, authentication — and the OAP's key layout.
+
+#![cfg(feature = "etcd")]
+
+use std::time::Duration;
+
+use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, KeySet, Source, SourceError, Update};
+use skyconf_testkit::probe::SourceProbe;
+use skyconf_testkit::servers::etcd::{EtcdServer, TestCerts};
+
+const GROUP: &str = "core.default.endpoint-name-grouping-openapi";
+
+fn settings(server: &EtcdServer) -> EtcdSettings {
+    EtcdSettings { endpoints: server.url(), ..EtcdSettings::default() }
+}
+
+fn source(settings: EtcdSettings) -> EtcdSource {
+    EtcdSource::new(settings).unwrap().with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
+}
+
+fn key(k: &str) -> String {
+    format!("/skywalking/{k}")
+}
+
+#[tokio::test]
+async fn reports_the_namespace_then_every_change() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "configurations: {}\n").await;
+    admin.put(&key("alarm.default.alarm-settings"), "rules: {}").await;
+    admin.put(&key(&format!("{GROUP}/customerAPI-v1.yaml")), "a").await;
+    admin.put(&key(&format!("{GROUP}/")), "the prefix key itself is skipped").await;
+    admin.put(&key("test-module.default.testKey"), "unregistered keys are reported too").await;
+    admin.put("/elsewhere/x", "outside the namespace").await;
+
+    let source = std::sync::Arc::new(source(settings(&etcd)));
+    let loaded = source.load(&KeySet::oap()).await.unwrap();
+    assert_eq!(loaded.agent_configurations(), Some("configurations: {}\n"));
+    assert_eq!(loaded.singles.len(), 3, "{loaded:?}");
+    assert_eq!(loaded.groups[GROUP].len(), 1, "{loaded:?}");
+    assert_eq!(loaded.groups[GROUP]["customerAPI-v1.yaml"], "a");
+
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
+    assert_eq!(run.snapshot().await, loaded, "the first report is what load read");
+
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "configurations:\n  a: {k: v}\n").await;
+    assert_eq!(
+        run.single().await,
+        (AGENT_CONFIGURATIONS_KEY.to_owned(), Some("configurations:\n  a: {k: v}\n".to_owned()))
+    );
+
+    admin.delete(&key("alarm.default.alarm-settings")).await;
+    assert_eq!(run.single().await, ("alarm.default.alarm-settings".to_owned(), None));
+
+    admin.put("/elsewhere/y", "not ours").await;
+    admin.put(&key(&format!("{GROUP}/productAPI-v1.yaml")), "b").await;
+    match run.next().await {
+        Update::Group { key, items: Some(items) } => {
+            assert_eq!(key, GROUP);
+            assert_eq!(items.len(), 2);
+            assert_eq!(items["productAPI-v1.yaml"], "b");
+        }
+        other => panic!("expected the group, got {other:?}"),
+    }
+    admin.delete(&key(&format!("{GROUP}/customerAPI-v1.yaml"))).await;
+    admin.delete(&key(&format!("{GROUP}/productAPI-v1.yaml"))).await;
+    assert!(matches!(run.next().await, Update::Group { items: Some(items), .. } if items.len() == 1));
+    assert!(matches!(run.next().await, Update::Group { items: None, .. }), "a group without items is absent");
+
+    // put writes {namespace}/{key}; the change comes back through the watch.
+    source.put("core.default.apdexThreshold", Some("default: 500")).await.unwrap();
+    assert_eq!(admin.get(&key("core.default.apdexThreshold")).await.as_deref(), Some(&b"default: 500"[..]));
+    assert_eq!(run.single().await, ("core.default.apdexThreshold".to_owned(), Some("default: 500".to_owned())));
+    source.put("core.default.apdexThreshold", None).await.unwrap();
+    assert_eq!(admin.get(&key("core.default.apdexThreshold")).await, None);
+    assert_eq!(run.single().await, ("core.default.apdexThreshold".to_owned(), None));
+    assert!(matches!(source.put("a/b", Some("x")).await, Err(SourceError::Unsupported(_))));
+
+    // Bytes that are not UTF-8 are decoded as the OAP's JVM decodes them.
+    admin.put(&key("test-module.default.testKey"), vec![b'x', 0xff]).await;
+    assert_eq!(run.single().await.1.as_deref(), Some("x\u{fffd}"));
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn namespaces_map_as_the_oap_maps_them() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put("/skywalking/a.b.c", "1").await;
+    admin.put("top.level.key", "2").await;
+
+    let with = |namespace: &str| EtcdSettings { namespace: namespace.to_owned(), ..settings(&etcd) };
+    let slash = source(with("/skywalking/")).load(&KeySet::oap()).await.unwrap();
+    assert_eq!(slash.singles["a.b.c"], "1", "a trailing slash is not doubled");
+    assert_eq!(slash.singles.len(), 1);
+
+    let none = source(with("")).load(&KeySet::oap()).await.unwrap();
+    assert_eq!(none.singles["top.level.key"], "2", "an empty namespace is no prefix");
+    assert!(!none.singles.contains_key("a.b.c"), "deeper keys are not single keys: {none:?}");
+
+    source(with("")).put("written.at.root", Some("3")).await.unwrap();
+    assert_eq!(admin.get("written.at.root").await.as_deref(), Some(&b"3"[..]));
+}
+
+#[tokio::test]
+async fn an_outage_is_one_failure_then_a_fresh_snapshot() {
+    let Some(mut etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v1").await;
+    let source = std::sync::Arc::new(source(settings(&etcd)));
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
+    assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
+
+    etcd.kill();
+    match run.next().await {
+        Update::Failed(SourceError::Unavailable { message, .. }) => assert!(!message.is_empty()),
+        other => panic!("expected one failure, got {other:?}"),
+    }
+    let failed = run.try_next();
+    assert!(failed.is_none(), "one failure per outage, not one per retry: {failed:?}");
+
+    etcd.restart().await;
+    let admin = etcd.admin().await;
+    // Written right after the restart, possibly before the source is back: it must still arrive.
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v2").await;
+    let content = match run.next().await {
+        Update::Snapshot(content) => content,
+        Update::Failed(error) => panic!("a second failure in one outage: {error}"),
+        other => panic!("expected the recovery snapshot, got {other:?}"),
+    };
+    let value = match content.agent_configurations() {
+        Some("v2") => "v2".to_owned(),
+        // The snapshot was read before the write: the write follows as a change.
+        Some("v1") => run.single().await.1.unwrap(),
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(value, "v2");
+
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v3").await;
+    assert_eq!(run.single().await.1.as_deref(), Some("v3"), "watching again");
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn resumes_after_the_last_revision_and_relists_after_compaction() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v1").await;
+    let source = std::sync::Arc::new(source(settings(&etcd)));
+
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
+    assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
+    run.stop().await;
+
+    // Changes while nobody watched arrive in the next run's snapshot, once.
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v2").await;
+    admin.put(&key("x.y.z"), "1").await;
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
+    let content = run.snapshot().await;
+    assert_eq!(content.agent_configurations(), Some("v2"));
+    assert_eq!(content.singles["x.y.z"], "1");
+    admin.put(&key("x.y.z"), "2").await;
+    assert_eq!(
+        run.single().await,
+        ("x.y.z".to_owned(), Some("2".to_owned())),
+        "replayed events are not reported again"
+    );
+    assert_eq!(source.relists(), 0, "a resume within the kept history needs no re-list");
+    run.stop().await;
+
+    // The revision to resume from is compacted away: the source re-lists instead of failing.
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v3").await;
+    admin.delete(&key("x.y.z")).await;
+    let latest = admin.put(&key("a.b.c"), "new").await;
+    admin.compact(latest).await;
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
+    let mut content = run.snapshot().await;
+    // etcd may cancel the resumed watch for compaction after that snapshot went out; whichever
+    // way, the source's view converges on the store's and no failure is reported.
+    run.follow(&mut content, |c| {
+        c.agent_configurations() == Some("v3")
+            && !c.singles.contains_key("x.y.z")
+            && c.singles.get("a.b.c").is_some_and(|v| v == "new")
+    })
+    .await;
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while source.relists() == 0 {
+        assert!(std::time::Instant::now() < give_up, "the compaction never made the source re-list");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    admin.put(&key("a.b.c"), "newer").await;
+    run.follow(&mut content, |c| c.singles.get("a.b.c").is_some_and(|v| v == "newer")).await;
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn logs_in_and_refuses_a_wrong_password_clearly() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await.enable_auth("s3cret").await;
+    admin.put(&key(AGENT_CONFIGURATIONS_KEY), "v1").await;
+
+    let login = |password: &str| EtcdSettings {
+        authentication: true,
+        user: "root".into(),
+        password: password.into(),
+        ..settings(&etcd)
+    };
+    let good = std::sync::Arc::new(source(login("s3cret")));
+    assert_eq!(good.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("v1"));
+    let mut run = SourceProbe::spawn_shared(&good, KeySet::oap());
+    assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
+    good.put(AGENT_CONFIGURATIONS_KEY, Some("v2")).await.unwrap();
+    assert_eq!(run.single().await.1.as_deref(), Some("v2"));
+    run.stop().await;
+
+    let wrong = std::sync::Arc::new(source(login("wrong")));
+    match wrong.load(&KeySet::oap()).await {
+        Err(SourceError::Refused { message, .. }) => assert!(message.contains("authentication failed"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(matches!(wrong.put(AGENT_CONFIGURATIONS_KEY, Some("x")).await, Err(SourceError::Refused { .. })));
+    let mut run = SourceProbe::spawn_shared(&wrong, KeySet::oap());
+    assert!(matches!(run.next().await, Update::Failed(SourceError::Refused { .. })));
+    run.stop().await;
+
+    let anonymous = source(settings(&etcd));
+    assert!(matches!(anonymous.load(&KeySet::oap()).await, Err(SourceError::Refused { .. })), "no login, no read");
+    assert_eq!(admin.get(&key(AGENT_CONFIGURATIONS_KEY)).await.as_deref(), Some(&b"v2"[..]));
+}
+
+#[tokio::test]
+async fn speaks_tls_with_a_private_ca_and_a_client_certificate() {
+    let Some(certs) = TestCerts::generate() else { return };
+    let Some(etcd) = EtcdServer::start_tls(certs.clone()).await else { return };
+    let tls = EtcdSettings {
+        ca_file: Some(certs.ca.clone()),
+        cert_file: Some(certs.client_cert.clone()),
+        key_file: Some(certs.client_key.clone()),
+        ..settings(&etcd)
+    };
+    assert!(etcd.url().starts_with("https://"));
+    let source = std::sync::Arc::new(source(tls.clone()));
+    // etcd listens before it serves: poll until it answers.
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    while let Err(error) = source.put(AGENT_CONFIGURATIONS_KEY, Some("over tls")).await {
+        assert!(std::time::Instant::now() < give_up, "no TLS connection: {error}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(source.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("over tls"));
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
+    assert_eq!(run.snapshot().await.agent_configurations(), Some("over tls"));
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("still tls")).await.unwrap();
+    assert_eq!(run.single().await.1.as_deref(), Some("still tls"));
+    run.stop().await;
+
+    let no_client_certificate = EtcdSettings { cert_file: None, key_file: None, ..tls.clone() };
+    assert!(source_err(no_client_certificate).await.contains("etcd"), "the server requires a client certificate");
+    let system_roots = EtcdSettings { ca_file: None, ..tls };
+    assert!(!source_err(system_roots).await.is_empty(), "a private CA is not trusted by default");
+}
+
+async fn source_err(settings: EtcdSettings) -> String {
+    match source(settings).load(&KeySet::oap()).await {
+        Ok(content) => panic!("expected a failure, read {content:?}"),
+        Err(error) => error.to_string(),
+    }
+}

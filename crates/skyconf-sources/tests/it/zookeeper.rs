@@ -1,0 +1,250 @@
+//! The `Source` contract of the ZooKeeper store, against a real ZooKeeper (Debian's package):
+//! the OAP's znode layout, a snapshot after the watch, one update per change, one failure per
+//! outage followed by a fresh snapshot, and writes. Skips when ZooKeeper is not installed, unless
+//! `SKYCONF_REQUIRE_ZOOKEEPER` is set.
+
+#![cfg(feature = "zookeeper")]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, StoreContent, Update};
+use skyconf_testkit::probe::SourceProbe;
+use skyconf_testkit::servers::zookeeper::{Proxy, ZkServer, delete_tree, namespace, upsert};
+use zookeeper_client as zk;
+
+const OPENAPI: &str = "core.default.endpoint-name-grouping-openapi";
+
+fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
+    let settings = ZookeeperSettings {
+        host_port: host_port.to_owned(),
+        namespace: namespace.to_owned(),
+        base_sleep_time_ms: 50,
+        max_retries: 2,
+        ..ZookeeperSettings::default()
+    };
+    ZookeeperSource::new(settings).unwrap().with_request_timeout(Duration::from_secs(5))
+}
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+#[tokio::test]
+async fn reads_the_oap_example_of_its_unit_test() {
+    let Some(server) = ZkServer::shared() else { return };
+    let client = server.client().await;
+    // Behaviour reference §5.3 item 9: namespace /default, this key, this data.
+    let key = "agent-analyzer.default.slowDBAccessThreshold";
+    upsert(&client, &format!("/default/{key}"), "default:100,mongodb:50").await;
+    let source = source(&server.addr(), "/default");
+    assert_eq!(source.znode_of(key), format!("/default/{key}"));
+    let content = source.load(&KeySet::oap()).await.unwrap();
+    assert_eq!(content.singles.get(key).map(String::as_str), Some("default:100,mongodb:50"));
+    delete_tree(&client, "/default").await;
+}
+
+#[tokio::test]
+async fn reads_singles_groups_and_both_and_snapshots_after_the_watch() {
+    let Some(server) = ZkServer::shared() else { return };
+    let client = server.client().await;
+    let ns = namespace("layout");
+    upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "configurations: {}\n").await;
+    upsert(&client, &format!("{ns}/{OPENAPI}/customerAPI-v1.yaml"), "a").await;
+    upsert(&client, &format!("{ns}/{OPENAPI}/productAPI-v1.yaml"), "b").await;
+    upsert(&client, &format!("{ns}/both"), "v").await;
+    upsert(&client, &format!("{ns}/both/item"), "1").await;
+    upsert(&client, &format!("{ns}/deep/item/ignored"), "x").await;
+    upsert(&client, &format!("{ns}/empty"), "").await;
+    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    client.create(&format!("{ns}/binary"), &[b'a', 0xff], &options).await.unwrap();
+
+    let source = source(&server.addr(), &ns);
+    let loaded = source.load(&KeySet::oap()).await.unwrap();
+    let expected_singles =
+        map(&[(AGENT_CONFIGURATIONS_KEY, "configurations: {}\n"), ("both", "v"), ("binary", "a\u{fffd}")]);
+    assert_eq!(loaded.singles, expected_singles, "empty data is no value; bad UTF-8 is replaced");
+    let mut expected_groups = BTreeMap::new();
+    expected_groups.insert(OPENAPI.to_owned(), map(&[("customerAPI-v1.yaml", "a"), ("productAPI-v1.yaml", "b")]));
+    expected_groups.insert("both".to_owned(), map(&[("item", "1")]));
+    expected_groups.insert("deep".to_owned(), map(&[("item", "")]));
+    assert_eq!(loaded.groups, expected_groups, "deeper znodes are ignored");
+
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    assert_eq!(watching.snapshot().await, loaded, "run starts with the same view");
+    watching.stop().await;
+    delete_tree(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn reports_each_change_to_singles_and_groups() {
+    let Some(server) = ZkServer::shared() else { return };
+    let client = server.client().await;
+    let ns = namespace("changes");
+    let source = source(&server.addr(), &ns);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    assert_eq!(watching.snapshot().await, StoreContent::default(), "a missing namespace is empty");
+
+    // put creates the namespace and the key.
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("a")).await.unwrap();
+    assert_eq!(watching.single().await, (AGENT_CONFIGURATIONS_KEY.to_owned(), Some("a".to_owned())));
+    client.set_data(&format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), b"b", None).await.unwrap();
+    assert_eq!(watching.single().await.1.as_deref(), Some("b"));
+
+    // Group items: added, changed, removed; the registered group stays, empty, until its node goes.
+    let group = format!("{ns}/{OPENAPI}");
+    upsert(&client, &group, "").await;
+    assert_eq!(watching.group().await, (OPENAPI.to_owned(), Some(BTreeMap::new())), "registered: empty, not absent");
+    upsert(&client, &format!("{group}/item1"), "100").await;
+    assert_eq!(watching.group().await, (OPENAPI.to_owned(), Some(map(&[("item1", "100")]))));
+    upsert(&client, &format!("{group}/item2"), "200").await;
+    assert_eq!(watching.group().await.1, Some(map(&[("item1", "100"), ("item2", "200")])));
+    upsert(&client, &format!("{group}/item2"), "300").await;
+    assert_eq!(watching.group().await.1, Some(map(&[("item1", "100"), ("item2", "300")])));
+    client.delete(&format!("{group}/item1"), None).await.unwrap();
+    assert_eq!(watching.group().await.1, Some(map(&[("item2", "300")])));
+    client.delete(&format!("{group}/item2"), None).await.unwrap();
+    assert_eq!(watching.group().await.1, Some(BTreeMap::new()));
+    client.delete(&group, None).await.unwrap();
+    assert_eq!(watching.group().await.1, None);
+
+    // An unregistered key with children is a group, and gone with its last child.
+    upsert(&client, &format!("{ns}/custom.group/x"), "1").await;
+    assert_eq!(watching.group().await, ("custom.group".to_owned(), Some(map(&[("x", "1")]))));
+    client.delete(&format!("{ns}/custom.group/x"), None).await.unwrap();
+    assert_eq!(watching.group().await, ("custom.group".to_owned(), None));
+
+    source.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap();
+    assert_eq!(watching.single().await, (AGENT_CONFIGURATIONS_KEY.to_owned(), None));
+    assert!(watching.try_next().is_none(), "nothing else was reported");
+    watching.stop().await;
+    delete_tree(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn put_writes_the_layout_and_refuses_what_it_cannot_write() {
+    let Some(server) = ZkServer::shared() else { return };
+    let client = server.client().await;
+    let ns = format!("{}/nested/deeper", namespace("put"));
+    let source = source(&server.addr(), &ns);
+    let path = source.znode_of("alarm.default.alarm-settings");
+    source.put("alarm.default.alarm-settings", Some("rules: {}")).await.unwrap();
+    assert_eq!(client.get_data(&path).await.unwrap().0, b"rules: {}", "namespace created on the way");
+    source.put("alarm.default.alarm-settings", Some("rules: []")).await.unwrap();
+    assert_eq!(client.get_data(&path).await.unwrap().0, b"rules: []");
+    source.put("alarm.default.alarm-settings", None).await.unwrap();
+    assert!(matches!(client.get_data(&path).await, Err(zk::Error::NoNode)));
+    source.put("alarm.default.alarm-settings", None).await.expect("deleting a missing key is fine");
+
+    upsert(&client, &format!("{ns}/{OPENAPI}/item"), "1").await;
+    let error = source.put(OPENAPI, None).await.unwrap_err();
+    assert!(matches!(&error, SourceError::Refused { message, .. } if message.contains("children")), "{error}");
+
+    for bad in ["", "a/b", ".."] {
+        assert!(matches!(source.put(bad, Some("x")).await, Err(SourceError::Unsupported(_))), "{bad:?}");
+    }
+    let huge = "x".repeat(2 << 20);
+    assert!(matches!(source.put("k", Some(&huge)).await, Err(SourceError::TooLarge { .. })));
+    delete_tree(&client, ns.trim_end_matches("/nested/deeper")).await;
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_one_failure_then_a_snapshot_with_what_changed_meanwhile() {
+    let Some(server) = ZkServer::shared() else { return };
+    let client = server.client().await;
+    let ns = namespace("cut");
+    upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "before").await;
+    upsert(&client, &format!("{ns}/gone.key"), "x").await;
+    let proxy = Proxy::start(server.socket_addr()).await;
+    let source = source(&proxy.addr(), &ns);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    assert_eq!(watching.snapshot().await.singles.len(), 2);
+
+    proxy.cut();
+    assert!(matches!(watching.next().await, Update::Failed(SourceError::Unavailable { .. })));
+    // Changes the source cannot see: ZooKeeper will not replay them as events.
+    upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "during").await;
+    upsert(&client, &format!("{ns}/new.key"), "y").await;
+    client.delete(&format!("{ns}/gone.key"), None).await.unwrap();
+    proxy.restore();
+
+    let content = watching.snapshot().await;
+    assert_eq!(content.singles, map(&[(AGENT_CONFIGURATIONS_KEY, "during"), ("new.key", "y")]));
+    // And the watch works again.
+    upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "after").await;
+    assert_eq!(watching.single().await.1.as_deref(), Some("after"));
+    watching.stop().await;
+    delete_tree(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_watched_again() {
+    let Some(mut server) = ZkServer::start() else { return };
+    let ns = "/restart";
+    {
+        let client = server.client().await;
+        upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "before").await;
+    }
+    let source = source(&server.addr(), ns);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    assert_eq!(watching.snapshot().await.agent_configurations(), Some("before"));
+
+    server.kill();
+    assert!(matches!(watching.next().await, Update::Failed(_)));
+    server.restart();
+    // The session survives the restart (it is in the data directory); the view is read afresh.
+    assert_eq!(watching.snapshot().await.agent_configurations(), Some("before"));
+    let client = server.client().await;
+    upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "after").await;
+    assert_eq!(watching.single().await.1.as_deref(), Some("after"));
+    watching.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_session_is_replaced_by_a_new_one() {
+    let Some(mut server) = ZkServer::start() else { return };
+    let ns = "/expiry";
+    let source = source(&server.addr(), ns);
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    assert_eq!(watching.snapshot().await, StoreContent::default());
+
+    // A server that lost its data does not know the session: the client is told it expired.
+    server.kill();
+    assert!(matches!(watching.next().await, Update::Failed(_)));
+    server.wipe_data();
+    server.restart();
+    let client = server.client().await;
+    upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "new").await;
+
+    // One failure per outage: the next report is the new session's snapshot, or it is empty and the
+    // write follows as an update.
+    let content = watching.snapshot().await;
+    if content.agent_configurations() != Some("new") {
+        assert_eq!(watching.single().await.1.as_deref(), Some("new"));
+    }
+    watching.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_store_fails_to_load_and_run_keeps_retrying() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let source = source(&format!("127.0.0.1:{port}"), "/default");
+    assert!(matches!(source.load(&KeySet::oap()).await, Err(SourceError::Unavailable { .. })));
+    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    assert!(matches!(watching.next().await, Update::Failed(_)));
+    // Retrying quietly: no second failure while it stays down.
+    assert!(watching.next_within(Duration::from_millis(500)).await.is_none());
+    watching.stop().await;
+}
+
+#[test]
+fn refuses_settings_that_cannot_work() {
+    let bad_namespace = ZookeeperSettings { namespace: String::new(), ..ZookeeperSettings::default() };
+    assert!(ZookeeperSource::new(bad_namespace).unwrap_err().to_string().contains("namespace"));
+    let bad_hosts = ZookeeperSettings { host_port: " ".to_owned(), ..ZookeeperSettings::default() };
+    assert!(ZookeeperSource::new(bad_hosts).is_err());
+    let source = ZookeeperSource::new(ZookeeperSettings::default()).unwrap();
+    assert_eq!(source.describe(), "zookeeper localhost:2181 namespace /default");
+}

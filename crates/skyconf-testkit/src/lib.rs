@@ -1,0 +1,26 @@
+//! Test infrastructure shared by every skyconf crate's integration tests, used only as a
+//! dev-dependency (never published):
+//!
+//! - [`servers`]: real etcd, ZooKeeper and rnacos processes on ephemeral loopback ports;
+//! - [`probe::SourceProbe`]: a [`skyconf_sources::Source`]'s `run` in a task, its updates pulled
+//!   one at a time with one timeout;
+//! - [`server::Server`]: a skyconf server on ephemeral loopback ports with a CDS client
+//!   ([`server::Cds`]) and an admin HTTP client ([`server::AdminClient`]);
+//! - [`fixtures`]: synthetic agent-configurations documents;
+//! - [`latency`]: percentiles of measured delays;
+//! - [`conformance`]: the [`skyconf_sources::Source`] contract, checked once for every store.
+
+#![warn(missing_docs)]
+
+pub mod conformance;
+pub mod fixtures;
+pub mod latency;
+pub mod probe;
+pub mod server;
+pub mod servers;
+
+use std::time::Duration;
+
+/// How long a test waits for any one thing it expects (an update, a served digest, a condition)
+/// before it fails. Generous: the machine is shared and real servers start slowly.
+pub const PATIENCE: Duration = Duration::from_secs(30);

@@ -1,0 +1,10 @@
+//! Real store servers for tests, each a child process on ephemeral loopback ports with a
+//! temporary data directory, killed when dropped.
+//!
+//! Each one skips (returns `None` after saying why) when its program is not installed, unless the
+//! matching `SKYCONF_REQUIRE_*` variable is set (scripts/test.sh sets them), in which case it
+//! panics: `SKYCONF_REQUIRE_ETCD`, `SKYCONF_REQUIRE_ZOOKEEPER`, `SKYCONF_REQUIRE_NACOS`.
+
+pub mod etcd;
+pub mod rnacos;
+pub mod zookeeper;
