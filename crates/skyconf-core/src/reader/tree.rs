@@ -208,31 +208,12 @@ impl Builder {
                 self.complete(Rc::new(node), anchor)?;
             }
             Event::SequenceStart(anchor, tag) => {
-                self.open(at, anchor)?;
-                self.stack.push(Frame::Sequence {
-                    items: Vec::new(),
-                    head: Head {
-                        anchor,
-                        tag: tag_of(tag),
-                        at,
-                        flow: raw.flow || self.in_flow(),
-                        start: span.start.index(),
-                    },
-                });
+                let head = self.open(at, anchor, tag_of(tag), raw.flow, span)?;
+                self.stack.push(Frame::Sequence { items: Vec::new(), head });
             }
             Event::MappingStart(anchor, tag) => {
-                self.open(at, anchor)?;
-                self.stack.push(Frame::Mapping {
-                    entries: Vec::new(),
-                    key: None,
-                    head: Head {
-                        anchor,
-                        tag: tag_of(tag),
-                        at,
-                        flow: raw.flow || self.in_flow(),
-                        start: span.start.index(),
-                    },
-                });
+                let head = self.open(at, anchor, tag_of(tag), raw.flow, span)?;
+                self.stack.push(Frame::Mapping { entries: Vec::new(), key: None, head });
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (kind, head) = match self.stack.pop() {
@@ -364,12 +345,21 @@ impl Builder {
         Ok(())
     }
 
-    fn open(&mut self, at: Position, anchor: usize) -> Result<(), ReadError> {
+    /// Opens a collection: checks the nesting limit, notes its anchor as open (an alias to it
+    /// inside would be a cycle) and returns its head.
+    fn open(
+        &mut self,
+        at: Position,
+        anchor: usize,
+        tag: Option<Box<Tag>>,
+        flow: bool,
+        span: &Span,
+    ) -> Result<Head, ReadError> {
         self.check_depth(at)?;
         if anchor != 0 {
             self.open_anchors.push(anchor);
         }
-        Ok(())
+        Ok(Head { anchor, tag, at, flow: flow || self.in_flow(), start: span.start.index() })
     }
 
     fn complete(&mut self, node: Rc<Node>, anchor: usize) -> Result<(), ReadError> {

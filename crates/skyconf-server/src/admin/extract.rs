@@ -16,6 +16,13 @@ use super::{Admin, AppError, check_service_name};
 /// The longest wait a write may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// The route's one path parameter, percent-decoded.
+async fn path_segment(parts: &mut Parts, state: &Admin) -> Result<String, AppError> {
+    let Path(text) =
+        Path::<String>::from_request_parts(parts, state).await.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    Ok(text)
+}
+
 /// A `{name}` path segment that is a valid service name.
 #[derive(Debug)]
 pub(super) struct ServiceName(pub(super) String);
@@ -24,8 +31,7 @@ impl FromRequestParts<Admin> for ServiceName {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Admin) -> Result<Self, AppError> {
-        let Path(name) =
-            Path::<String>::from_request_parts(parts, state).await.map_err(|e| AppError::BadRequest(e.body_text()))?;
+        let name = path_segment(parts, state).await?;
         check_service_name(&name)?;
         Ok(Self(name))
     }
@@ -39,8 +45,7 @@ impl FromRequestParts<Admin> for ReleaseId {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Admin) -> Result<Self, AppError> {
-        let Path(text) =
-            Path::<String>::from_request_parts(parts, state).await.map_err(|e| AppError::BadRequest(e.body_text()))?;
+        let text = path_segment(parts, state).await?;
         text.parse().map(Self).map_err(|_| AppError::BadRequest(format!("`{text}` is not a release id")))
     }
 }

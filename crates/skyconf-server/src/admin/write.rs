@@ -280,10 +280,7 @@ pub(super) async fn put_service(
         }
     }
     let attribution = attribution(&headers, parsed.author, parsed.message, None)?;
-    let guard = admin.write_lock.lock().await;
-    let current = admin.served.snapshot();
-    let proposal = Proposal::read(&admin, writer::with_service(&current.table, &name, Some(entries)))?;
-    apply(&admin, guard, proposal, attribution, options).await
+    write_service(&admin, &name, Some(entries), attribution, options).await
 }
 
 pub(super) async fn delete_service(
@@ -293,13 +290,25 @@ pub(super) async fn delete_service(
 ) -> Result<Response, AppError> {
     let body = note(&body)?;
     let attribution = attribution(&headers, body.author, body.message, None)?;
+    write_service(&admin, &name, None, attribution, options).await
+}
+
+/// Sets (`None`: removes) one service in the served document and writes the result; the
+/// document is read under the write lock, so no concurrent write of this server is lost.
+async fn write_service(
+    admin: &Admin,
+    name: &str,
+    entries: Option<Vec<(String, String)>>,
+    attribution: Attribution,
+    options: WriteOptions,
+) -> Result<Response, AppError> {
     let guard = admin.write_lock.lock().await;
     let current = admin.served.snapshot();
-    if current.table.get(&name).is_none() {
+    if entries.is_none() && current.table.get(name).is_none() {
         return Err(AppError::NotFound(format!("no service `{name}` is configured")));
     }
-    let proposal = Proposal::read(&admin, writer::with_service(&current.table, &name, None))?;
-    apply(&admin, guard, proposal, attribution, options).await
+    let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
+    apply(admin, guard, proposal, attribution, options).await
 }
 
 pub(super) async fn rollback(
