@@ -24,4 +24,4 @@ cargo test --workspace --all-targets -- --skip propagation_
 cargo test --workspace --doc
 # ...then those alone, one at a time: they assert p99 bounds over 50 writes, and a parallel test
 # stealing the CPU for one write would decide them.
-cargo test --workspace --tests propagation_ -- --test-threads=1
+cargo test -p skyconf-server --test it propagation_ -- --test-threads=1
