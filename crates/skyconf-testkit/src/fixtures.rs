@@ -1,7 +1,20 @@
 //! Synthetic agent-configurations documents, for benchmarks and tests that need a document of a
-//! given size or a series of distinct documents.
+//! given size or a series of distinct documents; and [`temp_file`], a document on disk.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use tempfile::TempDir;
+
+/// A document serving `svc` two settings: vector V5 of the behaviour reference.
+pub const V5_DOCUMENT: &str =
+    "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
+
+/// The digest [`V5_DOCUMENT`] serves `svc` (vector V5 of the behaviour reference).
+pub const V5_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e11bca6b606bb72d39ec9596d900520195cfaf88c98eff8695576af47fb1858a8f1e098ff35fb11";
+
+/// The OAP's own group key (endpoint-name grouping by OpenAPI documents).
+pub const OPENAPI_GROUP: &str = "core.default.endpoint-name-grouping-openapi";
 
 /// The settings the stock agents read, as `skyconf bench document` writes them.
 pub const ENTRIES: [(&str, &str); 6] = [
@@ -31,6 +44,15 @@ pub fn document(services: usize, keys: usize) -> String {
 /// each `n` has its own digest.
 pub fn numbered(n: impl std::fmt::Display) -> String {
     format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {n}\n")
+}
+
+/// A file `name` holding `text` in a fresh temporary directory: the directory (the file goes
+/// with it when it is dropped) and the file's path.
+pub fn temp_file(name: &str, text: &str) -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("the file is written");
+    (dir, path)
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
 //! A skyconf server for tests ([`Server`]): `skyconf_server::start_with` on ephemeral loopback
-//! ports, with a CDS client ([`Cds`], what an agent sees) and an admin HTTP client
-//! ([`AdminClient`], what an operator sees); plus [`eventually`] for conditions that become true
-//! some time after a change.
+//! ports, with a CDS client ([`Cds`], what an agent sees), a DCS client ([`Server::dcs`], what an
+//! OAP sees) and an admin HTTP client ([`AdminClient`], what an operator sees); plus
+//! [`eventually`] for conditions that become true some time after a change.
 
 use std::net::SocketAddr;
 use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 use skyconf_core::codec::DiscoveryCommand;
+use skyconf_proto::dcs::ConfigurationRequest;
+use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
 use skyconf_server::{Running, ServeConfig, ServerError};
@@ -47,6 +49,11 @@ impl Server {
         Cds::connect(self.running.grpc_addr).await
     }
 
+    /// A DCS client (what an OAP polls) connected to the gRPC port.
+    pub async fn dcs(&self) -> ConfigurationServiceClient<Channel> {
+        ConfigurationServiceClient::connect(format!("http://{}", self.running.grpc_addr)).await.expect("connects")
+    }
+
     /// An admin HTTP client for the admin port.
     pub fn admin(&self) -> AdminClient {
         AdminClient::new(self.running.admin_addr)
@@ -76,6 +83,11 @@ impl Deref for Server {
     fn deref(&self) -> &Running {
         &self.running
     }
+}
+
+/// What an OAP of the default cluster (`SkyWalking`) sends the DCS service first: no uuid.
+pub fn dcs_request() -> ConfigurationRequest {
+    ConfigurationRequest { cluster_name: "SkyWalking".into(), uuid: String::new() }
 }
 
 /// A CDS client: asks as an agent asks.

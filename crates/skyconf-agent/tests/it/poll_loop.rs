@@ -10,8 +10,10 @@ use skyconf_agent::watchers::{
     TRACE_IGNORE_PATH,
 };
 use skyconf_agent::{
-    Agent, AgentHandle, AgentOptions, CommandOutcome, DuplicateKey, EventType, PollError, Registry, Watcher as _,
+    Agent, AgentHandle, AgentOptions, AgentStatus, CommandOutcome, DuplicateKey, EventType, PollError, Registry,
+    Watcher as _,
 };
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use EventType::{Delete, Modify};
@@ -50,6 +52,17 @@ fn setup() -> Setup {
 
 fn spawn(s: &Setup) -> AgentHandle {
     Agent::new(AgentOptions::new(SVC), s.registry.clone(), s.fake.clone()).spawn()
+}
+
+/// An agent spawned on a fresh [`setup`], once it has polled `polls` times: the setup (its log
+/// emptied), the handle, the status receiver and the status after those polls.
+async fn spawned_after(polls: u64) -> (Setup, AgentHandle, watch::Receiver<AgentStatus>, AgentStatus) {
+    let s = setup();
+    let handle = spawn(&s);
+    let mut status = handle.status();
+    let after = after_polls(&mut status, polls).await;
+    s.log.take();
+    (s, handle, status, after)
 }
 
 #[tokio::test(start_paused = true)]
@@ -91,11 +104,7 @@ async fn first_sync_at_start_then_nothing_while_unchanged() {
 
 #[tokio::test(start_paused = true)]
 async fn modify_then_delete_by_omission_then_unknown_service() {
-    let s = setup();
-    let handle = spawn(&s);
-    let mut status = handle.status();
-    after_polls(&mut status, 1).await;
-    s.log.take();
+    let (s, handle, mut status, _) = spawned_after(1).await;
 
     s.fake.set(SVC, &[(SAMPLE_N_PER_3_SECS, "10"), (SPAN_LIMIT_PER_SEGMENT, "500")]);
     after_polls(&mut status, 2).await;
@@ -122,11 +131,8 @@ async fn modify_then_delete_by_omission_then_unknown_service() {
 
 #[tokio::test(start_paused = true)]
 async fn server_down_then_up_keeps_values_and_backs_off_with_jitter() {
-    let s = setup();
-    let handle = spawn(&s);
-    let mut status = handle.status();
-    let digest = after_polls(&mut status, 1).await.uuid;
-    s.log.take();
+    let (s, handle, mut status, first) = spawned_after(1).await;
+    let digest = first.uuid;
 
     s.fake.set_down(true);
     let mut last = Instant::now();
@@ -160,11 +166,7 @@ async fn server_down_then_up_keeps_values_and_backs_off_with_jitter() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_that_never_answers_ends_at_the_deadline() {
-    let s = setup();
-    let handle = spawn(&s);
-    let mut status = handle.status();
-    after_polls(&mut status, 1).await;
-    s.log.take();
+    let (s, handle, mut status, _) = spawned_after(1).await;
     s.fake.set_hang(true);
     let t = Instant::now();
     let st = after_polls(&mut status, 2).await;
@@ -179,11 +181,7 @@ async fn a_call_that_never_answers_ends_at_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn a_late_watcher_gets_the_value_through_the_uuid_reset() {
-    let s = setup();
-    let handle = spawn(&s);
-    let mut status = handle.status();
-    after_polls(&mut status, 2).await;
-    s.log.take();
+    let (s, handle, mut status, _) = spawned_after(2).await;
 
     let late = Arc::new(IgnorePath::default());
     let late_sample = Recorder::new("late", SAMPLE_N_PER_3_SECS, &s.log);
@@ -204,11 +202,8 @@ async fn a_late_watcher_gets_the_value_through_the_uuid_reset() {
 
 #[tokio::test(start_paused = true)]
 async fn a_watcher_error_keeps_the_uuid_and_the_next_poll_retries() {
-    let s = setup();
-    let handle = spawn(&s);
-    let mut status = handle.status();
-    let v1 = after_polls(&mut status, 1).await.uuid;
-    s.log.take();
+    let (s, handle, mut status, first) = spawned_after(1).await;
+    let v1 = first.uuid;
 
     s.span.fail_next();
     s.fake.set(SVC, &[(SAMPLE_N_PER_3_SECS, "20"), (SPAN_LIMIT_PER_SEGMENT, "500")]);
@@ -232,11 +227,8 @@ async fn a_watcher_error_keeps_the_uuid_and_the_next_poll_retries() {
 
 #[tokio::test(start_paused = true)]
 async fn a_command_that_repeats_a_key_is_rejected_whole() {
-    let s = setup();
-    let handle = spawn(&s);
-    let mut status = handle.status();
-    let v1 = after_polls(&mut status, 1).await.uuid;
-    s.log.take();
+    let (s, handle, mut status, first) = spawned_after(1).await;
+    let v1 = first.uuid;
 
     s.fake.script(raw_command(&[
         ("SerialNumber", "s-dup"),
@@ -258,11 +250,7 @@ async fn a_command_that_repeats_a_key_is_rejected_whole() {
 
 #[tokio::test(start_paused = true)]
 async fn a_replayed_serial_number_is_ignored_among_the_last_64() {
-    let s = setup();
-    let handle = spawn(&s);
-    let mut status = handle.status();
-    after_polls(&mut status, 1).await;
-    s.log.take();
+    let (s, handle, mut status, _) = spawned_after(1).await;
 
     let command = |serial: &str, uuid: &str, limit: &str| {
         raw_command(&[
@@ -293,11 +281,8 @@ async fn a_replayed_serial_number_is_ignored_among_the_last_64() {
 
 #[tokio::test(start_paused = true)]
 async fn a_command_with_the_held_uuid_is_not_applied_again() {
-    let s = setup();
-    let handle = spawn(&s);
-    let mut status = handle.status();
-    let held = after_polls(&mut status, 1).await.uuid.unwrap();
-    s.log.take();
+    let (s, handle, mut status, first) = spawned_after(1).await;
+    let held = first.uuid.unwrap();
     // A server that always sends the command (the OAP's disableMessageDigest).
     s.fake.script(raw_command(&[("SerialNumber", "fresh"), ("UUID", &held), (SPAN_LIMIT_PER_SEGMENT, "999")]));
     let st = after_polls(&mut status, 2).await;

@@ -1,13 +1,12 @@
 //! The `skyconf` binary end to end: digest, validate, fetch, and serve as a process (bound
 //! addresses read from its JSON log, SIGTERM for a graceful stop), plus the grpcio interop check.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 
 use predicates::prelude::*;
 
-use crate::util::{grpcio_available, repo_root, skyconf};
+use crate::util::{Server, grpcio_available, repo_root, serve_command, skyconf, stdout_of};
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let path = dir.path().join(name);
@@ -19,14 +18,7 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
 fn digest_prints_what_the_server_would_serve() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, "a.yaml", "configurations:\n  svc:\n    agent.sample_rate: 0.50\n");
-    let output = assert_cmd::Command::from_std(skyconf())
-        .arg("digest")
-        .arg(&path)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let output = stdout_of(skyconf().arg("digest").arg(&path));
     let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
     // Vector V7: 0.50 is a Double and prints as 0.5.
     assert_eq!(json["svc"]["config"]["agent.sample_rate"], "0.5");
@@ -59,14 +51,7 @@ fn validate_warns_about_keys_no_agent_reads() {
             .and(predicate::str::contains("agent.sample_n_per_3_secs,")),
     );
     assert_cmd::Command::from_std(skyconf()).args(["validate", "--strict"]).arg(&path).assert().code(1);
-    let output = assert_cmd::Command::from_std(skyconf())
-        .args(["validate", "--json"])
-        .arg(&path)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let output = stdout_of(skyconf().args(["validate", "--json"]).arg(&path));
     let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
     assert_eq!(json["valid"], true);
     assert_eq!(json["warnings"].as_array().unwrap().len(), 1);
@@ -83,98 +68,25 @@ fn the_shipped_example_is_valid_without_warnings() {
         .stdout(predicate::str::contains("0 warnings"));
 }
 
-/// A `skyconf serve` process on ephemeral ports.
-struct Server {
-    child: Child,
-    grpc_addr: String,
-    admin_addr: String,
-}
-
-impl Server {
-    fn start(file: &Path) -> Self {
-        let mut command = skyconf();
-        command
-            .args([
-                "--log-format",
-                "json",
-                "serve",
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--admin-addr",
-                "127.0.0.1:0",
-                "--file",
-            ])
-            .arg(file);
-        Self::spawn(command)
-    }
-
-    /// Runs a prepared `skyconf ... serve` command and waits for its addresses.
-    fn spawn(mut command: Command) -> Self {
-        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let (grpc_addr, admin_addr) = loop {
-            let line = lines.next().expect("the server logs its addresses").unwrap();
-            let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if let (Some(g), Some(a)) = (json["fields"]["grpc_addr"].as_str(), json["fields"]["admin_addr"].as_str()) {
-                break (g.to_owned(), a.to_owned());
-            }
-        };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Self { child, grpc_addr, admin_addr }
-    }
-
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success());
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-    }
-}
-
 #[test]
 fn serve_answers_fetch_and_stops_cleanly_on_sigterm() {
     let server = Server::start(&repo_root().join("examples/agent-configurations.yaml"));
-    let output = assert_cmd::Command::from_std(skyconf())
-        .args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let output = stdout_of(skyconf().args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go"]));
     let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
     let args = &json["commands"][0]["args"];
     assert_eq!(json["commands"][0]["command"], "ConfigurationDiscoveryCommand");
     assert_eq!(args[0][0], "SerialNumber");
     assert_eq!(args[2], serde_json::json!(["agent.sample_rate", "0.5"]));
     let uuid = args[1][1].as_str().unwrap().to_owned();
-    let output = assert_cmd::Command::from_std(skyconf())
-        .args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go", "--uuid", &uuid])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let output =
+        stdout_of(skyconf().args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go", "--uuid", &uuid]));
     assert_eq!(String::from_utf8(output).unwrap().trim(), r#"{"commands":[]}"#);
     assert!(server.admin_addr.starts_with("127.0.0.1:"));
     assert!(server.terminate().success(), "SIGTERM is a clean exit");
 }
 
 fn fetch_digest(addr: &str, service: &str) -> String {
-    let output = assert_cmd::Command::from_std(skyconf())
-        .args(["fetch", "--addr", addr, "--service", service])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
+    let output = stdout_of(skyconf().args(["fetch", "--addr", addr, "--service", service]));
     let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
     json["commands"][0]["args"][1][1].as_str().unwrap().to_owned()
 }
@@ -191,21 +103,12 @@ fn serve_reads_an_oap_application_yml_and_its_sw_variables() {
         "application.yml",
         "core:\n  default:\n    role: Mixed\nconfiguration:\n  selector: ${SW_CONFIGURATION:none}\n  grpc:\n    host: ${SW_DCS_SERVER_HOST:\"\"}\n    port: ${SW_DCS_SERVER_PORT:80}\n    clusterName: ${SW_DCS_CLUSTER_NAME:SkyWalking}\n    period: ${SW_DCS_PERIOD:20}\n",
     );
-    let mut command = skyconf();
+    let mut command = serve_command();
     command
         .env("SW_CONFIGURATION", "grpc")
         .env("SW_DCS_SERVER_HOST", "127.0.0.1")
         .env("SW_DCS_SERVER_PORT", &port)
-        .args([
-            "--log-format",
-            "json",
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--config",
-        ])
+        .arg("--config")
         .arg(&config);
     let downstream = Server::spawn(command);
     assert_eq!(fetch_digest(&downstream.grpc_addr, "inventory-go"), fetch_digest(&upstream.grpc_addr, "inventory-go"));
@@ -216,18 +119,10 @@ fn a_remote_store_that_is_down_at_start_means_no_change_not_empty() {
     // Nothing listens on port 1: the store is down and nothing is persisted, so the server starts
     // not ready and answers "no change", which keeps every agent's configuration.
     for (store, setting) in [("etcd", "endpoints=http://127.0.0.1:1"), ("zookeeper", "hostPort=127.0.0.1:1")] {
-        let mut command = skyconf();
-        command
-            .args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
-            .args(["--store", store, "--store-setting", setting]);
+        let mut command = serve_command();
+        command.args(["--store", store, "--store-setting", setting]);
         let server = Server::spawn(command);
-        let output = assert_cmd::Command::from_std(skyconf())
-            .args(["fetch", "--addr", &server.grpc_addr, "--service", "svc"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone();
+        let output = stdout_of(skyconf().args(["fetch", "--addr", &server.grpc_addr, "--service", "svc"]));
         assert_eq!(String::from_utf8(output).unwrap().trim(), r#"{"commands":[]}"#, "{store}");
     }
 }

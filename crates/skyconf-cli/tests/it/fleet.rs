@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use skyconf_server::fleet::{AgentState, AgentStatus};
 use skyconf_server::{FleetOptions, Running, ServeConfig};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{Server, loopback};
 
 use crate::util::{grpcio_available, repo_root};
@@ -76,9 +77,7 @@ async fn two_independent_clients_apply_and_a_stuck_one_shows() {
     if !grpcio_available() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agents.yaml");
-    std::fs::write(&path, V1).unwrap();
+    let (_dir, path) = temp_file("agents.yaml", V1);
     let config = ServeConfig { fleet: FleetOptions { stuck_after_polls: 3, ..FleetOptions::default() }, ..loopback() };
     let running = Server::start(FileSource::new(&path), config).await;
     let _grpcio = grpcio(&running, false);

@@ -2,69 +2,18 @@
 //! and its `SW_AUTHENTICATION`, admin bearer tokens from the environment and a token file, and
 //! token values that never reach `--help` or the log.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
 use skyconf_testkit::server::AdminClient;
 
-use crate::util::{repo_root, skyconf};
+use crate::util::{Server, repo_root, serve_command, skyconf};
 
 const AGENT_TOKEN: &str = "agent-tok-5f1c";
 const READ_TOKEN: &str = "read-tok-77ab";
 const WRITE_TOKEN: &str = "write-tok-90de";
 
-/// A `skyconf serve` process; its log lines are collected for inspection.
-struct Server {
-    child: Child,
-    grpc_addr: String,
-    admin_addr: String,
-    log: mpsc::Receiver<String>,
-}
-
-impl Server {
-    fn spawn(mut command: Command) -> Self {
-        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let (tx, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut seen = Vec::new();
-        let (grpc_addr, admin_addr) = loop {
-            let line = log.recv_timeout(Duration::from_secs(30)).expect("the server logs its addresses");
-            seen.push(line.clone());
-            let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
-            if let (Some(g), Some(a)) = (json["fields"]["grpc_addr"].as_str(), json["fields"]["admin_addr"].as_str()) {
-                break (g.to_owned(), a.to_owned());
-            }
-        };
-        let server = Self { child, grpc_addr, admin_addr, log };
-        for line in seen {
-            server.assert_no_secret(&line);
-        }
-        server
-    }
-
-    fn assert_no_secret(&self, line: &str) {
-        for secret in [AGENT_TOKEN, READ_TOKEN, WRITE_TOKEN] {
-            assert!(!line.contains(secret), "a token in the log: {line}");
-        }
-    }
-
-    /// Every log line so far.
-    fn drain_log(&self) -> Vec<String> {
-        self.log.try_iter().collect()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// Fails when `line` holds any of the tokens.
+fn assert_no_secret(line: &str) {
+    for secret in [AGENT_TOKEN, READ_TOKEN, WRITE_TOKEN] {
+        assert!(!line.contains(secret), "a token in the log: {line}");
     }
 }
 
@@ -79,12 +28,11 @@ fn serve_takes_the_oap_token_and_admin_tokens_and_never_prints_them() {
     .unwrap();
     let tokens = dir.path().join("admin-tokens");
     std::fs::write(&tokens, format!("# operators\nwrite {WRITE_TOKEN}\n")).unwrap();
-    let mut command = skyconf();
+    let mut command = serve_command();
     command
         .env("SW_AUTHENTICATION", AGENT_TOKEN)
         .env("SKYCONF_ADMIN_READ_TOKENS", READ_TOKEN)
         .env("SKYCONF_LOG", "debug")
-        .args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
         .arg("--config")
         .arg(&config)
         .arg("--admin-token-file")
@@ -92,6 +40,9 @@ fn serve_takes_the_oap_token_and_admin_tokens_and_never_prints_them() {
         .arg("--file")
         .arg(repo_root().join("examples/agent-configurations.yaml"));
     let server = Server::spawn(command);
+    for line in &server.startup_log {
+        assert_no_secret(line);
+    }
 
     let fetch = |token: Option<&str>| {
         let mut command = skyconf();
@@ -120,7 +71,7 @@ fn serve_takes_the_oap_token_and_admin_tokens_and_never_prints_them() {
     assert!(metrics.contains("skyconf_grpc_denied_total{service=\"cds\"} 2"), "{metrics}");
 
     for line in server.drain_log() {
-        server.assert_no_secret(&line);
+        assert_no_secret(&line);
     }
 }
 

@@ -1,9 +1,13 @@
-//! What the test modules of this binary share: the `skyconf` binary, the repository root, and
-//! whether the independent grpcio client can run.
+//! What the test modules of this binary share: the `skyconf` binary, the repository root,
+//! whether the independent grpcio client can run, and `skyconf serve` as a process ([`Server`]).
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
+use assert_cmd::assert::OutputAssertExt;
 use assert_cmd::cargo::CommandCargoExt;
 
 /// The `skyconf` binary this package builds, as a command to add arguments to.
@@ -30,4 +34,79 @@ pub(crate) fn grpcio_available() -> bool {
         eprintln!("skipped: python3 with grpcio and grpcio-tools is not installed (pip install grpcio grpcio-tools)");
     }
     has_grpcio
+}
+
+/// `skyconf --log-format json serve` on ephemeral loopback ports, as a command to add the store
+/// (and anything else) to; [`Server::spawn`] runs it.
+pub(crate) fn serve_command() -> Command {
+    let mut command = skyconf();
+    command.args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"]);
+    command
+}
+
+/// What `command` prints on stdout; it must succeed.
+pub(crate) fn stdout_of(command: &mut Command) -> Vec<u8> {
+    command.assert().success().get_output().stdout.clone()
+}
+
+/// A `skyconf serve` process, killed when dropped; its log lines are collected for inspection.
+pub(crate) struct Server {
+    child: Child,
+    pub(crate) grpc_addr: String,
+    pub(crate) admin_addr: String,
+    /// The lines logged up to the one that gave the addresses.
+    pub(crate) startup_log: Vec<String>,
+    log: mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// `skyconf serve` on `file`, on ephemeral ports.
+    pub(crate) fn start(file: &Path) -> Self {
+        let mut command = serve_command();
+        command.arg("--file").arg(file);
+        Self::spawn(command)
+    }
+
+    /// Runs a prepared `skyconf ... serve` command (see [`serve_command`]) and waits for its
+    /// addresses.
+    pub(crate) fn spawn(mut command: Command) -> Self {
+        let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let (tx, log) = mpsc::channel();
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut startup_log = Vec::new();
+        let (grpc_addr, admin_addr) = loop {
+            let line = log.recv_timeout(Duration::from_secs(30)).expect("the server logs its addresses");
+            startup_log.push(line.clone());
+            let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+            if let (Some(g), Some(a)) = (json["fields"]["grpc_addr"].as_str(), json["fields"]["admin_addr"].as_str()) {
+                break (g.to_owned(), a.to_owned());
+            }
+        };
+        Self { child, grpc_addr, admin_addr, startup_log, log }
+    }
+
+    /// The log lines since the addresses (or since the last call).
+    pub(crate) fn drain_log(&self) -> Vec<String> {
+        self.log.try_iter().collect()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub(crate) fn terminate(mut self) -> ExitStatus {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -86,6 +86,30 @@ fn setup() -> Setup {
     Setup { router, served, releases, fleet, mode }
 }
 
+impl Setup {
+    /// The digest served to `service` now.
+    fn digest(&self, service: &str) -> Digest {
+        self.served.snapshot().answer(service).digest.clone()
+    }
+
+    /// Every served service with its digest, in order.
+    fn digests(&self) -> Vec<(String, Digest)> {
+        self.served.snapshot().table.services().map(|s| (s.name().to_owned(), s.digest().clone())).collect()
+    }
+
+    /// Sends `request`, which must succeed (200); the answer's body.
+    async fn ok(&self, request: Request<Body>) -> Value {
+        let (status, body) = call(&self.router, request).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// [`Setup::ok`] for a JSON request.
+    async fn ok_json(&self, method: &str, path: &str, body: Value) -> Value {
+        self.ok(json_request(method, path, &body)).await
+    }
+}
+
 async fn call(router: &Router, request: Request<Body>) -> (StatusCode, Value) {
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
@@ -118,7 +142,7 @@ fn peer(port: u16) -> SocketAddr {
 #[tokio::test]
 async fn lists_services_with_digest_keys_and_fleet_counts() {
     let s = setup();
-    let order = s.served.snapshot().answer("order").digest.clone();
+    let order = s.digest("order");
     s.fleet.observe("order", order.as_str(), peer(1), &order);
     s.fleet.observe("order", "", peer(2), &order);
     s.fleet.observe("typo-service", "", peer(3), &Digest::empty());
@@ -138,7 +162,7 @@ async fn lists_services_with_digest_keys_and_fleet_counts() {
 #[tokio::test]
 async fn shows_one_service_with_its_config_and_agents() {
     let s = setup();
-    let order = s.served.snapshot().answer("order").digest.clone();
+    let order = s.digest("order");
     s.fleet.observe_instance("order", "pod-1@10.1.2.3", peer(1));
     s.fleet.observe("order", order.as_str(), peer(1), &order);
 
@@ -170,8 +194,7 @@ async fn a_document_write_is_served_and_recorded_with_author_and_message() {
         .header("x-skyconf-message", "sample more")
         .body(Body::from(v2))
         .unwrap();
-    let (status, body) = call(&s.router, request).await;
-    assert_eq!(status, 200, "{body}");
+    let body = s.ok(request).await;
     assert_eq!(body["served"], true);
     assert_eq!(body["release"]["id"], 2);
     assert_eq!(s.served.snapshot().table.get("order").unwrap().get("agent.sample_n_per_3_secs"), Some("20"));
@@ -244,14 +267,14 @@ async fn a_refused_document_is_a_400_with_line_and_column_and_changes_nothing() 
 #[tokio::test]
 async fn a_dry_run_answers_digests_before_and_after_and_writes_nothing() {
     let s = setup();
-    let order = s.served.snapshot().answer("order").digest.clone();
-    let request = json_request(
-        "PUT",
-        "/api/v1/services/order?dry_run=true",
-        &json!({"config": {"agent.sample_n_per_3_secs": "30"}, "author": "bob"}),
-    );
-    let (status, body) = call(&s.router, request).await;
-    assert_eq!(status, 200, "{body}");
+    let order = s.digest("order");
+    let body = s
+        .ok_json(
+            "PUT",
+            "/api/v1/services/order?dry_run=true",
+            json!({"config": {"agent.sample_n_per_3_secs": "30"}, "author": "bob"}),
+        )
+        .await;
     assert_eq!(body["dry_run"], true);
     let change = &body["changes"][0];
     assert_eq!(change["service"], "order");
@@ -265,14 +288,10 @@ async fn a_dry_run_answers_digests_before_and_after_and_writes_nothing() {
 #[tokio::test]
 async fn per_service_writes_keep_other_services_digests() {
     let s = setup();
-    let pay = s.served.snapshot().answer("pay").digest.clone();
-    let request = json_request(
-        "PUT",
-        "/api/v1/services/new%7Cns%7C",
-        &json!({"config": {"agent.sample_n_per_3_secs": "5", "agent.ignore_suffix": ".a, \"b\"\n"}, "author": "carl", "message": "new"}),
-    );
-    let (status, body) = call(&s.router, request).await;
-    assert_eq!(status, 200, "{body}");
+    let pay = s.digest("pay");
+    let config = json!({"agent.sample_n_per_3_secs": "5", "agent.ignore_suffix": ".a, \"b\"\n"});
+    s.ok_json("PUT", "/api/v1/services/new%7Cns%7C", json!({"config": config, "author": "carl", "message": "new"}))
+        .await;
     let snapshot = s.served.snapshot();
     assert_eq!(snapshot.answer("pay").digest, pay, "untouched services keep their digest");
     let added = snapshot.table.get("new|ns|").unwrap();
@@ -282,9 +301,7 @@ async fn per_service_writes_keep_other_services_digests() {
     );
     assert_eq!(s.releases.latest().unwrap().author.as_deref(), Some("carl"));
 
-    let (status, body) =
-        call(&s.router, json_request("DELETE", "/api/v1/services/pay", &json!({"message": "pay is retired"}))).await;
-    assert_eq!(status, 200, "{body}");
+    s.ok_json("DELETE", "/api/v1/services/pay", json!({"message": "pay is retired"})).await;
     assert!(s.served.snapshot().table.get("pay").is_none());
     assert_eq!(s.releases.latest().unwrap().message.as_deref(), Some("pay is retired"));
     let (status, _) = call(&s.router, Request::delete("/api/v1/services/pay").body(Body::empty()).unwrap()).await;
@@ -294,20 +311,17 @@ async fn per_service_writes_keep_other_services_digests() {
 #[tokio::test]
 async fn a_rollback_restores_the_exact_document_and_digests() {
     let s = setup();
-    let before: Vec<_> =
-        s.served.snapshot().table.services().map(|s| (s.name().to_owned(), s.digest().clone())).collect();
+    let before = s.digests();
     let v2 = "configurations:\n  order: {agent.sample_n_per_3_secs: 99}\n";
     assert_eq!(call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await.0, 200);
-    let (status, body) = call(
-        &s.router,
-        Request::post("/api/v1/releases/1/rollback").header("x-skyconf-author", "dana").body(Body::empty()).unwrap(),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    let body = s
+        .ok(Request::post("/api/v1/releases/1/rollback")
+            .header("x-skyconf-author", "dana")
+            .body(Body::empty())
+            .unwrap())
+        .await;
     assert_eq!(body["release"]["rollback_of"], 1);
-    let after: Vec<_> =
-        s.served.snapshot().table.services().map(|s| (s.name().to_owned(), s.digest().clone())).collect();
-    assert_eq!(after, before);
+    assert_eq!(s.digests(), before);
     let latest = s.releases.latest().unwrap();
     assert_eq!((latest.id, latest.author.as_deref(), latest.rollback_of), (3, Some("dana"), Some(1)));
     assert_eq!(latest.message.as_deref(), Some("Roll back to release 1"));

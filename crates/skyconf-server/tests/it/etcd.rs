@@ -8,23 +8,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use skyconf_core::digest::EMPTY_DIGEST;
-use skyconf_proto::dcs::ConfigurationRequest;
-use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
 use skyconf_server::ServeConfig;
 use skyconf_sources::Backoff;
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
-use skyconf_testkit::fixtures::numbered;
+use skyconf_testkit::fixtures::{OPENAPI_GROUP as GROUP, V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD, numbered};
 use skyconf_testkit::latency::percentiles;
-use skyconf_testkit::server::{Server, eventually, loopback};
-use skyconf_testkit::servers::etcd::{EtcdServer, Proxy};
+use skyconf_testkit::server::{Cds, Server, dcs_request, eventually, loopback};
+use skyconf_testkit::servers::etcd::{Admin, EtcdServer, Proxy};
 use tokio::sync::RwLock;
 
-const GOOD: &str =
-    "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
-/// Vector V5 of the behaviour reference.
-const GOOD_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e11bca6b606bb72d39ec9596d900520195cfaf88c98eff8695576af47fb1858a8f1e098ff35fb11";
 const AGENT_KEY: &str = "/skywalking/configuration-discovery.default.agentConfigurations";
-const GROUP: &str = "core.default.endpoint-name-grouping-openapi";
 
 /// The propagation measurement runs alone (write lock); the other tests share the machine.
 static MACHINE: RwLock<()> = RwLock::const_new(());
@@ -41,14 +34,27 @@ fn config(data_dir: Option<&Path>) -> ServeConfig {
     ServeConfig { require_initial_load: false, data_dir: data_dir.map(Path::to_path_buf), ..loopback() }
 }
 
+/// A server on etcd through `settings` (persisting to `data_dir`, if any), and a CDS client.
+async fn serve(settings: EtcdSettings, data_dir: Option<&Path>) -> (Server, Cds) {
+    let running = Server::start(source(settings), config(data_dir)).await;
+    let client = running.cds().await;
+    (running, client)
+}
+
+/// A fresh etcd holding [`GOOD`] at the agent key, and an admin client; `None` when etcd is not
+/// installed (and not required).
+async fn etcd_holding_good() -> Option<(EtcdServer, Admin)> {
+    let etcd = EtcdServer::start().await?;
+    let admin = etcd.admin().await;
+    admin.put(AGENT_KEY, GOOD).await;
+    Some((etcd, admin))
+}
+
 #[tokio::test]
 async fn serves_puts_updates_and_deletes_and_keeps_the_last_good_document() {
     let _shared = MACHINE.read().await;
-    let Some(etcd) = EtcdServer::start().await else { return };
-    let admin = etcd.admin().await;
-    admin.put(AGENT_KEY, GOOD).await;
-    let running = Server::start(source(settings(&etcd)), config(None)).await;
-    let client = running.cds().await;
+    let Some((etcd, admin)) = etcd_holding_good().await else { return };
+    let (running, client) = serve(settings(&etcd), None).await;
     let first = client.fetch("svc", "").await.expect("a command");
     assert_eq!(first.uuid.as_deref(), Some(GOOD_DIGEST));
     assert_eq!(first.config.len(), 2);
@@ -84,10 +90,8 @@ async fn serves_puts_updates_and_deletes_and_keeps_the_last_good_document() {
 #[tokio::test]
 async fn an_etcd_restart_is_survived_and_changes_made_meanwhile_are_served() {
     let _shared = MACHINE.read().await;
-    let Some(mut etcd) = EtcdServer::start().await else { return };
-    etcd.admin().await.put(AGENT_KEY, GOOD).await;
-    let running = Server::start(source(settings(&etcd)), config(None)).await;
-    let client = running.cds().await;
+    let Some((mut etcd, _)) = etcd_holding_good().await else { return };
+    let (running, client) = serve(settings(&etcd), None).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
 
     etcd.kill();
@@ -108,13 +112,10 @@ async fn an_etcd_restart_is_survived_and_changes_made_meanwhile_are_served() {
 #[tokio::test]
 async fn a_compacted_history_is_read_again() {
     let _shared = MACHINE.read().await;
-    let Some(etcd) = EtcdServer::start().await else { return };
-    let admin = etcd.admin().await;
-    admin.put(AGENT_KEY, GOOD).await;
+    let Some((etcd, admin)) = etcd_holding_good().await else { return };
     // The server reaches etcd through a proxy the test cuts: etcd keeps running and changing.
     let proxy = Proxy::start(&etcd.url()).await;
-    let running = Server::start(source(EtcdSettings { endpoints: proxy.url(), ..settings(&etcd) }), config(None)).await;
-    let client = running.cds().await;
+    let (running, client) = serve(EtcdSettings { endpoints: proxy.url(), ..settings(&etcd) }, None).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
 
     proxy.cut();
@@ -148,17 +149,16 @@ async fn group_and_unregistered_keys_reach_the_dcs_service() {
     admin.put("/skywalking/test-module.default.testKeyGroup/item2", "200").await;
     admin.put("/skywalking/test-module.default.testKey", "v").await;
     let running = Server::start(source(settings(&etcd)), config(None)).await;
-    let mut dcs = ConfigurationServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
-    let request = || ConfigurationRequest { cluster_name: "SkyWalking".into(), uuid: String::new() };
+    let mut dcs = running.dcs().await;
 
-    let groups = dcs.call_group(request()).await.unwrap().into_inner();
+    let groups = dcs.call_group(dcs_request()).await.unwrap().into_inner();
     let group = |name: &str| {
         let g = groups.group_config_table.iter().find(|g| g.group_name == name).expect(name);
         g.items.iter().map(|c| (c.name.clone(), c.value.clone())).collect::<Vec<_>>()
     };
     assert_eq!(group(GROUP), [("customerAPI-v1.yaml".to_owned(), "a".to_owned())]);
     assert_eq!(group("test-module.default.testKeyGroup").len(), 2);
-    let singles = dcs.call(request()).await.unwrap().into_inner();
+    let singles = dcs.call(dcs_request()).await.unwrap().into_inner();
     assert!(singles.config_table.iter().any(|c| c.name == "test-module.default.testKey" && c.value == "v"));
 
     // The OAP's group IT: delete item1, modify item2.
@@ -186,15 +186,13 @@ async fn authenticates_and_serves_nothing_wrong_with_a_bad_password() {
         ..settings(&etcd)
     };
 
-    let running = Server::start(source(login("s3cret")), config(None)).await;
-    let client = running.cds().await;
+    let (running, client) = serve(login("s3cret"), None).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
     admin.put(AGENT_KEY, numbered(7)).await;
     client.wait_for_new_digest("svc", Some(GOOD_DIGEST)).await;
     running.stop().await.unwrap();
 
-    let running = Server::start(source(login("wrong")), config(None)).await;
-    let client = running.cds().await;
+    let (running, client) = serve(login("wrong"), None).await;
     assert!(client.fetch("svc", "").await.is_none(), "no table: agents are told \"no change\", never EMPTY");
     let status = running.store.status();
     assert!(!status.connected);
@@ -208,18 +206,15 @@ async fn authenticates_and_serves_nothing_wrong_with_a_bad_password() {
 #[tokio::test]
 async fn a_restart_with_etcd_down_serves_the_persisted_table_until_etcd_is_back() {
     let _shared = MACHINE.read().await;
-    let Some(mut etcd) = EtcdServer::start().await else { return };
-    etcd.admin().await.put(AGENT_KEY, GOOD).await;
+    let Some((mut etcd, _)) = etcd_holding_good().await else { return };
     let data = tempfile::tempdir().unwrap();
-    let running = Server::start(source(settings(&etcd)), config(Some(data.path()))).await;
-    let client = running.cds().await;
+    let (running, client) = serve(settings(&etcd), Some(data.path())).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
     eventually("the table is persisted", || data.path().join("last-good.json").exists()).await;
     running.stop().await.unwrap();
     etcd.kill();
 
-    let running = Server::start(source(settings(&etcd)), config(Some(data.path()))).await;
-    let client = running.cds().await;
+    let (running, client) = serve(settings(&etcd), Some(data.path())).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "the persisted table is served");
     let ready = running.admin().get("/readyz").await;
     assert!(ready.status == 200 && ready.body.contains("\"stale\":true"), "{ready:?}");
@@ -244,11 +239,8 @@ async fn a_restart_with_etcd_down_serves_the_persisted_table_until_etcd_is_back(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn propagation_etcd_writes_are_served_within_100_ms() {
     let _alone = MACHINE.write().await;
-    let Some(etcd) = EtcdServer::start().await else { return };
-    let admin = etcd.admin().await;
-    admin.put(AGENT_KEY, GOOD).await;
-    let running = Server::start(source(settings(&etcd)), config(None)).await;
-    let client = running.cds().await;
+    let Some((etcd, admin)) = etcd_holding_good().await else { return };
+    let (running, client) = serve(settings(&etcd), None).await;
     let mut current = client.digest("svc").await;
     assert_eq!(current.as_deref(), Some(GOOD_DIGEST));
     let mut delays = Vec::with_capacity(50);

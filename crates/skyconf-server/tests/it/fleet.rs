@@ -11,6 +11,7 @@ use skyconf_proto::v3::management_service_client::ManagementServiceClient;
 use skyconf_proto::v3::{ConfigurationSyncRequest, InstancePingPkg};
 use skyconf_server::{FleetOptions, Running, ServeConfig};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{Server, loopback};
 use tonic::transport::Channel;
 
@@ -58,9 +59,7 @@ fn states(body: &serde_json::Value) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn followers_apply_within_one_poll_and_a_failing_agent_shows_stuck() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agents.yaml");
-    std::fs::write(&path, V1).unwrap();
+    let (_dir, path) = temp_file("agents.yaml", V1);
     let config = ServeConfig { fleet: FleetOptions { stuck_after_polls: 3, ..FleetOptions::default() }, ..loopback() };
     let running = Server::start(FileSource::new(&path), config).await;
     let mut follower = Agent::connect(&running, false).await;
@@ -109,16 +108,12 @@ async fn followers_apply_within_one_poll_and_a_failing_agent_shows_stuck() {
 
 #[tokio::test]
 async fn agents_not_seen_for_a_while_are_forgotten() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agents.yaml");
-    std::fs::write(&path, V1).unwrap();
+    let (_dir, path) = temp_file("agents.yaml", V1);
     let config = ServeConfig {
-        grpc_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
         fleet: FleetOptions { expire_after: Duration::from_millis(50), ..FleetOptions::default() },
-        ..ServeConfig::default()
+        ..loopback()
     };
-    let running = skyconf_server::start_with(FileSource::new(&path), config).await.unwrap();
+    let running = Server::start(FileSource::new(&path), config).await;
     let mut agent = Agent::connect(&running, false).await;
     agent.poll().await;
     assert_eq!(running.fleet.tracked(), 1);

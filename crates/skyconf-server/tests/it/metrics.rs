@@ -154,10 +154,9 @@ async fn a_refused_document_and_a_store_outage_show() {
 #[tokio::test]
 async fn dcs_calls_are_counted() {
     use skyconf_proto::dcs::ConfigurationRequest;
-    use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
     let (source, _script) = Scripted::new(GOOD);
     let running = Server::start(source, loopback()).await;
-    let mut client = ConfigurationServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
+    let mut client = running.dcs().await;
     let request = |uuid: &str| ConfigurationRequest { cluster_name: "oap".into(), uuid: uuid.into() };
     let first = client.call(request("")).await.unwrap().into_inner();
     client.call(request(&first.uuid)).await.unwrap();

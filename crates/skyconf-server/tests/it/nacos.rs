@@ -9,23 +9,16 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use skyconf_core::digest::EMPTY_DIGEST;
-use skyconf_proto::dcs::ConfigurationRequest;
-use skyconf_proto::dcs::configuration_service_client::ConfigurationServiceClient;
 use skyconf_server::ServeConfig;
 use skyconf_sources::nacos::NacosSource;
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source};
 use skyconf_testkit::PATIENCE;
-use skyconf_testkit::fixtures::numbered;
+use skyconf_testkit::fixtures::{OPENAPI_GROUP as OPENAPI, V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD, numbered};
 use skyconf_testkit::latency::percentiles;
-use skyconf_testkit::server::{Server, loopback};
+use skyconf_testkit::server::{Cds, Server, dcs_request, loopback};
 use skyconf_testkit::servers::rnacos::Rnacos;
 
 const GROUP: &str = "skywalking";
-const GOOD: &str =
-    "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
-/// Vector V5 of the behaviour reference.
-const GOOD_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e11bca6b606bb72d39ec9596d900520195cfaf88c98eff8695576af47fb1858a8f1e098ff35fb11";
-const OPENAPI: &str = "core.default.endpoint-name-grouping-openapi";
 
 /// Keeps the other tests' rnacos start-ups and restarts from running during the latency
 /// measurement (the reference machine has two cores). A tokio mutex: it is held across awaits.
@@ -39,6 +32,24 @@ fn config(keys: KeySet) -> ServeConfig {
     ServeConfig { require_initial_load: false, keys, ..loopback() }
 }
 
+/// A server on `nacos`'s default namespace serving `keys`, and a CDS client.
+async fn serve(nacos: &Rnacos, keys: KeySet) -> (Server, Cds) {
+    let running = Server::start(store(nacos, ""), config(keys)).await;
+    let client = running.cds().await;
+    (running, client)
+}
+
+/// A fresh rnacos (`name` for its log) holding `entries` in the default namespace, and a writer
+/// to that namespace; `None` when rnacos is not installed (and not required).
+async fn nacos_holding(name: &str, entries: &[(&str, &str)]) -> Option<(Rnacos, NacosSource)> {
+    let nacos = Rnacos::start(name).await?;
+    let writer = store(&nacos, "");
+    for (key, value) in entries {
+        writer.put(key, Some(value)).await.unwrap();
+    }
+    Some((nacos, writer))
+}
+
 fn items(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
 }
@@ -46,11 +57,8 @@ fn items(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 #[tokio::test]
 async fn put_update_delete_and_a_malformed_document_are_served_as_the_oap_would() {
     let _quiet = QUIET.lock().await;
-    let Some(nacos) = Rnacos::start("e2e-changes").await else { return };
-    let writer = store(&nacos, "");
-    writer.put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
-    let running = Server::start(store(&nacos, ""), config(KeySet::oap())).await;
-    let client = running.cds().await;
+    let Some((nacos, writer)) = nacos_holding("e2e-changes", &[(AGENT_CONFIGURATIONS_KEY, GOOD)]).await else { return };
+    let (running, client) = serve(&nacos, KeySet::oap()).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "loaded before the port opened");
 
     let updated = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
@@ -76,12 +84,10 @@ async fn put_update_delete_and_a_malformed_document_are_served_as_the_oap_would(
 
 #[tokio::test]
 async fn group_keys_reach_the_store_view_and_oaps_polling_the_dcs_service() {
-    let Some(nacos) = Rnacos::start("e2e-groups").await else { return };
-    let writer = store(&nacos, "");
     // §5.3 item 11's layout on the OAP's own group key: an index dataId listing sub-item dataIds.
-    writer.put("customerAPI-v1.yaml", Some("openapi: 3.0.0\n")).await.unwrap();
-    writer.put(OPENAPI, Some("customerAPI-v1.yaml\n productAPI-v1.yaml")).await.unwrap();
-    let running = Server::start(store(&nacos, ""), config(KeySet::oap())).await;
+    let entries = [("customerAPI-v1.yaml", "openapi: 3.0.0\n"), (OPENAPI, "customerAPI-v1.yaml\n productAPI-v1.yaml")];
+    let Some((nacos, writer)) = nacos_holding("e2e-groups", &entries).await else { return };
+    let (running, _) = serve(&nacos, KeySet::oap()).await;
     running
         .wait_for_store("customerAPI", |c| c.groups[OPENAPI] == items(&[("customerAPI-v1.yaml", "openapi: 3.0.0\n")]))
         .await;
@@ -90,9 +96,8 @@ async fn group_keys_reach_the_store_view_and_oaps_polling_the_dcs_service() {
     let both = items(&[("customerAPI-v1.yaml", "openapi: 3.0.0\n"), ("productAPI-v1.yaml", "openapi: 3.0.1\n")]);
     running.wait_for_store("both sub-items", |c| c.groups[OPENAPI] == both).await;
 
-    let mut dcs = ConfigurationServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
-    let request = ConfigurationRequest { cluster_name: "SkyWalking".into(), uuid: String::new() };
-    let groups = dcs.call_group(request.clone()).await.unwrap().into_inner();
+    let mut dcs = running.dcs().await;
+    let groups = dcs.call_group(dcs_request()).await.unwrap().into_inner();
     let group = groups.group_config_table.iter().find(|g| g.group_name == OPENAPI).expect("the group is served");
     let served: BTreeMap<_, _> = group.items.iter().map(|c| (c.name.clone(), c.value.clone())).collect();
     assert_eq!(served, both);
@@ -104,22 +109,18 @@ async fn group_keys_reach_the_store_view_and_oaps_polling_the_dcs_service() {
             c.groups[OPENAPI] == items(&[("productAPI-v1.yaml", "openapi: 3.1.0\n")])
         })
         .await;
-    let after = dcs.call_group(request).await.unwrap().into_inner();
+    let after = dcs.call_group(dcs_request()).await.unwrap().into_inner();
     assert_ne!(after.uuid, groups.uuid, "a changed group has a new DCS uuid");
     running.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn serves_the_oaps_unit_test_example_to_dcs_clients() {
-    let Some(nacos) = Rnacos::start("e2e-oap").await else { return };
-    let writer = store(&nacos, "");
     // §5.3 item 8: two configs in group `skywalking`, one of them a key no OAP module registers.
-    writer.put("agent-analyzer.default.slowDBAccessThreshold", Some("test")).await.unwrap();
-    writer.put("testKey", Some("testVal")).await.unwrap();
-    let running = Server::start(store(&nacos, ""), config(KeySet::oap_with(["testKey".to_owned()]))).await;
-    let mut dcs = ConfigurationServiceClient::connect(format!("http://{}", running.grpc_addr)).await.unwrap();
-    let request = ConfigurationRequest { cluster_name: "SkyWalking".into(), uuid: String::new() };
-    let table = dcs.call(request).await.unwrap().into_inner().config_table;
+    let entries = [("agent-analyzer.default.slowDBAccessThreshold", "test"), ("testKey", "testVal")];
+    let Some((nacos, _)) = nacos_holding("e2e-oap", &entries).await else { return };
+    let (running, _) = serve(&nacos, KeySet::oap_with(["testKey".to_owned()])).await;
+    let table = running.dcs().await.call(dcs_request()).await.unwrap().into_inner().config_table;
     let served: BTreeMap<_, _> = table.iter().map(|c| (c.name.as_str(), c.value.as_str())).collect();
     assert_eq!(served.get("agent-analyzer.default.slowDBAccessThreshold"), Some(&"test"));
     assert_eq!(served.get("testKey"), Some(&"testVal"));
@@ -145,11 +146,10 @@ async fn serves_only_its_own_namespace() {
 #[tokio::test]
 async fn a_restarted_nacos_is_resumed_with_what_changed_meanwhile() {
     let _quiet = QUIET.lock().await;
-    let Some(mut nacos) = Rnacos::start("e2e-restart").await else { return };
-    let writer = store(&nacos, "");
-    writer.put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
-    let running = Server::start(store(&nacos, ""), config(KeySet::oap())).await;
-    let client = running.cds().await;
+    let Some((mut nacos, writer)) = nacos_holding("e2e-restart", &[(AGENT_CONFIGURATIONS_KEY, GOOD)]).await else {
+        return;
+    };
+    let (running, client) = serve(&nacos, KeySet::oap()).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
 
     nacos.stop().await;
@@ -175,11 +175,10 @@ async fn a_restarted_nacos_is_resumed_with_what_changed_meanwhile() {
 #[tokio::test]
 async fn propagation_nacos_publish_reaches_agents_within_a_second() {
     let _quiet = QUIET.lock().await;
-    let Some(nacos) = Rnacos::start("e2e-propagation").await else { return };
-    let writer = store(&nacos, "");
-    writer.put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
-    let running = Server::start(store(&nacos, ""), config(KeySet::oap())).await;
-    let client = running.cds().await;
+    let Some((nacos, writer)) = nacos_holding("e2e-propagation", &[(AGENT_CONFIGURATIONS_KEY, GOOD)]).await else {
+        return;
+    };
+    let (running, client) = serve(&nacos, KeySet::oap()).await;
     let mut current = client.digest("svc").await;
     let mut delays = Vec::new();
     for n in 0..50 {

@@ -2,7 +2,6 @@
 //! admin API's bearer roles with `oneshot` (no socket); HTTP/2 limits that never cost an agent
 //! its channel.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,9 @@ use skyconf_server::admin::Admin;
 use skyconf_server::security::{AdminTokens, GrpcLimits, Role, Secret, SecurityConfig};
 use skyconf_server::{Metrics, Running, ServeConfig, ServedTable, StoreView};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{Server, loopback};
+use tempfile::TempDir;
 use tonic::Code;
 use tonic::transport::Channel;
 use tower::ServiceExt;
@@ -28,11 +29,13 @@ const GOOD: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n
 const DEADLY: [Code; 5] =
     [Code::Unknown, Code::Unavailable, Code::ResourceExhausted, Code::Unauthenticated, Code::PermissionDenied];
 
-/// A server on a file holding GOOD in `dir`, with `security`.
-async fn start(dir: &Path, security: SecurityConfig) -> Server {
-    let path = dir.join("agent.yaml");
-    std::fs::write(&path, GOOD).unwrap();
-    Server::start(FileSource::new(path), ServeConfig { security, ..loopback() }).await
+/// A server with `security` on a file holding GOOD (in the directory returned first), and a
+/// channel to its gRPC port.
+async fn start(security: SecurityConfig) -> (TempDir, Server, Channel) {
+    let (dir, path) = temp_file("agent.yaml", GOOD);
+    let running = Server::start(FileSource::new(path), ServeConfig { security, ..loopback() }).await;
+    let channel = channel(&running).await;
+    (dir, running, channel)
 }
 
 async fn channel(running: &Running) -> Channel {
@@ -72,9 +75,7 @@ fn agent_token(token: &str) -> SecurityConfig {
 
 #[tokio::test]
 async fn without_a_token_every_call_is_answered_whatever_metadata_it_sends() {
-    let dir = tempfile::tempdir().unwrap();
-    let running = start(dir.path(), SecurityConfig::default()).await;
-    let channel = channel(&running).await;
+    let (_dir, running, channel) = start(SecurityConfig::default()).await;
     for token in [None, Some("anything")] {
         assert!(fetch(&channel, token).await.unwrap().is_some(), "{token:?}");
         keep_alive(&channel, token).await.unwrap();
@@ -85,9 +86,7 @@ async fn without_a_token_every_call_is_answered_whatever_metadata_it_sends() {
 
 #[tokio::test]
 async fn the_agent_token_is_checked_as_the_oap_checks_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let running = start(dir.path(), agent_token("s3cret")).await;
-    let channel = channel(&running).await;
+    let (_dir, running, channel) = start(agent_token("s3cret")).await;
 
     for wrong in [None, Some("wrong"), Some("s3cret "), Some("S3CRET"), Some("")] {
         let status = fetch(&channel, wrong).await.unwrap_err();
@@ -111,10 +110,8 @@ async fn the_agent_token_is_checked_as_the_oap_checks_it() {
 
 #[tokio::test]
 async fn the_dcs_token_guards_only_dcs() {
-    let dir = tempfile::tempdir().unwrap();
     let security = SecurityConfig { dcs_token: Some(Secret::new("oap-token")), ..SecurityConfig::default() };
-    let running = start(dir.path(), security).await;
-    let channel = channel(&running).await;
+    let (_dir, running, channel) = start(security).await;
     assert_eq!(dcs_call(&channel, None).await.unwrap_err().code(), Code::PermissionDenied);
     assert_eq!(dcs_call(&channel, Some("nope")).await.unwrap_err().code(), Code::PermissionDenied);
     dcs_call(&channel, Some("oap-token")).await.unwrap();
@@ -124,24 +121,20 @@ async fn the_dcs_token_guards_only_dcs() {
 
 #[tokio::test]
 async fn an_empty_token_is_no_token_as_on_the_oap() {
-    let dir = tempfile::tempdir().unwrap();
-    let running = start(dir.path(), agent_token("")).await;
-    let channel = channel(&running).await;
+    let (_dir, running, channel) = start(agent_token("")).await;
     assert!(fetch(&channel, None).await.unwrap().is_some());
     running.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn connection_limits_never_end_an_agent_call_with_a_deadly_code() {
-    let dir = tempfile::tempdir().unwrap();
     let limits = GrpcLimits {
         max_concurrent_streams: 2,
         keepalive_interval: Some(Duration::from_millis(50)),
         keepalive_timeout: Duration::from_secs(5),
         ..GrpcLimits::default()
     };
-    let running = start(dir.path(), SecurityConfig { grpc_limits: limits, ..agent_token("t") }).await;
-    let channel = channel(&running).await;
+    let (_dir, running, channel) = start(SecurityConfig { grpc_limits: limits, ..agent_token("t") }).await;
 
     // One poll first, as an agent's first poll: the client then knows the server's SETTINGS.
     // (Before them HTTP/2 allows any number of streams, and a first flight over the limit is
@@ -158,8 +151,7 @@ async fn connection_limits_never_end_an_agent_call_with_a_deadly_code() {
 
     // Agent-shaped metadata, generous: a long token and the Java agent's version header.
     let long = "k".repeat(4096);
-    let running_long = start(tempfile::tempdir().unwrap().path(), agent_token(&long)).await;
-    let long_channel = self::channel(&running_long).await;
+    let (_long_dir, running_long, long_channel) = start(agent_token(&long)).await;
     let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
     let mut request = with_token(request, Some(&long));
     request.metadata_mut().insert("agent-version", "9.4.0".parse().unwrap());

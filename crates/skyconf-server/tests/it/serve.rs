@@ -1,6 +1,7 @@
 //! End to end over real sockets: a file-backed server on ephemeral ports, polled by a tonic
 //! client as an agent would poll it.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use prost::Message;
@@ -8,23 +9,22 @@ use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
 use skyconf_sources::file::FileSource;
-use skyconf_testkit::fixtures::numbered;
+use skyconf_testkit::fixtures::{V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD, numbered, temp_file};
 use skyconf_testkit::latency::percentiles;
-use skyconf_testkit::server::{Server, loopback};
+use skyconf_testkit::server::{Cds, Server, loopback};
 use tonic::transport::Channel;
 
-const GOOD: &str =
-    "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
-/// Vector V5 of the behaviour reference.
-const GOOD_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e11bca6b606bb72d39ec9596d900520195cfaf88c98eff8695576af47fb1858a8f1e098ff35fb11";
+/// A server on the file at `path` and a CDS client.
+async fn serve(path: &Path) -> (Server, Cds) {
+    let running = Server::try_start(FileSource::new(path), loopback()).await.unwrap();
+    let client = running.cds().await;
+    (running, client)
+}
 
 #[tokio::test]
 async fn answers_as_the_oap_does_over_grpc() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.yaml");
-    std::fs::write(&path, GOOD).unwrap();
-    let running = Server::try_start(FileSource::new(&path), loopback()).await.unwrap();
-    let client = running.cds().await;
+    let (_dir, path) = temp_file("agent.yaml", GOOD);
+    let (running, client) = serve(&path).await;
 
     let first = client.fetch("svc", "").await.unwrap();
     assert_eq!(first.uuid.as_deref(), Some(GOOD_DIGEST));
@@ -42,11 +42,8 @@ async fn answers_as_the_oap_does_over_grpc() {
 /// real server's, so the polling client does not take turns with the server on one thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn propagation_file_edits_are_served_within_100_ms() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.yaml");
-    std::fs::write(&path, GOOD).unwrap();
-    let running = Server::try_start(FileSource::new(&path), loopback()).await.unwrap();
-    let client = running.cds().await;
+    let (dir, path) = temp_file("agent.yaml", GOOD);
+    let (running, client) = serve(&path).await;
     let mut current = client.digest("svc").await.unwrap();
     let mut delays = Vec::with_capacity(50);
     for n in 0..50 {
@@ -72,11 +69,8 @@ async fn propagation_file_edits_are_served_within_100_ms() {
 
 #[tokio::test]
 async fn a_broken_file_keeps_the_last_good_config_and_recovers() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.yaml");
-    std::fs::write(&path, GOOD).unwrap();
-    let running = Server::try_start(FileSource::new(&path), loopback()).await.unwrap();
-    let client = running.cds().await;
+    let (_dir, path) = temp_file("agent.yaml", GOOD);
+    let (running, client) = serve(&path).await;
     let mut changes = running.served.subscribe();
 
     std::fs::write(&path, "configurations:\n  svc:\n    agent.sample_n_per_3_secs: [unclosed\n").unwrap();
@@ -102,9 +96,7 @@ async fn a_broken_file_keeps_the_last_good_config_and_recovers() {
 
 #[tokio::test]
 async fn refuses_to_start_on_a_bad_document_naming_line_and_column() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.yaml");
-    std::fs::write(&path, "configurations:\n  svc:\n    k:\n").unwrap();
+    let (_dir, path) = temp_file("agent.yaml", "configurations:\n  svc:\n    k:\n");
     let error = Server::try_start(FileSource::new(&path), loopback()).await.unwrap_err();
     let message = error.to_string();
     assert!(message.contains("line 3") && message.contains("column"), "{message}");
@@ -113,9 +105,7 @@ async fn refuses_to_start_on_a_bad_document_naming_line_and_column() {
 #[tokio::test]
 async fn bad_requests_never_end_with_a_code_that_drops_the_agent_channel() {
     use tonic::Code;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agent.yaml");
-    std::fs::write(&path, GOOD).unwrap();
+    let (_dir, path) = temp_file("agent.yaml", GOOD);
     let running = Server::try_start(FileSource::new(&path), loopback()).await.unwrap();
     let channel = Channel::from_shared(format!("http://{}", running.grpc_addr)).unwrap().connect().await.unwrap();
     let deadly =

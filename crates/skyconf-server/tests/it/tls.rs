@@ -196,30 +196,22 @@ async fn server_tls_alone_and_no_plaintext_on_a_tls_port() {
 #[tokio::test]
 async fn unusable_files_stop_the_start_and_name_the_file() {
     let pki = Pki::new();
-    let missing = TlsFiles { cert: pki.path("nope.pem"), ..pki.files(None) };
-    let error = start(pki.dir.path(), SecurityConfig { admin_tls: Some(missing), ..SecurityConfig::default() })
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("nope.pem"), "{error}");
-
-    // A key that is not the certificate's.
+    // A missing file; a key that is not the certificate's; a CA file holding no certificate.
     std::fs::write(pki.path("other.key"), KeyPair::generate().unwrap().serialize_pem()).unwrap();
-    let mismatched = TlsFiles { key: pki.path("other.key"), ..pki.files(None) };
-    let error = start(pki.dir.path(), SecurityConfig { grpc_tls: Some(mismatched), ..SecurityConfig::default() })
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("gRPC"), "{error}");
-
     std::fs::write(pki.path("empty.pem"), "not a certificate\n").unwrap();
+    let missing = TlsFiles { cert: pki.path("nope.pem"), ..pki.files(None) };
+    let mismatched = TlsFiles { key: pki.path("other.key"), ..pki.files(None) };
     let empty = TlsFiles {
         client_certs: Some(ClientCerts { ca: pki.path("empty.pem"), auth: ClientAuth::Require }),
         ..pki.files(None)
     };
-    let error = start(pki.dir.path(), SecurityConfig { grpc_tls: Some(empty), ..SecurityConfig::default() })
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("empty.pem"), "{error}");
+    let cases = [
+        (SecurityConfig { admin_tls: Some(missing), ..SecurityConfig::default() }, "nope.pem"),
+        (SecurityConfig { grpc_tls: Some(mismatched), ..SecurityConfig::default() }, "gRPC"),
+        (SecurityConfig { grpc_tls: Some(empty), ..SecurityConfig::default() }, "empty.pem"),
+    ];
+    for (security, named) in cases {
+        let error = start(pki.dir.path(), security).await.unwrap_err().to_string();
+        assert!(error.contains(named), "{error}");
+    }
 }

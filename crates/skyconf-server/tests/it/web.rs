@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use skyconf_server::ServeConfig;
 use skyconf_server::security::{Role, Secret};
 use skyconf_sources::file::FileSource;
+use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{Server, loopback};
 
 const SERVICE: &str = "mall-order-service";
@@ -61,9 +62,7 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
         return;
     }
 
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agents.yaml");
-    std::fs::write(&path, V1).unwrap();
+    let (dir, path) = temp_file("agents.yaml", V1);
     let mut config = ServeConfig { data_dir: Some(dir.path().join("data")), ..loopback() };
     if let Some((read, write)) = tokens {
         config.security.admin_tokens.add(Role::Read, Secret::new(read));

@@ -11,16 +11,10 @@ use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_server::ServeConfig;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
-use skyconf_testkit::fixtures::numbered;
+use skyconf_testkit::fixtures::{OPENAPI_GROUP as OPENAPI, V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD, numbered};
 use skyconf_testkit::latency::percentiles;
-use skyconf_testkit::server::{Server, loopback};
+use skyconf_testkit::server::{Cds, Server, loopback};
 use skyconf_testkit::servers::zookeeper::{Proxy, ZkServer, delete_tree, namespace, upsert};
-
-const GOOD: &str =
-    "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n    agent.span_limit_per_segment: 400\n";
-/// Vector V5 of the behaviour reference.
-const GOOD_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e11bca6b606bb72d39ec9596d900520195cfaf88c98eff8695576af47fb1858a8f1e098ff35fb11";
-const OPENAPI: &str = "core.default.endpoint-name-grouping-openapi";
 
 /// Keeps the JVM start of the restart test from running during the latency measurement (the
 /// reference machine has two cores). A tokio mutex: it is held across awaits.
@@ -36,15 +30,21 @@ fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
     ZookeeperSource::new(settings).unwrap()
 }
 
+/// A server on `host_port`'s `namespace` (not waiting for a first load) and a CDS client.
+async fn serve(host_port: &str, namespace: &str) -> (Server, Cds) {
+    let config = ServeConfig { require_initial_load: false, ..loopback() };
+    let running = Server::start(source(host_port, namespace), config).await;
+    let client = running.cds().await;
+    (running, client)
+}
+
 #[tokio::test]
 async fn agents_get_what_zookeeper_holds_and_every_change() {
     let Some(server) = ZkServer::shared() else { return };
     let zk = server.client().await;
     let ns = namespace("e2e");
     let agent_node = format!("{ns}/{AGENT_CONFIGURATIONS_KEY}");
-    let running =
-        Server::start(source(&server.addr(), &ns), ServeConfig { require_initial_load: false, ..loopback() }).await;
-    let client = running.cds().await;
+    let (running, client) = serve(&server.addr(), &ns).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(EMPTY_DIGEST), "an empty namespace is an empty table");
 
     // put → served.
@@ -98,9 +98,7 @@ async fn serves_changes_made_while_zookeeper_was_down() {
     upsert(&server.client().await, &agent_node, GOOD).await;
     // skyconf reaches ZooKeeper through a proxy, so the test decides when it can see it again.
     let proxy = Proxy::start(server.socket_addr()).await;
-    let running =
-        Server::start(source(&proxy.addr(), ns), ServeConfig { require_initial_load: false, ..loopback() }).await;
-    let client = running.cds().await;
+    let (running, client) = serve(&proxy.addr(), ns).await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST));
 
     proxy.cut();
@@ -137,9 +135,7 @@ async fn propagation_zookeeper_write_reaches_agents_within_100_ms() {
     let ns = namespace("propagation");
     let agent_node = format!("{ns}/{AGENT_CONFIGURATIONS_KEY}");
     upsert(&zk, &agent_node, &numbered(0)).await;
-    let running =
-        Server::start(source(&server.addr(), &ns), ServeConfig { require_initial_load: false, ..loopback() }).await;
-    let client = running.cds().await;
+    let (running, client) = serve(&server.addr(), &ns).await;
     let mut current = client.digest("svc").await;
     assert!(current.is_some());
 

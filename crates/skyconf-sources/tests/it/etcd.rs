@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, KeySet, Source, SourceError, Update};
+use skyconf_testkit::fixtures::OPENAPI_GROUP as GROUP;
 use skyconf_testkit::probe::SourceProbe;
 use skyconf_testkit::servers::etcd::{EtcdServer, TestCerts};
-
-const GROUP: &str = "core.default.endpoint-name-grouping-openapi";
 
 fn settings(server: &EtcdServer) -> EtcdSettings {
     EtcdSettings { endpoints: server.url(), ..EtcdSettings::default() }
@@ -208,13 +207,7 @@ async fn logs_in_and_refuses_a_wrong_password_clearly() {
         password: password.into(),
         ..settings(&etcd)
     };
-    let good = std::sync::Arc::new(source(login("s3cret")));
-    assert_eq!(good.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("v1"));
-    let mut run = SourceProbe::spawn_shared(&good, KeySet::oap());
-    assert_eq!(run.snapshot().await.agent_configurations(), Some("v1"));
-    good.put(AGENT_CONFIGURATIONS_KEY, Some("v2")).await.unwrap();
-    assert_eq!(run.single().await.1.as_deref(), Some("v2"));
-    run.stop().await;
+    loads_runs_and_writes(&std::sync::Arc::new(source(login("s3cret"))), "v1", "v2").await;
 
     let wrong = std::sync::Arc::new(source(login("wrong")));
     match wrong.load(&KeySet::oap()).await {
@@ -249,17 +242,23 @@ async fn speaks_tls_with_a_private_ca_and_a_client_certificate() {
         assert!(std::time::Instant::now() < give_up, "no TLS connection: {error}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(source.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("over tls"));
-    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
-    assert_eq!(run.snapshot().await.agent_configurations(), Some("over tls"));
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("still tls")).await.unwrap();
-    assert_eq!(run.single().await.1.as_deref(), Some("still tls"));
-    run.stop().await;
+    loads_runs_and_writes(&source, "over tls", "still tls").await;
 
     let no_client_certificate = EtcdSettings { cert_file: None, key_file: None, ..tls.clone() };
     assert!(source_err(no_client_certificate).await.contains("etcd"), "the server requires a client certificate");
     let system_roots = EtcdSettings { ca_file: None, ..tls };
     assert!(!source_err(system_roots).await.is_empty(), "a private CA is not trusted by default");
+}
+
+/// `source` loads `held` as the agent configurations, its run starts with the same, and a put of
+/// `next` through it is reported as an update.
+async fn loads_runs_and_writes(source: &std::sync::Arc<EtcdSource>, held: &str, next: &str) {
+    assert_eq!(source.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some(held));
+    let mut run = SourceProbe::spawn_shared(source, KeySet::oap());
+    assert_eq!(run.snapshot().await.agent_configurations(), Some(held));
+    source.put(AGENT_CONFIGURATIONS_KEY, Some(next)).await.unwrap();
+    assert_eq!(run.single().await.1.as_deref(), Some(next));
+    run.stop().await;
 }
 
 async fn source_err(settings: EtcdSettings) -> String {

@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, StoreContent, Update};
+use skyconf_testkit::fixtures::OPENAPI_GROUP as OPENAPI;
 use skyconf_testkit::probe::SourceProbe;
 use skyconf_testkit::servers::zookeeper::{Proxy, ZkServer, delete_tree, namespace, upsert};
 use zookeeper_client as zk;
-
-const OPENAPI: &str = "core.default.endpoint-name-grouping-openapi";
 
 fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
     let settings = ZookeeperSettings {
@@ -25,6 +24,21 @@ fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
         ..ZookeeperSettings::default()
     };
     ZookeeperSource::new(settings).unwrap().with_request_timeout(Duration::from_secs(5))
+}
+
+/// The shared ZooKeeper, a client of it and a fresh namespace for `test`; `None` when ZooKeeper
+/// is not installed (and not required).
+async fn shared_zookeeper(test: &str) -> Option<(&'static ZkServer, zk::Client, String)> {
+    let server = ZkServer::shared()?;
+    let client = server.client().await;
+    Some((server, client, namespace(test)))
+}
+
+/// A source on `host_port`'s `namespace`, and a probe running a copy of it on the OAP's keys.
+fn watched(host_port: &str, namespace: &str) -> (ZookeeperSource, SourceProbe) {
+    let source = source(host_port, namespace);
+    let watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    (source, watching)
 }
 
 fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -47,9 +61,7 @@ async fn reads_the_oap_example_of_its_unit_test() {
 
 #[tokio::test]
 async fn reads_singles_groups_and_both_and_snapshots_after_the_watch() {
-    let Some(server) = ZkServer::shared() else { return };
-    let client = server.client().await;
-    let ns = namespace("layout");
+    let Some((server, client, ns)) = shared_zookeeper("layout").await else { return };
     upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "configurations: {}\n").await;
     upsert(&client, &format!("{ns}/{OPENAPI}/customerAPI-v1.yaml"), "a").await;
     upsert(&client, &format!("{ns}/{OPENAPI}/productAPI-v1.yaml"), "b").await;
@@ -79,11 +91,8 @@ async fn reads_singles_groups_and_both_and_snapshots_after_the_watch() {
 
 #[tokio::test]
 async fn reports_each_change_to_singles_and_groups() {
-    let Some(server) = ZkServer::shared() else { return };
-    let client = server.client().await;
-    let ns = namespace("changes");
-    let source = source(&server.addr(), &ns);
-    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    let Some((server, client, ns)) = shared_zookeeper("changes").await else { return };
+    let (source, mut watching) = watched(&server.addr(), &ns);
     assert_eq!(watching.snapshot().await, StoreContent::default(), "a missing namespace is empty");
 
     // put creates the namespace and the key.
@@ -124,9 +133,8 @@ async fn reports_each_change_to_singles_and_groups() {
 
 #[tokio::test]
 async fn put_writes_the_layout_and_refuses_what_it_cannot_write() {
-    let Some(server) = ZkServer::shared() else { return };
-    let client = server.client().await;
-    let ns = format!("{}/nested/deeper", namespace("put"));
+    let Some((server, client, root)) = shared_zookeeper("put").await else { return };
+    let ns = format!("{root}/nested/deeper");
     let source = source(&server.addr(), &ns);
     let path = source.znode_of("alarm.default.alarm-settings");
     source.put("alarm.default.alarm-settings", Some("rules: {}")).await.unwrap();
@@ -146,19 +154,16 @@ async fn put_writes_the_layout_and_refuses_what_it_cannot_write() {
     }
     let huge = "x".repeat(2 << 20);
     assert!(matches!(source.put("k", Some(&huge)).await, Err(SourceError::TooLarge { .. })));
-    delete_tree(&client, ns.trim_end_matches("/nested/deeper")).await;
+    delete_tree(&client, &root).await;
 }
 
 #[tokio::test]
 async fn a_lost_connection_is_one_failure_then_a_snapshot_with_what_changed_meanwhile() {
-    let Some(server) = ZkServer::shared() else { return };
-    let client = server.client().await;
-    let ns = namespace("cut");
+    let Some((server, client, ns)) = shared_zookeeper("cut").await else { return };
     upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "before").await;
     upsert(&client, &format!("{ns}/gone.key"), "x").await;
     let proxy = Proxy::start(server.socket_addr()).await;
-    let source = source(&proxy.addr(), &ns);
-    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    let (_, mut watching) = watched(&proxy.addr(), &ns);
     assert_eq!(watching.snapshot().await.singles.len(), 2);
 
     proxy.cut();
@@ -186,8 +191,7 @@ async fn a_restarted_server_is_watched_again() {
         let client = server.client().await;
         upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "before").await;
     }
-    let source = source(&server.addr(), ns);
-    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    let (_, mut watching) = watched(&server.addr(), ns);
     assert_eq!(watching.snapshot().await.agent_configurations(), Some("before"));
 
     server.kill();
@@ -205,8 +209,7 @@ async fn a_restarted_server_is_watched_again() {
 async fn an_expired_session_is_replaced_by_a_new_one() {
     let Some(mut server) = ZkServer::start() else { return };
     let ns = "/expiry";
-    let source = source(&server.addr(), ns);
-    let mut watching = SourceProbe::spawn(source.clone(), KeySet::oap());
+    let (_, mut watching) = watched(&server.addr(), ns);
     assert_eq!(watching.snapshot().await, StoreContent::default());
 
     // A server that lost its data does not know the session: the client is told it expired.

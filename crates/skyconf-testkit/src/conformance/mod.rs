@@ -31,7 +31,7 @@ use crate::probe::SourceProbe;
 /// The single keys the suite writes (both watched by an OAP).
 pub const SINGLE_KEYS: [&str; 2] = [AGENT_CONFIGURATIONS_KEY, "alarm.default.alarm-settings"];
 /// The group key the suite writes (registered by an OAP).
-pub const GROUP_KEY: &str = "core.default.endpoint-name-grouping-openapi";
+pub const GROUP_KEY: &str = crate::fixtures::OPENAPI_GROUP;
 
 /// What a store can do, so the suite skips the steps it cannot.
 #[derive(Debug, Clone, Copy)]

@@ -8,3 +8,11 @@
 pub mod etcd;
 pub mod rnacos;
 pub mod zookeeper;
+
+/// What a start does when something it needs is not there: panics saying `missing` when the
+/// variable `require` is set, otherwise prints `skipping` (why the test skips). The caller then
+/// returns `None`.
+pub(crate) fn skip_unless_required(require: &str, missing: &str, skipping: &str) {
+    assert!(std::env::var_os(require).is_none(), "{require} is set but {missing}");
+    eprintln!("{skipping}");
+}

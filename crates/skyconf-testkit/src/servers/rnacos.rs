@@ -44,11 +44,11 @@ impl Rnacos {
 
     async fn launch(test: &str, login: Option<(String, String)>) -> Option<Self> {
         let Some(binary) = find_binary() else {
-            assert!(
-                std::env::var_os("SKYCONF_REQUIRE_NACOS").is_none(),
-                "SKYCONF_REQUIRE_NACOS is set but rnacos is not installed (scripts/deps/nacos.sh installs it)"
+            super::skip_unless_required(
+                "SKYCONF_REQUIRE_NACOS",
+                "rnacos is not installed (scripts/deps/nacos.sh installs it)",
+                &format!("skipping {test}: rnacos is not installed (cargo install rnacos --locked)"),
             );
-            eprintln!("skipping {test}: rnacos is not installed (cargo install rnacos --locked)");
             return None;
         };
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
