@@ -11,7 +11,6 @@ use std::str::FromStr;
 
 use super::path_pattern::PathPattern;
 use super::{IGNORE_SUFFIX, TRACE_IGNORE_PATH, TypedWatcher};
-use crate::registry::{ChangeEvent, Watcher, WatcherError};
 
 /// The Java agent's default `agent.ignore_suffix`.
 pub const DEFAULT_IGNORE_SUFFIX: &str = ".jpg,.jpeg,.js,.css,.png,.bmp,.gif,.ico,.mp3,.mp4,.html,.svg";
@@ -87,17 +86,7 @@ impl IgnoreSuffix {
     }
 }
 
-impl Watcher for IgnoreSuffix {
-    fn key(&self) -> &str {
-        IGNORE_SUFFIX
-    }
-    fn value(&self) -> Option<String> {
-        self.list.value()
-    }
-    fn notify(&self, event: &ChangeEvent<'_>) -> Result<(), WatcherError> {
-        self.list.notify(event)
-    }
-}
+watch_through!(IgnoreSuffix => list);
 
 /// A comma-separated list of [`PathPattern`]s; blank means none.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,21 +149,12 @@ impl IgnorePath {
     }
 }
 
-impl Watcher for IgnorePath {
-    fn key(&self) -> &str {
-        TRACE_IGNORE_PATH
-    }
-    fn value(&self) -> Option<String> {
-        self.patterns.value()
-    }
-    fn notify(&self, event: &ChangeEvent<'_>) -> Result<(), WatcherError> {
-        self.patterns.notify(event)
-    }
-}
+watch_through!(IgnorePath => patterns);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::Watcher;
     use crate::watchers::tests::{delete, modify};
 
     #[test]

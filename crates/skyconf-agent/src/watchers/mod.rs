@@ -10,6 +10,24 @@
 //! Like the Java agent's watchers, a typed watcher always holds a value (the default to begin
 //! with), so a command that does not carry its key delivers DELETE, which restores the default.
 
+/// Implements [`Watcher`] for a built-in watcher by handing every call to its [`TypedWatcher`]
+/// field, which knows the key, the value and how to parse a change.
+macro_rules! watch_through {
+    ($watcher:ty => $field:ident) => {
+        impl crate::registry::Watcher for $watcher {
+            fn key(&self) -> &str {
+                crate::registry::Watcher::key(&self.$field)
+            }
+            fn value(&self) -> Option<String> {
+                crate::registry::Watcher::value(&self.$field)
+            }
+            fn notify(&self, event: &crate::registry::ChangeEvent<'_>) -> Result<(), crate::registry::WatcherError> {
+                crate::registry::Watcher::notify(&self.$field, event)
+            }
+        }
+    };
+}
+
 mod ignore;
 pub mod path_pattern;
 mod sampling;

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{SAMPLE_N_PER_3_SECS, SAMPLE_RATE, SPAN_LIMIT_PER_SEGMENT, TypedWatcher};
-use crate::registry::{ChangeEvent, Watcher, WatcherError};
 
 /// The sampling window of `agent.sample_n_per_3_secs`.
 pub const SAMPLING_WINDOW: Duration = Duration::from_secs(3);
@@ -112,17 +111,7 @@ impl SampleNPer3Secs {
     }
 }
 
-impl Watcher for SampleNPer3Secs {
-    fn key(&self) -> &str {
-        SAMPLE_N_PER_3_SECS
-    }
-    fn value(&self) -> Option<String> {
-        self.rate.value()
-    }
-    fn notify(&self, event: &ChangeEvent<'_>) -> Result<(), WatcherError> {
-        self.rate.notify(event)
-    }
-}
+watch_through!(SampleNPer3Secs => rate);
 
 /// `agent.span_limit_per_segment`: the most spans one segment records. Java default `300`.
 #[derive(Debug)]
@@ -154,17 +143,7 @@ impl SpanLimit {
     }
 }
 
-impl Watcher for SpanLimit {
-    fn key(&self) -> &str {
-        SPAN_LIMIT_PER_SEGMENT
-    }
-    fn value(&self) -> Option<String> {
-        self.limit.value()
-    }
-    fn notify(&self, event: &ChangeEvent<'_>) -> Result<(), WatcherError> {
-        self.limit.notify(event)
-    }
-}
+watch_through!(SpanLimit => limit);
 
 /// A float printed as Go's `%f` prints it (six decimals), which is what the Go agent compares a
 /// new `agent.sample_rate` with.
@@ -227,21 +206,12 @@ impl SampleRate {
     }
 }
 
-impl Watcher for SampleRate {
-    fn key(&self) -> &str {
-        SAMPLE_RATE
-    }
-    fn value(&self) -> Option<String> {
-        self.rate.value()
-    }
-    fn notify(&self, event: &ChangeEvent<'_>) -> Result<(), WatcherError> {
-        self.rate.notify(event)
-    }
-}
+watch_through!(SampleRate => rate);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::Watcher;
     use crate::watchers::tests::{delete, modify};
 
     #[test]
