@@ -263,6 +263,51 @@ async fn a_dry_run_answers_digests_before_and_after_and_writes_nothing() {
 }
 
 #[tokio::test]
+async fn a_misspelled_dry_run_is_a_400_naming_the_parameter_and_writes_nothing() {
+    // F14: `?DRY_RUN=true` used to be ignored, so the "dry run" was a real write.
+    let s = setup();
+    let order = s.served.snapshot().answer("order").digest.clone();
+    let changed = "configurations:\n  order:\n    agent.sample_n_per_3_secs: 99\n";
+    for (query, name) in [
+        ("DRY_RUN=true", "DRY_RUN"),
+        ("dryrun=true", "dryrun"),
+        ("dry-run=1", "dry-run"),
+        ("dry_run=true&force=1", "force"),
+    ] {
+        let whole = yaml_put(&format!("/api/v1/configurations?{query}")).body(Body::from(changed)).unwrap();
+        let (status, body) = call(&s.router, whole).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(&format!("`{name}`")), "{query}: the error names the parameter: {body}");
+        let one = json_request(
+            "PUT",
+            &format!("/api/v1/services/order?{query}"),
+            &json!({"config": {"agent.sample_n_per_3_secs": "99"}}),
+        );
+        let (status, body) = call(&s.router, one).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+    }
+    let (status, body) =
+        call(&s.router, yaml_put("/api/v1/configurations?DRY_RUN=true").body(Body::from(changed)).unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["error"].as_str().unwrap().contains("did you mean `dry_run`?"), "{body}");
+    let twice = yaml_put("/api/v1/configurations?dry_run=true&dry_run=false").body(Body::from(changed)).unwrap();
+    assert_eq!(call(&s.router, twice).await.0, StatusCode::BAD_REQUEST, "a parameter given twice");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(s.served.snapshot().version, 1, "nothing was served");
+    assert_eq!(s.served.snapshot().answer("order").digest, order);
+    assert_eq!(s.releases.list().len(), 1, "nothing was recorded");
+    let (status, body) =
+        call(&s.router, yaml_put("/api/v1/configurations?dry_run=true&wait=0").body(Body::from(changed)).unwrap())
+            .await;
+    assert_eq!(
+        (status, body["dry_run"].as_bool()),
+        (StatusCode::OK, Some(true)),
+        "the right spelling still works: {body}"
+    );
+}
+
+#[tokio::test]
 async fn per_service_writes_keep_other_services_digests() {
     let s = setup();
     let pay = s.served.snapshot().answer("pay").digest.clone();
