@@ -64,7 +64,7 @@ impl FromRequest<Admin> for WriteRequest {
     async fn from_request(request: Request, admin: &Admin) -> Result<Self, AppError> {
         let (mut parts, body) = request.into_parts();
         let query = Query::<Vec<(String, String)>>::from_request_parts(&mut parts, admin).await;
-        let options = options(admin, write_query(query)?, &parts.headers)?;
+        let options = options(admin, &write_query(query)?, &parts.headers)?;
         let headers = parts.headers.clone();
         let body = body_bytes(admin, Bytes::from_request(Request::from_parts(parts, body), admin).await)?;
         Ok(Self { options, headers, body })
@@ -121,7 +121,7 @@ pub(super) struct WriteOptions {
     pub(super) if_match: Option<u64>,
 }
 
-fn options(admin: &Admin, query: WriteQuery, headers: &HeaderMap) -> Result<WriteOptions, AppError> {
+fn options(admin: &Admin, query: &WriteQuery, headers: &HeaderMap) -> Result<WriteOptions, AppError> {
     let dry_run = match query.dry_run.as_deref() {
         None | Some("false" | "0" | "no") => false,
         Some("" | "true" | "1" | "yes") => true,
