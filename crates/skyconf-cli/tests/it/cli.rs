@@ -250,6 +250,30 @@ fn serve_explains_a_missing_store() {
 }
 
 #[test]
+fn serve_refuses_a_misspelt_security_key_instead_of_starting_without_it() {
+    // Reliability finding F9: `agentTokn` was ignored and the server started with no token.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        &dir,
+        "bad.yaml",
+        "skyconf:\n  security:\n    agentTokn: T0k\nconfiguration:\n  selector: file\n  file: {path: agent.yaml}\n",
+    );
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--file")
+        .arg(repo_root().join("examples/agent-configurations.yaml"))
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("unknown setting `skyconf.security.agentTokn`")
+                .and(predicate::str::contains("did you mean `agentToken`?"))
+                .and(predicate::str::contains("bad.yaml")),
+        );
+}
+
+#[test]
 fn serve_refuses_to_start_on_a_bad_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, "bad.yaml", "configurations: [1, 2]\n");
