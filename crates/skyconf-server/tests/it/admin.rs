@@ -242,6 +242,21 @@ async fn a_refused_document_is_a_400_with_line_and_column_and_changes_nothing() 
 }
 
 #[tokio::test]
+async fn an_alias_amplified_document_is_a_400_before_anything_is_written() {
+    // Reliability finding F1: this PUT used to write the document, then exhaust memory.
+    let s = setup();
+    let mut bomb = format!("configurations:\n  order:\n    k0: &s \"{}\"\n", "x".repeat(100_000));
+    for i in 1..=1000 {
+        bomb.push_str(&format!("    k{i}: *s\n"));
+    }
+    let (status, body) = call(&s.router, yaml_put("/api/v1/configurations").body(Body::from(bomb)).unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!((body["details"]["line"].as_u64(), body["details"]["column"].as_u64()), (Some(42), Some(10)), "{body}");
+    assert_eq!(s.served.snapshot().version, 1);
+    assert_eq!(s.releases.list().len(), 1);
+}
+
+#[tokio::test]
 async fn a_dry_run_answers_digests_before_and_after_and_writes_nothing() {
     let s = setup();
     let order = s.served.snapshot().answer("order").digest.clone();
