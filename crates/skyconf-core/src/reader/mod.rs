@@ -7,7 +7,9 @@
 //! Where the OAP would install a *partial* table (a null value or a malformed service drops that
 //! service and every later one) the reader refuses the whole document instead, with the line and
 //! column of the first problem, so the caller keeps serving its last good table. The README lists
-//! every such deviation.
+//! every such deviation. One more is not the OAP's at all: a document whose aliases expand past a
+//! budget (`tree::MAX_EXPANDED_CHARS`), or that would give a service an answer over gRPC's 4 MiB
+//! message limit ([`crate::answer::MAX_ANSWER_BYTES`]), is refused before it is expanded.
 
 mod bigint;
 mod java;
