@@ -42,7 +42,7 @@ use skyconf_sources::StoreEntry;
 
 /// skyconf's own section.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub(crate) struct SkyconfSection {
     pub(crate) grpc_addr: Option<SocketAddr>,
     pub(crate) admin_addr: Option<SocketAddr>,
@@ -58,7 +58,7 @@ pub(crate) struct SkyconfSection {
 
 /// `skyconf.security`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub(crate) struct SecuritySection {
     /// The agents' token (gRPC metadata `Authentication`); wins over the OAP's setting.
     pub(crate) agent_token: Option<Secret>,
@@ -72,7 +72,7 @@ pub(crate) struct SecuritySection {
 
 /// `skyconf.security.admin`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub(crate) struct AdminSecuritySection {
     /// Tokens that may read.
     pub(crate) read_tokens: Vec<Secret>,
@@ -86,7 +86,7 @@ pub(crate) struct AdminSecuritySection {
 
 /// `skyconf.security.tls`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub(crate) struct TlsSection {
     pub(crate) grpc: TlsSettings,
     pub(crate) admin: TlsSettings,
@@ -94,7 +94,7 @@ pub(crate) struct TlsSection {
 
 /// The PEM files of one port.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub(crate) struct TlsSettings {
     pub(crate) cert: Option<PathBuf>,
     pub(crate) key: Option<PathBuf>,
@@ -119,7 +119,7 @@ impl TlsSettings {
 
 /// `skyconf.limits`.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub(crate) struct LimitsSection {
     /// HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE` of the gRPC port, in bytes.
     pub(crate) grpc_max_header_list_bytes: Option<u32>,
@@ -181,6 +181,9 @@ impl ConfigFile {
             bail!("{origin}: the config file must be a mapping of sections");
         }
         resolve_placeholders(&mut tree, env);
+        if let Some(own) = tree.get("skyconf") {
+            check_own_keys(own, "skyconf").map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        }
         // Only skyconf's sections are read; an OAP application.yml has many others.
         let mut kept = serde_json::Map::new();
         for section in ["skyconf", "configuration", "configuration-discovery", "receiver-sharing-server"] {
@@ -209,6 +212,93 @@ impl ConfigFile {
     pub(crate) fn string(&self, path: &str) -> Option<String> {
         self.config.get_string(path).ok().filter(|s| !s.is_empty())
     }
+}
+
+/// The keys of skyconf's own sections that hold settings of their own, each with the keys it
+/// takes (the names the derive gives the struct's fields, so the two cannot disagree). The
+/// structs also deny unknown fields; this check comes first only to say which key was meant.
+fn own_section_keys(path: &str) -> Option<&'static [&'static str]> {
+    Some(match path {
+        "skyconf" => field_names::<SkyconfSection>(),
+        "skyconf.security" => field_names::<SecuritySection>(),
+        "skyconf.security.admin" => field_names::<AdminSecuritySection>(),
+        "skyconf.security.tls" => field_names::<TlsSection>(),
+        "skyconf.security.tls.grpc" | "skyconf.security.tls.admin" => field_names::<TlsSettings>(),
+        "skyconf.limits" => field_names::<LimitsSection>(),
+        _ => return None,
+    })
+}
+
+/// Refuses a key skyconf does not know anywhere under `skyconf:` (the OAP's sections stay
+/// lenient, as the OAP is). A misspelt key used to be ignored in silence, and under `security`
+/// that turned authentication off (reliability finding F9: `agentTokn`, `writeToken`,
+/// `securty`).
+fn check_own_keys(value: &serde_json::Value, path: &str) -> anyhow::Result<()> {
+    let (Some(known), Some(map)) = (own_section_keys(path), value.as_object()) else {
+        // A setting's value, or a section of the wrong type, which serde reports.
+        return Ok(());
+    };
+    for (key, child) in map {
+        if !known.contains(&key.as_str()) {
+            let nearest = known.iter().min_by_key(|k| edit_distance(&key.to_lowercase(), &k.to_lowercase()));
+            let hint = nearest.map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+            bail!("unknown setting `{path}.{key}`{hint}; `{path}` takes {}", known.join(", "));
+        }
+        check_own_keys(child, &format!("{path}.{key}"))?;
+    }
+    Ok(())
+}
+
+/// The field names serde's derive gives `T` (after `rename_all`): asks `T` to deserialize from a
+/// deserializer that only notes the names it is handed and then stops.
+fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Error as _, Visitor, value::Error};
+
+    struct Names<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> serde::Deserializer<'de> for Names<'_> {
+        type Error = Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Error> {
+            Err(Error::custom("not a struct"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            _visitor: V,
+        ) -> Result<V::Value, Error> {
+            *self.0 = fields;
+            Err(Error::custom("only the field names were asked for"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+            unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Names(&mut fields));
+    fields
+}
+
+/// Levenshtein distance in characters: how many insertions, deletions and substitutions turn
+/// `a` into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// Replaces `${NAME:default}` (and `${NAME}`) in every string with the environment variable or the
@@ -364,6 +454,69 @@ skyconf:
         assert!(sharing.authentication.unwrap().is_empty(), "the OAP's default is no token");
         let half = TlsSettings { cert: Some("/c.pem".into()), ..TlsSettings::default() };
         assert!(half.resolve("admin").unwrap_err().to_string().contains("--admin-tls-key"));
+    }
+
+    #[test]
+    fn unknown_keys_in_skyconf_sections_are_refused_with_the_nearest_valid_one() {
+        // Reliability finding F9: each of these used to start the server with authentication off.
+        for (text, key, meant) in [
+            ("skyconf:\n  security:\n    agentTokn: T0k\n", "skyconf.security.agentTokn", "agentToken"),
+            (
+                "skyconf:\n  security:\n    admin:\n      writeToken: [W0k]\n",
+                "skyconf.security.admin.writeToken",
+                "writeTokens",
+            ),
+            ("skyconf:\n  securty:\n    agentToken: T0k\n", "skyconf.securty", "security"),
+            (
+                "skyconf:\n  security:\n    tls:\n      grpc: {cert: /c, kye: /k}\n",
+                "skyconf.security.tls.grpc.kye",
+                "key",
+            ),
+            (
+                "skyconf:\n  limits:\n    grpcMaxConcurrentStream: 8\n",
+                "skyconf.limits.grpcMaxConcurrentStream",
+                "grpcMaxConcurrentStreams",
+            ),
+            ("skyconf:\n  GrpcAddr: 0.0.0.0:1\n", "skyconf.GrpcAddr", "grpcAddr"),
+        ] {
+            let err = ConfigFile::parse(text, "c.yaml", &env(&[])).unwrap_err().to_string();
+            assert!(err.starts_with("c.yaml: "), "{err}");
+            assert!(err.contains(&format!("unknown setting `{key}`")), "{err}");
+            assert!(err.contains(&format!("did you mean `{meant}`?")), "{err}");
+        }
+        // The correct spellings are read, and the OAP's own sections stay lenient.
+        let text = "skyconf:\n  security:\n    agentToken: T0k\n    admin: {writeTokens: [W0k]}\nconfiguration:\n  selector: file\n  file: {path: a.yaml, notASetting: 1}\nconfiguration-discovery:\n  default: {somethingNew: true}\n";
+        let file = ConfigFile::parse(text, "c.yaml", &env(&[])).unwrap();
+        let own: SkyconfSection = file.section("skyconf").unwrap().unwrap();
+        assert!(own.security.agent_token.unwrap().matches(b"T0k"));
+        assert_eq!(own.security.admin.write_tokens.len(), 1);
+        assert!(ConfigFile::parse("skyconf:\n", "c.yaml", &env(&[])).is_ok(), "an empty section");
+    }
+
+    #[test]
+    fn every_own_section_is_checked_and_denies_unknown_fields_itself() {
+        assert!(field_names::<SkyconfSection>().contains(&"maxDocumentBytes"));
+        assert!(field_names::<TlsSettings>().contains(&"clientCa"));
+        // Behind the check, serde refuses an unknown key too.
+        let file = ConfigFile {
+            config: config::Config::builder()
+                .add_source(
+                    config::Config::try_from(&serde_json::json!({"skyconf": {"security": {"agentTokn": "x"}}}))
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+            origin: "c.yaml".into(),
+        };
+        assert!(file.section::<SkyconfSection>("skyconf").unwrap_err().to_string().contains("agentTokn"));
+    }
+
+    #[test]
+    fn edit_distance_counts_single_character_edits() {
+        assert_eq!(edit_distance("agentTokn", "agentToken"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
     }
 
     #[test]

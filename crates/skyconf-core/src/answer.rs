@@ -19,6 +19,17 @@ use crate::codec::PreEncoded;
 use crate::digest::{Digest, EMPTY_DIGEST};
 use crate::table::AgentConfigurations;
 
+/// The largest answer a service may have: gRPC's default maximum message size, 4 MiB, which
+/// every stock agent keeps (the Go agent and grpcio by default; the Java agent allows 50 MiB).
+/// An agent refuses a larger answer with RESOURCE_EXHAUSTED and drops its channel on every
+/// poll, so the reader refuses a document that would give a service one.
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// The size in bytes of the answer carrying `entries` under `digest`, without encoding it.
+pub fn answer_len(digest: &Digest, entries: &[(String, String)]) -> usize {
+    crate::codec::encoded_len(digest, entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
 /// What a service (or an unknown service) is answered with.
 #[derive(Debug, Clone)]
 pub struct Answer {

@@ -45,6 +45,23 @@ pub fn encode_command<'a>(
     Command { command: COMMAND_NAME.to_owned(), args }
 }
 
+/// The size in bytes of the encoded `Commands` that [`PreEncoded::new`] would build, computed
+/// without building it (so an oversized answer can be refused before its memory is spent).
+pub fn encoded_len<'a>(digest: &Digest, entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> usize {
+    use prost::encoding::encoded_len_varint;
+    // A length-delimited field with a one-byte key (every field number here is below 16).
+    let delimited = |len: usize| 1 + encoded_len_varint(len as u64) + len;
+    // proto3 leaves an empty string out.
+    let string = |text: &str| if text.is_empty() { 0 } else { delimited(text.len()) };
+    let arg = |key: &str, value: &str| delimited(string(key) + string(value));
+    let mut command =
+        string(COMMAND_NAME) + arg(SERIAL_NUMBER_KEY, SERIAL_PLACEHOLDER) + arg(UUID_KEY, digest.as_str());
+    for (key, value) in entries {
+        command = command.saturating_add(arg(key, value));
+    }
+    delimited(command)
+}
+
 /// An answer encoded once, served many times with a fresh serial number patched in.
 #[derive(Debug, Clone)]
 pub struct PreEncoded {
@@ -158,6 +175,20 @@ mod tests {
             Commands { commands: vec![encode_command(&serial.to_string(), &digest, [("a", "1"), ("b", "x")])] }
                 .encode_to_vec();
         assert_eq!(pre.with_serial(serial).as_ref(), expected.as_slice());
+    }
+
+    #[test]
+    fn encoded_len_is_the_length_of_the_encoding() {
+        let digest = Digest::of_entries([("k", "v")]);
+        let long = "é".repeat(100_000);
+        for entries in [
+            vec![],
+            vec![("k", "v")],
+            vec![("", ""), ("k", "")],
+            vec![("agent.ignore_suffix", long.as_str()), (long.as_str(), "x")],
+        ] {
+            assert_eq!(encoded_len(&digest, entries.clone()), PreEncoded::new(&digest, entries).len());
+        }
     }
 
     #[test]

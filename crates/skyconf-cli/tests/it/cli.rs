@@ -43,6 +43,23 @@ fn digest_and_validate_refuse_a_bad_document_with_line_and_column() {
 }
 
 #[test]
+fn validate_refuses_scalar_alias_amplification_with_line_and_column() {
+    // Reliability finding F1: 113 KB of text that expanded to a 100 MB answer was "valid".
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = format!("configurations:\n  svc-a:\n    k0: &s \"{}\"\n", "x".repeat(100_000));
+    for i in 1..=1000 {
+        text.push_str(&format!("    k{i}: *s\n"));
+    }
+    let path = write(&dir, "amp.yaml", &text);
+    assert_cmd::Command::from_std(skyconf())
+        .arg("validate")
+        .arg(&path)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("line 42, column 10").and(predicate::str::contains("aliases expanded")));
+}
+
+#[test]
 fn validate_warns_about_keys_no_agent_reads() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(&dir, "a.yaml", "configurations:\n  svc:\n    agent.sample_n_per_3_sec: 1\n");
@@ -142,6 +159,30 @@ fn serve_explains_a_missing_store() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("not supported yet"));
+}
+
+#[test]
+fn serve_refuses_a_misspelt_security_key_instead_of_starting_without_it() {
+    // Reliability finding F9: `agentTokn` was ignored and the server started with no token.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        &dir,
+        "bad.yaml",
+        "skyconf:\n  security:\n    agentTokn: T0k\nconfiguration:\n  selector: file\n  file: {path: agent.yaml}\n",
+    );
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--file")
+        .arg(repo_root().join("examples/agent-configurations.yaml"))
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure()
+        .stderr(
+            predicate::str::contains("unknown setting `skyconf.security.agentTokn`")
+                .and(predicate::str::contains("did you mean `agentToken`?"))
+                .and(predicate::str::contains("bad.yaml")),
+        );
 }
 
 #[test]

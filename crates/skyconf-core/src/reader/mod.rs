@@ -7,7 +7,9 @@
 //! Where the OAP would install a *partial* table (a null value or a malformed service drops that
 //! service and every later one) the reader refuses the whole document instead, with the line and
 //! column of the first problem, so the caller keeps serving its last good table. The README lists
-//! every such deviation.
+//! every such deviation. One more is not the OAP's at all: a document whose aliases expand past a
+//! budget (`tree::MAX_EXPANDED_CHARS`), or that would give a service an answer over gRPC's 4 MiB
+//! message limit ([`crate::answer::MAX_ANSWER_BYTES`]), is refused before it is expanded.
 
 mod bigint;
 mod java;
@@ -20,6 +22,7 @@ use std::fmt;
 
 use indexmap::IndexMap;
 
+use crate::answer::{MAX_ANSWER_BYTES, answer_len};
 use crate::table::{AgentConfigurations, ServiceConfig};
 use java::JavaValue;
 use resolve::{Constructor, Entry, is_plain_mapping};
@@ -174,7 +177,17 @@ fn read_services(
             ));
         }
         let entries = read_service(constructor, &name, &value)?;
-        services.insert(name.clone(), ServiceConfig::new(name, entries));
+        let service = ServiceConfig::new(name.clone(), entries);
+        let answer = answer_len(service.digest(), service.entries());
+        if answer > MAX_ANSWER_BYTES {
+            return Err(ReadError::structure(
+                key_at,
+                format!(
+                    "service `{name}`: its answer would be {answer} bytes, more than the {MAX_ANSWER_BYTES} (4 MiB) that agents accept (gRPC's default message limit); split or shorten its settings"
+                ),
+            ));
+        }
+        services.insert(name, service);
     }
     Ok(services)
 }
@@ -237,4 +250,85 @@ fn read_service(
         out.push((key, java.to_java_string()));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reliability finding F1: one long anchored scalar and many aliases to it.
+    fn amplified(anchor_chars: usize, aliases: usize) -> String {
+        let mut text = format!("configurations:\n  svc-a:\n    k0: &s \"{}\"\n", "x".repeat(anchor_chars));
+        for i in 1..=aliases {
+            text.push_str(&format!("    k{i}: *s\n"));
+        }
+        text
+    }
+
+    #[test]
+    fn scalar_alias_amplification_is_refused_at_the_alias_that_crosses_the_budget() {
+        // The finding's document: 113 KB of text that used to become a 100 MB answer.
+        let text = amplified(100_000, 1000);
+        let started = std::time::Instant::now();
+        let err = read(&text).unwrap_err();
+        let elapsed = started.elapsed();
+        assert!(matches!(err, ReadError::Structure { .. }), "{err:?}");
+        assert!(err.to_string().contains("aliases expanded"), "{err}");
+        // Every alias adds 100,001 (the anchor's characters plus one): the 39th is the first
+        // past 4,000,000, on line 3 + 39, where `*s` starts in column 10.
+        assert_eq!(err.position(), Some(Position { line: 42, column: 10 }), "{err}");
+        assert!(elapsed < std::time::Duration::from_secs(5), "refused without expanding: {elapsed:?}");
+        assert!(read(&amplified(100_000, 30)).is_ok(), "3 M characters expanded is within the budget");
+    }
+
+    #[test]
+    fn aliases_to_collections_count_their_expanded_contents() {
+        let item = "y".repeat(1000);
+        let list = vec![item.as_str(); 1000].join(", ");
+        let mut text = format!("configurations:\n  svc-a:\n    k0: &l [{list}]\n");
+        for i in 1..=10 {
+            text.push_str(&format!("    k{i}: *l\n"));
+        }
+        let err = read(&text).unwrap_err();
+        assert_eq!(err.position().map(|p| p.line), Some(6), "the third alias (the fourth copy) crosses 4 M: {err}");
+        // Empty collections are not free either: `[[], [], ...]` expands to `[[], [], ...]`.
+        let empties = vec!["[]"; 500_000].join(",");
+        let mut text = format!("configurations:\n  svc-a:\n    k0: &l [{empties}]\n");
+        for i in 1..=10 {
+            text.push_str(&format!("    k{i}: *l\n"));
+        }
+        assert!(read(&text).unwrap_err().to_string().contains("aliases expanded"));
+        // Nor is nesting: an alias to a collection holding aliases weighs all it expands to.
+        let text = format!(
+            "configurations:\n  svc-a:\n    k0: &s \"{}\"\n    k1: &l [*s, *s, *s, *s, *s, *s, *s, *s, *s, *s]\n    k2: *l\n    k3: *l\n    k4: *l\n",
+            "z".repeat(100_000)
+        );
+        assert_eq!(read(&text).unwrap_err().position(), Some(Position { line: 7, column: 9 }));
+    }
+
+    #[test]
+    fn a_large_honest_document_is_read() {
+        let text = skyconf_testkit::fixtures::document(10_000, 6);
+        assert!(text.len() > 1_000_000, "{}", text.len());
+        let table = read(&text).unwrap();
+        assert_eq!(table.len(), 10_000);
+        // The largest document the reader takes at all, with nothing aliased, fits the budget.
+        let value = "v".repeat(yaml11::MAX_CODE_POINTS - 64);
+        assert!(read(&format!("configurations:\n  svc:\n    k: {value}\n")).is_ok());
+    }
+
+    #[test]
+    fn a_service_whose_answer_would_exceed_4_mib_is_refused_at_its_name() {
+        // 2.2 M two-byte characters: within the text and expanded budgets, over 4 MiB encoded.
+        let value = "é".repeat(2_200_000);
+        let text = format!("configurations:\n  small:\n    k: v\n  big:\n    k: \"{value}\"\n");
+        let err = read(&text).unwrap_err();
+        assert_eq!(err.position(), Some(Position { line: 4, column: 3 }), "{err}");
+        assert!(err.to_string().contains("4 MiB"), "{err}");
+        let value = "é".repeat(2_000_000);
+        let table = read(&format!("configurations:\n  big:\n    k: \"{value}\"\n")).unwrap();
+        let service = table.get("big").unwrap();
+        let len = crate::answer::Answer::new(service.digest().clone(), service.entries()).encoded.len();
+        assert!(len <= MAX_ANSWER_BYTES && len > 4_000_000, "{len}");
+    }
 }

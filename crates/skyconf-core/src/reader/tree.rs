@@ -19,6 +19,26 @@ use super::{Position, ReadError};
 
 /// SnakeYAML's default `maxAliasesForCollections`.
 const MAX_COLLECTION_ALIASES: usize = 50;
+/// The most characters of keys and values a document may hold once every alias is expanded.
+///
+/// SnakeYAML limits aliases to *collections* only; an alias to a scalar is free, and each one
+/// becomes its own copy of the anchor's text in the table, the encoded answer, the release
+/// diff and the release file (reliability finding F1: 113 KB of text became a 100 MB answer).
+/// So the reader counts what the document expands to, while reading, from the tree of shared
+/// nodes (nothing is copied yet): every scalar weighs its characters plus one (the separator
+/// it gets in the answer, and so that empty values are not free), every collection one, and
+/// an alias the whole weight of the node it names.
+///
+/// The limit is per document and a little under 4 MiB. A document without aliases weighs
+/// about as many characters as it has, and the reader already stops at 3 Mi characters
+/// (`yaml11::MAX_CODE_POINTS`, as the OAP's loader does), so an honest document fits: a
+/// 10,000-service, 6-key fleet weighs about 1.5 M. Aliases may add about another million.
+/// 4 MiB is also gRPC's default message limit, which every stock agent (Java, Go, Python)
+/// keeps, so a document over it would be at risk of answers no agent can receive; the exact
+/// per-answer bound is checked when each service is read (`answer::MAX_ANSWER_BYTES`).
+pub(crate) const MAX_EXPANDED_CHARS: usize = 4_000_000;
+// Every document the reader takes at all, if it has no aliases, is within the budget.
+const _: () = assert!(MAX_EXPANDED_CHARS > yaml11::MAX_CODE_POINTS);
 /// Characters that start YAML syntax rather than a plain scalar.
 const INDICATORS: [char; 19] =
     ['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`'];
@@ -81,6 +101,8 @@ struct Head {
     flow: bool,
     /// Character index where the collection starts, properties included.
     start: usize,
+    /// The expanded weight of what it holds so far (see [`MAX_EXPANDED_CHARS`]).
+    weight: usize,
 }
 
 pub(super) fn position(span: &Span) -> Position {
@@ -153,10 +175,13 @@ pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
 #[derive(Default)]
 struct Builder {
     stack: Vec<Frame>,
-    anchors: HashMap<usize, Rc<Node>>,
+    /// Each anchored node, with its expanded weight.
+    anchors: HashMap<usize, (Rc<Node>, usize)>,
     /// Anchors whose collection is still open: an alias to one of them would make a cycle.
     open_anchors: Vec<usize>,
     collection_aliases: usize,
+    /// The document's expanded weight so far (see [`MAX_EXPANDED_CHARS`]).
+    expanded: usize,
     documents: usize,
     root: Option<Rc<Node>>,
 }
@@ -177,6 +202,8 @@ impl Builder {
             }
             Event::Scalar(text, style, anchor, tag) => {
                 self.check_depth(at)?;
+                let weight = text.chars().count().saturating_add(1);
+                self.spend(at, weight)?;
                 let plain = matches!(style, ScalarStyle::Plain);
                 let mut node = Node {
                     kind: NodeKind::Scalar { text: text.into_owned().into_boxed_str(), plain },
@@ -205,7 +232,7 @@ impl Builder {
                 if !matches!(style, ScalarStyle::Literal | ScalarStyle::Folded) {
                     self.check_implicit_key(span.start.index(), span, at, source)?;
                 }
-                self.complete(Rc::new(node), anchor)?;
+                self.complete(Rc::new(node), anchor, weight)?;
             }
             Event::SequenceStart(anchor, tag) => {
                 let head = self.open(at, anchor, tag_of(tag), raw.flow, span)?;
@@ -225,8 +252,9 @@ impl Builder {
                     self.open_anchors.retain(|&a| a != head.anchor);
                 }
                 self.check_implicit_key(head.start, span, head.at, source)?;
+                self.spend(head.at, 1)?;
                 let node = Rc::new(Node { kind, tag: head.tag, at: head.at });
-                self.complete(node, head.anchor)?;
+                self.complete(node, head.anchor, head.weight.saturating_add(1))?;
             }
             Event::Alias(anchor) => {
                 self.check_depth(at)?;
@@ -236,7 +264,7 @@ impl Builder {
                         "an alias refers to a collection that contains it; recursive structures are not supported",
                     ));
                 }
-                let node = self
+                let (node, weight) = self
                     .anchors
                     .get(&anchor)
                     .cloned()
@@ -252,7 +280,10 @@ impl Builder {
                         ));
                     }
                 }
-                self.attach(node);
+                // Checked before anything is expanded: the alias only shares the node here, but
+                // building the table copies its text once per alias.
+                self.spend(at, weight)?;
+                self.attach(node, weight);
             }
         }
         Ok(())
@@ -359,18 +390,38 @@ impl Builder {
         if anchor != 0 {
             self.open_anchors.push(anchor);
         }
-        Ok(Head { anchor, tag, at, flow: flow || self.in_flow(), start: span.start.index() })
+        Ok(Head { anchor, tag, at, flow: flow || self.in_flow(), start: span.start.index(), weight: 0 })
     }
 
-    fn complete(&mut self, node: Rc<Node>, anchor: usize) -> Result<(), ReadError> {
-        if anchor != 0 {
-            self.anchors.insert(anchor, Rc::clone(&node));
+    /// Adds `weight` to the document's expanded size; past [`MAX_EXPANDED_CHARS`] the document
+    /// is refused at `at`, the node that crossed the limit.
+    fn spend(&mut self, at: Position, weight: usize) -> Result<(), ReadError> {
+        self.expanded = self.expanded.saturating_add(weight);
+        if self.expanded > MAX_EXPANDED_CHARS {
+            return Err(ReadError::structure(
+                at,
+                format!(
+                    "with its aliases expanded the document holds more than {MAX_EXPANDED_CHARS} characters of keys and values; \
+                     each alias repeats its anchor's whole text (a limit of skyconf's, not of the OAP's, that keeps the table and its answers bounded)"
+                ),
+            ));
         }
-        self.attach(node);
         Ok(())
     }
 
-    fn attach(&mut self, node: Rc<Node>) {
+    fn complete(&mut self, node: Rc<Node>, anchor: usize, weight: usize) -> Result<(), ReadError> {
+        if anchor != 0 {
+            self.anchors.insert(anchor, (Rc::clone(&node), weight));
+        }
+        self.attach(node, weight);
+        Ok(())
+    }
+
+    /// Puts `node` in its place; `weight` is its expanded weight, added to the open collection's.
+    fn attach(&mut self, node: Rc<Node>, weight: usize) {
+        if let Some(Frame::Sequence { head, .. } | Frame::Mapping { head, .. }) = self.stack.last_mut() {
+            head.weight = head.weight.saturating_add(weight);
+        }
         match self.stack.last_mut() {
             None => self.root = Some(node),
             Some(Frame::Sequence { items, .. }) => items.push(node),

@@ -63,8 +63,8 @@ impl FromRequest<Admin> for WriteRequest {
 
     async fn from_request(request: Request, admin: &Admin) -> Result<Self, AppError> {
         let (mut parts, body) = request.into_parts();
-        let query = Query::<WriteQuery>::from_request_parts(&mut parts, admin).await;
-        let options = options(admin, query, &parts.headers)?;
+        let query = Query::<Vec<(String, String)>>::from_request_parts(&mut parts, admin).await;
+        let options = options(admin, &write_query(query)?, &parts.headers)?;
         let headers = parts.headers.clone();
         let body = body_bytes(admin, Bytes::from_request(Request::from_parts(parts, body), admin).await)?;
         Ok(Self { options, headers, body })
@@ -72,10 +72,43 @@ impl FromRequest<Admin> for WriteRequest {
 }
 
 /// `?dry_run=true&wait=SECONDS`.
-#[derive(Debug, Default, serde::Deserialize)]
+#[derive(Debug, Default)]
 struct WriteQuery {
     dry_run: Option<String>,
     wait: Option<String>,
+}
+
+/// The write's query parameters. Any other parameter is refused, not ignored: a misspelled
+/// `?DRY_RUN=true` or `?dryrun=1` must not turn a dry run into a real write. A parameter
+/// given twice is refused too, since either reading of it could be the wrong one.
+fn write_query(query: Result<Query<Vec<(String, String)>>, QueryRejection>) -> Result<WriteQuery, AppError> {
+    let Query(pairs) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let mut query = WriteQuery::default();
+    for (name, value) in pairs {
+        let slot = match name.as_str() {
+            "dry_run" => &mut query.dry_run,
+            "wait" => &mut query.wait,
+            _ => return Err(AppError::BadRequest(unknown_parameter(&name))),
+        };
+        if slot.replace(value).is_some() {
+            return Err(AppError::BadRequest(format!("the query parameter `{name}` is given more than once")));
+        }
+    }
+    Ok(query)
+}
+
+/// The message for an unknown write parameter, with the one it most likely meant.
+fn unknown_parameter(name: &str) -> String {
+    let folded: String = name.chars().filter(|c| c.is_ascii_alphanumeric()).collect::<String>().to_ascii_lowercase();
+    let guess = match folded.as_str() {
+        "dryrun" => Some("dry_run"),
+        "wait" => Some("wait"),
+        _ => None,
+    };
+    match guess {
+        Some(known) => format!("unknown query parameter `{name}` (did you mean `{known}`?); nothing was written"),
+        None => format!("unknown query parameter `{name}`: a write takes `dry_run` and `wait`; nothing was written"),
+    }
 }
 
 /// How a write is to be made.
@@ -88,12 +121,7 @@ pub(super) struct WriteOptions {
     pub(super) if_match: Option<u64>,
 }
 
-fn options(
-    admin: &Admin,
-    query: Result<Query<WriteQuery>, QueryRejection>,
-    headers: &HeaderMap,
-) -> Result<WriteOptions, AppError> {
-    let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+fn options(admin: &Admin, query: &WriteQuery, headers: &HeaderMap) -> Result<WriteOptions, AppError> {
     let dry_run = match query.dry_run.as_deref() {
         None | Some("false" | "0" | "no") => false,
         Some("" | "true" | "1" | "yes") => true,

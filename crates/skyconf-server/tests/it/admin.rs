@@ -265,6 +265,21 @@ async fn a_refused_document_is_a_400_with_line_and_column_and_changes_nothing() 
 }
 
 #[tokio::test]
+async fn an_alias_amplified_document_is_a_400_before_anything_is_written() {
+    // Reliability finding F1: this PUT used to write the document, then exhaust memory.
+    let s = setup();
+    let mut bomb = format!("configurations:\n  order:\n    k0: &s \"{}\"\n", "x".repeat(100_000));
+    for i in 1..=1000 {
+        bomb.push_str(&format!("    k{i}: *s\n"));
+    }
+    let (status, body) = call(&s.router, yaml_put("/api/v1/configurations").body(Body::from(bomb)).unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!((body["details"]["line"].as_u64(), body["details"]["column"].as_u64()), (Some(42), Some(10)), "{body}");
+    assert_eq!(s.served.snapshot().version, 1);
+    assert_eq!(s.releases.list().len(), 1);
+}
+
+#[tokio::test]
 async fn a_dry_run_answers_digests_before_and_after_and_writes_nothing() {
     let s = setup();
     let order = s.digest("order");
@@ -283,6 +298,51 @@ async fn a_dry_run_answers_digests_before_and_after_and_writes_nothing() {
     assert_eq!(body["changes"].as_array().unwrap().len(), 1, "pay is untouched");
     assert_eq!(s.served.snapshot().version, 1);
     assert_eq!(s.releases.list().len(), 1);
+}
+
+#[tokio::test]
+async fn a_misspelled_dry_run_is_a_400_naming_the_parameter_and_writes_nothing() {
+    // F14: `?DRY_RUN=true` used to be ignored, so the "dry run" was a real write.
+    let s = setup();
+    let order = s.served.snapshot().answer("order").digest.clone();
+    let changed = "configurations:\n  order:\n    agent.sample_n_per_3_secs: 99\n";
+    for (query, name) in [
+        ("DRY_RUN=true", "DRY_RUN"),
+        ("dryrun=true", "dryrun"),
+        ("dry-run=1", "dry-run"),
+        ("dry_run=true&force=1", "force"),
+    ] {
+        let whole = yaml_put(&format!("/api/v1/configurations?{query}")).body(Body::from(changed)).unwrap();
+        let (status, body) = call(&s.router, whole).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(&format!("`{name}`")), "{query}: the error names the parameter: {body}");
+        let one = json_request(
+            "PUT",
+            &format!("/api/v1/services/order?{query}"),
+            &json!({"config": {"agent.sample_n_per_3_secs": "99"}}),
+        );
+        let (status, body) = call(&s.router, one).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+    }
+    let (status, body) =
+        call(&s.router, yaml_put("/api/v1/configurations?DRY_RUN=true").body(Body::from(changed)).unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["error"].as_str().unwrap().contains("did you mean `dry_run`?"), "{body}");
+    let twice = yaml_put("/api/v1/configurations?dry_run=true&dry_run=false").body(Body::from(changed)).unwrap();
+    assert_eq!(call(&s.router, twice).await.0, StatusCode::BAD_REQUEST, "a parameter given twice");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(s.served.snapshot().version, 1, "nothing was served");
+    assert_eq!(s.served.snapshot().answer("order").digest, order);
+    assert_eq!(s.releases.list().len(), 1, "nothing was recorded");
+    let (status, body) =
+        call(&s.router, yaml_put("/api/v1/configurations?dry_run=true&wait=0").body(Body::from(changed)).unwrap())
+            .await;
+    assert_eq!(
+        (status, body["dry_run"].as_bool()),
+        (StatusCode::OK, Some(true)),
+        "the right spelling still works: {body}"
+    );
 }
 
 #[tokio::test]
