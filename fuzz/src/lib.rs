@@ -1,0 +1,102 @@
+//! The fuzz targets' shared checks, callable from the AFL binaries and from the regression test
+//! that replays every committed input (`cargo test` in this directory), so a crash found once
+//! stays a test.
+
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use prost::Message as _;
+use skyconf_core::answer::{Answers, ReplyOptions, reply};
+use skyconf_proto::v3::{Commands, ConfigurationSyncRequest};
+use skyconf_server::{ServedTable, StoreView};
+use tower::ServiceExt as _;
+
+/// The reader never panics; a refusal names a position inside the document, and an accepted
+/// document's answers encode and decode back.
+pub fn reader(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    match skyconf_core::read(text) {
+        Ok(table) => {
+            let answers = Answers::new(&table);
+            for service in table.services() {
+                let request = ConfigurationSyncRequest { service: service.name().to_owned(), uuid: String::new() };
+                let bytes = reply(&answers, &request, ReplyOptions::default()).encode();
+                let commands = Commands::decode(bytes).expect("an answer decodes");
+                assert_eq!(commands.commands.len(), 1);
+            }
+        }
+        Err(error) => {
+            let at = error.position();
+            assert!(at.is_some_and(|p| p.line >= 1 && p.column >= 1), "{error}");
+        }
+    }
+}
+
+/// Any bytes as a CDS request: decoding fails cleanly or the reply rule answers.
+pub fn cds_request(data: &[u8]) {
+    static ANSWERS: OnceLock<Answers> = OnceLock::new();
+    let answers = ANSWERS.get_or_init(|| {
+        Answers::new(&skyconf_core::read("configurations:\n  svc: {k: v}\n").expect("a valid document"))
+    });
+    if let Ok(request) = ConfigurationSyncRequest::decode(data) {
+        let bytes = reply(answers, &request, ReplyOptions::default()).encode();
+        Commands::decode(bytes).expect("an answer decodes");
+    }
+}
+
+/// The admin API's write routes with any path segment and body: never a panic, never a 500.
+/// Input: one selector byte, a path segment up to the first newline, then the body.
+pub fn admin_write(data: &[u8]) {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let runtime =
+        RUNTIME.get_or_init(|| tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime"));
+    let Some((&selector, rest)) = data.split_first() else { return };
+    let (segment, body) = match rest.iter().position(|&b| b == b'\n') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, &[][..]),
+    };
+    let segment: String = segment.iter().map(|b| format!("%{b:02X}")).collect();
+    let query = if selector & 0x10 != 0 { "?dry_run=true" } else { "" };
+    let (method, path) = match selector % 4 {
+        0 => (Method::PUT, format!("/api/v1/configurations{query}")),
+        1 => (Method::PUT, format!("/api/v1/services/{segment}{query}")),
+        2 => (Method::DELETE, format!("/api/v1/services/{segment}{query}")),
+        _ => (Method::POST, format!("/api/v1/releases/{segment}/rollback{query}")),
+    };
+    let content_type = if selector & 0x20 != 0 { "application/json" } else { "application/yaml" };
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(Body::from(body.to_vec()))
+        .expect("a request");
+    runtime.block_on(async {
+        let table = skyconf_core::read("configurations:\n  svc: {k: v}\n").expect("a valid document");
+        let served = Arc::new(ServedTable::new(table));
+        let store = Arc::new(StoreView::new("fuzz".into(), Default::default(), true, false));
+        let router = skyconf_server::admin::Admin::new(served, store).router();
+        let response = router.oneshot(request).await.expect("the router answers");
+        assert_ne!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    /// Replays every committed corpus input through its target.
+    #[test]
+    fn every_committed_input_passes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+        let targets: [(&str, fn(&[u8])); 3] =
+            [("reader", super::reader), ("cds", super::cds_request), ("admin", super::admin_write)];
+        for (name, target) in targets {
+            let mut inputs = 0;
+            for entry in std::fs::read_dir(dir.join(name)).expect("a corpus directory") {
+                let path = entry.expect("a corpus entry").path();
+                target(&std::fs::read(&path).expect("a corpus file"));
+                inputs += 1;
+            }
+            assert!(inputs > 0, "the {name} corpus is empty");
+        }
+    }
+}
