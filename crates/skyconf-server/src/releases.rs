@@ -145,6 +145,9 @@ struct LogState {
     /// written (yet).
     documents: HashMap<u64, Option<Arc<str>>>,
     next_id: u64,
+    /// Which release each served version of this run is (oldest first): a served snapshot names
+    /// its release through its version, so a reader pairs content and release id atomically.
+    served_as: VecDeque<(u64, u64)>,
     pending: Vec<Pending>,
     last_rejection: Option<RejectedDocument>,
 }
@@ -285,6 +288,7 @@ impl ReleaseLog {
             });
             state.next_id += 1;
             state.releases.push_back(Arc::clone(&release));
+            Self::serve_as(&mut state, version, release.id, self.retention);
             // Until its file is on disk (for good without a data directory).
             state.documents.insert(release.id, text.map(Arc::from));
             (release, self.evict(&mut state))
@@ -319,11 +323,26 @@ impl ReleaseLog {
     pub fn record_start(&self, table: &AgentConfigurations, text: Option<&str>, version: u64, origin: &str) {
         let latest = self.latest();
         let hash = text.map(document_hash);
-        if latest.as_ref().is_some_and(|l| l.document_sha256 == hash) {
+        if let Some(latest) = latest.as_ref().filter(|l| l.document_sha256 == hash) {
+            Self::serve_as(&mut self.lock(), version, latest.id, self.retention);
             return;
         }
         let previous = latest.and_then(|l| self.table_of(l.id)).unwrap_or_default();
         self.record(&previous, table, text, version, origin);
+    }
+
+    fn serve_as(state: &mut LogState, version: u64, id: u64, retention: usize) {
+        state.served_as.retain(|&(v, _)| v < version);
+        state.served_as.push_back((version, id));
+        while state.served_as.len() > retention.saturating_add(16) {
+            state.served_as.pop_front();
+        }
+    }
+
+    /// The release whose table is served as `version` in this run: what a reader that took a
+    /// snapshot of the served table must name as its ETag. `None` for a table no release names.
+    pub fn served_as(&self, version: u64) -> Option<u64> {
+        self.lock().served_as.iter().rev().find(|&&(v, _)| v == version).map(|&(_, id)| id)
     }
 
     fn evict(&self, state: &mut LogState) -> Vec<u64> {

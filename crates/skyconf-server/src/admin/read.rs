@@ -9,7 +9,10 @@
 //! | `GET /api/v1/releases/{id}` | one release with key-level changes and its document text |
 //! | `GET /api/v1/configurations` | the current document text |
 //!
-//! Answers that a write can be conditioned on carry `ETag: "<release id>"`, the newest release.
+//! Answers that a write can be conditioned on carry `ETag: "<release id>"`: the release the body
+//! was built from. Body and ETag come from one snapshot of the served table (its version names
+//! its release), never from two reads that a write could fall between; so an `If-Match` with that
+//! ETag passes only while the content the client saw is still the newest release.
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -39,10 +42,14 @@ pub(super) async fn page() -> impl IntoResponse {
     )
 }
 
-/// `ETag: "<id>"` of the newest release, when there is one.
-pub(super) fn etag(admin: &Admin) -> Option<(HeaderName, HeaderValue)> {
-    let id = admin.releases.latest()?.id;
-    Some((ETAG, HeaderValue::from_str(&format!("\"{id}\"")).ok()?))
+/// `ETag: "<id>"` of release `id`, when there is one.
+pub(super) fn etag(id: Option<u64>) -> axum::http::HeaderMap {
+    id.and_then(|id| HeaderValue::from_str(&format!("\"{id}\"")).ok())
+        .map(|value| (ETAG, value))
+        .into_iter()
+        .collect::<Vec<(HeaderName, HeaderValue)>>()
+        .into_iter()
+        .collect()
 }
 
 /// A release without its key-level detail.
@@ -146,6 +153,7 @@ pub(super) async fn service(
     ServiceName(name): ServiceName,
 ) -> Result<impl IntoResponse, AppError> {
     let snapshot = admin.served.snapshot();
+    let release = admin.releases.served_as(snapshot.version);
     let current = &snapshot.answer(&name).digest;
     let agents = admin.fleet.agents_of(&name, current);
     let config = snapshot.table.get(&name);
@@ -176,7 +184,7 @@ pub(super) async fn service(
         "stuck_after_polls": admin.fleet.options().stuck_after_polls,
         "agents": agents,
     });
-    Ok((etag(&admin).into_iter().collect::<Vec<_>>().into_iter().collect::<axum::http::HeaderMap>(), Json(body)))
+    Ok((etag(release), Json(body)))
 }
 
 /// `?limit=N`.
@@ -220,16 +228,22 @@ pub(super) async fn release(State(admin): State<Admin>, ReleaseId(id): ReleaseId
 }
 
 pub(super) async fn configurations(State(admin): State<Admin>) -> Result<impl IntoResponse, AppError> {
+    // One snapshot: the document, the release and the ETag all name the table served now.
     let snapshot = admin.served.snapshot();
-    let latest = admin.releases.latest();
-    let document = match &latest {
-        Some(r) => document_of(&admin, r.id).await?,
+    let release = admin.releases.served_as(snapshot.version);
+    let document = match release {
+        Some(id) => document_of(&admin, id).await.map_err(|e| match e {
+            AppError::NotFound(_) => {
+                AppError::Unavailable(format!("release {id} was just replaced and dropped; ask again"))
+            }
+            other => other,
+        })?,
         None => None,
     };
     let body = json!({
-        "release": latest.map(|r| r.id),
+        "release": release,
         "version": snapshot.version,
         "document": document,
     });
-    Ok((etag(&admin).into_iter().collect::<axum::http::HeaderMap>(), Json(body)))
+    Ok((etag(release), Json(body)))
 }

@@ -22,6 +22,7 @@
 //! served already. Per-service writes rewrite the document in a canonical form (every string
 //! double-quoted; comments dropped), with the same digests for every untouched service.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
@@ -40,6 +41,7 @@ use super::extract::{ReleaseId, ServiceName, WriteOptions, WriteRequest};
 use super::read::{document_of, summary};
 use super::{Admin, AppError};
 use crate::releases::{Attribution, document_hash};
+use crate::served::Snapshot;
 
 /// The header naming who makes a change.
 pub const AUTHOR_HEADER: &str = "x-skyconf-author";
@@ -133,23 +135,27 @@ impl Proposal {
 }
 
 /// Checks, writes, waits; the guard keeps writes of this server one at a time.
+/// `snapshot` is the served table the proposal was built from (taken under the guard).
 async fn apply(
     admin: &Admin,
     _guard: MutexGuard<'_, ()>,
+    snapshot: Arc<Snapshot>,
     proposal: Proposal,
     attribution: Attribution,
     options: WriteOptions,
 ) -> Result<Response, AppError> {
     let latest = admin.releases.latest();
     let latest_id = latest.as_ref().map_or(0, |r| r.id);
+    // The newest release must be the one served: a release is recorded just before its table is
+    // installed, and an If-Match on a table about to be replaced must not pass.
+    let served_id = admin.releases.served_as(snapshot.version).unwrap_or(0);
     if let Some(expected) = options.if_match
-        && expected != latest_id
+        && (expected != latest_id || served_id != latest_id)
     {
         return Err(AppError::Conflict(format!(
             "the configuration changed: If-Match names release {expected}, the newest is {latest_id}"
         )));
     }
-    let snapshot = admin.served.snapshot();
     let changes = diff(&snapshot.table, &proposal.table);
     let hash = proposal.text.as_deref().map(document_hash);
     if options.dry_run {
@@ -249,7 +255,8 @@ pub(super) async fn put_configurations(
     let attribution = attribution(&headers, author, message, None)?;
     let proposal = Proposal::read(&admin, text)?;
     let guard = admin.write_lock.lock().await;
-    apply(&admin, guard, proposal, attribution, options).await
+    let snapshot = admin.served.snapshot();
+    apply(&admin, guard, snapshot, proposal, attribution, options).await
 }
 
 /// The body of `PUT /api/v1/services/{name}`.
@@ -308,7 +315,7 @@ async fn write_service(
         return Err(AppError::NotFound(format!("no service `{name}` is configured")));
     }
     let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
-    apply(admin, guard, proposal, attribution, options).await
+    apply(admin, guard, current, proposal, attribution, options).await
 }
 
 pub(super) async fn rollback(
@@ -330,5 +337,6 @@ pub(super) async fn rollback(
         None => Proposal { text: None, table: AgentConfigurations::default() },
     };
     let guard = admin.write_lock.lock().await;
-    apply(&admin, guard, proposal, attribution, options).await
+    let snapshot = admin.served.snapshot();
+    apply(&admin, guard, snapshot, proposal, attribution, options).await
 }

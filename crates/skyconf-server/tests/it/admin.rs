@@ -413,6 +413,36 @@ async fn if_match_guards_against_lost_updates() {
     assert_eq!(call(&s.router, request(&etag)).await.0, 200);
 }
 
+/// F3: a release is recorded just before its table is installed. In that window a GET must name
+/// the release whose content it returns, and no If-Match may pass: neither the served release
+/// (no longer the newest) nor the newest (whose content nobody could have read).
+#[tokio::test]
+async fn the_etag_names_the_content_returned_even_while_a_release_is_being_installed() {
+    let s = setup();
+    let v2 = "configurations:\n  order:\n    k: from-the-store\n";
+    let (current, next) = (s.served.snapshot(), skyconf_core::read(v2).unwrap());
+    s.releases.record(&current.table, &next, Some(v2), current.version + 1, "memory");
+    assert_eq!(s.releases.latest().unwrap().id, 2, "recorded, not yet installed");
+
+    let response = s.router.clone().oneshot(get("/api/v1/services/order")).await.unwrap();
+    assert_eq!(response.headers()["etag"], "\"1\"", "the served content is release 1's");
+    let response = s.router.clone().oneshot(get("/api/v1/configurations")).await.unwrap();
+    assert_eq!(response.headers()["etag"], "\"1\"");
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!((body["release"].as_u64(), body["document"].as_str()), (Some(1), Some(V1)));
+
+    for release in ["\"1\"", "\"2\""] {
+        let request = Request::put("/api/v1/services/order")
+            .header("content-type", "application/json")
+            .header("if-match", release)
+            .body(Body::from(json!({"config": {"k": "mine"}}).to_string()))
+            .unwrap();
+        let (status, body) = call(&s.router, request).await;
+        assert_eq!(status, 409, "If-Match {release}: {body}");
+    }
+    assert_eq!(s.served.snapshot().version, current.version, "nothing was written");
+}
+
 #[tokio::test]
 async fn store_failures_map_to_503_and_409() {
     let s = setup();
