@@ -36,6 +36,10 @@ pub const DEFAULT_RETENTION: usize = 200;
 /// The most of a refused document kept for operators to look at.
 const MAX_REJECTED_TEXT_BYTES: usize = 1024 * 1024;
 
+/// The highest release id trusted (2^53 - 1, exact in JSON numbers and in the web page). A file
+/// claiming a higher one is corrupt; ids never wrap.
+pub const MAX_ID: u64 = (1 << 53) - 1;
+
 /// How long an announced author and message wait for their document.
 const PENDING_FOR: Duration = Duration::from_secs(300);
 
@@ -195,21 +199,38 @@ impl ReleaseLog {
             Err(source) => return Err(ReleaseError::Io { path: dir.display().to_string(), source }),
         };
         let mut releases = Vec::new();
+        // Every id any file name claims, trusted or not: the next id is above all of them.
+        let mut highest_seen = 0;
         for entry in entries {
             let entry = entry.map_err(|source| ReleaseError::Io { path: dir.display().to_string(), source })?;
             let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let named = id_in_name(&name);
+            if let Some(id) = named.filter(|&id| id <= MAX_ID) {
+                highest_seen = highest_seen.max(id);
+            }
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
-            match read_release_file(&path) {
+            let checked = read_release_file(&path).and_then(|file| match named {
+                Some(id) if id == file.release.id && id <= MAX_ID && name == format!("{id:020}.json") => Ok(file),
+                _ => Err(ReleaseError::Format {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "it holds release {} under another name, or an id above {MAX_ID}",
+                        file.release.id
+                    ),
+                }),
+            });
+            match checked {
                 Ok(file) => releases.push(Arc::new(file.release)),
-                Err(error) => tracing::warn!(%error, "Skipping a release file that cannot be read."),
+                Err(error) => quarantine(&path, &error),
             }
         }
         releases.sort_by_key(|r| r.id);
         {
             let mut state = log.lock();
-            state.next_id = releases.last().map_or(1, |r| r.id + 1);
+            state.next_id = highest_seen.saturating_add(1);
             state.releases = releases.into();
         }
         log.enforce_retention();
@@ -286,7 +307,8 @@ impl ReleaseLog {
                 digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
                 changes: diff(previous, table),
             });
-            state.next_id += 1;
+            // Never wraps: ids above MAX_ID are refused at start-up, so this cannot saturate.
+            state.next_id = state.next_id.saturating_add(1);
             state.releases.push_back(Arc::clone(&release));
             Self::serve_as(&mut state, version, release.id, self.retention);
             // Until its file is on disk (for good without a data directory).
@@ -475,6 +497,32 @@ fn read_release_file(path: &Path) -> Result<ReleaseFile, ReleaseError> {
     Ok(file)
 }
 
+/// The id a file name starts with (`00000000000000000005.json`, `.00000000000000000005.json.*.tmp`,
+/// `00000000000000000005.json.corrupt`), if any.
+fn id_in_name(name: &str) -> Option<u64> {
+    let digits: String = name.trim_start_matches('.').chars().take_while(char::is_ascii_digit).collect();
+    if digits.is_empty() {
+        return None;
+    }
+    // Too many digits for a u64: as high as can be, so it is never trusted.
+    Some(digits.parse().unwrap_or(u64::MAX))
+}
+
+/// Moves a release file that cannot be trusted aside (`*.corrupt`), so it is neither read again nor
+/// overwritten, and says so.
+fn quarantine(path: &Path, error: &ReleaseError) {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".corrupt");
+    match std::fs::rename(path, &aside) {
+        Ok(()) => {
+            tracing::error!(%error, to = %Path::new(&aside).display(), "A release file cannot be trusted; moved it aside.")
+        }
+        Err(rename) => {
+            tracing::error!(%error, %rename, "A release file cannot be trusted, nor moved aside; skipping it.")
+        }
+    }
+}
+
 fn lock_state(state: &Mutex<LogState>) -> MutexGuard<'_, LogState> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -520,12 +568,45 @@ mod tests {
     }
 
     #[test]
-    fn an_unreadable_file_is_skipped() {
+    fn an_unreadable_file_is_quarantined_and_its_id_never_reissued() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("releases")).unwrap();
         std::fs::write(dir.path().join("releases/00000000000000000009.json"), "{").unwrap();
         let log = ReleaseLog::open(dir.path(), 10).unwrap();
         assert!(log.list().is_empty());
+        assert!(dir.path().join("releases/00000000000000000009.json.corrupt").exists(), "moved aside");
+        let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        assert!(release.id > 9, "above the corrupt file's id, got {}", release.id);
+    }
+
+    /// F11: a release whose id was corrupted to u64::MAX made the next id wrap to 0, then 1, and
+    /// overwrite release 1's file.
+    #[test]
+    fn a_corrupt_id_is_quarantined_and_ids_never_wrap() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        for version in 1..=3 {
+            log.record(&AgentConfigurations::default(), &table(V1), Some(V1), version, "file x");
+        }
+        log.flush();
+        drop(log);
+        let newest = dir.path().join("releases/00000000000000000003.json");
+        let text = std::fs::read_to_string(&newest).unwrap().replace("\"id\": 3", "\"id\": 18446744073709551615");
+        std::fs::write(&newest, text).unwrap();
+        // A stray file whose name claims a huge id is not trusted for allocation either.
+        std::fs::write(dir.path().join("releases/99999999999999999999.json"), "{}").unwrap();
+        let one = std::fs::read_to_string(dir.path().join("releases/00000000000000000001.json")).unwrap();
+
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [2, 1]);
+        assert!(dir.path().join("releases/00000000000000000003.json.corrupt").exists());
+        assert!(dir.path().join("releases/99999999999999999999.json.corrupt").exists());
+        let next = log.record(&AgentConfigurations::default(), &table(V2), Some(V2), 1, "file x");
+        assert_eq!(next.id, 4, "above every id in a file name, the corrupt one's included");
+        log.flush();
+        assert_eq!(std::fs::read_to_string(dir.path().join("releases/00000000000000000001.json")).unwrap(), one);
+        let current = log.served_as(1).unwrap();
+        assert_eq!(log.document(current).unwrap(), Some(Some(V2.to_owned())));
     }
 
     #[test]
