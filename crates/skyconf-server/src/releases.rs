@@ -13,6 +13,24 @@
 //! updated, read by id or newest first; files are inspectable with `cat` and `jq`, need no new
 //! dependency, and retention is deleting a file.
 //!
+//! Durability. A release file is written after its document is served (the serving path never
+//! waits for a disk), so a file that cannot be written (disk full, read-only data directory, a
+//! file where the `releases` directory should be) cannot undo the change. It is never silent: the
+//! failure is logged at error level, the release is kept in memory and counted as unsaved
+//! ([`ReleaseLog::unsaved`], in `GET /api/v1/status`), and an admin write waits for its release's
+//! file and answers **503** with `"served": true, "durable": false` when it cannot be written — the
+//! change is in effect for agents, but its history is not on disk, which an operator must fix.
+//!
+//! Ids. Ids increase by one within a run and are never reused across restarts, even for a release
+//! whose file was never written: the log reserves ids ahead in `<data dir>/next-release-id` (a
+//! block of [`RESERVE`], renewed by the persister when half of it is used; the first block is
+//! written at start-up, before anything is served) and starts above that reservation and above
+//! every id any file name in `releases/` claims. So ids can skip up to [`RESERVE`] across a
+//! restart. Files that cannot be trusted (unreadable, or an id other than their name's, or above
+//! [`MAX_ID`]) are moved aside as `*.corrupt` and logged at error level. Only when even the
+//! reservation cannot be written (the whole data directory unwritable) can ids of releases that
+//! never reached the disk be issued again after a restart; that too is logged at error level.
+//!
 //! Releases are recorded by the [`Reloader`](crate::reload::Reloader) just *before* it installs a
 //! table, so whoever wakes up on the served table's watch channel finds the release already there.
 //! Writers announce an upcoming document with [`ReleaseLog::expect`] to attach their author and
@@ -27,6 +45,8 @@ use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::{ServiceChange, diff};
 use skyconf_core::store::content_hash;
 
+use skyconf_sources::fs::write_atomically;
+
 use crate::persister::Persister;
 use crate::unix_time::now_ms;
 
@@ -39,6 +59,13 @@ const MAX_REJECTED_TEXT_BYTES: usize = 1024 * 1024;
 /// The highest release id trusted (2^53 - 1, exact in JSON numbers and in the web page). A file
 /// claiming a higher one is corrupt; ids never wrap.
 pub const MAX_ID: u64 = (1 << 53) - 1;
+
+/// How many ids are reserved ahead on disk, so ids whose files could not be written are never
+/// issued again after a restart.
+pub const RESERVE: u64 = 32;
+
+/// The reservation's file, in the data directory.
+const RESERVATION_FILE: &str = "next-release-id";
 
 /// How long an announced author and message wait for their document.
 const PENDING_FOR: Duration = Duration::from_secs(300);
@@ -153,6 +180,12 @@ struct LogState {
     /// its release through its version, so a reader pairs content and release id atomically.
     served_as: VecDeque<(u64, u64)>,
     pending: Vec<Pending>,
+    /// Kept releases whose file could not be written.
+    unsaved: std::collections::BTreeSet<u64>,
+    /// Ids below this are reserved on disk.
+    reserved: u64,
+    /// The highest reservation handed to the persister.
+    reserving: u64,
     last_rejection: Option<RejectedDocument>,
 }
 
@@ -164,6 +197,21 @@ pub struct ReleaseLog {
     retention: usize,
     // Shared with the persister's completion callbacks.
     state: Arc<Mutex<LogState>>,
+    /// Bumped whenever a release file is written or fails, for writers waiting on theirs.
+    persisted: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+/// Whether a release is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// No data directory: releases live in memory only, by configuration.
+    Memory,
+    /// Its file is being written.
+    Pending,
+    /// Its file is on disk (or it was dropped by retention).
+    Durable,
+    /// Its file could not be written; it is kept in memory until the server stops.
+    Failed,
 }
 
 /// The hex SHA-256 of a document, as releases record it.
@@ -179,12 +227,14 @@ impl ReleaseLog {
             persister: None,
             retention: retention.max(1),
             state: Arc::new(Mutex::new(LogState { next_id: 1, ..LogState::default() })),
+            persisted: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
     /// The log in `<data_dir>/releases`, with the releases already there (files that cannot be
-    /// read are skipped with a warning; the directory is created on the first release), written
-    /// by a persister of its own.
+    /// trusted are moved aside; the directory is created on the first release), written by a
+    /// persister of its own. A directory that cannot be read is logged and the log starts empty:
+    /// its releases then fail to be written, and writes say so.
     pub fn open(data_dir: &Path, retention: usize) -> Result<Self, ReleaseError> {
         Self::open_with(data_dir, retention, Persister::spawn())
     }
@@ -193,15 +243,19 @@ impl ReleaseLog {
     pub fn open_with(data_dir: &Path, retention: usize, persister: Persister) -> Result<Self, ReleaseError> {
         let dir = data_dir.join("releases");
         let log = Self { dir: Some(dir.clone()), persister: Some(persister), ..Self::in_memory(retention) };
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
-            Err(source) => return Err(ReleaseError::Io { path: dir.display().to_string(), source }),
-        };
         let mut releases = Vec::new();
         // Every id any file name claims, trusted or not: the next id is above all of them.
         let mut highest_seen = 0;
-        for entry in entries {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => Some(entries),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => {
+                let error = ReleaseError::Io { path: dir.display().to_string(), source };
+                tracing::error!(%error, "Cannot read the release history; new releases will fail to be written.");
+                None
+            }
+        };
+        for entry in entries.into_iter().flatten() {
             let entry = entry.map_err(|source| ReleaseError::Io { path: dir.display().to_string(), source })?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -228,9 +282,35 @@ impl ReleaseLog {
             }
         }
         releases.sort_by_key(|r| r.id);
+        let reservation = data_dir.join(RESERVATION_FILE);
+        let reserved_before = match std::fs::read_to_string(&reservation) {
+            Ok(text) => match text.trim().parse::<u64>() {
+                Ok(id) if id <= MAX_ID => id,
+                _ => {
+                    tracing::error!(path = %reservation.display(), "The release id reservation is not a valid id; ignoring it.");
+                    0
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(error) => {
+                tracing::error!(path = %reservation.display(), %error, "Cannot read the release id reservation.");
+                0
+            }
+        };
+        let next_id = highest_seen.saturating_add(1).max(reserved_before).max(1);
+        let target = next_id.saturating_add(RESERVE);
+        let reserved = match write_atomically(&reservation, format!("{target}\n").as_bytes()) {
+            Ok(()) => target,
+            Err(error) => {
+                tracing::error!(path = %reservation.display(), %error, "Cannot reserve release ids on disk; ids of releases that fail to be written may be issued again after a restart.");
+                next_id
+            }
+        };
         {
             let mut state = log.lock();
-            state.next_id = highest_seen.saturating_add(1);
+            state.next_id = next_id;
+            state.reserved = reserved;
+            state.reserving = reserved;
             state.releases = releases.into();
         }
         log.enforce_retention();
@@ -286,7 +366,7 @@ impl ReleaseLog {
     ) -> Arc<Release> {
         let hash = text.map(document_hash);
         let now = Instant::now();
-        let (release, evicted) = {
+        let (release, evicted, reserve) = {
             let mut state = self.lock();
             state.pending.retain(|p| p.until > now);
             let attribution = state
@@ -313,25 +393,34 @@ impl ReleaseLog {
             Self::serve_as(&mut state, version, release.id, self.retention);
             // Until its file is on disk (for good without a data directory).
             state.documents.insert(release.id, text.map(Arc::from));
-            (release, self.evict(&mut state))
+            let reserve = self.reserve_more(&mut state);
+            (release, self.evict(&mut state), reserve)
         };
         if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
+            if let Some(target) = reserve {
+                self.write_reservation(dir, persister, target);
+            }
             let file = ReleaseFile { format: 1, release: (*release).clone(), document: text.map(str::to_owned) };
             match serde_json::to_vec_pretty(&file) {
                 Ok(bytes) => {
-                    let (state, id) = (Arc::clone(&self.state), release.id);
-                    let done = Box::new(move |result: std::io::Result<()>| match result {
-                        Ok(()) => {
-                            lock_state(&state).documents.remove(&id);
+                    let (state, persisted, id) = (Arc::clone(&self.state), Arc::clone(&self.persisted), release.id);
+                    let done = Box::new(move |result: std::io::Result<()>| {
+                        match result {
+                            Ok(()) => {
+                                lock_state(&state).documents.remove(&id);
+                            }
+                            Err(error) => {
+                                lock_state(&state).unsaved.insert(id);
+                                tracing::error!(release = id, %error, "Cannot write the release to disk: its change is served, but its history is kept in memory only until the server stops.");
+                            }
                         }
-                        Err(error) => {
-                            tracing::warn!(release = id, %error, "Cannot write the release to disk; it is kept in memory until the server stops.");
-                        }
+                        persisted.send_modify(|n| *n = n.wrapping_add(1));
                     });
                     persister.write(release_path(dir, release.id), bytes, Some(done));
                 }
                 Err(error) => {
-                    tracing::warn!(release = release.id, %error, "Cannot encode the release; it is kept in memory.")
+                    self.lock().unsaved.insert(release.id);
+                    tracing::error!(release = release.id, %error, "Cannot encode the release; it is kept in memory.")
                 }
             }
             self.delete_files(&evicted);
@@ -367,11 +456,72 @@ impl ReleaseLog {
         self.lock().served_as.iter().rev().find(|&&(v, _)| v == version).map(|&(_, id)| id)
     }
 
+    /// The next reservation to write, when less than half of the current one is left.
+    fn reserve_more(&self, state: &mut LogState) -> Option<u64> {
+        self.dir.as_ref()?;
+        if state.next_id.saturating_add(RESERVE / 2) <= state.reserving {
+            return None;
+        }
+        state.reserving = state.next_id.saturating_add(RESERVE);
+        Some(state.reserving)
+    }
+
+    fn write_reservation(&self, dir: &Path, persister: &Persister, target: u64) {
+        let Some(data_dir) = dir.parent() else { return };
+        let state = Arc::clone(&self.state);
+        let done = Box::new(move |result: std::io::Result<()>| match result {
+            Ok(()) => {
+                let mut state = lock_state(&state);
+                state.reserved = state.reserved.max(target);
+            }
+            Err(error) => {
+                tracing::error!(%error, "Cannot reserve release ids on disk; ids of releases that fail to be written may be issued again after a restart.")
+            }
+        });
+        persister.write(data_dir.join(RESERVATION_FILE), format!("{target}\n").into_bytes(), Some(done));
+    }
+
+    /// Whether release `id`'s file is on disk.
+    pub fn durability(&self, id: u64) -> Durability {
+        if self.dir.is_none() {
+            return Durability::Memory;
+        }
+        let state = self.lock();
+        if state.unsaved.contains(&id) {
+            Durability::Failed
+        } else if state.documents.contains_key(&id) {
+            Durability::Pending
+        } else {
+            Durability::Durable
+        }
+    }
+
+    /// Waits (up to `deadline`) until release `id`'s file is written or has failed.
+    pub async fn durable(&self, id: u64, deadline: tokio::time::Instant) -> Durability {
+        let mut changes = self.persisted.subscribe();
+        loop {
+            let durability = self.durability(id);
+            if durability != Durability::Pending {
+                return durability;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return self.durability(id),
+            }
+        }
+    }
+
+    /// How many kept releases could not be written to disk.
+    pub fn unsaved(&self) -> usize {
+        self.lock().unsaved.len()
+    }
+
     fn evict(&self, state: &mut LogState) -> Vec<u64> {
         let mut evicted = Vec::new();
         while state.releases.len() > self.retention {
             if let Some(old) = state.releases.pop_front() {
                 state.documents.remove(&old.id);
+                state.unsaved.remove(&old.id);
                 evicted.push(old.id);
             }
         }
@@ -562,9 +712,10 @@ mod tests {
         assert!(reopened.find_after(2, Some(&document_hash(V2))).is_none());
 
         reopened.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
-        assert_eq!(reopened.latest().unwrap().id, 4, "ids keep increasing across restarts");
+        let id = reopened.latest().unwrap().id;
+        assert!(id > 3, "ids keep increasing across restarts (with gaps up to RESERVE), got {id}");
         reopened.record_start(&table(V1), Some(V1), 1, "file x");
-        assert_eq!(reopened.latest().unwrap().id, 4, "an unchanged start records nothing");
+        assert_eq!(reopened.latest().unwrap().id, id, "an unchanged start records nothing");
     }
 
     #[test]
@@ -602,11 +753,42 @@ mod tests {
         assert!(dir.path().join("releases/00000000000000000003.json.corrupt").exists());
         assert!(dir.path().join("releases/99999999999999999999.json.corrupt").exists());
         let next = log.record(&AgentConfigurations::default(), &table(V2), Some(V2), 1, "file x");
-        assert_eq!(next.id, 4, "above every id in a file name, the corrupt one's included");
+        assert!(next.id > 3, "above every id in a file name, the corrupt one's included: {}", next.id);
         log.flush();
         assert_eq!(std::fs::read_to_string(dir.path().join("releases/00000000000000000001.json")).unwrap(), one);
         let current = log.served_as(1).unwrap();
         assert_eq!(log.document(current).unwrap(), Some(Some(V2.to_owned())));
+    }
+
+    /// F10: a release file that cannot be written is reported, and its id is never issued again,
+    /// not even after a restart.
+    #[tokio::test]
+    async fn a_release_that_cannot_be_written_is_reported_and_its_id_never_reissued() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the releases directory should be: every release file write fails (even as
+        // root, where a read-only mode would not).
+        std::fs::write(dir.path().join("releases"), "not a directory").unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut ids = Vec::new();
+        for version in 1..=3 {
+            let text = format!("configurations:\n  a: {{k: {version}}}\n");
+            let release = log.record(&AgentConfigurations::default(), &table(&text), Some(&text), version, "file x");
+            assert_eq!(log.durable(release.id, deadline).await, Durability::Failed);
+            assert_eq!(log.document(release.id).unwrap(), Some(Some(text)), "kept in memory");
+            ids.push(release.id);
+        }
+        assert_eq!(log.unsaved(), 3);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        log.flush();
+        drop(log);
+
+        std::fs::remove_file(dir.path().join("releases")).unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        assert!(release.id > ids[2], "{} reissued after {ids:?}", release.id);
+        assert_eq!(log.durable(release.id, deadline).await, Durability::Durable);
+        assert_eq!(log.unsaved(), 0);
     }
 
     #[test]

@@ -105,6 +105,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
         "writable": admin.writer.is_some(),
         "release": admin.releases.latest().map(|r| r.id),
         "retention": admin.releases.retention(),
+        "unsaved_releases": admin.releases.unsaved(),
         "last_rejection": rejection,
         "fleet": {
             "tracked": admin.fleet.tracked(),

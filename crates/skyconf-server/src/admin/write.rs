@@ -19,7 +19,13 @@
 //!
 //! Answers: 200 with the release once the new document is served; 202 when the store took it but
 //! it was not served within the wait; 200 with `"unchanged": true` when the document is the one
-//! served already. Per-service writes rewrite the document in a canonical form (every string
+//! served already. A served write also waits (within the same wait) for its release file:
+//! `"durable": true` once it is on disk, `null` without a data directory (or not yet known when
+//! the wait ends). When the file cannot be written (disk full, read-only data directory) the
+//! answer is **503** with `"written": true, "served": true, "durable": false` and an `error`: the
+//! store took the change and agents get it — nothing is undone, and a retry answers
+//! `"unchanged"` — but its release history is not on disk, which the operator must fix (the
+//! server logs it at error level and counts it in `GET /api/v1/status` as `unsaved_releases`). Per-service writes rewrite the document in a canonical form (every string
 //! double-quoted; comments dropped), with the same digests for every untouched service.
 
 use std::sync::Arc;
@@ -40,7 +46,7 @@ use tokio::sync::MutexGuard;
 use super::extract::{ReleaseId, ServiceName, WriteOptions, WriteRequest};
 use super::read::{document_of, summary};
 use super::{Admin, AppError};
-use crate::releases::{Attribution, document_hash};
+use crate::releases::{Attribution, Durability, document_hash};
 use crate::served::Snapshot;
 
 /// The header naming who makes a change.
@@ -200,16 +206,30 @@ async fn apply(
         if let Some(release) = admin.releases.find_after(latest_id, hash.as_deref()) {
             let served = admin.served.snapshot();
             if served.version >= release.version {
-                return Ok(Json(json!({
+                let served_after_ms = started.elapsed().as_millis() as u64;
+                let durability = admin.releases.durable(release.id, deadline).await;
+                let mut body = json!({
                     "dry_run": false,
                     "written": true,
                     "served": true,
-                    "served_after_ms": started.elapsed().as_millis() as u64,
+                    "durable": match durability {
+                        Durability::Durable => Some(true),
+                        Durability::Failed => Some(false),
+                        Durability::Memory | Durability::Pending => None,
+                    },
+                    "served_after_ms": served_after_ms,
                     "changes": changes,
                     "release": summary(&release),
                     "version": release.version,
-                }))
-                .into_response());
+                });
+                if durability == Durability::Failed {
+                    body["error"] = json!(format!(
+                        "the change is served, but release {} could not be written to the data directory; see the server log",
+                        release.id
+                    ));
+                    return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
+                }
+                return Ok(Json(body).into_response());
             }
         }
         match tokio::time::timeout_at(deadline, served_changes.changed()).await {
