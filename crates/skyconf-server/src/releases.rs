@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use skyconf_core::AgentConfigurations;
-use skyconf_core::diff::{ServiceChange, diff};
+use skyconf_core::diff::{ChangeKind, ServiceChange, diff};
 use skyconf_core::store::content_hash;
 
 use skyconf_sources::fs::write_atomically;
@@ -130,11 +130,80 @@ pub struct Release {
     pub changes: Vec<ServiceChange>,
 }
 
-impl Release {
-    /// The document hash this release has, as bytes, for comparisons.
+/// The most changed services a [`ReleaseSummary`] names.
+pub const MAX_SUMMARY_CHANGES: usize = 20;
+
+/// What the log keeps in memory of a release: its metadata and counts, and the first
+/// [`MAX_SUMMARY_CHANGES`] changed services. Digests and key-level changes stay in the release's
+/// file ([`ReleaseLog::full`]), so memory does not grow with the size of the documents.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReleaseSummary {
+    /// See [`Release::id`].
+    pub id: u64,
+    /// See [`Release::at_ms`].
+    pub at_ms: u64,
+    /// See [`Release::author`].
+    pub author: Option<String>,
+    /// See [`Release::message`].
+    pub message: Option<String>,
+    /// See [`Release::origin`].
+    pub origin: String,
+    /// See [`Release::rollback_of`].
+    pub rollback_of: Option<u64>,
+    /// See [`Release::version`].
+    pub version: u64,
+    /// See [`Release::document_sha256`].
+    pub document_sha256: Option<String>,
+    /// How many services the document configures.
+    pub services: usize,
+    /// How many services' digests changed.
+    pub changed: usize,
+    /// The first changed services (at most [`MAX_SUMMARY_CHANGES`]), in the release's order.
+    pub changes: Vec<ChangeSummary>,
+}
+
+/// One changed service in a [`ReleaseSummary`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ChangeSummary {
+    /// The service.
+    pub service: String,
+    /// Added, removed or modified.
+    pub change: ChangeKind,
+}
+
+impl ReleaseSummary {
+    fn of(release: &Release) -> Self {
+        Self {
+            id: release.id,
+            at_ms: release.at_ms,
+            author: release.author.clone(),
+            message: release.message.clone(),
+            origin: release.origin.clone(),
+            rollback_of: release.rollback_of,
+            version: release.version,
+            document_sha256: release.document_sha256.clone(),
+            services: release.digests.len(),
+            changed: release.changes.len(),
+            changes: release
+                .changes
+                .iter()
+                .take(MAX_SUMMARY_CHANGES)
+                .map(|c| ChangeSummary { service: c.service.clone(), change: c.change })
+                .collect(),
+        }
+    }
+
     fn hash(&self) -> Option<&str> {
         self.document_sha256.as_deref()
     }
+}
+
+/// A release not (yet) on disk: all of them without a data directory, else those whose file is
+/// not written (yet).
+#[derive(Debug)]
+struct Kept {
+    release: Arc<Release>,
+    document: Option<Arc<str>>,
 }
 
 /// What a release file holds: the release and the document text.
@@ -171,10 +240,12 @@ struct Pending {
 #[derive(Debug, Default)]
 struct LogState {
     /// Oldest first.
-    releases: VecDeque<Arc<Release>>,
-    /// Document texts not on disk: all of them without a directory, else those whose file is not
-    /// written (yet).
-    documents: HashMap<u64, Option<Arc<str>>>,
+    releases: VecDeque<Arc<ReleaseSummary>>,
+    /// Releases and texts not on disk: all of them without a directory, else those whose file is
+    /// not written (yet).
+    documents: HashMap<u64, Kept>,
+    /// The newest kept release that changed each service (id, time).
+    last_changes: HashMap<String, (u64, u64)>,
     next_id: u64,
     /// Which release each served version of this run is (oldest first): a served snapshot names
     /// its release through its version, so a reader pairs content and release id atomically.
@@ -277,11 +348,18 @@ impl ReleaseLog {
                 }),
             });
             match checked {
-                Ok(file) => releases.push(Arc::new(file.release)),
+                Ok(file) => releases.push(file.release),
                 Err(error) => quarantine(&path, &error),
             }
         }
         releases.sort_by_key(|r| r.id);
+        let mut last_changes = HashMap::new();
+        for release in &releases {
+            for change in &release.changes {
+                last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+            }
+        }
+        let releases: VecDeque<_> = releases.iter().map(|r| Arc::new(ReleaseSummary::of(r))).collect();
         let reservation = data_dir.join(RESERVATION_FILE);
         let reserved_before = match std::fs::read_to_string(&reservation) {
             Ok(text) => match text.trim().parse::<u64>() {
@@ -311,7 +389,8 @@ impl ReleaseLog {
             state.next_id = next_id;
             state.reserved = reserved;
             state.reserving = reserved;
-            state.releases = releases.into();
+            state.releases = releases;
+            state.last_changes = last_changes;
         }
         log.enforce_retention();
         Ok(log)
@@ -363,10 +442,10 @@ impl ReleaseLog {
         text: Option<&str>,
         version: u64,
         origin: &str,
-    ) -> Arc<Release> {
+    ) -> Arc<ReleaseSummary> {
         let hash = text.map(document_hash);
         let now = Instant::now();
-        let (release, evicted, reserve) = {
+        let (release, summary, evicted, reserve) = {
             let mut state = self.lock();
             state.pending.retain(|p| p.until > now);
             let attribution = state
@@ -389,12 +468,16 @@ impl ReleaseLog {
             });
             // Never wraps: ids above MAX_ID are refused at start-up, so this cannot saturate.
             state.next_id = state.next_id.saturating_add(1);
-            state.releases.push_back(Arc::clone(&release));
+            let summary = Arc::new(ReleaseSummary::of(&release));
+            state.releases.push_back(Arc::clone(&summary));
+            for change in &release.changes {
+                state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+            }
             Self::serve_as(&mut state, version, release.id, self.retention);
             // Until its file is on disk (for good without a data directory).
-            state.documents.insert(release.id, text.map(Arc::from));
+            state.documents.insert(release.id, Kept { release: Arc::clone(&release), document: text.map(Arc::from) });
             let reserve = self.reserve_more(&mut state);
-            (release, self.evict(&mut state), reserve)
+            (release, summary, self.evict(&mut state), reserve)
         };
         if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
             if let Some(target) = reserve {
@@ -426,7 +509,7 @@ impl ReleaseLog {
             self.delete_files(&evicted);
         }
         tracing::info!(release = release.id, version, origin = %release.origin, changed = release.changes.len(), "Recorded a release.");
-        release
+        summary
     }
 
     /// Records, at start-up, the document the server starts with, unless it is the newest release
@@ -525,6 +608,11 @@ impl ReleaseLog {
                 evicted.push(old.id);
             }
         }
+        if let Some(oldest) = state.releases.front().map(|r| r.id)
+            && !evicted.is_empty()
+        {
+            state.last_changes.retain(|_, (id, _)| *id >= oldest);
+        }
         evicted
     }
 
@@ -544,53 +632,69 @@ impl ReleaseLog {
     }
 
     /// Every release kept, newest first.
-    pub fn list(&self) -> Vec<Arc<Release>> {
+    pub fn list(&self) -> Vec<Arc<ReleaseSummary>> {
         self.lock().releases.iter().rev().cloned().collect()
     }
 
-    /// One release.
-    pub fn get(&self, id: u64) -> Option<Arc<Release>> {
+    /// A page of releases, newest first: at most `limit` with ids below `before` (all when
+    /// `None`), and how many are kept in all.
+    pub fn page(&self, before: Option<u64>, limit: usize) -> (Vec<Arc<ReleaseSummary>>, usize) {
+        let state = self.lock();
+        let end = before.map_or(state.releases.len(), |b| state.releases.partition_point(|r| r.id < b));
+        let page = state.releases.range(..end).rev().take(limit).cloned().collect();
+        (page, state.releases.len())
+    }
+
+    /// One release's summary.
+    pub fn get(&self, id: u64) -> Option<Arc<ReleaseSummary>> {
         let state = self.lock();
         let index = state.releases.binary_search_by_key(&id, |r| r.id).ok()?;
         state.releases.get(index).cloned()
     }
 
     /// The newest release.
-    pub fn latest(&self) -> Option<Arc<Release>> {
+    pub fn latest(&self) -> Option<Arc<ReleaseSummary>> {
         self.lock().releases.back().cloned()
     }
 
     /// The release before `id`, if it is still kept.
-    pub fn previous(&self, id: u64) -> Option<Arc<Release>> {
+    pub fn previous(&self, id: u64) -> Option<Arc<ReleaseSummary>> {
         let state = self.lock();
         let index = state.releases.partition_point(|r| r.id < id);
         index.checked_sub(1).and_then(|i| state.releases.get(i).cloned())
     }
 
     /// The newest release after `after` whose document has `hash` (`None`: a delete).
-    pub fn find_after(&self, after: u64, hash: Option<&str>) -> Option<Arc<Release>> {
+    pub fn find_after(&self, after: u64, hash: Option<&str>) -> Option<Arc<ReleaseSummary>> {
         self.lock().releases.iter().rev().take_while(|r| r.id > after).find(|r| r.hash() == hash).cloned()
     }
 
-    /// The newest release that changed `service`'s digest.
-    pub fn last_change(&self, service: &str) -> Option<Arc<Release>> {
-        self.lock().releases.iter().rev().find(|r| r.changes.iter().any(|c| c.service == service)).cloned()
+    /// The newest kept release that changed `service`'s digest: its id and time.
+    pub fn last_change(&self, service: &str) -> Option<(u64, u64)> {
+        self.lock().last_changes.get(service).copied()
     }
 
     /// The text of release `id`: `Ok(None)` when it is not kept, `Ok(Some(None))` for a delete.
     /// Reads a file: call it off the async threads.
     pub fn document(&self, id: u64) -> Result<Option<Option<String>>, ReleaseError> {
-        let Some(dir) = &self.dir else {
-            return Ok(self.lock().documents.get(&id).map(|d| d.as_deref().map(str::to_owned)));
-        };
-        // Not yet on disk, or never written.
-        if self.get(id).is_none() {
-            return Ok(None);
+        Ok(self.full(id)?.map(|(_, document)| document))
+    }
+
+    /// Release `id` in full (digests, key-level changes) with its text, from memory or from its
+    /// file: `Ok(None)` when it is not kept. Reads a file: call it off the async threads.
+    pub fn full(&self, id: u64) -> Result<Option<(Release, Option<String>)>, ReleaseError> {
+        {
+            let state = self.lock();
+            if state.releases.binary_search_by_key(&id, |r| r.id).is_err() {
+                return Ok(None);
+            }
+            if let Some(kept) = state.documents.get(&id) {
+                return Ok(Some(((*kept.release).clone(), kept.document.as_deref().map(str::to_owned))));
+            }
         }
-        if let Some(kept) = self.lock().documents.get(&id) {
-            return Ok(Some(kept.as_deref().map(str::to_owned)));
-        }
-        Ok(Some(read_release_file(&release_path(dir, id))?.document))
+        let Some(dir) = &self.dir else { return Ok(None) };
+        let file = read_release_file(&release_path(dir, id))?;
+        Ok(Some((file.release, file.document)))
     }
 
     /// The table of release `id`, if its text is still readable.
@@ -707,7 +811,7 @@ mod tests {
         assert_eq!(reopened.document(1).unwrap(), None, "past retention");
         assert_eq!(std::fs::read_dir(dir.path().join("releases")).unwrap().count(), 2);
         assert_eq!(reopened.previous(3).unwrap().id, 2);
-        assert_eq!(reopened.last_change("c").unwrap().id, 3);
+        assert_eq!(reopened.last_change("c").unwrap().0, 3);
         assert_eq!(reopened.find_after(1, Some(&document_hash(V2))).unwrap().id, 2);
         assert!(reopened.find_after(2, Some(&document_hash(V2))).is_none());
 
@@ -789,6 +893,25 @@ mod tests {
         assert!(release.id > ids[2], "{} reissued after {ids:?}", release.id);
         assert_eq!(log.durable(release.id, deadline).await, Durability::Durable);
         assert_eq!(log.unsaved(), 0);
+    }
+
+    /// F7: with a data directory, memory keeps summaries only; the full release (digests and
+    /// key-level changes) comes from its file.
+    #[test]
+    fn with_a_data_dir_memory_keeps_summaries_and_details_come_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        let many: String = (0..200).map(|i| format!("  s{i}: {{k: v}}\n")).collect();
+        let big = format!("configurations:\n{many}");
+        let release = log.record(&AgentConfigurations::default(), &table(&big), Some(&big), 1, "file x");
+        assert_eq!((release.services, release.changed, release.changes.len()), (200, 200, MAX_SUMMARY_CHANGES));
+        log.flush();
+        assert!(log.lock().documents.is_empty(), "nothing but the summary stays in memory");
+        let (full, document) = log.full(release.id).unwrap().unwrap();
+        assert_eq!((full.digests.len(), full.changes.len(), document.as_deref()), (200, 200, Some(big.as_str())));
+        assert_eq!(log.last_change("s7"), Some((release.id, release.at_ms)));
+        let (page, total) = log.page(None, 5);
+        assert_eq!((page.len(), total), (1, 1));
     }
 
     #[test]

@@ -443,6 +443,50 @@ async fn the_etag_names_the_content_returned_even_while_a_release_is_being_insta
     assert_eq!(s.served.snapshot().version, current.version, "nothing was written");
 }
 
+/// F7: the list holds summaries (counts and the first changed services, no digests, no key-level
+/// changes), in pages; the full release is one GET away.
+#[tokio::test]
+async fn releases_are_listed_as_bounded_summaries_in_pages() {
+    let s = setup();
+    let many: String = (0..100).map(|i| format!("  s{i}: {{k: v}}\n")).collect();
+    let big = format!("configurations:\n{many}");
+    let request = yaml_put("/api/v1/configurations").body(Body::from(big)).unwrap();
+    s.ok(request).await;
+    for i in 0..4 {
+        s.ok_json("PUT", "/api/v1/services/order", json!({"config": {"k": format!("{i}")}})).await;
+    }
+
+    let list = s.ok(get("/api/v1/releases?limit=2")).await;
+    assert_eq!((list["total"].as_u64(), list["limit"].as_u64()), (Some(6), Some(2)));
+    let ids: Vec<u64> = list["releases"].as_array().unwrap().iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [6, 5]);
+    assert_eq!(list["next_before"], 5);
+    let list = s.ok(get("/api/v1/releases?limit=2&before=5")).await;
+    let ids: Vec<u64> = list["releases"].as_array().unwrap().iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [4, 3]);
+    let list = s.ok(get("/api/v1/releases?before=3")).await;
+    assert_eq!(list["releases"].as_array().unwrap().len(), 2);
+    assert_eq!(list["next_before"], Value::Null, "the last page");
+
+    let big = &list["releases"][0];
+    assert_eq!(big["id"], 2);
+    assert_eq!((big["services"].as_u64(), big["changed"].as_u64()), (Some(100), Some(102)), "100 added, 2 removed");
+    let changes = big["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 20, "only the first changed services");
+    assert_eq!(changes[0], json!({"service": "s0", "change": "added"}), "no digests, no keys");
+    assert!(big.get("digests").is_none());
+
+    let full = s.ok(get("/api/v1/releases/2")).await;
+    assert_eq!(full["changes"].as_array().unwrap().len(), 102, "the full release has every change");
+    assert_eq!(full["changes"][0]["keys"][0]["key"], "k");
+    assert_eq!(full["digests"].as_object().unwrap().len(), 100);
+
+    for bad in ["limit=0", "limit=501", "limit=x", "lmit=3", "before=-1"] {
+        let (status, body) = call(&s.router, get(&format!("/api/v1/releases?{bad}"))).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
+
 #[tokio::test]
 async fn store_failures_map_to_503_and_409() {
     let s = setup();
