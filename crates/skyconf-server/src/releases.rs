@@ -7,9 +7,11 @@
 //! The log is local to each server, kept even when the store itself has no history (a plain etcd
 //! key, a file). With a data directory it is one JSON file per release,
 //! `<data dir>/releases/<id, 20 digits>.json`, written atomically by the [`Persister`] off the
-//! serving path and read back at start-up; a release's document stays in memory until its file is
-//! on disk (and for good if it cannot be written). Without a data directory it lives in memory. Only the newest `retention` releases are
-//! kept. Why files and not an embedded database: a release is written a few times a day, never
+//! serving path and read back at start-up. Memory holds a [`ReleaseSummary`] per release (counts
+//! and the first changed services); the full release (every digest, key-level changes) and its
+//! text stay in memory only until its file is on disk (for good if it cannot be written), and are
+//! read from the file when asked for ([`ReleaseLog::full`]). Without a data directory everything
+//! lives in memory. Only the newest `retention` releases are kept. Why files and not an embedded database: a release is written a few times a day, never
 //! updated, read by id or newest first; files are inspectable with `cat` and `jq`, need no new
 //! dependency, and retention is deleting a file.
 //!
