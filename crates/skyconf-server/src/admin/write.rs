@@ -330,12 +330,38 @@ async fn write_service(
     options: WriteOptions,
 ) -> Result<Response, AppError> {
     let guard = admin.write_lock.lock().await;
-    let current = admin.served.snapshot();
+    // A conditional write need not wait: `apply` refuses it while the served table lags.
+    let current = if options.if_match.is_some() { admin.served.snapshot() } else { newest_served(admin).await };
     if entries.is_none() && current.table.get(name).is_none() {
         return Err(AppError::NotFound(format!("no service `{name}` is configured")));
     }
     let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
     apply(admin, guard, current, proposal, attribution, options).await
+}
+
+/// How long a per-service write waits for a recorded release to be installed before it builds
+/// on the served table anyway.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The served snapshot, once it is the newest release's: a release is recorded just before its
+/// table is installed, and a per-service write built on the table before it would undo it.
+async fn newest_served(admin: &Admin) -> Arc<Snapshot> {
+    let mut changes = admin.served.subscribe();
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    loop {
+        let snapshot = admin.served.snapshot();
+        let behind = match (admin.releases.served_as(snapshot.version), admin.releases.latest()) {
+            (Some(served), Some(latest)) => served < latest.id,
+            _ => false,
+        };
+        if !behind {
+            return snapshot;
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => return admin.served.snapshot(),
+        }
+    }
 }
 
 pub(super) async fn rollback(

@@ -487,6 +487,25 @@ async fn releases_are_listed_as_bounded_summaries_in_pages() {
     }
 }
 
+/// F3: a per-service write made while a store change is recorded but not yet installed builds on
+/// that change, not on the table before it.
+#[tokio::test]
+async fn a_per_service_write_keeps_a_change_that_is_being_installed() {
+    let s = setup();
+    let v2 = format!("{V1}  extra:\n    k: from-the-store\n");
+    let (current, next) = (s.served.snapshot(), skyconf_core::read(&v2).unwrap());
+    s.releases.record(&current.table, &next, Some(&v2), current.version + 1, "memory");
+    let served = Arc::clone(&s.served);
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        served.install(next);
+    });
+    s.ok_json("PUT", "/api/v1/services/pay", json!({"config": {"k": "mine"}})).await;
+    let table = s.served.snapshot().table.clone();
+    assert_eq!(table.get("extra").and_then(|c| c.get("k")), Some("from-the-store"), "the store's change survived");
+    assert_eq!(table.get("pay").and_then(|c| c.get("k")), Some("mine"));
+}
+
 /// F3 end to end: clients each run the textbook loop (GET the document and its ETag, add their
 /// own service, PUT with If-Match, retry on 409) at once; every acknowledged write must survive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
