@@ -7,11 +7,31 @@
 //! The log is local to each server, kept even when the store itself has no history (a plain etcd
 //! key, a file). With a data directory it is one JSON file per release,
 //! `<data dir>/releases/<id, 20 digits>.json`, written atomically by the [`Persister`] off the
-//! serving path and read back at start-up; a release's document stays in memory until its file is
-//! on disk (and for good if it cannot be written). Without a data directory it lives in memory. Only the newest `retention` releases are
-//! kept. Why files and not an embedded database: a release is written a few times a day, never
+//! serving path and read back at start-up. Memory holds a [`ReleaseSummary`] per release (counts
+//! and the first changed services); the full release (every digest, key-level changes) and its
+//! text stay in memory only until its file is on disk (for good if it cannot be written), and are
+//! read from the file when asked for ([`ReleaseLog::full`]). Without a data directory everything
+//! lives in memory. Only the newest `retention` releases are kept. Why files and not an embedded database: a release is written a few times a day, never
 //! updated, read by id or newest first; files are inspectable with `cat` and `jq`, need no new
 //! dependency, and retention is deleting a file.
+//!
+//! Durability. A release file is written after its document is served (the serving path never
+//! waits for a disk), so a file that cannot be written (disk full, read-only data directory, a
+//! file where the `releases` directory should be) cannot undo the change. It is never silent: the
+//! failure is logged at error level, the release is kept in memory and counted as unsaved
+//! ([`ReleaseLog::unsaved`], in `GET /api/v1/status`), and an admin write waits for its release's
+//! file and answers **503** with `"served": true, "durable": false` when it cannot be written — the
+//! change is in effect for agents, but its history is not on disk, which an operator must fix.
+//!
+//! Ids. Ids increase by one within a run and are never reused across restarts, even for a release
+//! whose file was never written: the log reserves ids ahead in `<data dir>/next-release-id` (a
+//! block of [`RESERVE`], renewed by the persister when half of it is used; the first block is
+//! written at start-up, before anything is served) and starts above that reservation and above
+//! every id any file name in `releases/` claims. So ids can skip up to [`RESERVE`] across a
+//! restart. Files that cannot be trusted (unreadable, or an id other than their name's, or above
+//! [`MAX_ID`]) are moved aside as `*.corrupt` and logged at error level. Only when even the
+//! reservation cannot be written (the whole data directory unwritable) can ids of releases that
+//! never reached the disk be issued again after a restart; that too is logged at error level.
 //!
 //! Releases are recorded by the [`Reloader`](crate::reload::Reloader) just *before* it installs a
 //! table, so whoever wakes up on the served table's watch channel finds the release already there.
@@ -24,8 +44,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use skyconf_core::AgentConfigurations;
-use skyconf_core::diff::{ServiceChange, diff};
+use skyconf_core::diff::{ChangeKind, ServiceChange, diff};
 use skyconf_core::store::content_hash;
+
+use skyconf_sources::fs::write_atomically;
 
 use crate::persister::Persister;
 use crate::unix_time::now_ms;
@@ -35,6 +57,17 @@ pub const DEFAULT_RETENTION: usize = 200;
 
 /// The most of a refused document kept for operators to look at.
 const MAX_REJECTED_TEXT_BYTES: usize = 1024 * 1024;
+
+/// The highest release id trusted (2^53 - 1, exact in JSON numbers and in the web page). A file
+/// claiming a higher one is corrupt; ids never wrap.
+pub const MAX_ID: u64 = (1 << 53) - 1;
+
+/// How many ids are reserved ahead on disk, so ids whose files could not be written are never
+/// issued again after a restart.
+pub const RESERVE: u64 = 32;
+
+/// The reservation's file, in the data directory.
+const RESERVATION_FILE: &str = "next-release-id";
 
 /// How long an announced author and message wait for their document.
 const PENDING_FOR: Duration = Duration::from_secs(300);
@@ -99,11 +132,80 @@ pub struct Release {
     pub changes: Vec<ServiceChange>,
 }
 
-impl Release {
-    /// The document hash this release has, as bytes, for comparisons.
+/// The most changed services a [`ReleaseSummary`] names.
+pub const MAX_SUMMARY_CHANGES: usize = 20;
+
+/// What the log keeps in memory of a release: its metadata and counts, and the first
+/// [`MAX_SUMMARY_CHANGES`] changed services. Digests and key-level changes stay in the release's
+/// file ([`ReleaseLog::full`]), so memory does not grow with the size of the documents.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReleaseSummary {
+    /// See [`Release::id`].
+    pub id: u64,
+    /// See [`Release::at_ms`].
+    pub at_ms: u64,
+    /// See [`Release::author`].
+    pub author: Option<String>,
+    /// See [`Release::message`].
+    pub message: Option<String>,
+    /// See [`Release::origin`].
+    pub origin: String,
+    /// See [`Release::rollback_of`].
+    pub rollback_of: Option<u64>,
+    /// See [`Release::version`].
+    pub version: u64,
+    /// See [`Release::document_sha256`].
+    pub document_sha256: Option<String>,
+    /// How many services the document configures.
+    pub services: usize,
+    /// How many services' digests changed.
+    pub changed: usize,
+    /// The first changed services (at most [`MAX_SUMMARY_CHANGES`]), in the release's order.
+    pub changes: Vec<ChangeSummary>,
+}
+
+/// One changed service in a [`ReleaseSummary`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ChangeSummary {
+    /// The service.
+    pub service: String,
+    /// Added, removed or modified.
+    pub change: ChangeKind,
+}
+
+impl ReleaseSummary {
+    fn of(release: &Release) -> Self {
+        Self {
+            id: release.id,
+            at_ms: release.at_ms,
+            author: release.author.clone(),
+            message: release.message.clone(),
+            origin: release.origin.clone(),
+            rollback_of: release.rollback_of,
+            version: release.version,
+            document_sha256: release.document_sha256.clone(),
+            services: release.digests.len(),
+            changed: release.changes.len(),
+            changes: release
+                .changes
+                .iter()
+                .take(MAX_SUMMARY_CHANGES)
+                .map(|c| ChangeSummary { service: c.service.clone(), change: c.change })
+                .collect(),
+        }
+    }
+
     fn hash(&self) -> Option<&str> {
         self.document_sha256.as_deref()
     }
+}
+
+/// A release not (yet) on disk: all of them without a data directory, else those whose file is
+/// not written (yet).
+#[derive(Debug)]
+struct Kept {
+    release: Arc<Release>,
+    document: Option<Arc<str>>,
 }
 
 /// What a release file holds: the release and the document text.
@@ -140,12 +242,23 @@ struct Pending {
 #[derive(Debug, Default)]
 struct LogState {
     /// Oldest first.
-    releases: VecDeque<Arc<Release>>,
-    /// Document texts not on disk: all of them without a directory, else those whose file is not
-    /// written (yet).
-    documents: HashMap<u64, Option<Arc<str>>>,
+    releases: VecDeque<Arc<ReleaseSummary>>,
+    /// Releases and texts not on disk: all of them without a directory, else those whose file is
+    /// not written (yet).
+    documents: HashMap<u64, Kept>,
+    /// The newest kept release that changed each service (id, time).
+    last_changes: HashMap<String, (u64, u64)>,
     next_id: u64,
+    /// Which release each served version of this run is (oldest first): a served snapshot names
+    /// its release through its version, so a reader pairs content and release id atomically.
+    served_as: VecDeque<(u64, u64)>,
     pending: Vec<Pending>,
+    /// Kept releases whose file could not be written.
+    unsaved: std::collections::BTreeSet<u64>,
+    /// Ids below this are reserved on disk.
+    reserved: u64,
+    /// The highest reservation handed to the persister.
+    reserving: u64,
     last_rejection: Option<RejectedDocument>,
 }
 
@@ -157,6 +270,21 @@ pub struct ReleaseLog {
     retention: usize,
     // Shared with the persister's completion callbacks.
     state: Arc<Mutex<LogState>>,
+    /// Bumped whenever a release file is written or fails, for writers waiting on theirs.
+    persisted: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+/// Whether a release is on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// No data directory: releases live in memory only, by configuration.
+    Memory,
+    /// Its file is being written.
+    Pending,
+    /// Its file is on disk (or it was dropped by retention).
+    Durable,
+    /// Its file could not be written; it is kept in memory until the server stops.
+    Failed,
 }
 
 /// The hex SHA-256 of a document, as releases record it.
@@ -172,12 +300,14 @@ impl ReleaseLog {
             persister: None,
             retention: retention.max(1),
             state: Arc::new(Mutex::new(LogState { next_id: 1, ..LogState::default() })),
+            persisted: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
     }
 
     /// The log in `<data_dir>/releases`, with the releases already there (files that cannot be
-    /// read are skipped with a warning; the directory is created on the first release), written
-    /// by a persister of its own.
+    /// trusted are moved aside; the directory is created on the first release), written by a
+    /// persister of its own. A directory that cannot be read is logged and the log starts empty:
+    /// its releases then fail to be written, and writes say so.
     pub fn open(data_dir: &Path, retention: usize) -> Result<Self, ReleaseError> {
         Self::open_with(data_dir, retention, Persister::spawn())
     }
@@ -186,28 +316,83 @@ impl ReleaseLog {
     pub fn open_with(data_dir: &Path, retention: usize, persister: Persister) -> Result<Self, ReleaseError> {
         let dir = data_dir.join("releases");
         let log = Self { dir: Some(dir.clone()), persister: Some(persister), ..Self::in_memory(retention) };
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(log),
-            Err(source) => return Err(ReleaseError::Io { path: dir.display().to_string(), source }),
-        };
         let mut releases = Vec::new();
-        for entry in entries {
+        // Every id any file name claims, trusted or not: the next id is above all of them.
+        let mut highest_seen = 0;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => Some(entries),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => {
+                let error = ReleaseError::Io { path: dir.display().to_string(), source };
+                tracing::error!(%error, "Cannot read the release history; new releases will fail to be written.");
+                None
+            }
+        };
+        for entry in entries.into_iter().flatten() {
             let entry = entry.map_err(|source| ReleaseError::Io { path: dir.display().to_string(), source })?;
             let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let named = id_in_name(&name);
+            if let Some(id) = named.filter(|&id| id <= MAX_ID) {
+                highest_seen = highest_seen.max(id);
+            }
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
-            match read_release_file(&path) {
-                Ok(file) => releases.push(Arc::new(file.release)),
-                Err(error) => tracing::warn!(%error, "Skipping a release file that cannot be read."),
+            let checked = read_release_file(&path).and_then(|file| match named {
+                Some(id) if id == file.release.id && id <= MAX_ID && name == format!("{id:020}.json") => Ok(file),
+                _ => Err(ReleaseError::Format {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "it holds release {} under another name, or an id above {MAX_ID}",
+                        file.release.id
+                    ),
+                }),
+            });
+            match checked {
+                Ok(file) => releases.push(file.release),
+                Err(error) => quarantine(&path, &error),
             }
         }
         releases.sort_by_key(|r| r.id);
+        let mut last_changes = HashMap::new();
+        for release in &releases {
+            for change in &release.changes {
+                last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+            }
+        }
+        let releases: VecDeque<_> = releases.iter().map(|r| Arc::new(ReleaseSummary::of(r))).collect();
+        let reservation = data_dir.join(RESERVATION_FILE);
+        let reserved_before = match std::fs::read_to_string(&reservation) {
+            Ok(text) => match text.trim().parse::<u64>() {
+                Ok(id) if id <= MAX_ID => id,
+                _ => {
+                    tracing::error!(path = %reservation.display(), "The release id reservation is not a valid id; ignoring it.");
+                    0
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(error) => {
+                tracing::error!(path = %reservation.display(), %error, "Cannot read the release id reservation.");
+                0
+            }
+        };
+        let next_id = highest_seen.saturating_add(1).max(reserved_before).max(1);
+        let target = next_id.saturating_add(RESERVE);
+        let reserved = match write_atomically(&reservation, format!("{target}\n").as_bytes()) {
+            Ok(()) => target,
+            Err(error) => {
+                tracing::error!(path = %reservation.display(), %error, "Cannot reserve release ids on disk; ids of releases that fail to be written may be issued again after a restart.");
+                next_id
+            }
+        };
         {
             let mut state = log.lock();
-            state.next_id = releases.last().map_or(1, |r| r.id + 1);
-            state.releases = releases.into();
+            state.next_id = next_id;
+            state.reserved = reserved;
+            state.reserving = reserved;
+            state.releases = releases;
+            state.last_changes = last_changes;
         }
         log.enforce_retention();
         Ok(log)
@@ -259,10 +444,10 @@ impl ReleaseLog {
         text: Option<&str>,
         version: u64,
         origin: &str,
-    ) -> Arc<Release> {
+    ) -> Arc<ReleaseSummary> {
         let hash = text.map(document_hash);
         let now = Instant::now();
-        let (release, evicted) = {
+        let (release, summary, evicted, reserve) = {
             let mut state = self.lock();
             state.pending.retain(|p| p.until > now);
             let attribution = state
@@ -283,35 +468,50 @@ impl ReleaseLog {
                 digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
                 changes: diff(previous, table),
             });
-            state.next_id += 1;
-            state.releases.push_back(Arc::clone(&release));
+            // Never wraps: ids above MAX_ID are refused at start-up, so this cannot saturate.
+            state.next_id = state.next_id.saturating_add(1);
+            let summary = Arc::new(ReleaseSummary::of(&release));
+            state.releases.push_back(Arc::clone(&summary));
+            for change in &release.changes {
+                state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+            }
+            Self::serve_as(&mut state, version, release.id, self.retention);
             // Until its file is on disk (for good without a data directory).
-            state.documents.insert(release.id, text.map(Arc::from));
-            (release, self.evict(&mut state))
+            state.documents.insert(release.id, Kept { release: Arc::clone(&release), document: text.map(Arc::from) });
+            let reserve = self.reserve_more(&mut state);
+            (release, summary, self.evict(&mut state), reserve)
         };
         if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
+            if let Some(target) = reserve {
+                self.write_reservation(dir, persister, target);
+            }
             let file = ReleaseFile { format: 1, release: (*release).clone(), document: text.map(str::to_owned) };
             match serde_json::to_vec_pretty(&file) {
                 Ok(bytes) => {
-                    let (state, id) = (Arc::clone(&self.state), release.id);
-                    let done = Box::new(move |result: std::io::Result<()>| match result {
-                        Ok(()) => {
-                            lock_state(&state).documents.remove(&id);
+                    let (state, persisted, id) = (Arc::clone(&self.state), Arc::clone(&self.persisted), release.id);
+                    let done = Box::new(move |result: std::io::Result<()>| {
+                        match result {
+                            Ok(()) => {
+                                lock_state(&state).documents.remove(&id);
+                            }
+                            Err(error) => {
+                                lock_state(&state).unsaved.insert(id);
+                                tracing::error!(release = id, %error, "Cannot write the release to disk: its change is served, but its history is kept in memory only until the server stops.");
+                            }
                         }
-                        Err(error) => {
-                            tracing::warn!(release = id, %error, "Cannot write the release to disk; it is kept in memory until the server stops.");
-                        }
+                        persisted.send_modify(|n| *n = n.wrapping_add(1));
                     });
                     persister.write(release_path(dir, release.id), bytes, Some(done));
                 }
                 Err(error) => {
-                    tracing::warn!(release = release.id, %error, "Cannot encode the release; it is kept in memory.")
+                    self.lock().unsaved.insert(release.id);
+                    tracing::error!(release = release.id, %error, "Cannot encode the release; it is kept in memory.")
                 }
             }
             self.delete_files(&evicted);
         }
         tracing::info!(release = release.id, version, origin = %release.origin, changed = release.changes.len(), "Recorded a release.");
-        release
+        summary
     }
 
     /// Records, at start-up, the document the server starts with, unless it is the newest release
@@ -319,11 +519,86 @@ impl ReleaseLog {
     pub fn record_start(&self, table: &AgentConfigurations, text: Option<&str>, version: u64, origin: &str) {
         let latest = self.latest();
         let hash = text.map(document_hash);
-        if latest.as_ref().is_some_and(|l| l.document_sha256 == hash) {
+        if let Some(latest) = latest.as_ref().filter(|l| l.document_sha256 == hash) {
+            Self::serve_as(&mut self.lock(), version, latest.id, self.retention);
             return;
         }
         let previous = latest.and_then(|l| self.table_of(l.id)).unwrap_or_default();
         self.record(&previous, table, text, version, origin);
+    }
+
+    fn serve_as(state: &mut LogState, version: u64, id: u64, retention: usize) {
+        state.served_as.retain(|&(v, _)| v < version);
+        state.served_as.push_back((version, id));
+        while state.served_as.len() > retention.saturating_add(16) {
+            state.served_as.pop_front();
+        }
+    }
+
+    /// The release whose table is served as `version` in this run: what a reader that took a
+    /// snapshot of the served table must name as its ETag. `None` for a table no release names.
+    pub fn served_as(&self, version: u64) -> Option<u64> {
+        self.lock().served_as.iter().rev().find(|&&(v, _)| v == version).map(|&(_, id)| id)
+    }
+
+    /// The next reservation to write, when less than half of the current one is left.
+    fn reserve_more(&self, state: &mut LogState) -> Option<u64> {
+        self.dir.as_ref()?;
+        if state.next_id.saturating_add(RESERVE / 2) <= state.reserving {
+            return None;
+        }
+        state.reserving = state.next_id.saturating_add(RESERVE);
+        Some(state.reserving)
+    }
+
+    fn write_reservation(&self, dir: &Path, persister: &Persister, target: u64) {
+        let Some(data_dir) = dir.parent() else { return };
+        let state = Arc::clone(&self.state);
+        let done = Box::new(move |result: std::io::Result<()>| match result {
+            Ok(()) => {
+                let mut state = lock_state(&state);
+                state.reserved = state.reserved.max(target);
+            }
+            Err(error) => {
+                tracing::error!(%error, "Cannot reserve release ids on disk; ids of releases that fail to be written may be issued again after a restart.")
+            }
+        });
+        persister.write(data_dir.join(RESERVATION_FILE), format!("{target}\n").into_bytes(), Some(done));
+    }
+
+    /// Whether release `id`'s file is on disk.
+    pub fn durability(&self, id: u64) -> Durability {
+        if self.dir.is_none() {
+            return Durability::Memory;
+        }
+        let state = self.lock();
+        if state.unsaved.contains(&id) {
+            Durability::Failed
+        } else if state.documents.contains_key(&id) {
+            Durability::Pending
+        } else {
+            Durability::Durable
+        }
+    }
+
+    /// Waits (up to `deadline`) until release `id`'s file is written or has failed.
+    pub async fn durable(&self, id: u64, deadline: tokio::time::Instant) -> Durability {
+        let mut changes = self.persisted.subscribe();
+        loop {
+            let durability = self.durability(id);
+            if durability != Durability::Pending {
+                return durability;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return self.durability(id),
+            }
+        }
+    }
+
+    /// How many kept releases could not be written to disk.
+    pub fn unsaved(&self) -> usize {
+        self.lock().unsaved.len()
     }
 
     fn evict(&self, state: &mut LogState) -> Vec<u64> {
@@ -331,8 +606,14 @@ impl ReleaseLog {
         while state.releases.len() > self.retention {
             if let Some(old) = state.releases.pop_front() {
                 state.documents.remove(&old.id);
+                state.unsaved.remove(&old.id);
                 evicted.push(old.id);
             }
+        }
+        if let Some(oldest) = state.releases.front().map(|r| r.id)
+            && !evicted.is_empty()
+        {
+            state.last_changes.retain(|_, (id, _)| *id >= oldest);
         }
         evicted
     }
@@ -353,53 +634,69 @@ impl ReleaseLog {
     }
 
     /// Every release kept, newest first.
-    pub fn list(&self) -> Vec<Arc<Release>> {
+    pub fn list(&self) -> Vec<Arc<ReleaseSummary>> {
         self.lock().releases.iter().rev().cloned().collect()
     }
 
-    /// One release.
-    pub fn get(&self, id: u64) -> Option<Arc<Release>> {
+    /// A page of releases, newest first: at most `limit` with ids below `before` (all when
+    /// `None`), and how many are kept in all.
+    pub fn page(&self, before: Option<u64>, limit: usize) -> (Vec<Arc<ReleaseSummary>>, usize) {
+        let state = self.lock();
+        let end = before.map_or(state.releases.len(), |b| state.releases.partition_point(|r| r.id < b));
+        let page = state.releases.range(..end).rev().take(limit).cloned().collect();
+        (page, state.releases.len())
+    }
+
+    /// One release's summary.
+    pub fn get(&self, id: u64) -> Option<Arc<ReleaseSummary>> {
         let state = self.lock();
         let index = state.releases.binary_search_by_key(&id, |r| r.id).ok()?;
         state.releases.get(index).cloned()
     }
 
     /// The newest release.
-    pub fn latest(&self) -> Option<Arc<Release>> {
+    pub fn latest(&self) -> Option<Arc<ReleaseSummary>> {
         self.lock().releases.back().cloned()
     }
 
     /// The release before `id`, if it is still kept.
-    pub fn previous(&self, id: u64) -> Option<Arc<Release>> {
+    pub fn previous(&self, id: u64) -> Option<Arc<ReleaseSummary>> {
         let state = self.lock();
         let index = state.releases.partition_point(|r| r.id < id);
         index.checked_sub(1).and_then(|i| state.releases.get(i).cloned())
     }
 
     /// The newest release after `after` whose document has `hash` (`None`: a delete).
-    pub fn find_after(&self, after: u64, hash: Option<&str>) -> Option<Arc<Release>> {
+    pub fn find_after(&self, after: u64, hash: Option<&str>) -> Option<Arc<ReleaseSummary>> {
         self.lock().releases.iter().rev().take_while(|r| r.id > after).find(|r| r.hash() == hash).cloned()
     }
 
-    /// The newest release that changed `service`'s digest.
-    pub fn last_change(&self, service: &str) -> Option<Arc<Release>> {
-        self.lock().releases.iter().rev().find(|r| r.changes.iter().any(|c| c.service == service)).cloned()
+    /// The newest kept release that changed `service`'s digest: its id and time.
+    pub fn last_change(&self, service: &str) -> Option<(u64, u64)> {
+        self.lock().last_changes.get(service).copied()
     }
 
     /// The text of release `id`: `Ok(None)` when it is not kept, `Ok(Some(None))` for a delete.
     /// Reads a file: call it off the async threads.
     pub fn document(&self, id: u64) -> Result<Option<Option<String>>, ReleaseError> {
-        let Some(dir) = &self.dir else {
-            return Ok(self.lock().documents.get(&id).map(|d| d.as_deref().map(str::to_owned)));
-        };
-        // Not yet on disk, or never written.
-        if self.get(id).is_none() {
-            return Ok(None);
+        Ok(self.full(id)?.map(|(_, document)| document))
+    }
+
+    /// Release `id` in full (digests, key-level changes) with its text, from memory or from its
+    /// file: `Ok(None)` when it is not kept. Reads a file: call it off the async threads.
+    pub fn full(&self, id: u64) -> Result<Option<(Release, Option<String>)>, ReleaseError> {
+        {
+            let state = self.lock();
+            if state.releases.binary_search_by_key(&id, |r| r.id).is_err() {
+                return Ok(None);
+            }
+            if let Some(kept) = state.documents.get(&id) {
+                return Ok(Some(((*kept.release).clone(), kept.document.as_deref().map(str::to_owned))));
+            }
         }
-        if let Some(kept) = self.lock().documents.get(&id) {
-            return Ok(Some(kept.as_deref().map(str::to_owned)));
-        }
-        Ok(Some(read_release_file(&release_path(dir, id))?.document))
+        let Some(dir) = &self.dir else { return Ok(None) };
+        let file = read_release_file(&release_path(dir, id))?;
+        Ok(Some((file.release, file.document)))
     }
 
     /// The table of release `id`, if its text is still readable.
@@ -456,6 +753,32 @@ fn read_release_file(path: &Path) -> Result<ReleaseFile, ReleaseError> {
     Ok(file)
 }
 
+/// The id a file name starts with (`00000000000000000005.json`, `.00000000000000000005.json.*.tmp`,
+/// `00000000000000000005.json.corrupt`), if any.
+fn id_in_name(name: &str) -> Option<u64> {
+    let digits: String = name.trim_start_matches('.').chars().take_while(char::is_ascii_digit).collect();
+    if digits.is_empty() {
+        return None;
+    }
+    // Too many digits for a u64: as high as can be, so it is never trusted.
+    Some(digits.parse().unwrap_or(u64::MAX))
+}
+
+/// Moves a release file that cannot be trusted aside (`*.corrupt`), so it is neither read again nor
+/// overwritten, and says so.
+fn quarantine(path: &Path, error: &ReleaseError) {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".corrupt");
+    match std::fs::rename(path, &aside) {
+        Ok(()) => {
+            tracing::error!(%error, to = %Path::new(&aside).display(), "A release file cannot be trusted; moved it aside.")
+        }
+        Err(rename) => {
+            tracing::error!(%error, %rename, "A release file cannot be trusted, nor moved aside; skipping it.")
+        }
+    }
+}
+
 fn lock_state(state: &Mutex<LogState>) -> MutexGuard<'_, LogState> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -490,23 +813,107 @@ mod tests {
         assert_eq!(reopened.document(1).unwrap(), None, "past retention");
         assert_eq!(std::fs::read_dir(dir.path().join("releases")).unwrap().count(), 2);
         assert_eq!(reopened.previous(3).unwrap().id, 2);
-        assert_eq!(reopened.last_change("c").unwrap().id, 3);
+        assert_eq!(reopened.last_change("c").unwrap().0, 3);
         assert_eq!(reopened.find_after(1, Some(&document_hash(V2))).unwrap().id, 2);
         assert!(reopened.find_after(2, Some(&document_hash(V2))).is_none());
 
         reopened.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
-        assert_eq!(reopened.latest().unwrap().id, 4, "ids keep increasing across restarts");
+        let id = reopened.latest().unwrap().id;
+        assert!(id > 3, "ids keep increasing across restarts (with gaps up to RESERVE), got {id}");
         reopened.record_start(&table(V1), Some(V1), 1, "file x");
-        assert_eq!(reopened.latest().unwrap().id, 4, "an unchanged start records nothing");
+        assert_eq!(reopened.latest().unwrap().id, id, "an unchanged start records nothing");
     }
 
     #[test]
-    fn an_unreadable_file_is_skipped() {
+    fn an_unreadable_file_is_quarantined_and_its_id_never_reissued() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("releases")).unwrap();
         std::fs::write(dir.path().join("releases/00000000000000000009.json"), "{").unwrap();
         let log = ReleaseLog::open(dir.path(), 10).unwrap();
         assert!(log.list().is_empty());
+        assert!(dir.path().join("releases/00000000000000000009.json.corrupt").exists(), "moved aside");
+        let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        assert!(release.id > 9, "above the corrupt file's id, got {}", release.id);
+    }
+
+    /// F11: a release whose id was corrupted to u64::MAX made the next id wrap to 0, then 1, and
+    /// overwrite release 1's file.
+    #[test]
+    fn a_corrupt_id_is_quarantined_and_ids_never_wrap() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        for version in 1..=3 {
+            log.record(&AgentConfigurations::default(), &table(V1), Some(V1), version, "file x");
+        }
+        log.flush();
+        drop(log);
+        let newest = dir.path().join("releases/00000000000000000003.json");
+        let text = std::fs::read_to_string(&newest).unwrap().replace("\"id\": 3", "\"id\": 18446744073709551615");
+        std::fs::write(&newest, text).unwrap();
+        // A stray file whose name claims a huge id is not trusted for allocation either.
+        std::fs::write(dir.path().join("releases/99999999999999999999.json"), "{}").unwrap();
+        let one = std::fs::read_to_string(dir.path().join("releases/00000000000000000001.json")).unwrap();
+
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [2, 1]);
+        assert!(dir.path().join("releases/00000000000000000003.json.corrupt").exists());
+        assert!(dir.path().join("releases/99999999999999999999.json.corrupt").exists());
+        let next = log.record(&AgentConfigurations::default(), &table(V2), Some(V2), 1, "file x");
+        assert!(next.id > 3, "above every id in a file name, the corrupt one's included: {}", next.id);
+        log.flush();
+        assert_eq!(std::fs::read_to_string(dir.path().join("releases/00000000000000000001.json")).unwrap(), one);
+        let current = log.served_as(1).unwrap();
+        assert_eq!(log.document(current).unwrap(), Some(Some(V2.to_owned())));
+    }
+
+    /// F10: a release file that cannot be written is reported, and its id is never issued again,
+    /// not even after a restart.
+    #[tokio::test]
+    async fn a_release_that_cannot_be_written_is_reported_and_its_id_never_reissued() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the releases directory should be: every release file write fails (even as
+        // root, where a read-only mode would not).
+        std::fs::write(dir.path().join("releases"), "not a directory").unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut ids = Vec::new();
+        for version in 1..=3 {
+            let text = format!("configurations:\n  a: {{k: {version}}}\n");
+            let release = log.record(&AgentConfigurations::default(), &table(&text), Some(&text), version, "file x");
+            assert_eq!(log.durable(release.id, deadline).await, Durability::Failed);
+            assert_eq!(log.document(release.id).unwrap(), Some(Some(text)), "kept in memory");
+            ids.push(release.id);
+        }
+        assert_eq!(log.unsaved(), 3);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        log.flush();
+        drop(log);
+
+        std::fs::remove_file(dir.path().join("releases")).unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        assert!(release.id > ids[2], "{} reissued after {ids:?}", release.id);
+        assert_eq!(log.durable(release.id, deadline).await, Durability::Durable);
+        assert_eq!(log.unsaved(), 0);
+    }
+
+    /// F7: with a data directory, memory keeps summaries only; the full release (digests and
+    /// key-level changes) comes from its file.
+    #[test]
+    fn with_a_data_dir_memory_keeps_summaries_and_details_come_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        let many: String = (0..200).map(|i| format!("  s{i}: {{k: v}}\n")).collect();
+        let big = format!("configurations:\n{many}");
+        let release = log.record(&AgentConfigurations::default(), &table(&big), Some(&big), 1, "file x");
+        assert_eq!((release.services, release.changed, release.changes.len()), (200, 200, MAX_SUMMARY_CHANGES));
+        log.flush();
+        assert!(log.lock().documents.is_empty(), "nothing but the summary stays in memory");
+        let (full, document) = log.full(release.id).unwrap().unwrap();
+        assert_eq!((full.digests.len(), full.changes.len(), document.as_deref()), (200, 200, Some(big.as_str())));
+        assert_eq!(log.last_change("s7"), Some((release.id, release.at_ms)));
+        let (page, total) = log.page(None, 5);
+        assert_eq!((page.len(), total), (1, 1));
     }
 
     #[test]

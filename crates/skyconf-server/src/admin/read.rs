@@ -5,11 +5,14 @@
 //! | `GET /api/v1/status` | served version, store status, newest release, the last refused document with its text, fleet settings |
 //! | `GET /api/v1/services` | every configured service: digest, key count, last change, agents seen, how many applied / behind / stuck; and the names agents poll that have no configuration |
 //! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, last seen, digest held, state) |
-//! | `GET /api/v1/releases?limit=N` | releases newest first, with per-service digest changes |
-//! | `GET /api/v1/releases/{id}` | one release with key-level changes and its document text |
+//! | `GET /api/v1/releases?limit=N&before=ID` | a page of release summaries, newest first: who, when, why, how many services changed and the first 20 of them (no digests, no key-level changes); `limit` defaults to 50, at most 500; `before` pages on (`next_before` of the previous page) |
+//! | `GET /api/v1/releases/{id}` | one release in full: every changed service with digests and key-level changes, and its document text (read from its file) |
 //! | `GET /api/v1/configurations` | the current document text |
 //!
-//! Answers that a write can be conditioned on carry `ETag: "<release id>"`, the newest release.
+//! Answers that a write can be conditioned on carry `ETag: "<release id>"`: the release the body
+//! was built from. Body and ETag come from one snapshot of the served table (its version names
+//! its release), never from two reads that a write could fall between; so an `If-Match` with that
+//! ETag passes only while the content the client saw is still the newest release.
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -23,7 +26,7 @@ use skyconf_core::Digest;
 use super::extract::{ReleaseId, ServiceName};
 use super::{Admin, AppError};
 use crate::fleet::StateCounts;
-use crate::releases::Release;
+use crate::releases::ReleaseSummary;
 use crate::unix_time::unix_ms;
 
 /// The web page: one static HTML file with its script and style inline.
@@ -39,37 +42,28 @@ pub(super) async fn page() -> impl IntoResponse {
     )
 }
 
-/// `ETag: "<id>"` of the newest release, when there is one.
-pub(super) fn etag(admin: &Admin) -> Option<(HeaderName, HeaderValue)> {
-    let id = admin.releases.latest()?.id;
-    Some((ETAG, HeaderValue::from_str(&format!("\"{id}\"")).ok()?))
+/// `ETag: "<id>"` of release `id`, when there is one.
+pub(super) fn etag(id: Option<u64>) -> axum::http::HeaderMap {
+    id.and_then(|id| HeaderValue::from_str(&format!("\"{id}\"")).ok())
+        .map(|value| (ETAG, value))
+        .into_iter()
+        .collect::<Vec<(HeaderName, HeaderValue)>>()
+        .into_iter()
+        .collect()
 }
 
-/// A release without its key-level detail.
-pub(super) fn summary(release: &Release) -> Value {
-    json!({
-        "id": release.id,
-        "at_ms": release.at_ms,
-        "author": release.author,
-        "message": release.message,
-        "origin": release.origin,
-        "rollback_of": release.rollback_of,
-        "version": release.version,
-        "document_sha256": release.document_sha256,
-        "services": release.digests.len(),
-        "changes": release.changes.iter().map(|c| json!({
-            "service": c.service,
-            "change": c.change,
-            "digest_before": c.digest_before,
-            "digest_after": c.digest_after,
-            "keys": c.keys.len(),
-        })).collect::<Vec<_>>(),
-    })
+/// How many release summaries a page holds by default, and at most.
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 500;
+
+/// A release without its per-service detail.
+pub(super) fn summary(release: &ReleaseSummary) -> Value {
+    serde_json::to_value(release).unwrap_or(Value::Null)
 }
 
 fn last_change(admin: &Admin, service: &str) -> Value {
     match admin.releases.last_change(service) {
-        Some(r) => json!({ "release": r.id, "at_ms": r.at_ms }),
+        Some((release, at_ms)) => json!({ "release": release, "at_ms": at_ms }),
         None => Value::Null,
     }
 }
@@ -98,6 +92,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
         "writable": admin.writer.is_some(),
         "release": admin.releases.latest().map(|r| r.id),
         "retention": admin.releases.retention(),
+        "unsaved_releases": admin.releases.unsaved(),
         "last_rejection": rejection,
         "fleet": {
             "tracked": admin.fleet.tracked(),
@@ -146,6 +141,7 @@ pub(super) async fn service(
     ServiceName(name): ServiceName,
 ) -> Result<impl IntoResponse, AppError> {
     let snapshot = admin.served.snapshot();
+    let release = admin.releases.served_as(snapshot.version);
     let current = &snapshot.answer(&name).digest;
     let agents = admin.fleet.agents_of(&name, current);
     let config = snapshot.table.get(&name);
@@ -176,13 +172,15 @@ pub(super) async fn service(
         "stuck_after_polls": admin.fleet.options().stuck_after_polls,
         "agents": agents,
     });
-    Ok((etag(&admin).into_iter().collect::<Vec<_>>().into_iter().collect::<axum::http::HeaderMap>(), Json(body)))
+    Ok((etag(release), Json(body)))
 }
 
-/// `?limit=N`.
+/// `?limit=N&before=ID`.
 #[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     limit: Option<usize>,
+    before: Option<u64>,
 }
 
 pub(super) async fn releases(
@@ -190,12 +188,20 @@ pub(super) async fn releases(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
     let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
-    let limit = query.limit.unwrap_or(100);
-    let list = admin.releases.list();
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_PAGE}")));
+    }
+    // One more than asked, to know whether there is a next page.
+    let (mut page, total) = admin.releases.page(query.before, limit + 1);
+    let more = page.len() > limit;
+    page.truncate(limit);
     Ok(Json(json!({
         "retention": admin.releases.retention(),
-        "total": list.len(),
-        "releases": list.iter().take(limit).map(|r| summary(r)).collect::<Vec<_>>(),
+        "total": total,
+        "limit": limit,
+        "next_before": if more { page.last().map(|r| r.id) } else { None },
+        "releases": page.iter().map(|r| summary(r)).collect::<Vec<_>>(),
     })))
 }
 
@@ -210,9 +216,13 @@ pub(super) async fn document_of(admin: &Admin, id: u64) -> Result<Option<String>
 }
 
 pub(super) async fn release(State(admin): State<Admin>, ReleaseId(id): ReleaseId) -> Result<Json<Value>, AppError> {
-    let release = admin.releases.get(id).ok_or_else(|| AppError::NotFound(format!("no release {id}")))?;
-    let document = document_of(&admin, id).await?;
-    let mut body = serde_json::to_value(&*release).map_err(|e| AppError::Internal(e.to_string()))?;
+    let releases = std::sync::Arc::clone(&admin.releases);
+    let (release, document) = tokio::task::spawn_blocking(move || releases.full(id))
+        .await
+        .map_err(|e| AppError::Internal(format!("reading release {id}: {e}")))?
+        .map_err(|e| AppError::Unavailable(e.to_string()))?
+        .ok_or_else(|| AppError::NotFound(format!("no release {id}")))?;
+    let mut body = serde_json::to_value(&release).map_err(|e| AppError::Internal(e.to_string()))?;
     body["document"] = document.map_or(Value::Null, Value::String);
     body["previous"] = admin.releases.previous(id).map_or(Value::Null, |p| json!(p.id));
     body["current"] = json!(admin.releases.latest().is_some_and(|l| l.id == id));
@@ -220,16 +230,22 @@ pub(super) async fn release(State(admin): State<Admin>, ReleaseId(id): ReleaseId
 }
 
 pub(super) async fn configurations(State(admin): State<Admin>) -> Result<impl IntoResponse, AppError> {
+    // One snapshot: the document, the release and the ETag all name the table served now.
     let snapshot = admin.served.snapshot();
-    let latest = admin.releases.latest();
-    let document = match &latest {
-        Some(r) => document_of(&admin, r.id).await?,
+    let release = admin.releases.served_as(snapshot.version);
+    let document = match release {
+        Some(id) => document_of(&admin, id).await.map_err(|e| match e {
+            AppError::NotFound(_) => {
+                AppError::Unavailable(format!("release {id} was just replaced and dropped; ask again"))
+            }
+            other => other,
+        })?,
         None => None,
     };
     let body = json!({
-        "release": latest.map(|r| r.id),
+        "release": release,
         "version": snapshot.version,
         "document": document,
     });
-    Ok((etag(&admin).into_iter().collect::<axum::http::HeaderMap>(), Json(body)))
+    Ok((etag(release), Json(body)))
 }

@@ -19,9 +19,16 @@
 //!
 //! Answers: 200 with the release once the new document is served; 202 when the store took it but
 //! it was not served within the wait; 200 with `"unchanged": true` when the document is the one
-//! served already. Per-service writes rewrite the document in a canonical form (every string
+//! served already. A served write also waits (within the same wait) for its release file:
+//! `"durable": true` once it is on disk, `null` without a data directory (or not yet known when
+//! the wait ends). When the file cannot be written (disk full, read-only data directory) the
+//! answer is **503** with `"written": true, "served": true, "durable": false` and an `error`: the
+//! store took the change and agents get it — nothing is undone, and a retry answers
+//! `"unchanged"` — but its release history is not on disk, which the operator must fix (the
+//! server logs it at error level and counts it in `GET /api/v1/status` as `unsaved_releases`). Per-service writes rewrite the document in a canonical form (every string
 //! double-quoted; comments dropped), with the same digests for every untouched service.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
@@ -39,7 +46,8 @@ use tokio::sync::MutexGuard;
 use super::extract::{ReleaseId, ServiceName, WriteOptions, WriteRequest};
 use super::read::{document_of, summary};
 use super::{Admin, AppError};
-use crate::releases::{Attribution, document_hash};
+use crate::releases::{Attribution, Durability, document_hash};
+use crate::served::Snapshot;
 
 /// The header naming who makes a change.
 pub const AUTHOR_HEADER: &str = "x-skyconf-author";
@@ -133,23 +141,27 @@ impl Proposal {
 }
 
 /// Checks, writes, waits; the guard keeps writes of this server one at a time.
+/// `snapshot` is the served table the proposal was built from (taken under the guard).
 async fn apply(
     admin: &Admin,
     _guard: MutexGuard<'_, ()>,
+    snapshot: Arc<Snapshot>,
     proposal: Proposal,
     attribution: Attribution,
     options: WriteOptions,
 ) -> Result<Response, AppError> {
     let latest = admin.releases.latest();
     let latest_id = latest.as_ref().map_or(0, |r| r.id);
+    // The newest release must be the one served: a release is recorded just before its table is
+    // installed, and an If-Match on a table about to be replaced must not pass.
+    let served_id = admin.releases.served_as(snapshot.version).unwrap_or(0);
     if let Some(expected) = options.if_match
-        && expected != latest_id
+        && (expected != latest_id || served_id != latest_id)
     {
         return Err(AppError::Conflict(format!(
             "the configuration changed: If-Match names release {expected}, the newest is {latest_id}"
         )));
     }
-    let snapshot = admin.served.snapshot();
     let changes = diff(&snapshot.table, &proposal.table);
     let hash = proposal.text.as_deref().map(document_hash);
     if options.dry_run {
@@ -194,16 +206,30 @@ async fn apply(
         if let Some(release) = admin.releases.find_after(latest_id, hash.as_deref()) {
             let served = admin.served.snapshot();
             if served.version >= release.version {
-                return Ok(Json(json!({
+                let served_after_ms = started.elapsed().as_millis() as u64;
+                let durability = admin.releases.durable(release.id, deadline).await;
+                let mut body = json!({
                     "dry_run": false,
                     "written": true,
                     "served": true,
-                    "served_after_ms": started.elapsed().as_millis() as u64,
+                    "durable": match durability {
+                        Durability::Durable => Some(true),
+                        Durability::Failed => Some(false),
+                        Durability::Memory | Durability::Pending => None,
+                    },
+                    "served_after_ms": served_after_ms,
                     "changes": changes,
                     "release": summary(&release),
                     "version": release.version,
-                }))
-                .into_response());
+                });
+                if durability == Durability::Failed {
+                    body["error"] = json!(format!(
+                        "the change is served, but release {} could not be written to the data directory; see the server log",
+                        release.id
+                    ));
+                    return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
+                }
+                return Ok(Json(body).into_response());
             }
         }
         match tokio::time::timeout_at(deadline, served_changes.changed()).await {
@@ -249,7 +275,8 @@ pub(super) async fn put_configurations(
     let attribution = attribution(&headers, author, message, None)?;
     let proposal = Proposal::read(&admin, text)?;
     let guard = admin.write_lock.lock().await;
-    apply(&admin, guard, proposal, attribution, options).await
+    let snapshot = admin.served.snapshot();
+    apply(&admin, guard, snapshot, proposal, attribution, options).await
 }
 
 /// The body of `PUT /api/v1/services/{name}`.
@@ -303,12 +330,38 @@ async fn write_service(
     options: WriteOptions,
 ) -> Result<Response, AppError> {
     let guard = admin.write_lock.lock().await;
-    let current = admin.served.snapshot();
+    // A conditional write need not wait: `apply` refuses it while the served table lags.
+    let current = if options.if_match.is_some() { admin.served.snapshot() } else { newest_served(admin).await };
     if entries.is_none() && current.table.get(name).is_none() {
         return Err(AppError::NotFound(format!("no service `{name}` is configured")));
     }
     let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
-    apply(admin, guard, proposal, attribution, options).await
+    apply(admin, guard, current, proposal, attribution, options).await
+}
+
+/// How long a per-service write waits for a recorded release to be installed before it builds
+/// on the served table anyway.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The served snapshot, once it is the newest release's: a release is recorded just before its
+/// table is installed, and a per-service write built on the table before it would undo it.
+async fn newest_served(admin: &Admin) -> Arc<Snapshot> {
+    let mut changes = admin.served.subscribe();
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    loop {
+        let snapshot = admin.served.snapshot();
+        let behind = match (admin.releases.served_as(snapshot.version), admin.releases.latest()) {
+            (Some(served), Some(latest)) => served < latest.id,
+            _ => false,
+        };
+        if !behind {
+            return snapshot;
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => return admin.served.snapshot(),
+        }
+    }
 }
 
 pub(super) async fn rollback(
@@ -330,5 +383,6 @@ pub(super) async fn rollback(
         None => Proposal { text: None, table: AgentConfigurations::default() },
     };
     let guard = admin.write_lock.lock().await;
-    apply(&admin, guard, proposal, attribution, options).await
+    let snapshot = admin.served.snapshot();
+    apply(&admin, guard, snapshot, proposal, attribution, options).await
 }

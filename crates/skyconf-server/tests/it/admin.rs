@@ -413,6 +413,137 @@ async fn if_match_guards_against_lost_updates() {
     assert_eq!(call(&s.router, request(&etag)).await.0, 200);
 }
 
+/// F3: a release is recorded just before its table is installed. In that window a GET must name
+/// the release whose content it returns, and no If-Match may pass: neither the served release
+/// (no longer the newest) nor the newest (whose content nobody could have read).
+#[tokio::test]
+async fn the_etag_names_the_content_returned_even_while_a_release_is_being_installed() {
+    let s = setup();
+    let v2 = "configurations:\n  order:\n    k: from-the-store\n";
+    let (current, next) = (s.served.snapshot(), skyconf_core::read(v2).unwrap());
+    s.releases.record(&current.table, &next, Some(v2), current.version + 1, "memory");
+    assert_eq!(s.releases.latest().unwrap().id, 2, "recorded, not yet installed");
+
+    let response = s.router.clone().oneshot(get("/api/v1/services/order")).await.unwrap();
+    assert_eq!(response.headers()["etag"], "\"1\"", "the served content is release 1's");
+    let response = s.router.clone().oneshot(get("/api/v1/configurations")).await.unwrap();
+    assert_eq!(response.headers()["etag"], "\"1\"");
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!((body["release"].as_u64(), body["document"].as_str()), (Some(1), Some(V1)));
+
+    for release in ["\"1\"", "\"2\""] {
+        let request = Request::put("/api/v1/services/order")
+            .header("content-type", "application/json")
+            .header("if-match", release)
+            .body(Body::from(json!({"config": {"k": "mine"}}).to_string()))
+            .unwrap();
+        let (status, body) = call(&s.router, request).await;
+        assert_eq!(status, 409, "If-Match {release}: {body}");
+    }
+    assert_eq!(s.served.snapshot().version, current.version, "nothing was written");
+}
+
+/// F7: the list holds summaries (counts and the first changed services, no digests, no key-level
+/// changes), in pages; the full release is one GET away.
+#[tokio::test]
+async fn releases_are_listed_as_bounded_summaries_in_pages() {
+    let s = setup();
+    let many: String = (0..100).map(|i| format!("  s{i}: {{k: v}}\n")).collect();
+    let big = format!("configurations:\n{many}");
+    let request = yaml_put("/api/v1/configurations").body(Body::from(big)).unwrap();
+    s.ok(request).await;
+    for i in 0..4 {
+        s.ok_json("PUT", "/api/v1/services/order", json!({"config": {"k": format!("{i}")}})).await;
+    }
+
+    let list = s.ok(get("/api/v1/releases?limit=2")).await;
+    assert_eq!((list["total"].as_u64(), list["limit"].as_u64()), (Some(6), Some(2)));
+    let ids: Vec<u64> = list["releases"].as_array().unwrap().iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [6, 5]);
+    assert_eq!(list["next_before"], 5);
+    let list = s.ok(get("/api/v1/releases?limit=2&before=5")).await;
+    let ids: Vec<u64> = list["releases"].as_array().unwrap().iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [4, 3]);
+    let list = s.ok(get("/api/v1/releases?before=3")).await;
+    assert_eq!(list["releases"].as_array().unwrap().len(), 2);
+    assert_eq!(list["next_before"], Value::Null, "the last page");
+
+    let big = &list["releases"][0];
+    assert_eq!(big["id"], 2);
+    assert_eq!((big["services"].as_u64(), big["changed"].as_u64()), (Some(100), Some(102)), "100 added, 2 removed");
+    let changes = big["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 20, "only the first changed services");
+    assert_eq!(changes[0], json!({"service": "s0", "change": "added"}), "no digests, no keys");
+    assert!(big.get("digests").is_none());
+
+    let full = s.ok(get("/api/v1/releases/2")).await;
+    assert_eq!(full["changes"].as_array().unwrap().len(), 102, "the full release has every change");
+    assert_eq!(full["changes"][0]["keys"][0]["key"], "k");
+    assert_eq!(full["digests"].as_object().unwrap().len(), 100);
+
+    for bad in ["limit=0", "limit=501", "limit=x", "lmit=3", "before=-1"] {
+        let (status, body) = call(&s.router, get(&format!("/api/v1/releases?{bad}"))).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
+
+/// F3: a per-service write made while a store change is recorded but not yet installed builds on
+/// that change, not on the table before it.
+#[tokio::test]
+async fn a_per_service_write_keeps_a_change_that_is_being_installed() {
+    let s = setup();
+    let v2 = format!("{V1}  extra:\n    k: from-the-store\n");
+    let (current, next) = (s.served.snapshot(), skyconf_core::read(&v2).unwrap());
+    s.releases.record(&current.table, &next, Some(&v2), current.version + 1, "memory");
+    let served = Arc::clone(&s.served);
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        served.install(next);
+    });
+    s.ok_json("PUT", "/api/v1/services/pay", json!({"config": {"k": "mine"}})).await;
+    let table = s.served.snapshot().table.clone();
+    assert_eq!(table.get("extra").and_then(|c| c.get("k")), Some("from-the-store"), "the store's change survived");
+    assert_eq!(table.get("pay").and_then(|c| c.get("k")), Some("mine"));
+}
+
+/// F3 end to end: clients each run the textbook loop (GET the document and its ETag, add their
+/// own service, PUT with If-Match, retry on 409) at once; every acknowledged write must survive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_conditional_writes_lose_nothing() {
+    let s = setup();
+    let clients: Vec<_> = (0..16)
+        .map(|i| {
+            let router = s.router.clone();
+            tokio::spawn(async move {
+                for _ in 0..500 {
+                    let response = router.clone().oneshot(get("/api/v1/configurations")).await.unwrap();
+                    let etag = response.headers()["etag"].to_str().unwrap().to_owned();
+                    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+                    let body: Value = serde_json::from_slice(&bytes).unwrap();
+                    let document = format!("{}  new-{i}: {{k: v}}\n", body["document"].as_str().unwrap());
+                    let request =
+                        yaml_put("/api/v1/configurations").header("if-match", etag).body(Body::from(document));
+                    match call(&router, request.unwrap()).await {
+                        (StatusCode::OK, body) => {
+                            assert_eq!(body["served"], true, "{body}");
+                            return;
+                        }
+                        (StatusCode::CONFLICT, _) => tokio::task::yield_now().await,
+                        (status, body) => panic!("{status}: {body}"),
+                    }
+                }
+                panic!("client {i} never got its write in");
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let table = s.served.snapshot().table.clone();
+    let missing: Vec<_> = (0..16).filter(|i| table.get(&format!("new-{i}")).is_none()).collect();
+    assert!(missing.is_empty(), "acknowledged writes lost: {missing:?}");
+}
+
 #[tokio::test]
 async fn store_failures_map_to_503_and_409() {
     let s = setup();

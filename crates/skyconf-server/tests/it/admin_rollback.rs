@@ -64,3 +64,45 @@ async fn a_rollback_after_a_restart_restores_what_agents_fetched_before() {
     assert_eq!((status, missing["error"].is_string()), (404, true));
     running.stop().await.unwrap();
 }
+
+/// F10: a release file that cannot be written (here a file where the releases directory should
+/// be, which stops even root) is not acknowledged as a plain success, and its id is never issued
+/// again, not even after a restart.
+#[tokio::test]
+async fn a_write_whose_release_cannot_be_written_is_a_503_and_its_id_is_never_reissued() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, data) = (dir.path().join("agents.yaml"), dir.path().join("data"));
+    std::fs::write(&path, V1).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("releases"), "in the way").unwrap();
+    let running = Server::start(FileSource::new(&path), config(&data)).await;
+    let cds = running.cds().await;
+    let headers = [("Content-Type", "application/json")];
+    let mut ids = Vec::new();
+    for value in ["50", "60"] {
+        let body = format!(r#"{{"config": {{"agent.sample_n_per_3_secs": "{value}"}}}}"#);
+        let reply = running.admin().send("PUT", "/api/v1/services/svc", &headers, &body).await;
+        let (status, answer) = (reply.status, reply.json());
+        assert_eq!(status, 503, "{answer}");
+        assert_eq!((answer["written"].as_bool(), answer["served"].as_bool()), (Some(true), Some(true)), "{answer}");
+        assert_eq!(answer["durable"], false, "{answer}");
+        assert!(answer["error"].is_string());
+        assert_eq!(cds.fetch("svc", "").await.unwrap().config[0].1, value, "the change is in effect");
+        ids.push(answer["release"]["id"].as_u64().unwrap());
+    }
+    assert!(ids[0] < ids[1], "{ids:?}");
+    let status = running.admin().get("/api/v1/status").await.json();
+    assert!(status["unsaved_releases"].as_u64().unwrap() >= 2, "{status}");
+    running.stop().await.unwrap();
+
+    std::fs::remove_file(data.join("releases")).unwrap();
+    let running = Server::start(FileSource::new(&path), config(&data)).await;
+    let body = r#"{"config": {"agent.sample_n_per_3_secs": "70"}}"#;
+    let reply = running.admin().send("PUT", "/api/v1/services/svc", &headers, body).await;
+    let (status, answer) = (reply.status, reply.json());
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["durable"], true, "{answer}");
+    let id = answer["release"]["id"].as_u64().unwrap();
+    assert!(id > ids[1], "release id {id} reissued after {ids:?}");
+    running.stop().await.unwrap();
+}
