@@ -442,6 +442,29 @@ mod tests {
         assert_eq!(leftovers.len(), 1, "no staging file left behind");
     }
 
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_put_to_a_symlinked_file_replaces_the_target_and_keeps_the_link() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("git")).unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        let target = dir.path().join("git/agent.yaml");
+        std::fs::write(&target, "a").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let link = dir.path().join("etc/agent.yaml");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+
+        let source = FileSource::new(&link);
+        source.put(AGENT_CONFIGURATIONS_KEY, Some("b")).await.unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "b");
+        assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o7777, 0o640);
+        // A later edit of the target is what the store reads.
+        std::fs::write(&target, "c").unwrap();
+        assert_eq!(source.read().unwrap(), "c");
+    }
+
     #[test]
     fn refuses_oversized_files() {
         let dir = tempfile::tempdir().unwrap();
