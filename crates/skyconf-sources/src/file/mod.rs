@@ -313,6 +313,18 @@ impl FileSource {
             Form::Directory => RecursiveMode::Recursive,
         };
         watcher.watch(&dir, mode).map_err(watch_error)?;
+        // A single file that is a symbolic link (to a git checkout, say) changes in its target's
+        // directory: watch that one too. Best effort: the periodic re-read covers a target that
+        // cannot be watched, or one the link is later pointed away from.
+        if self.form == Form::SingleFile
+            && let Ok(target) = std::fs::canonicalize(&self.path)
+            && let Some(target_dir) = target.parent()
+            && std::fs::canonicalize(&dir).ok().as_deref() != Some(target_dir)
+            && let Err(error) = watcher.watch(target_dir, RecursiveMode::NonRecursive)
+        {
+            tracing::warn!(file = %self.path.display(), target = %target.display(), %error,
+                "Cannot watch the directory of the file's symlink target; it is re-read periodically.");
+        }
         Ok(watcher)
     }
 
@@ -337,7 +349,8 @@ impl FileSource {
         // The stamps of the previous successful read, reported or not.
         let mut seen = Stamps::new();
         let mut candidate: Option<Candidate> = None;
-        let mut rehash = tokio::time::interval(self.rehash_every);
+        // The first read is the one below, not an immediate tick.
+        let mut rehash = tokio::time::interval_at(tokio::time::Instant::now() + self.rehash_every, self.rehash_every);
         rehash.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let mut confirm_after = None;
@@ -635,6 +648,28 @@ mod tests {
         // A later edit of the target is what the store reads.
         std::fs::write(&target, "c").unwrap();
         assert_eq!(source.read().unwrap(), "c");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_symlinked_file_is_watched_in_its_targets_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("git")).unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        let target = dir.path().join("git/agent.yaml");
+        std::fs::write(&target, "a").unwrap();
+        let link = dir.path().join("etc/agent.yaml");
+        std::os::unix::fs::symlink("../git/agent.yaml", &link).unwrap();
+        // No periodic re-read to fall back on: only a watch on git/ can see the edit.
+        let (mut rx, stop, task) = spawn(FileSource::new(&link).with_rehash_every(Duration::from_secs(3600)));
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
+
+        let staged = dir.path().join("git/.agent.yaml.tmp");
+        std::fs::write(&staged, "b").unwrap();
+        std::fs::rename(&staged, &target).unwrap();
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some("b"));
+        stop.cancel();
+        task.await.unwrap();
     }
 
     const GOOD: &str =
