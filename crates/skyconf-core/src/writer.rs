@@ -6,6 +6,10 @@
 //! the text agents received (`"10"`, `"true"`), which gives the same digest. Document order is
 //! kept. Comments and the original layout are not: to keep them, write the whole document with
 //! `PUT /api/v1/configurations`.
+//!
+//! YAML (and the OAP's SnakeYAML) refuses an implicit key whose `:` is more than 1024 characters
+//! past its start, so a name or key whose quoted form is longer than [`MAX_IMPLICIT_KEY_BYTES`]
+//! is written as an explicit key (`? "key"` on one line, `: value` on the next).
 
 use std::fmt::Write as _;
 
@@ -40,6 +44,26 @@ fn quoted(text: &str, out: &mut String) {
     out.push('"');
 }
 
+/// The longest quoted key, in bytes, written as an implicit key (`"key": value`). Bytes are never
+/// fewer than characters, so this stays under YAML's 1024-character limit with room for the `:`.
+pub const MAX_IMPLICIT_KEY_BYTES: usize = 1000;
+
+/// Appends a block-mapping key at `indent` (after its line break and indentation are written) up
+/// to and including its `:`; an explicit `? key` when the quoted key is too long to be implicit.
+fn mapping_key(key: &str, indent: &str, out: &mut String) {
+    let quoted_key = double_quoted(key);
+    if quoted_key.len() > MAX_IMPLICIT_KEY_BYTES {
+        out.push_str("? ");
+        out.push_str(&quoted_key);
+        out.push('\n');
+        out.push_str(indent);
+        out.push(':');
+    } else {
+        out.push_str(&quoted_key);
+        out.push(':');
+    }
+}
+
 /// The document for `services`, in their order.
 pub fn render<'a>(services: impl IntoIterator<Item = &'a ServiceConfig>) -> String {
     let mut out = String::from("configurations:");
@@ -47,15 +71,14 @@ pub fn render<'a>(services: impl IntoIterator<Item = &'a ServiceConfig>) -> Stri
     for service in services {
         any = true;
         out.push_str("\n  ");
-        quoted(service.name(), &mut out);
-        out.push(':');
+        mapping_key(service.name(), "  ", &mut out);
         if service.entries().is_empty() {
             out.push_str(" {}");
         }
         for (key, value) in service.entries() {
             out.push_str("\n    ");
-            quoted(key, &mut out);
-            out.push_str(": ");
+            mapping_key(key, "    ", &mut out);
+            out.push(' ');
             quoted(value, &mut out);
         }
     }
@@ -105,6 +128,33 @@ mod tests {
         round_trip("configurations:\n");
         round_trip("configurations:\n  b: {k: 1}\n  a: {k: 2}\n  '8': {k: 3}\n");
         round_trip("configurations:\n  x: {\"k: v\": \"# not a comment\", '- l': '[a, b]', '?': '&anchor'}\n");
+    }
+
+    #[test]
+    fn keys_too_long_for_an_implicit_key_are_written_as_explicit_keys() {
+        let long = "k".repeat(1100);
+        let wide = "é".repeat(600); // 600 characters, 1200 bytes
+        let escaped = "\n".repeat(600); // 600 characters, written as 1200
+        for key in [&long, &wide, &escaped] {
+            round_trip(&format!("configurations:\n  svc:\n    ? {}\n    : v\n    short: w\n", double_quoted(key)));
+            round_trip(&format!("configurations:\n  ? {}\n  :\n    k: v\n  b: {{k: 1}}\n", double_quoted(key)));
+            round_trip(&format!("configurations:\n  ? {}\n  : {{}}\n", double_quoted(key)));
+        }
+        // At the boundary: the longest implicit key and the shortest explicit one.
+        for n in [MAX_IMPLICIT_KEY_BYTES - 3, MAX_IMPLICIT_KEY_BYTES - 2, MAX_IMPLICIT_KEY_BYTES - 1] {
+            let key = "x".repeat(n);
+            round_trip(&format!("configurations:\n  ? {0}\n  :\n    ? {0}\n    : v\n", double_quoted(&key)));
+        }
+        // A per-service write next to a long key, and one whose own key is long.
+        let table =
+            crate::read(&format!("configurations:\n  a:\n    ? {}\n    : v\n  b: {{k: 1}}\n", double_quoted(&long)))
+                .unwrap();
+        let set = crate::read(&with_service(&table, "b", Some(vec![(long.clone(), "2".into())]))).unwrap();
+        assert_eq!(set.get("a"), table.get("a"));
+        assert_eq!(set.get("b").unwrap().get(&long), Some("2"));
+        let removed = crate::read(&with_service(&table, "b", None)).unwrap();
+        assert_eq!(removed.get("a"), table.get("a"));
+        assert!(removed.get("b").is_none());
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub struct Reporter<'a> {
 }
 
 impl<'a> Reporter<'a> {
-    fn new(updates: &'a mpsc::Sender<Update>, store: &'a str) -> Self {
+    pub(crate) fn new(updates: &'a mpsc::Sender<Update>, store: &'a str) -> Self {
         Self { updates, store, failing: false, established: false }
     }
 

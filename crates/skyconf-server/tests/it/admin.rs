@@ -369,6 +369,45 @@ async fn per_service_writes_keep_other_services_digests() {
 }
 
 #[tokio::test]
+async fn per_service_writes_work_next_to_and_with_keys_over_1024_characters() {
+    let s = setup();
+    let long = "k".repeat(1100);
+    // The API takes names up to 512 bytes, but a document may hold longer ones.
+    let long_name = "n".repeat(1100);
+    let document = format!("{V1}  svc-long:\n    ? \"{long}\"\n    : v\n  ? {long_name}\n  : {{k: v}}\n");
+    let body = s.ok(yaml_put("/api/v1/configurations").body(Body::from(document)).unwrap()).await;
+    assert_eq!(body["served"], true);
+    let long_service = s.digest("svc-long");
+    let long_named = s.digest(&long_name);
+
+    // A write of another service renders the whole document again, the long key included.
+    s.ok_json("PUT", "/api/v1/services/order", json!({"config": {"agent.sample_n_per_3_secs": "20"}})).await;
+    assert_eq!(s.digest("svc-long"), long_service, "the long key reads back to the same digest");
+    assert_eq!(s.digest(&long_name), long_named, "so does the long name");
+    assert_eq!(s.served.snapshot().table.get("order").unwrap().get("agent.sample_n_per_3_secs"), Some("20"));
+
+    s.ok_json("DELETE", "/api/v1/services/pay", json!({})).await;
+    assert!(s.served.snapshot().table.get("pay").is_none());
+    assert_eq!(s.digest("svc-long"), long_service);
+
+    // A service whose own key is long.
+    let config = json!({ long.clone(): "w", "short": "x" });
+    s.ok_json("PUT", "/api/v1/services/added", json!({ "config": config })).await;
+    let snapshot = s.served.snapshot();
+    let added = snapshot.table.get("added").unwrap();
+    assert_eq!(added.entries(), [(long.clone(), "w".into()), ("short".into(), "x".into())]);
+    assert_eq!(snapshot.answer("svc-long").digest, long_service);
+    assert_eq!(snapshot.answer(&long_name).digest, long_named);
+
+    let before = s.digests();
+    let (status, body) = call(&s.router, get("/api/v1/configurations")).await;
+    assert_eq!(status, 200);
+    let again = skyconf_core::read(body["document"].as_str().unwrap()).unwrap();
+    let reread: Vec<_> = again.services().map(|s| (s.name().to_owned(), s.digest().clone())).collect();
+    assert_eq!(reread, before, "the written document reads back to the served digests");
+}
+
+#[tokio::test]
 async fn a_rollback_restores_the_exact_document_and_digests() {
     let s = setup();
     let before = s.digests();

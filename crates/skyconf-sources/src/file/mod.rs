@@ -16,6 +16,17 @@
 //! A single file that disappears or cannot be read is reported as [`Update::Failed`], not as a
 //! delete: for a file the absence is almost always a deploy in progress or a mistake. In the
 //! directory form, removing a key's file deletes the key.
+//!
+//! **Transient states are not reported.** A file replaced by rename (a new inode) is whole the
+//! moment it appears, and is reported as soon as its events settle. A file written in place
+//! cannot be told apart from one whose writer is still busy (`cat slow-pipe > file` truncates
+//! first and writes later; a copy across filesystems writes in chunks), so a change that kept the
+//! file's inode, or a file whose size or modification time changed while it was read, is only a
+//! candidate: it is reported once the directory has been quiet for [`IN_PLACE_SETTLE`] and a
+//! re-read finds the same content, size and modification time. An empty or whitespace-only file
+//! (a truncation in progress, almost always) is likewise kept back, logged, with the last good
+//! content still served, until a re-read after [`BLANK_CONFIRM`] of quiet finds it still blank:
+//! only then is a deliberate "no services" (or an emptied key) reported.
 
 mod settings;
 
@@ -36,6 +47,93 @@ use crate::{
 
 /// The longest a burst of events may delay a re-read.
 const MAX_SETTLE: Duration = Duration::from_millis(60);
+
+/// How long the directory must stay quiet before a file changed in place is reported: longer than
+/// the pauses of a slow writer (a pipe, a copy, a script writing in steps).
+pub const IN_PLACE_SETTLE: Duration = Duration::from_secs(1);
+
+/// How long a file must stay empty (or whitespace only) before that is reported.
+pub const BLANK_CONFIRM: Duration = Duration::from_secs(3);
+
+/// What a read saw of one file: which file it was (the inode) and how it looked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    /// Device, inode and birth time where the platform has them: a rename brings a new one.
+    identity: Option<(u64, u64, Option<std::time::SystemTime>)>,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    /// The size or modification time changed between the start and the end of the read.
+    changed_while_read: bool,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        let identity = {
+            use std::os::unix::fs::MetadataExt as _;
+            Some((meta.dev(), meta.ino(), meta.created().ok()))
+        };
+        #[cfg(not(unix))]
+        let identity = None;
+        Self { identity, len: meta.len(), modified: meta.modified().ok(), changed_while_read: false }
+    }
+
+    /// The same file as `before`, with another size or modification time: written in place.
+    fn written_in_place_since(&self, before: &Self) -> bool {
+        self.identity.is_some()
+            && self.identity == before.identity
+            && (self.len, self.modified) != (before.len, before.modified)
+    }
+}
+
+/// The stamps of every file a read took, by path.
+type Stamps = BTreeMap<PathBuf, Stamp>;
+
+/// Why a read is not reported yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unsettled {
+    /// A file changed in place, or while it was read: its writer may not be done.
+    InPlace,
+    /// A file became empty or whitespace only.
+    Blank,
+}
+
+impl Unsettled {
+    /// The quiet period before the confirming re-read.
+    fn quiet(self) -> Duration {
+        match self {
+            Self::InPlace => IN_PLACE_SETTLE,
+            Self::Blank => BLANK_CONFIRM,
+        }
+    }
+}
+
+/// A read waiting for its confirming re-read.
+#[derive(Debug)]
+struct Candidate {
+    content: StoreContent,
+    stamps: Stamps,
+    why: Unsettled,
+}
+
+/// Why `now` (stamped `stamps`) may be a transient state, given the last reported content and the
+/// stamps of the previous read; `None` when it can be reported now.
+fn unsettled(last: Option<&StoreContent>, now: &StoreContent, seen: &Stamps, stamps: &Stamps) -> Option<Unsettled> {
+    let fresh_blank = |value: &String, before: Option<&String>| value.trim().is_empty() && before != Some(value);
+    let blank = now.singles.iter().any(|(key, value)| fresh_blank(value, last.and_then(|l| l.singles.get(key))))
+        || now.groups.iter().any(|(group, items)| {
+            items.iter().any(|(item, value)| {
+                fresh_blank(value, last.and_then(|l| l.groups.get(group)).and_then(|items| items.get(item)))
+            })
+        });
+    if blank {
+        return Some(Unsettled::Blank);
+    }
+    let in_place = stamps.iter().any(|(path, stamp)| {
+        stamp.changed_while_read || seen.get(path).is_some_and(|before| stamp.written_in_place_since(before))
+    });
+    in_place.then_some(Unsettled::InPlace)
+}
 
 /// Which layout the path has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,29 +205,52 @@ impl FileSource {
         self.form
     }
 
-    /// Reads one file, within the size limit.
-    fn read_file(&self, path: &Path) -> Result<String, SourceError> {
+    /// Reads one file, within the size limit, with what it looked like.
+    fn read_file(&self, path: &Path) -> Result<(String, Stamp), SourceError> {
+        use std::io::Read as _;
         let what = path.display().to_string();
         let io = |source| SourceError::Io { path: what.clone(), source };
-        let size = std::fs::metadata(path).map_err(io)?.len();
-        if size > self.limits.max_value_bytes {
-            return Err(SourceError::TooLarge { what, size, limit: self.limits.max_value_bytes });
+        let file = std::fs::File::open(path).map_err(io)?;
+        let before = Stamp::of(&file.metadata().map_err(io)?);
+        let limit = self.limits.max_value_bytes;
+        if before.len > limit {
+            return Err(SourceError::TooLarge { what, size: before.len, limit });
         }
-        let bytes = std::fs::read(path).map_err(io)?;
-        String::from_utf8(bytes).map_err(|_| SourceError::NotText { what })
+        let mut bytes = Vec::with_capacity(usize::try_from(before.len).unwrap_or(0));
+        // One byte past the limit, to notice a file that grew beyond it while read.
+        (&file).take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
+        let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        if size > limit {
+            return Err(SourceError::TooLarge { what, size, limit });
+        }
+        let after = Stamp::of(&file.metadata().map_err(io)?);
+        let stamp = Stamp { changed_while_read: after != before || size != after.len, ..after };
+        let text = String::from_utf8(bytes).map_err(|_| SourceError::NotText { what })?;
+        Ok((text, stamp))
     }
 
     /// Reads the single file now.
     pub fn read(&self) -> Result<String, SourceError> {
-        self.read_file(&self.path)
+        self.read_file(&self.path).map(|(text, _)| text)
     }
 
     /// Everything the store holds now.
     pub fn read_content(&self) -> Result<StoreContent, SourceError> {
+        self.read_stamped().map(|(content, _)| content)
+    }
+
+    /// Everything the store holds now, with the stamp of every file read.
+    fn read_stamped(&self) -> Result<(StoreContent, Stamps), SourceError> {
         let mut content = StoreContent::default();
+        let mut stamps = Stamps::new();
+        let mut read = |path: PathBuf| -> Result<String, SourceError> {
+            let (text, stamp) = self.read_file(&path)?;
+            stamps.insert(path, stamp);
+            Ok(text)
+        };
         match self.form {
             Form::SingleFile => {
-                content.singles.insert(AGENT_CONFIGURATIONS_KEY.to_owned(), self.read()?);
+                content.singles.insert(AGENT_CONFIGURATIONS_KEY.to_owned(), read(self.path.clone())?);
             }
             Form::Directory => {
                 for (name, path) in self.entries(&self.path)? {
@@ -137,17 +258,17 @@ impl FileSource {
                         let mut items = BTreeMap::new();
                         for (item, item_path) in self.entries(&path)? {
                             if item_path.is_file() {
-                                items.insert(item, self.read_file(&item_path)?);
+                                items.insert(item, read(item_path)?);
                             }
                         }
                         content.groups.insert(name, items);
                     } else if path.is_file() {
-                        content.singles.insert(name, self.read_file(&path)?);
+                        content.singles.insert(name, read(path)?);
                     }
                 }
             }
         }
-        Ok(content)
+        Ok((content, stamps))
     }
 
     /// Visible entries of a directory (names not starting with `.`), following symlinks.
@@ -192,6 +313,18 @@ impl FileSource {
             Form::Directory => RecursiveMode::Recursive,
         };
         watcher.watch(&dir, mode).map_err(watch_error)?;
+        // A single file that is a symbolic link (to a git checkout, say) changes in its target's
+        // directory: watch that one too. Best effort: the periodic re-read covers a target that
+        // cannot be watched, or one the link is later pointed away from.
+        if self.form == Form::SingleFile
+            && let Ok(target) = std::fs::canonicalize(&self.path)
+            && let Some(target_dir) = target.parent()
+            && std::fs::canonicalize(&dir).ok().as_deref() != Some(target_dir)
+            && let Err(error) = watcher.watch(target_dir, RecursiveMode::NonRecursive)
+        {
+            tracing::warn!(file = %self.path.display(), target = %target.display(), %error,
+                "Cannot watch the directory of the file's symlink target; it is re-read periodically.");
+        }
         Ok(watcher)
     }
 
@@ -209,33 +342,75 @@ impl FileSource {
     }
 
     /// Re-reads on every settled burst of events (and every `rehash_every`) until the receiver is
-    /// gone.
+    /// gone; a read that may be a transient state waits for its confirming re-read (see the
+    /// module header).
     async fn watch_loop(&self, events: &Notify, reporter: &mut Reporter<'_>) -> ReceiverGone {
         let mut last: Option<StoreContent> = None;
-        let mut rehash = tokio::time::interval(self.rehash_every);
+        // The stamps of the previous successful read, reported or not.
+        let mut seen = Stamps::new();
+        let mut candidate: Option<Candidate> = None;
+        // The first read is the one below, not an immediate tick.
+        let mut rehash = tokio::time::interval_at(tokio::time::Instant::now() + self.rehash_every, self.rehash_every);
         rehash.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let sent = match self.read_content() {
-                Ok(now) if last.as_ref() == Some(&now) => Ok(()),
-                Ok(now) => {
-                    reporter.established();
-                    let batch = self.updates_between(last.as_ref(), &now);
-                    last = Some(now);
-                    reporter.send_all(batch).await
+            let mut confirm_after = None;
+            let sent = match self.read_stamped() {
+                Ok((now, _)) if last.as_ref() == Some(&now) => {
+                    candidate = None;
+                    Ok(())
+                }
+                Ok((now, stamps)) => {
+                    let confirmed = candidate.as_ref().is_some_and(|c| c.content == now && c.stamps == stamps);
+                    let why = if confirmed { None } else { unsettled(last.as_ref(), &now, &seen, &stamps) };
+                    seen.clone_from(&stamps);
+                    match why {
+                        None => {
+                            candidate = None;
+                            reporter.established();
+                            let batch = self.updates_between(last.as_ref(), &now);
+                            last = Some(now);
+                            reporter.send_all(batch).await
+                        }
+                        Some(why) => {
+                            let again = candidate.as_ref().map(|c| c.why);
+                            self.log_unsettled(why, again);
+                            confirm_after = Some(why.quiet());
+                            candidate = Some(Candidate { content: now, stamps, why });
+                            Ok(())
+                        }
+                    }
                 }
                 // Forget what was read so the same content is delivered again after recovery.
                 Err(error) => {
                     last = None;
+                    candidate = None;
                     reporter.outage(error).await
                 }
             };
             if let Err(gone) = sent {
                 return gone;
             }
-            tokio::select! {
-                () = events.notified() => settle(events).await,
-                _ = rehash.tick() => {}
+            match confirm_after {
+                Some(quiet) => quiet_for(events, quiet).await,
+                None => tokio::select! {
+                    () = events.notified() => settle(events).await,
+                    _ = rehash.tick() => {}
+                },
             }
+        }
+    }
+
+    /// Logs a read kept back: a blank file at WARN when it starts, the rest at DEBUG.
+    fn log_unsettled(&self, why: Unsettled, before: Option<Unsettled>) {
+        let store = self.describe();
+        match why {
+            Unsettled::Blank if before != Some(Unsettled::Blank) => tracing::warn!(
+                store = %store,
+                confirm_after_ms = BLANK_CONFIRM.as_millis(),
+                "A file is empty; the last good content stays in service unless it is still empty after a quiet period \
+                 (replace files by rename to avoid this)."
+            ),
+            _ => tracing::debug!(store = %store, ?why, "A file changed in place; waiting for it to settle."),
         }
     }
 }
@@ -298,8 +473,18 @@ impl Session for FileSource {
     }
 }
 
+/// Waits until no event has arrived for `quiet`, however long the events go on.
+async fn quiet_for(events: &Notify, quiet: Duration) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(quiet) => return,
+            () = events.notified() => {}
+        }
+    }
+}
+
 /// Waits until no event has arrived for [`DEFAULT_SETTLE`], or [`MAX_SETTLE`] at most, so an
-/// editor's truncate-then-write is read once, whole.
+/// editor's truncate-then-write is usually read once, whole.
 async fn settle(events: &Notify) {
     let deadline = tokio::time::Instant::now() + MAX_SETTLE;
     loop {
@@ -440,6 +625,221 @@ mod tests {
         assert!(source.put(AGENT_CONFIGURATIONS_KEY, None).await.is_err());
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no staging file left behind");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_put_to_a_symlinked_file_replaces_the_target_and_keeps_the_link() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("git")).unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        let target = dir.path().join("git/agent.yaml");
+        std::fs::write(&target, "a").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let link = dir.path().join("etc/agent.yaml");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+
+        let source = FileSource::new(&link);
+        source.put(AGENT_CONFIGURATIONS_KEY, Some("b")).await.unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "b");
+        assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o7777, 0o640);
+        // A later edit of the target is what the store reads.
+        std::fs::write(&target, "c").unwrap();
+        assert_eq!(source.read().unwrap(), "c");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_symlinked_file_is_watched_in_its_targets_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("git")).unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        let target = dir.path().join("git/agent.yaml");
+        std::fs::write(&target, "a").unwrap();
+        let link = dir.path().join("etc/agent.yaml");
+        std::os::unix::fs::symlink("../git/agent.yaml", &link).unwrap();
+        // No periodic re-read to fall back on: only a watch on git/ can see the edit.
+        let (mut rx, stop, task) = spawn(FileSource::new(&link).with_rehash_every(Duration::from_secs(3600)));
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
+
+        let staged = dir.path().join("git/.agent.yaml.tmp");
+        std::fs::write(&staged, "b").unwrap();
+        std::fs::rename(&staged, &target).unwrap();
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some("b"));
+        stop.cancel();
+        task.await.unwrap();
+    }
+
+    const GOOD: &str =
+        "configurations:\n  svc-a:\n    k: 1\n  svc-b:\n    agent.sample_n_per_3_secs: 20\n  svc-c:\n    k: 3\n";
+    const NEW: &str =
+        "configurations:\n  svc-a:\n    k: 1\n  svc-b:\n    agent.sample_n_per_3_secs: 30\n  svc-c:\n    k: 4\n";
+
+    /// The watch loop on `path` with events sent by hand (`events.notify_one()` after a file state
+    /// is written, as the watcher would), so a test on paused time decides what the loop sees.
+    fn watch_by_hand(path: &Path) -> (mpsc::Receiver<Update>, Arc<Notify>, tokio::task::JoinHandle<()>) {
+        let source = FileSource::new(path).with_rehash_every(Duration::from_secs(3600));
+        let events = Arc::new(Notify::new());
+        let (tx, rx) = mpsc::channel(8);
+        let loop_events = Arc::clone(&events);
+        let task = tokio::spawn(async move {
+            let mut reporter = Reporter::new(&tx, "test");
+            let _ = source.watch_loop(&loop_events, &mut reporter).await;
+        });
+        (rx, events, task)
+    }
+
+    /// Writes `text` into the open file, in place, and reports the event.
+    fn write_in_place(file: &mut std::fs::File, text: &str, events: &Notify) {
+        use std::io::Write as _;
+        file.write_all(text.as_bytes()).unwrap();
+        file.flush().unwrap();
+        events.notify_one();
+    }
+
+    /// Opens `path` for writing the way `>` does: truncated, same inode.
+    fn truncate(path: &Path, events: &Notify) -> std::fs::File {
+        let file = std::fs::OpenOptions::new().write(true).truncate(true).open(path).unwrap();
+        events.notify_one();
+        file
+    }
+
+    /// Nothing is reported for `period`.
+    async fn nothing_for(rx: &mut mpsc::Receiver<Update>, period: Duration) {
+        if let Ok(update) = tokio::time::timeout(period, rx.recv()).await {
+            panic!("reported {update:?} within {period:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_truncate_then_a_late_write_in_place_never_reports_the_empty_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, GOOD).unwrap();
+        let (mut rx, events, task) = watch_by_hand(&path);
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+
+        // (a) of F2: `>` truncates, the writer pauses for 500 ms, then writes the whole text.
+        let mut file = truncate(&path, &events);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        write_in_place(&mut file, GOOD, &events);
+        nothing_for(&mut rx, BLANK_CONFIRM * 3).await;
+
+        // The same with a new text: only the whole new text is reported.
+        let mut file = truncate(&path, &events);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        write_in_place(&mut file, NEW, &events);
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(NEW));
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_half_written_file_is_never_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, GOOD).unwrap();
+        let (mut rx, events, task) = watch_by_hand(&path);
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+
+        // (b) and (c) of F2: cut between services, and inside a value (`2` of `30`).
+        for cut in [NEW.find("  svc-b:").unwrap(), NEW.find("30").unwrap() + 1] {
+            let mut file = truncate(&path, &events);
+            write_in_place(&mut file, &NEW[..cut], &events);
+            let started = tokio::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            write_in_place(&mut file, &NEW[cut..], &events);
+            assert_eq!(next_value(&mut rx).await.as_deref(), Some(NEW), "cut at {cut}");
+            let waited = started.elapsed();
+            assert!(waited >= Duration::from_millis(500) + IN_PLACE_SETTLE, "reported after {waited:?}");
+
+            // Back to GOOD by rename, for the next round.
+            let staged = dir.path().join(".agent.yaml.tmp");
+            std::fs::write(&staged, GOOD).unwrap();
+            std::fs::rename(&staged, &path).unwrap();
+            events.notify_one();
+            assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+        }
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rename_is_reported_at_once_and_an_in_place_write_after_it_settles() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, GOOD).unwrap();
+        let (mut rx, events, task) = watch_by_hand(&path);
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+
+        let staged = dir.path().join(".agent.yaml.tmp");
+        std::fs::write(&staged, NEW).unwrap();
+        std::fs::rename(&staged, &path).unwrap();
+        events.notify_one();
+        let started = tokio::time::Instant::now();
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(NEW));
+        assert!(started.elapsed() <= MAX_SETTLE, "a rename is reported after {:?}", started.elapsed());
+
+        std::fs::write(&path, GOOD).unwrap();
+        events.notify_one();
+        let started = tokio::time::Instant::now();
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+        let waited = started.elapsed();
+        assert!(
+            (IN_PLACE_SETTLE..IN_PLACE_SETTLE * 2).contains(&waited),
+            "an in-place write is reported after {waited:?}"
+        );
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_file_that_stays_empty_is_reported_after_the_confirming_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, GOOD).unwrap();
+        let (mut rx, events, task) = watch_by_hand(&path);
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+
+        // Even by rename: whitespace only is kept back until it is confirmed.
+        let staged = dir.path().join(".agent.yaml.tmp");
+        std::fs::write(&staged, " \n\n").unwrap();
+        std::fs::rename(&staged, &path).unwrap();
+        events.notify_one();
+        nothing_for(&mut rx, BLANK_CONFIRM).await;
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(" \n\n"), "a deliberate \"no services\" still works");
+
+        std::fs::write(&path, GOOD).unwrap();
+        events.notify_one();
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+        // Emptied in place and left so.
+        drop(truncate(&path, &events));
+        nothing_for(&mut rx, BLANK_CONFIRM).await;
+        assert_eq!(next_value(&mut rx).await.as_deref(), Some(""));
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_the_directory_form_an_emptied_key_file_waits_for_its_confirmation() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("alarm.default.alarm-settings");
+        std::fs::write(&key, "rules: {}").unwrap();
+        let source = FileSource::directory(dir.path()).with_rehash_every(Duration::from_secs(3600));
+        let events = Arc::new(Notify::new());
+        let (tx, mut rx) = mpsc::channel(8);
+        let loop_events = Arc::clone(&events);
+        let task = tokio::spawn(async move {
+            let mut reporter = Reporter::new(&tx, "test");
+            let _ = source.watch_loop(&loop_events, &mut reporter).await;
+        });
+        assert!(matches!(next(&mut rx).await, Update::Snapshot(_)));
+        let mut file = truncate(&key, &events);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        write_in_place(&mut file, "rules: {a: 1}", &events);
+        match next(&mut rx).await {
+            Update::Single { value, .. } => assert_eq!(value.as_deref(), Some("rules: {a: 1}")),
+            other => panic!("unexpected {other:?}"),
+        }
+        task.abort();
     }
 
     #[test]
