@@ -535,9 +535,7 @@ mod tests {
         std::fs::write(&path, "b").unwrap();
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("b"));
 
-        let staged = dir.path().join(".agent.yaml.tmp");
-        std::fs::write(&staged, "c").unwrap();
-        std::fs::rename(&staged, &path).unwrap();
+        replace_by_rename(&path, "c");
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("c"));
 
         stop.cancel();
@@ -679,6 +677,13 @@ mod tests {
 
     /// The watch loop on `path` with events sent by hand (`events.notify_one()` after a file state
     /// is written, as the watcher would), so a test on paused time decides what the loop sees.
+    /// Replaces `path` the safe way: a temporary file beside it, renamed over it.
+    fn replace_by_rename(path: &Path, text: &str) {
+        let staged = path.with_file_name(".agent.yaml.tmp");
+        std::fs::write(&staged, text).unwrap();
+        std::fs::rename(&staged, path).unwrap();
+    }
+
     fn watch_by_hand(path: &Path) -> (mpsc::Receiver<Update>, Arc<Notify>, tokio::task::JoinHandle<()>) {
         let source = FileSource::new(path).with_rehash_every(Duration::from_secs(3600));
         let events = Arc::new(Notify::new());
@@ -755,9 +760,7 @@ mod tests {
             assert!(waited >= Duration::from_millis(500) + IN_PLACE_SETTLE, "reported after {waited:?}");
 
             // Back to GOOD by rename, for the next round.
-            let staged = dir.path().join(".agent.yaml.tmp");
-            std::fs::write(&staged, GOOD).unwrap();
-            std::fs::rename(&staged, &path).unwrap();
+            replace_by_rename(&path, GOOD);
             events.notify_one();
             assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
         }
@@ -772,9 +775,7 @@ mod tests {
         let (mut rx, events, task) = watch_by_hand(&path);
         assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
 
-        let staged = dir.path().join(".agent.yaml.tmp");
-        std::fs::write(&staged, NEW).unwrap();
-        std::fs::rename(&staged, &path).unwrap();
+        replace_by_rename(&path, NEW);
         events.notify_one();
         let started = tokio::time::Instant::now();
         assert_eq!(next_value(&mut rx).await.as_deref(), Some(NEW));
@@ -801,9 +802,7 @@ mod tests {
         assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
 
         // Even by rename: whitespace only is kept back until it is confirmed.
-        let staged = dir.path().join(".agent.yaml.tmp");
-        std::fs::write(&staged, " \n\n").unwrap();
-        std::fs::rename(&staged, &path).unwrap();
+        replace_by_rename(&path, " \n\n");
         events.notify_one();
         nothing_for(&mut rx, BLANK_CONFIRM).await;
         assert_eq!(next_value(&mut rx).await.as_deref(), Some(" \n\n"), "a deliberate \"no services\" still works");
