@@ -37,7 +37,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use skyconf_server::security::{ClientAuth, ClientCerts, GrpcLimits, Secret, TlsFiles};
+use skyconf_server::security::{ClientAuth, ClientCerts, ConnectionLimits, GrpcLimits, Secret, TlsFiles};
 use skyconf_sources::StoreEntry;
 
 /// skyconf's own section.
@@ -129,6 +129,12 @@ pub(crate) struct LimitsSection {
     pub(crate) grpc_keepalive_interval_secs: Option<u64>,
     /// Seconds a keep-alive ping may go unanswered.
     pub(crate) grpc_keepalive_timeout_secs: Option<u64>,
+    /// Milliseconds a new connection (either port) may take to send its opening bytes.
+    pub(crate) handshake_timeout_ms: Option<u64>,
+    /// Concurrent connections on the gRPC port (default: below the open-file limit).
+    pub(crate) grpc_max_connections: Option<usize>,
+    /// Concurrent connections on the admin port.
+    pub(crate) admin_max_connections: Option<usize>,
 }
 
 impl LimitsSection {
@@ -145,6 +151,16 @@ impl LimitsSection {
             },
             keepalive_timeout: self.grpc_keepalive_timeout_secs.map_or(defaults.keepalive_timeout, Duration::from_secs),
             ..defaults
+        }
+    }
+
+    /// The connection limits, defaults filled in.
+    pub(crate) fn connections(&self) -> ConnectionLimits {
+        let defaults = ConnectionLimits::default();
+        ConnectionLimits {
+            handshake_timeout: self.handshake_timeout_ms.map_or(defaults.handshake_timeout, Duration::from_millis),
+            max_grpc_connections: self.grpc_max_connections.or(defaults.max_grpc_connections),
+            max_admin_connections: self.admin_max_connections.unwrap_or(defaults.max_admin_connections),
         }
     }
 }
@@ -435,6 +451,8 @@ skyconf:
   limits:
     grpcMaxConcurrentStreams: 8
     grpcKeepaliveIntervalSecs: 0
+    handshakeTimeoutMs: 2500
+    grpcMaxConnections: 900
 "#;
         let file = ConfigFile::parse(text, "application.yml", &env(&[("SW_AUTHENTICATION", "agent-s3cret")])).unwrap();
         let sharing: SharingServerSection = file.section("receiver-sharing-server.default").unwrap().unwrap();
@@ -448,6 +466,10 @@ skyconf:
         assert!(own.security.tls.admin.resolve("admin").unwrap().is_none());
         let limits = own.limits.resolve();
         assert_eq!((limits.max_concurrent_streams, limits.keepalive_interval), (8, None));
+        let connections = own.limits.connections();
+        assert_eq!(connections.handshake_timeout, Duration::from_millis(2500));
+        assert_eq!(connections.max_grpc_connections, Some(900));
+        assert_eq!(connections.max_admin_connections, ConnectionLimits::default().max_admin_connections);
 
         let empty = ConfigFile::parse(text, "application.yml", &env(&[])).unwrap();
         let sharing: SharingServerSection = empty.section("receiver-sharing-server.default").unwrap().unwrap();

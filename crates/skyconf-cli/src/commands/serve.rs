@@ -184,6 +184,7 @@ fn security(
         grpc_tls: tls.grpc.resolve("grpc")?,
         admin_tls: tls.admin.resolve("admin")?,
         grpc_limits: limits.resolve(),
+        connections: limits.connections(),
     })
 }
 

@@ -16,6 +16,8 @@ use std::time::Duration;
 use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 
+use super::connections::{Acceptor, Guarded, Opening};
+
 /// HTTP/2 limits of the gRPC port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcLimits {
@@ -54,17 +56,26 @@ impl GrpcLimits {
             .http2_keepalive_timeout(Some(self.keepalive_timeout))
     }
 
-    /// The accepted sockets of `listener`, with TCP keep-alive and no Nagle delay, each wrapped
-    /// so that h2 batches small answers into shared writes ([`crate::socket`]).
+    /// The accepted sockets of `acceptor` (capped, backing off on accept errors), with TCP
+    /// keep-alive and no Nagle delay, each wrapped so that h2 batches small answers into shared
+    /// writes ([`crate::socket`]) and closed unless its HTTP/2 preface arrives within
+    /// `handshake_timeout` ([`super::connections`]).
     pub fn incoming(
         &self,
-        listener: tokio::net::TcpListener,
-    ) -> impl futures_util::Stream<Item = std::io::Result<crate::socket::BatchedWrites>> + use<> {
-        use futures_util::StreamExt as _;
-        tonic::transport::server::TcpIncoming::from(listener)
-            .with_nodelay(Some(true))
-            .with_keepalive(self.tcp_keepalive)
-            .map(|accepted| accepted.map(crate::socket::BatchedWrites::new))
+        acceptor: Acceptor,
+        handshake_timeout: Duration,
+    ) -> impl futures_util::Stream<Item = std::io::Result<Guarded<crate::socket::BatchedWrites>>> + use<> {
+        let tcp_keepalive = self.tcp_keepalive;
+        futures_util::stream::unfold(acceptor, move |mut acceptor| async move {
+            let (stream, _, permit) = acceptor.accept().await;
+            let _ = stream.set_nodelay(true);
+            if let Some(time) = tcp_keepalive {
+                let keepalive = socket2::TcpKeepalive::new().with_time(time);
+                let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+            }
+            let stream = crate::socket::BatchedWrites::new(stream);
+            Some((Ok(Guarded::new(stream, Opening::Http2, handshake_timeout, permit)), acceptor))
+        })
     }
 }
 
