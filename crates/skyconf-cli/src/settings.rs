@@ -129,6 +129,8 @@ pub(crate) struct LimitsSection {
     pub(crate) grpc_keepalive_interval_secs: Option<u64>,
     /// Seconds a keep-alive ping may go unanswered.
     pub(crate) grpc_keepalive_timeout_secs: Option<u64>,
+    /// Milliseconds a gRPC call's request message may take to arrive after its headers.
+    pub(crate) grpc_request_message_timeout_ms: Option<u64>,
     /// Milliseconds a new connection (either port) may take to send its opening bytes.
     pub(crate) handshake_timeout_ms: Option<u64>,
     /// Concurrent connections on the gRPC port (default: below the open-file limit).
@@ -150,6 +152,9 @@ impl LimitsSection {
                 None => defaults.keepalive_interval,
             },
             keepalive_timeout: self.grpc_keepalive_timeout_secs.map_or(defaults.keepalive_timeout, Duration::from_secs),
+            request_message_timeout: self
+                .grpc_request_message_timeout_ms
+                .map_or(defaults.request_message_timeout, Duration::from_millis),
             ..defaults
         }
     }
@@ -452,6 +457,7 @@ skyconf:
     grpcMaxConcurrentStreams: 8
     grpcKeepaliveIntervalSecs: 0
     handshakeTimeoutMs: 2500
+    grpcRequestMessageTimeoutMs: 3000
     grpcMaxConnections: 900
 "#;
         let file = ConfigFile::parse(text, "application.yml", &env(&[("SW_AUTHENTICATION", "agent-s3cret")])).unwrap();
@@ -466,6 +472,7 @@ skyconf:
         assert!(own.security.tls.admin.resolve("admin").unwrap().is_none());
         let limits = own.limits.resolve();
         assert_eq!((limits.max_concurrent_streams, limits.keepalive_interval), (8, None));
+        assert_eq!(limits.request_message_timeout, Duration::from_secs(3));
         let connections = own.limits.connections();
         assert_eq!(connections.handshake_timeout, Duration::from_millis(2500));
         assert_eq!(connections.max_grpc_connections, Some(900));

@@ -413,6 +413,23 @@ mod connections {
         server.stop().await.unwrap();
     }
 
+    #[tokio::test]
+    async fn a_call_whose_message_never_arrives_is_answered_deadline_exceeded() {
+        let limits = GrpcLimits { request_message_timeout: Duration::from_millis(200), ..GrpcLimits::default() };
+        let (_dir, server) = start(ConnectionLimits::default(), limits).await;
+        let addr = server.grpc_addr;
+        let client = h2_client(addr).await;
+        let mut ready = client.ready().await.unwrap();
+        // HEADERS without END_STREAM, and never a DATA frame: the stream is answered, not held.
+        let (response, _held) = ready.send_request(fetch_request(addr), false).unwrap();
+        let status = tokio::time::timeout(BOUND, grpc_status(response)).await.expect("the stream is answered");
+        assert_eq!(status, "4", "DEADLINE_EXCEEDED, which does not make an agent drop its channel");
+        // A normal call on another stream of the same connection is unaffected.
+        let mut client = ready;
+        assert_eq!(poll_on(&mut client, addr).await, "0");
+        server.stop().await.unwrap();
+    }
+
     /// Reads the server's first bytes (its SETTINGS) within `wait`.
     async fn server_speaks(stream: &mut TcpStream, wait: Duration) -> bool {
         let mut buf = [0; 64];
