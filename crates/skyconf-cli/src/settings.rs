@@ -82,6 +82,8 @@ pub(crate) struct AdminSecuritySection {
     pub(crate) token_files: Vec<PathBuf>,
     /// `/metrics` without a token.
     pub(crate) metrics_open: bool,
+    /// Host names the admin port answers to besides IP literals and `localhost`; `*`: any.
+    pub(crate) allowed_hosts: Vec<String>,
 }
 
 /// `skyconf.security.tls`.
@@ -451,6 +453,7 @@ skyconf:
     admin:
       readTokens: [r1]
       writeTokens: ["${ADMIN_W:}"]
+      allowedHosts: [skyconf.internal]
     tls:
       grpc: {cert: /c.pem, key: /k.pem, clientCa: /ca.pem, clientAuth: request}
   limits:
@@ -466,6 +469,7 @@ skyconf:
         let own: SkyconfSection = file.section("skyconf").unwrap().unwrap();
         assert!(!format!("{own:?}").contains("r1"), "tokens never print");
         assert_eq!(own.security.admin.read_tokens.len(), 1);
+        assert_eq!(own.security.admin.allowed_hosts, ["skyconf.internal"]);
         assert!(own.security.admin.write_tokens[0].is_empty(), "an unset placeholder is no token");
         let grpc = own.security.tls.grpc.resolve("grpc").unwrap().unwrap();
         assert_eq!(grpc.client_certs.unwrap().auth, ClientAuth::Request);

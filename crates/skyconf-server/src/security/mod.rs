@@ -6,11 +6,14 @@
 //! - [`tls`]: rustls (ring provider) for the gRPC and admin ports, from PEM files, with optional
 //!   client certificates.
 //! - [`limits`]: HTTP/2 limits of the gRPC port and request body limits of the admin API.
+//! - [`connections`]: handshake deadlines, connection caps and accept backoff on both ports.
+//! - [`browser`]: the admin port against browsers: cross-site writes, DNS rebinding, CSP.
 //!
 //! Everything is off by default, as on an OAP. Secrets are [`Secret`]s: their `Debug` is
 //! redacted and they have no `Display`, so none can reach a log line by accident.
 
 pub mod auth;
+pub mod browser;
 pub mod connections;
 pub mod limits;
 pub mod tls;
@@ -26,6 +29,7 @@ use tokio_rustls::rustls::ServerConfig;
 use crate::metrics::Metrics;
 
 pub use auth::{AdminTokens, Role, Secret};
+pub use browser::AllowedHosts;
 pub use connections::ConnectionLimits;
 pub use limits::GrpcLimits;
 pub use tls::{ClientAuth, ClientCerts, TlsFiles};
@@ -51,6 +55,8 @@ pub struct SecurityConfig {
     pub grpc_limits: GrpcLimits,
     /// Connection caps and the handshake deadline of both ports.
     pub connections: ConnectionLimits,
+    /// Host names the admin port answers to besides IP literals and `localhost` ([`browser`]).
+    pub allowed_hosts: AllowedHosts,
 }
 
 /// Why a security setting cannot be used. Raised at start-up: the server does not open a port
@@ -114,10 +120,12 @@ pub fn admin_app(
     } else {
         protect(metrics.router(), Role::Read, small)
     };
-    limits::limit_body(admin.health_routes().merge(admin.page_routes()), small)
+    let app = limits::limit_body(admin.health_routes().merge(admin.page_routes()), small)
         .merge(metrics_routes)
         .merge(protect(admin.read_routes(), Role::Read, small))
-        .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)))
+        .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)));
+    // Outermost: a cross-site or rebound request is refused before the token check.
+    browser::protect(app, security.allowed_hosts.clone())
 }
 
 /// Serves `app` on `listener`, over TLS when `tls` is given, until `stop` completes, within

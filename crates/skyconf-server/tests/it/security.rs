@@ -457,3 +457,118 @@ mod connections {
         server.stop().await.unwrap();
     }
 }
+
+/// The admin port against browsers: cross-site writes (CSRF), DNS rebinding, security headers;
+/// over a real socket, with the headers a browser sends.
+mod browser {
+    use std::net::SocketAddr;
+
+    use skyconf_server::ServeConfig;
+    use skyconf_server::security::{AllowedHosts, SecurityConfig};
+    use skyconf_sources::file::FileSource;
+    use skyconf_testkit::fixtures::temp_file;
+    use skyconf_testkit::server::{Server, loopback};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::GOOD;
+
+    async fn start(allowed_hosts: AllowedHosts) -> (tempfile::TempDir, Server) {
+        let (dir, path) = temp_file("agent.yaml", GOOD);
+        let security = SecurityConfig { allowed_hosts, ..SecurityConfig::default() };
+        (dir, Server::start(FileSource::new(path), ServeConfig { security, ..loopback() }).await)
+    }
+
+    /// One HTTP/1.1 request with `headers` (each `Name: value`); the status and the head.
+    async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[String], body: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let mut text = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+        for header in headers {
+            text.push_str(header);
+            text.push_str("\r\n");
+        }
+        text.push_str("\r\n");
+        text.push_str(body);
+        stream.write_all(text.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let head = answer.split("\r\n\r\n").next().unwrap_or_default().to_ascii_lowercase();
+        (status, head)
+    }
+
+    #[tokio::test]
+    async fn a_cross_site_form_cannot_write() {
+        let (_dir, server) = start(AllowedHosts::default()).await;
+        let addr = server.admin_addr;
+        let host = format!("Host: {addr}");
+        let before = server.releases.latest().map(|r| r.id);
+        // The review's form: text/plain from another origin, as Chromium sends it.
+        let form = r#"{"author":"csrf","message":"x=""}"#;
+        let cases = [
+            vec![host.clone(), "Content-Type: text/plain".into(), "Origin: http://127.0.0.1:29600".into()],
+            vec![host.clone(), "Content-Type: text/plain".into(), "Sec-Fetch-Site: cross-site".into()],
+            // Even JSON, if a browser says it comes from another site or origin.
+            vec![host.clone(), "Content-Type: application/json".into(), "Sec-Fetch-Site: same-site".into()],
+            vec![host.clone(), "Content-Type: application/json".into(), "Origin: http://evil.example".into()],
+            // Without Origin (older browsers, `no-referrer`): a simple content type is not enough.
+            vec![host.clone(), "Content-Type: text/plain".into()],
+            vec![host.clone(), "Content-Type: application/x-www-form-urlencoded".into()],
+        ];
+        for headers in &cases {
+            let (status, _) = request(addr, "POST", "/api/v1/releases/1/rollback", headers, form).await;
+            assert_eq!(status, 403, "{headers:?}");
+        }
+        assert_eq!(server.releases.latest().map(|r| r.id), before, "nothing was written");
+
+        // The page's own writes (same origin, JSON) and the CLI's curl (a custom header) pass.
+        let own = [host.clone(), "Content-Type: application/json".into(), format!("Origin: http://{addr}")];
+        let (status, _) = request(addr, "PUT", "/api/v1/services/svc?dry_run=true", &own, r#"{"config": {}}"#).await;
+        assert_eq!(status, 200);
+        let curl = [host.clone(), "X-Skyconf-Author: ann".into()];
+        let (status, _) = request(addr, "POST", "/api/v1/releases/1/rollback", &curl, "").await;
+        assert_ne!(status, 403);
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_rebound_host_name_is_refused() {
+        let (_dir, server) = start(AllowedHosts { names: vec!["skyconf.internal".into()] }).await;
+        let addr = server.admin_addr;
+        let port = addr.port();
+        let get = |host: String, path: &'static str| async move { request(addr, "GET", path, &[host], "").await.0 };
+        assert_eq!(get(format!("Host: attacker.example:{port}"), "/api/v1/services").await, 403);
+        assert_eq!(get(format!("Host: attacker.example:{port}"), "/").await, 403);
+        assert_eq!(get(format!("Host: 127.0.0.1:{port}"), "/api/v1/services").await, 200);
+        assert_eq!(get(format!("Host: localhost:{port}"), "/api/v1/services").await, 200);
+        assert_eq!(get(format!("Host: skyconf.internal:{port}"), "/api/v1/services").await, 200);
+        assert_eq!(get(format!("Host: attacker.example:{port}"), "/healthz").await, 200, "probes carry no data");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_page_and_the_api_carry_security_headers() {
+        let (_dir, server) = start(AllowedHosts::default()).await;
+        let addr = server.admin_addr;
+        let host = [format!("Host: {addr}")];
+        let (status, page) = request(addr, "GET", "/", &host, "").await;
+        assert_eq!(status, 200);
+        let csp = page.lines().find(|l| l.starts_with("content-security-policy:")).expect("a CSP on the page");
+        assert!(csp.contains("script-src 'sha256-") && csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        let (_, api) = request(addr, "GET", "/api/v1/status", &host, "").await;
+        for expected in [
+            "x-content-type-options: nosniff",
+            "referrer-policy: no-referrer",
+            "x-frame-options: deny",
+            "content-security-policy: default-src 'none'; frame-ancestors 'none'",
+        ] {
+            let name = expected.split(':').next().unwrap();
+            assert!(page.contains(name) && api.contains(expected), "{expected}\n{api}");
+        }
+        server.stop().await.unwrap();
+    }
+}
