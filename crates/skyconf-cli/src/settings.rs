@@ -37,7 +37,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use skyconf_server::security::{ClientAuth, ClientCerts, GrpcLimits, Secret, TlsFiles};
+use skyconf_server::security::{ClientAuth, ClientCerts, ConnectionLimits, GrpcLimits, Secret, TlsFiles};
 use skyconf_sources::StoreEntry;
 
 /// skyconf's own section.
@@ -82,6 +82,8 @@ pub(crate) struct AdminSecuritySection {
     pub(crate) token_files: Vec<PathBuf>,
     /// `/metrics` without a token.
     pub(crate) metrics_open: bool,
+    /// Host names the admin port answers to besides IP literals and `localhost`; `*`: any.
+    pub(crate) allowed_hosts: Vec<String>,
 }
 
 /// `skyconf.security.tls`.
@@ -129,6 +131,14 @@ pub(crate) struct LimitsSection {
     pub(crate) grpc_keepalive_interval_secs: Option<u64>,
     /// Seconds a keep-alive ping may go unanswered.
     pub(crate) grpc_keepalive_timeout_secs: Option<u64>,
+    /// Milliseconds a gRPC call's request message may take to arrive after its headers.
+    pub(crate) grpc_request_message_timeout_ms: Option<u64>,
+    /// Milliseconds a new connection (either port) may take to send its opening bytes.
+    pub(crate) handshake_timeout_ms: Option<u64>,
+    /// Concurrent connections on the gRPC port (default: below the open-file limit).
+    pub(crate) grpc_max_connections: Option<usize>,
+    /// Concurrent connections on the admin port.
+    pub(crate) admin_max_connections: Option<usize>,
 }
 
 impl LimitsSection {
@@ -144,7 +154,20 @@ impl LimitsSection {
                 None => defaults.keepalive_interval,
             },
             keepalive_timeout: self.grpc_keepalive_timeout_secs.map_or(defaults.keepalive_timeout, Duration::from_secs),
+            request_message_timeout: self
+                .grpc_request_message_timeout_ms
+                .map_or(defaults.request_message_timeout, Duration::from_millis),
             ..defaults
+        }
+    }
+
+    /// The connection limits, defaults filled in.
+    pub(crate) fn connections(&self) -> ConnectionLimits {
+        let defaults = ConnectionLimits::default();
+        ConnectionLimits {
+            handshake_timeout: self.handshake_timeout_ms.map_or(defaults.handshake_timeout, Duration::from_millis),
+            max_grpc_connections: self.grpc_max_connections.or(defaults.max_grpc_connections),
+            max_admin_connections: self.admin_max_connections.unwrap_or(defaults.max_admin_connections),
         }
     }
 }
@@ -430,11 +453,15 @@ skyconf:
     admin:
       readTokens: [r1]
       writeTokens: ["${ADMIN_W:}"]
+      allowedHosts: [skyconf.internal]
     tls:
       grpc: {cert: /c.pem, key: /k.pem, clientCa: /ca.pem, clientAuth: request}
   limits:
     grpcMaxConcurrentStreams: 8
     grpcKeepaliveIntervalSecs: 0
+    handshakeTimeoutMs: 2500
+    grpcRequestMessageTimeoutMs: 3000
+    grpcMaxConnections: 900
 "#;
         let file = ConfigFile::parse(text, "application.yml", &env(&[("SW_AUTHENTICATION", "agent-s3cret")])).unwrap();
         let sharing: SharingServerSection = file.section("receiver-sharing-server.default").unwrap().unwrap();
@@ -442,12 +469,18 @@ skyconf:
         let own: SkyconfSection = file.section("skyconf").unwrap().unwrap();
         assert!(!format!("{own:?}").contains("r1"), "tokens never print");
         assert_eq!(own.security.admin.read_tokens.len(), 1);
+        assert_eq!(own.security.admin.allowed_hosts, ["skyconf.internal"]);
         assert!(own.security.admin.write_tokens[0].is_empty(), "an unset placeholder is no token");
         let grpc = own.security.tls.grpc.resolve("grpc").unwrap().unwrap();
         assert_eq!(grpc.client_certs.unwrap().auth, ClientAuth::Request);
         assert!(own.security.tls.admin.resolve("admin").unwrap().is_none());
         let limits = own.limits.resolve();
         assert_eq!((limits.max_concurrent_streams, limits.keepalive_interval), (8, None));
+        assert_eq!(limits.request_message_timeout, Duration::from_secs(3));
+        let connections = own.limits.connections();
+        assert_eq!(connections.handshake_timeout, Duration::from_millis(2500));
+        assert_eq!(connections.max_grpc_connections, Some(900));
+        assert_eq!(connections.max_admin_connections, ConnectionLimits::default().max_admin_connections);
 
         let empty = ConfigFile::parse(text, "application.yml", &env(&[])).unwrap();
         let sharing: SharingServerSection = empty.section("receiver-sharing-server.default").unwrap().unwrap();

@@ -101,6 +101,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let (management, management_guarded) = guard(management, agent_token, metrics::GuardedService::Management, &events);
     let (dcs, dcs_guarded) = guard(dcs, dcs_token, metrics::GuardedService::Dcs, &events);
     let limits = config.security.grpc_limits;
+    let connections = config.security.connections;
+    let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, connections.grpc_cap(), "gRPC");
     let mut grpc = tonic::transport::Server::builder();
     if let Some(tls) = grpc_tls {
         grpc = grpc.tls_config(tls).map_err(|e| SecurityError::Tls { what: "gRPC", message: e.to_string() })?;
@@ -114,7 +116,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
             .add_optional_service(management_guarded)
             .add_optional_service(dcs)
             .add_optional_service(dcs_guarded)
-            .serve_with_incoming_shutdown(limits.incoming(grpc_listener), stop.cancelled_owned())
+            .serve_with_incoming_shutdown(
+                limits.incoming(grpc_acceptor, connections.handshake_timeout),
+                stop.cancelled_owned(),
+            )
             .await
             .map_err(ServerError::Grpc)
     });
@@ -127,7 +132,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        security::serve_admin(admin_listener, admin, admin_tls, stop.cancelled_owned())
+        security::serve_admin(admin_listener, admin, admin_tls, connections, stop.cancelled_owned())
             .await
             .map_err(ServerError::Admin)
     });

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use skyconf_server::security::{AdminTokens, ClientAuth, Role, Secret, SecurityConfig};
+use skyconf_server::security::{AdminTokens, AllowedHosts, ClientAuth, Role, Secret, SecurityConfig};
 use skyconf_server::{AdminOptions, CdsOptions, FleetOptions, ServeConfig};
 use skyconf_sources::file::FileSettings;
 use skyconf_sources::{DynSource, KeySet, Limits, StoreConfig as _};
@@ -101,6 +101,10 @@ struct SecurityArgs {
     /// Serve /metrics without a token even when admin tokens are set.
     #[arg(long, env = "SKYCONF_METRICS_OPEN")]
     metrics_open: bool,
+    /// A host name the admin port answers to besides IP addresses and localhost (repeatable;
+    /// `*`: any). Other names are refused, against DNS rebinding.
+    #[arg(long = "admin-allowed-host", env = "SKYCONF_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    admin_allowed_hosts: Vec<String>,
     /// PEM certificate chain for TLS on the gRPC port.
     #[arg(long, env = "SKYCONF_GRPC_TLS_CERT")]
     grpc_tls_cert: Option<PathBuf>,
@@ -184,6 +188,16 @@ fn security(
         grpc_tls: tls.grpc.resolve("grpc")?,
         admin_tls: tls.admin.resolve("admin")?,
         grpc_limits: limits.resolve(),
+        connections: limits.connections(),
+        allowed_hosts: AllowedHosts {
+            names: args
+                .admin_allowed_hosts
+                .into_iter()
+                .chain(own.admin.allowed_hosts)
+                .map(|name| name.trim().to_ascii_lowercase())
+                .filter(|name| !name.is_empty())
+                .collect(),
+        },
     })
 }
 

@@ -36,8 +36,15 @@ const PAGE: &str = include_str!("../../assets/index.html");
 const MAX_UNCONFIGURED_LISTED: usize = 1000;
 
 pub(super) async fn page() -> impl IntoResponse {
+    static CSP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let csp = CSP.get_or_init(|| crate::security::browser::page_csp(PAGE)).clone();
     (
-        [(CONTENT_TYPE, "text/html; charset=utf-8"), (CACHE_CONTROL, "no-cache"), (X_CONTENT_TYPE_OPTIONS, "nosniff")],
+        [
+            (CONTENT_TYPE, "text/html; charset=utf-8".to_owned()),
+            (CACHE_CONTROL, "no-cache".to_owned()),
+            (X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+            (axum::http::header::CONTENT_SECURITY_POLICY, csp),
+        ],
         PAGE,
     )
 }

@@ -16,6 +16,8 @@ use std::time::Duration;
 use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 
+use super::connections::{Acceptor, Guarded, Opening};
+
 /// HTTP/2 limits of the gRPC port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcLimits {
@@ -29,6 +31,9 @@ pub struct GrpcLimits {
     pub keepalive_timeout: Duration,
     /// TCP keep-alive on accepted sockets; `None`: off.
     pub tcp_keepalive: Option<Duration>,
+    /// How long a call's request message may take to arrive after its headers
+    /// ([`FirstMessageTimeout`]).
+    pub request_message_timeout: Duration,
 }
 
 impl Default for GrpcLimits {
@@ -40,31 +45,135 @@ impl Default for GrpcLimits {
             keepalive_interval: Some(Duration::from_secs(60)),
             keepalive_timeout: Duration::from_secs(20),
             tcp_keepalive: Some(Duration::from_secs(60)),
+            request_message_timeout: Duration::from_secs(10),
         }
     }
 }
 
 impl GrpcLimits {
-    /// `server` with the HTTP/2 limits.
-    pub fn apply<L>(&self, server: tonic::transport::Server<L>) -> tonic::transport::Server<L> {
+    /// `server` with the HTTP/2 limits and the request message deadline.
+    pub fn apply<L>(
+        &self,
+        server: tonic::transport::Server<L>,
+    ) -> tonic::transport::Server<tower::layer::util::Stack<FirstMessageTimeout, L>> {
         server
             .http2_max_header_list_size(self.max_header_list_bytes)
             .max_concurrent_streams(self.max_concurrent_streams)
             .http2_keepalive_interval(self.keepalive_interval)
             .http2_keepalive_timeout(Some(self.keepalive_timeout))
+            .layer(FirstMessageTimeout(self.request_message_timeout))
     }
 
-    /// The accepted sockets of `listener`, with TCP keep-alive and no Nagle delay, each wrapped
-    /// so that h2 batches small answers into shared writes ([`crate::socket`]).
+    /// The accepted sockets of `acceptor` (capped, backing off on accept errors), with TCP
+    /// keep-alive and no Nagle delay, each wrapped so that h2 batches small answers into shared
+    /// writes ([`crate::socket`]) and closed unless its HTTP/2 preface arrives within
+    /// `handshake_timeout` ([`super::connections`]).
     pub fn incoming(
         &self,
-        listener: tokio::net::TcpListener,
-    ) -> impl futures_util::Stream<Item = std::io::Result<crate::socket::BatchedWrites>> + use<> {
-        use futures_util::StreamExt as _;
-        tonic::transport::server::TcpIncoming::from(listener)
-            .with_nodelay(Some(true))
-            .with_keepalive(self.tcp_keepalive)
-            .map(|accepted| accepted.map(crate::socket::BatchedWrites::new))
+        acceptor: Acceptor,
+        handshake_timeout: Duration,
+    ) -> impl futures_util::Stream<Item = std::io::Result<Guarded<crate::socket::BatchedWrites>>> + use<> {
+        let tcp_keepalive = self.tcp_keepalive;
+        futures_util::stream::unfold(acceptor, move |mut acceptor| async move {
+            let (stream, _, permit) = acceptor.accept().await;
+            let _ = stream.set_nodelay(true);
+            if let Some(time) = tcp_keepalive {
+                let keepalive = socket2::TcpKeepalive::new().with_time(time);
+                let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+            }
+            let stream = crate::socket::BatchedWrites::new(stream);
+            Some((Ok(Guarded::new(stream, Opening::Http2, handshake_timeout, permit)), acceptor))
+        })
+    }
+}
+
+/// A layer that answers a gRPC call `DEADLINE_EXCEEDED` when its first message (or the end of
+/// its request) has not arrived within the timeout after its headers. A CDS request is a few
+/// hundred bytes sent with the headers, so only a stream that is held open on purpose meets it;
+/// the stream is answered and closed instead of held. `DEADLINE_EXCEEDED` is not a status that
+/// makes an agent drop its channel.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstMessageTimeout(pub Duration);
+
+impl<S> tower::Layer<S> for FirstMessageTimeout {
+    type Service = FirstMessageTimeoutService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FirstMessageTimeoutService { inner, timeout: self.0 }
+    }
+}
+
+/// The service of [`FirstMessageTimeout`].
+#[derive(Debug, Clone)]
+pub struct FirstMessageTimeoutService<S> {
+    inner: S,
+    timeout: Duration,
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl<S> tower::Service<http::Request<tonic::body::Body>> for FirstMessageTimeoutService<S>
+where
+    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let request = request.map(|body| tonic::body::Body::new(FirstFrame { inner: body, arrived: Some(tx) }));
+        let call = self.inner.call(request);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let mut call = std::pin::pin!(call);
+            tokio::select! {
+                answer = &mut call => answer,
+                waited = tokio::time::timeout(timeout, rx) => match waited {
+                    // The message arrived, or the handler is done with the body.
+                    Ok(_) => call.await,
+                    Err(_) => Ok(tonic::Status::deadline_exceeded("the request message did not arrive in time").into_http()),
+                },
+            }
+        })
+    }
+}
+
+/// A request body that reports its first frame (or its end, or being dropped).
+struct FirstFrame {
+    inner: tonic::body::Body,
+    arrived: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl http_body::Body for FirstFrame {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = http_body::Body::poll_frame(std::pin::Pin::new(&mut self.inner), cx);
+        if polled.is_ready()
+            && let Some(arrived) = self.arrived.take()
+        {
+            let _ = arrived.send(());
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::Body::size_hint(&self.inner)
     }
 }
 

@@ -6,11 +6,15 @@
 //! - [`tls`]: rustls (ring provider) for the gRPC and admin ports, from PEM files, with optional
 //!   client certificates.
 //! - [`limits`]: HTTP/2 limits of the gRPC port and request body limits of the admin API.
+//! - [`connections`]: handshake deadlines, connection caps and accept backoff on both ports.
+//! - [`browser`]: the admin port against browsers: cross-site writes, DNS rebinding, CSP.
 //!
 //! Everything is off by default, as on an OAP. Secrets are [`Secret`]s: their `Debug` is
 //! redacted and they have no `Display`, so none can reach a log line by accident.
 
 pub mod auth;
+pub mod browser;
+pub mod connections;
 pub mod limits;
 pub mod tls;
 
@@ -25,6 +29,8 @@ use tokio_rustls::rustls::ServerConfig;
 use crate::metrics::Metrics;
 
 pub use auth::{AdminTokens, Role, Secret};
+pub use browser::AllowedHosts;
+pub use connections::ConnectionLimits;
 pub use limits::GrpcLimits;
 pub use tls::{ClientAuth, ClientCerts, TlsFiles};
 
@@ -47,6 +53,10 @@ pub struct SecurityConfig {
     pub admin_tls: Option<TlsFiles>,
     /// HTTP/2 limits of the gRPC port.
     pub grpc_limits: GrpcLimits,
+    /// Connection caps and the handshake deadline of both ports.
+    pub connections: ConnectionLimits,
+    /// Host names the admin port answers to besides IP literals and `localhost` ([`browser`]).
+    pub allowed_hosts: AllowedHosts,
 }
 
 /// Why a security setting cannot be used. Raised at start-up: the server does not open a port
@@ -110,21 +120,55 @@ pub fn admin_app(
     } else {
         protect(metrics.router(), Role::Read, small)
     };
-    limits::limit_body(admin.health_routes().merge(admin.page_routes()), small)
+    let app = limits::limit_body(admin.health_routes().merge(admin.page_routes()), small)
         .merge(metrics_routes)
         .merge(protect(admin.read_routes(), Role::Read, small))
-        .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)))
+        .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)));
+    // Outermost: a cross-site or rebound request is refused before the token check.
+    browser::protect(app, security.allowed_hosts.clone())
 }
 
-/// Serves `app` on `listener`, over TLS when `tls` is given, until `stop` completes.
+/// Serves `app` on `listener`, over TLS when `tls` is given, until `stop` completes, within
+/// the connection cap and handshake deadline of `limits` ([`connections`]).
 pub async fn serve_admin(
     listener: TcpListener,
     app: Router,
     tls: Option<Arc<ServerConfig>>,
+    limits: ConnectionLimits,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let acceptor = connections::Acceptor::new(listener, limits.max_admin_connections, "admin");
+    let timeout = limits.handshake_timeout;
     match tls {
-        None => axum::serve(listener, app).with_graceful_shutdown(stop).await,
-        Some(config) => axum::serve(tls::TlsListener::new(listener, config)?, app).with_graceful_shutdown(stop).await,
+        None => {
+            let listener = AdminListener { acceptor, timeout };
+            axum::serve(listener, app).with_graceful_shutdown(stop).await
+        }
+        Some(config) => {
+            axum::serve(tls::TlsListener::new(acceptor, config, timeout)?, app).with_graceful_shutdown(stop).await
+        }
+    }
+}
+
+/// The admin port's plain listener: capped, backing off on accept errors, each connection with
+/// its opening deadline.
+#[derive(Debug)]
+struct AdminListener {
+    acceptor: connections::Acceptor,
+    timeout: std::time::Duration,
+}
+
+impl axum::serve::Listener for AdminListener {
+    type Io = connections::Guarded<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (stream, peer, permit) = self.acceptor.accept().await;
+        let _ = stream.set_nodelay(true);
+        (connections::Guarded::new(stream, connections::Opening::Http1OrHttp2, self.timeout, permit), peer)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.acceptor.listener().local_addr()
     }
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
@@ -25,6 +25,7 @@ use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::server::TlsStream;
 
 use super::SecurityError;
+use super::connections::{Acceptor, Guarded, Opening};
 
 /// How long a client may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -141,17 +142,18 @@ pub fn grpc_config(files: &TlsFiles) -> Result<tonic::transport::ServerTlsConfig
 /// A TCP listener that hands out TLS streams once their handshake is complete.
 #[derive(Debug)]
 pub struct TlsListener {
-    accepted: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    accepted: mpsc::Receiver<(Guarded<TlsStream<TcpStream>>, SocketAddr)>,
     local_addr: SocketAddr,
     accepting: JoinHandle<()>,
 }
 
 impl TlsListener {
-    /// Accepts on `listener`, handshaking with `config`.
-    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> io::Result<Self> {
-        let local_addr = listener.local_addr()?;
+    /// Accepts on `acceptor`, handshaking with `config`; then the first request must arrive
+    /// within `opening_timeout` ([`super::connections`]).
+    pub fn new(acceptor: Acceptor, config: Arc<ServerConfig>, opening_timeout: Duration) -> io::Result<Self> {
+        let local_addr = acceptor.listener().local_addr()?;
         let (tx, accepted) = mpsc::channel(64);
-        let accepting = tokio::spawn(accept_loop(listener, TlsAcceptor::from(config), tx));
+        let accepting = tokio::spawn(accept_loop(acceptor, TlsAcceptor::from(config), tx, opening_timeout));
         Ok(Self { accepted, local_addr, accepting })
     }
 }
@@ -164,28 +166,23 @@ impl Drop for TlsListener {
 }
 
 async fn accept_loop(
-    listener: TcpListener,
+    mut listener: Acceptor,
     acceptor: TlsAcceptor,
-    tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    tx: mpsc::Sender<(Guarded<TlsStream<TcpStream>>, SocketAddr)>,
+    opening_timeout: Duration,
 ) {
     loop {
-        let (tcp, peer) = tokio::select! {
+        // Accept errors are logged and backed off inside.
+        let (tcp, peer, permit) = tokio::select! {
             () = tx.closed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(%error, "Cannot accept an admin connection.");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = listener.accept() => accepted,
         };
         let _ = tcp.set_nodelay(true);
         let (acceptor, tx) = (acceptor.clone(), tx.clone());
         tokio::spawn(async move {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => {
+                    let stream = Guarded::new(stream, Opening::Http1OrHttp2, opening_timeout, permit);
                     let _ = tx.send((stream, peer)).await;
                 }
                 // Debug only: scanners and health probes without TLS would flood the log.
@@ -197,7 +194,7 @@ async fn accept_loop(
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = Guarded<TlsStream<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {

@@ -44,7 +44,10 @@ async fn a_rollback_after_a_restart_restores_what_agents_fetched_before() {
     assert_eq!(ids, [2, 1], "the history survived the restart, and the restart added no release");
     assert_eq!(list["releases"][0]["author"], "eve");
 
-    let reply = admin.send("POST", "/api/v1/releases/1/rollback?dry_run=true", &[], "").await;
+    // A write must be one a browser form cannot send (security::browser).
+    let reply = admin
+        .send("POST", "/api/v1/releases/1/rollback?dry_run=true", &[("Content-Type", "application/json")], "")
+        .await;
     let (status, dry) = (reply.status, reply.json());
     assert_eq!(status, 200, "{dry}");
     assert_eq!(dry["changes"][0]["digest_after"], before.uuid.clone().unwrap());

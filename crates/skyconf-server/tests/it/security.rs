@@ -277,3 +277,298 @@ async fn request_bodies_are_bounded_after_the_token_check() {
     let small_limit_exceeded = vec![b' '; 16 * 1024 + 1];
     assert_eq!(status(&app, "GET", "/api/v1/services", Some("reader"), small_limit_exceeded).await, 413);
 }
+
+/// Connection handling under slowloris-style attacks: handshake deadline, connection cap, and the
+/// per-call request message deadline, on real loopback sockets.
+mod connections {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use skyconf_proto::v3::ConfigurationSyncRequest;
+    use skyconf_server::security::{ConnectionLimits, GrpcLimits, SecurityConfig};
+    use skyconf_server::{Running, ServeConfig};
+    use skyconf_sources::file::FileSource;
+    use skyconf_testkit::fixtures::temp_file;
+    use skyconf_testkit::server::{Server, loopback};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::GOOD;
+
+    /// The bound of every wait for something that must happen.
+    const BOUND: Duration = Duration::from_secs(5);
+
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    async fn start(connections: ConnectionLimits, grpc_limits: GrpcLimits) -> (tempfile::TempDir, Server) {
+        let (dir, path) = temp_file("agent.yaml", GOOD);
+        let security = SecurityConfig { connections, grpc_limits, ..SecurityConfig::default() };
+        (dir, Server::start(FileSource::new(path), ServeConfig { security, ..loopback() }).await)
+    }
+
+    fn short_handshake() -> ConnectionLimits {
+        ConnectionLimits { handshake_timeout: Duration::from_millis(200), ..ConnectionLimits::default() }
+    }
+
+    /// Reads until the server closes the connection (EOF or reset); fails after [`BOUND`].
+    async fn closed_by_server(mut stream: TcpStream) {
+        let mut buf = [0; 1024];
+        let closed = tokio::time::timeout(BOUND, async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the server still holds the connection after {BOUND:?}");
+    }
+
+    #[tokio::test]
+    async fn connections_that_never_complete_their_handshake_are_closed_on_both_ports() {
+        let (_dir, server) = start(short_handshake(), GrpcLimits::default()).await;
+        let running: &Running = &server;
+        let (grpc, admin) = (running.grpc_addr, running.admin_addr);
+
+        // Silent, a partial HTTP/2 preface, a partial HTTP/1 header block.
+        let silent_grpc = TcpStream::connect(grpc).await.unwrap();
+        let mut partial_grpc = TcpStream::connect(grpc).await.unwrap();
+        partial_grpc.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+        let silent_admin = TcpStream::connect(admin).await.unwrap();
+        let mut partial_admin = TcpStream::connect(admin).await.unwrap();
+        partial_admin.write_all(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+        let mut partial_h2_admin = TcpStream::connect(admin).await.unwrap();
+        partial_h2_admin.write_all(PREFACE).await.unwrap();
+
+        tokio::join!(
+            closed_by_server(silent_grpc),
+            closed_by_server(partial_grpc),
+            closed_by_server(silent_admin),
+            closed_by_server(partial_admin),
+            closed_by_server(partial_h2_admin),
+        );
+        // The ports still serve.
+        assert!(server.cds().await.fetch("svc", "").await.is_some());
+        server.stop().await.unwrap();
+    }
+
+    /// A raw HTTP/2 client on its own connection.
+    async fn h2_client(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    fn fetch_request(addr: SocketAddr) -> http::Request<()> {
+        http::Request::post(format!("http://{addr}/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap()
+    }
+
+    fn grpc_frame(message: &impl prost::Message) -> bytes::Bytes {
+        let encoded = message.encode_to_vec();
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
+        frame.extend_from_slice(&encoded);
+        frame.into()
+    }
+
+    /// The `grpc-status` of a response: from its headers (trailers-only) or its trailers.
+    async fn grpc_status(response: h2::client::ResponseFuture) -> String {
+        let response = response.await.unwrap();
+        if let Some(status) = response.headers().get("grpc-status") {
+            return status.to_str().unwrap().to_owned();
+        }
+        let mut body = response.into_body();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        let trailers = body.trailers().await.unwrap().expect("trailers");
+        trailers.get("grpc-status").unwrap().to_str().unwrap().to_owned()
+    }
+
+    async fn poll_on(client: &mut h2::client::SendRequest<bytes::Bytes>, addr: SocketAddr) -> String {
+        let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
+        let mut ready = client.clone().ready().await.expect("the connection is still open");
+        let (response, mut send) = ready.send_request(fetch_request(addr), false).unwrap();
+        send.send_data(grpc_frame(&request), true).unwrap();
+        tokio::time::timeout(BOUND, grpc_status(response)).await.expect("answered")
+    }
+
+    #[tokio::test]
+    async fn an_idle_agent_connection_outlives_the_handshake_timeout() {
+        let (_dir, server) = start(short_handshake(), GrpcLimits::default()).await;
+        let addr = server.grpc_addr;
+        let mut client = h2_client(addr).await;
+        assert_eq!(poll_on(&mut client, addr).await, "0");
+        // Idle for several handshake timeouts, as an agent between polls. The wait is the
+        // scenario, not synchronisation.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(poll_on(&mut client, addr).await, "0", "the same connection still serves");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_message_never_arrives_is_answered_deadline_exceeded() {
+        let limits = GrpcLimits { request_message_timeout: Duration::from_millis(200), ..GrpcLimits::default() };
+        let (_dir, server) = start(ConnectionLimits::default(), limits).await;
+        let addr = server.grpc_addr;
+        let client = h2_client(addr).await;
+        let mut ready = client.ready().await.unwrap();
+        // HEADERS without END_STREAM, and never a DATA frame: the stream is answered, not held.
+        let (response, _held) = ready.send_request(fetch_request(addr), false).unwrap();
+        let status = tokio::time::timeout(BOUND, grpc_status(response)).await.expect("the stream is answered");
+        assert_eq!(status, "4", "DEADLINE_EXCEEDED, which does not make an agent drop its channel");
+        // A normal call on another stream of the same connection is unaffected.
+        let mut client = ready;
+        assert_eq!(poll_on(&mut client, addr).await, "0");
+        server.stop().await.unwrap();
+    }
+
+    /// Reads the server's first bytes (its SETTINGS) within `wait`.
+    async fn server_speaks(stream: &mut TcpStream, wait: Duration) -> bool {
+        let mut buf = [0; 64];
+        matches!(tokio::time::timeout(wait, stream.read(&mut buf)).await, Ok(Ok(n)) if n > 0)
+    }
+
+    #[tokio::test]
+    async fn the_grpc_port_holds_at_most_the_configured_connections() {
+        let connections = ConnectionLimits { max_grpc_connections: Some(2), ..ConnectionLimits::default() };
+        let (_dir, server) = start(connections, GrpcLimits::default()).await;
+        let addr = server.grpc_addr;
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        let mut second = TcpStream::connect(addr).await.unwrap();
+        for stream in [&mut first, &mut second] {
+            stream.write_all(PREFACE).await.unwrap();
+            assert!(server_speaks(stream, BOUND).await);
+        }
+        // The third waits in the backlog: the server does not take it up while two are open.
+        // (Showing an absence needs a wait.)
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        third.write_all(PREFACE).await.unwrap();
+        assert!(!server_speaks(&mut third, Duration::from_millis(300)).await, "over the cap");
+        drop(first);
+        assert!(server_speaks(&mut third, BOUND).await, "taken up once a slot is free");
+        server.stop().await.unwrap();
+    }
+}
+
+/// The admin port against browsers: cross-site writes (CSRF), DNS rebinding, security headers;
+/// over a real socket, with the headers a browser sends.
+mod browser {
+    use std::net::SocketAddr;
+
+    use skyconf_server::ServeConfig;
+    use skyconf_server::security::{AllowedHosts, SecurityConfig};
+    use skyconf_sources::file::FileSource;
+    use skyconf_testkit::fixtures::temp_file;
+    use skyconf_testkit::server::{Server, loopback};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::GOOD;
+
+    async fn start(allowed_hosts: AllowedHosts) -> (tempfile::TempDir, Server) {
+        let (dir, path) = temp_file("agent.yaml", GOOD);
+        let security = SecurityConfig { allowed_hosts, ..SecurityConfig::default() };
+        (dir, Server::start(FileSource::new(path), ServeConfig { security, ..loopback() }).await)
+    }
+
+    /// One HTTP/1.1 request with `headers` (each `Name: value`); the status and the head.
+    async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[String], body: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let mut text = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+        for header in headers {
+            text.push_str(header);
+            text.push_str("\r\n");
+        }
+        text.push_str("\r\n");
+        text.push_str(body);
+        stream.write_all(text.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_to_string(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let head = answer.split("\r\n\r\n").next().unwrap_or_default().to_ascii_lowercase();
+        (status, head)
+    }
+
+    #[tokio::test]
+    async fn a_cross_site_form_cannot_write() {
+        let (_dir, server) = start(AllowedHosts::default()).await;
+        let addr = server.admin_addr;
+        let host = format!("Host: {addr}");
+        let before = server.releases.latest().map(|r| r.id);
+        // The review's form: text/plain from another origin, as Chromium sends it.
+        let form = r#"{"author":"csrf","message":"x=""}"#;
+        let cases = [
+            vec![host.clone(), "Content-Type: text/plain".into(), "Origin: http://127.0.0.1:29600".into()],
+            vec![host.clone(), "Content-Type: text/plain".into(), "Sec-Fetch-Site: cross-site".into()],
+            // Even JSON, if a browser says it comes from another site or origin.
+            vec![host.clone(), "Content-Type: application/json".into(), "Sec-Fetch-Site: same-site".into()],
+            vec![host.clone(), "Content-Type: application/json".into(), "Origin: http://evil.example".into()],
+            // Without Origin (older browsers, `no-referrer`): a simple content type is not enough.
+            vec![host.clone(), "Content-Type: text/plain".into()],
+            vec![host.clone(), "Content-Type: application/x-www-form-urlencoded".into()],
+        ];
+        for headers in &cases {
+            let (status, _) = request(addr, "POST", "/api/v1/releases/1/rollback", headers, form).await;
+            assert_eq!(status, 403, "{headers:?}");
+        }
+        assert_eq!(server.releases.latest().map(|r| r.id), before, "nothing was written");
+
+        // The page's own writes (same origin, JSON) and the CLI's curl (a custom header) pass.
+        let own = [host.clone(), "Content-Type: application/json".into(), format!("Origin: http://{addr}")];
+        let (status, _) = request(addr, "PUT", "/api/v1/services/svc?dry_run=true", &own, r#"{"config": {}}"#).await;
+        assert_eq!(status, 200);
+        let curl = [host.clone(), "X-Skyconf-Author: ann".into()];
+        let (status, _) = request(addr, "POST", "/api/v1/releases/1/rollback", &curl, "").await;
+        assert_ne!(status, 403);
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_rebound_host_name_is_refused() {
+        let (_dir, server) = start(AllowedHosts { names: vec!["skyconf.internal".into()] }).await;
+        let addr = server.admin_addr;
+        let port = addr.port();
+        let get = |host: String, path: &'static str| async move { request(addr, "GET", path, &[host], "").await.0 };
+        assert_eq!(get(format!("Host: attacker.example:{port}"), "/api/v1/services").await, 403);
+        assert_eq!(get(format!("Host: attacker.example:{port}"), "/").await, 403);
+        assert_eq!(get(format!("Host: 127.0.0.1:{port}"), "/api/v1/services").await, 200);
+        assert_eq!(get(format!("Host: localhost:{port}"), "/api/v1/services").await, 200);
+        assert_eq!(get(format!("Host: skyconf.internal:{port}"), "/api/v1/services").await, 200);
+        assert_eq!(get(format!("Host: attacker.example:{port}"), "/healthz").await, 200, "probes carry no data");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_page_and_the_api_carry_security_headers() {
+        let (_dir, server) = start(AllowedHosts::default()).await;
+        let addr = server.admin_addr;
+        let host = [format!("Host: {addr}")];
+        let (status, page) = request(addr, "GET", "/", &host, "").await;
+        assert_eq!(status, 200);
+        let csp = page.lines().find(|l| l.starts_with("content-security-policy:")).expect("a CSP on the page");
+        assert!(csp.contains("script-src 'sha256-") && csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        let (_, api) = request(addr, "GET", "/api/v1/status", &host, "").await;
+        for expected in [
+            "x-content-type-options: nosniff",
+            "referrer-policy: no-referrer",
+            "x-frame-options: deny",
+            "content-security-policy: default-src 'none'; frame-ancestors 'none'",
+        ] {
+            let name = expected.split(':').next().unwrap();
+            assert!(page.contains(name) && api.contains(expected), "{expected}\n{api}");
+        }
+        server.stop().await.unwrap();
+    }
+}
