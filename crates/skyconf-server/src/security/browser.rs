@@ -4,7 +4,9 @@
 //!
 //! - **Host allow-list.** The `Host` (or HTTP/2 `:authority`) must be an IP literal,
 //!   `localhost`, or a configured name; anything else is 403. A rebinding page's requests carry
-//!   the attacker's name, so they are refused. `/healthz` and `/readyz` (no data) are exempt.
+//!   the attacker's name, so they are refused. `/healthz`, `/readyz` and `/metrics` are exempt:
+//!   orchestrators and Prometheus reach them by service names, and they carry no configuration
+//!   and change nothing.
 //! - **Cross-site writes.** A write (any method but `GET`, `HEAD`, `OPTIONS`) is refused (403)
 //!   when `Sec-Fetch-Site` says another site, or `Origin` is present and is not this host. It
 //!   must also be a request a browser cannot send across sites without a CORS preflight (which
@@ -84,7 +86,7 @@ fn refusal(request: &Request, hosts: &AllowedHosts) -> Option<String> {
     let host = request.uri().authority().map(|a| a.as_str().to_owned()).or_else(|| text(headers, HOST.as_str()));
     let path = request.uri().path();
     if let Some(host) = &host
-        && !matches!(path, "/healthz" | "/readyz")
+        && !matches!(path, "/healthz" | "/readyz" | "/metrics")
         && !hosts.allows(host)
     {
         return Some(format!(

@@ -546,6 +546,8 @@ mod browser {
         assert_eq!(get(format!("Host: localhost:{port}"), "/api/v1/services").await, 200);
         assert_eq!(get(format!("Host: skyconf.internal:{port}"), "/api/v1/services").await, 200);
         assert_eq!(get(format!("Host: attacker.example:{port}"), "/healthz").await, 200, "probes carry no data");
+        let scraped = get(format!("Host: skyconf-metrics.monitoring:{port}"), "/metrics").await;
+        assert_eq!(scraped, 200, "Prometheus scrapes by service name");
         server.stop().await.unwrap();
     }
 
