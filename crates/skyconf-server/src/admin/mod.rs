@@ -183,6 +183,7 @@ async fn readyz(State(state): State<Admin>) -> (StatusCode, Json<serde_json::Val
         "stale": store.stale,
         "store": store,
         "last_rejection": state.served.last_rejection(),
+        "held": state.served.held(),
     });
     (code, Json(body))
 }
