@@ -50,6 +50,11 @@ pub(crate) struct SkyconfSection {
     pub(crate) max_document_bytes: Option<u64>,
     /// Single keys to watch besides the OAP's own (stores that cannot list their keys).
     pub(crate) extra_keys: Vec<String>,
+    /// How long a store change that would reset the fleet is held before it is installed
+    /// anyway, in seconds (`0` turns the guard off).
+    pub(crate) reset_grace_secs: Option<u64>,
+    /// The share of served services (percent) a store change must drop to be held (`0`: off).
+    pub(crate) reset_drop_percent: Option<u8>,
     /// Tokens and TLS.
     pub(crate) security: SecuritySection,
     /// Connection limits of the gRPC port.

@@ -17,6 +17,7 @@ pub mod backoff;
 pub mod codec;
 pub mod diff;
 pub mod digest;
+pub mod guard;
 #[cfg(feature = "reader")]
 pub mod reader;
 pub mod store;

@@ -76,7 +76,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     });
     let reloader = Reloader::new(Arc::clone(&served), store_name, accepted.as_deref())
         .with_releases(Arc::clone(&releases))
-        .with_events(&metrics.events());
+        .with_events(&metrics.events())
+        .with_guard(config.reset_guard);
     let last_good = last_good.map(|copy| (copy, persister.clone()));
     let store_task = StoreTask::new(Arc::clone(&store), reloader, last_good).with_events(metrics.events());
     tasks.spawn(async move {

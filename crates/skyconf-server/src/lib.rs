@@ -75,6 +75,8 @@ pub struct ServeConfig {
     pub admin: AdminOptions,
     /// Tokens, TLS and connection limits; everything off by default.
     pub security: SecurityConfig,
+    /// Holds store changes that would reset the fleet (see [`reload`]).
+    pub reset_guard: reload::Guard,
 }
 
 impl Default for ServeConfig {
@@ -91,6 +93,7 @@ impl Default for ServeConfig {
             fleet: FleetOptions::default(),
             admin: AdminOptions::default(),
             security: SecurityConfig::default(),
+            reset_guard: reload::Guard::default(),
         }
     }
 }

@@ -426,6 +426,13 @@ impl ReleaseLog {
         state.pending.push(Pending { hash: text.map(document_hash), attribution, until: now + PENDING_FOR });
     }
 
+    /// Whether a writer announced `text` (`None`: a delete) and the announcement is still live.
+    pub fn is_expected(&self, text: Option<&str>) -> bool {
+        let hash = text.map(document_hash);
+        let now = Instant::now();
+        self.lock().pending.iter().any(|p| p.hash == hash && p.until > now)
+    }
+
     /// Withdraws an announcement whose write failed.
     pub fn withdraw(&self, text: Option<&str>) {
         let hash = text.map(document_hash);

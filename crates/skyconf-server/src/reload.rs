@@ -4,16 +4,64 @@
 //! Like the OAP, the reloader remembers the raw text it saw last (as a hash): a refused document is
 //! not re-parsed until its text changes, and an unchanged document is not re-installed. It also
 //! keeps the text it accepted last, which is what gets persisted as the last good configuration.
+//!
+//! # The fleet-reset guard
+//!
+//! A document that would reset most of the fleet at once (no services while some are served, or
+//! at least half of the served services dropped, and at least two; see
+//! [`skyconf_core::guard::would_reset_the_fleet`]) is not installed silently when it comes from
+//! the store: a wiped or restored etcd, a truncated file. It is *held*: the last good table keeps
+//! being served, a WARN is logged, and `/readyz`, `/api/v1/status` show it (`held`). It is
+//! installed when the grace period ends (`--reset-grace`, default 10 minutes; `0` turns the guard
+//! off) or is dropped when another document arrives that does not reset the fleet (that one is
+//! installed normally). A document announced through [`ReleaseLog::expect`] (an operator's write
+//! through the admin API) is deliberate and never held.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use skyconf_core::AgentConfigurations;
+use skyconf_core::guard::{ResetPolicy, would_reset_the_fleet};
 use skyconf_core::store::content_hash;
 
 use crate::metrics::{Events, OriginEvents};
 use crate::releases::ReleaseLog;
-use crate::served::{Rejection, ServedTable};
+use crate::served::{Held, Rejection, ServedTable};
+
+/// The default grace period before a held change is installed anyway.
+pub const DEFAULT_RESET_GRACE: Duration = Duration::from_secs(600);
+
+/// The fleet-reset guard's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guard {
+    /// When a change counts as resetting the fleet.
+    pub policy: ResetPolicy,
+    /// How long a held change waits before it is installed anyway; zero turns the guard off.
+    pub grace: Duration,
+}
+
+impl Guard {
+    /// Never holds anything.
+    pub const OFF: Self = Self { policy: ResetPolicy::OFF, grace: Duration::ZERO };
+
+    fn enabled(&self) -> bool {
+        self.policy.enabled() && !self.grace.is_zero()
+    }
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        Self { policy: ResetPolicy::default(), grace: DEFAULT_RESET_GRACE }
+    }
+}
+
+/// A held change: the table and the text it came from (`None`: a delete).
+#[derive(Debug)]
+struct Pending {
+    table: AgentConfigurations,
+    text: Option<String>,
+    deadline: tokio::time::Instant,
+}
 
 /// What became of one value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +72,8 @@ pub enum Outcome {
     Unchanged,
     /// The document was refused; the previous table stays.
     Rejected(String),
+    /// The document would reset the fleet: it is held and the previous table stays.
+    Held(String),
 }
 
 /// Applies agent-configurations values to a [`ServedTable`].
@@ -38,6 +88,8 @@ pub struct Reloader {
     releases: Option<Arc<ReleaseLog>>,
     /// Logs and counts installs and rejections.
     events: OriginEvents,
+    guard: Guard,
+    held: Option<Pending>,
 }
 
 impl Reloader {
@@ -51,7 +103,90 @@ impl Reloader {
             last_seen: accepted.map(|t| Some(content_hash(t))),
             accepted: accepted.map(str::to_owned),
             releases: None,
+            guard: Guard::OFF,
+            held: None,
         }
+    }
+
+    /// Holds changes from the store that would reset the fleet, as `guard` says.
+    pub fn with_guard(mut self, guard: Guard) -> Self {
+        self.guard = guard;
+        self
+    }
+
+    /// When the held change is due to be installed, if one is held.
+    pub fn held_deadline(&self) -> Option<tokio::time::Instant> {
+        self.held.as_ref().map(|p| p.deadline)
+    }
+
+    /// Installs the held change if its grace period is over.
+    pub fn install_held_if_due(&mut self) -> Option<Outcome> {
+        let due = self.held.as_ref()?.deadline <= tokio::time::Instant::now();
+        due.then(|| self.install_held("its grace period is over"))?
+    }
+
+    /// Installs the held change now (an operator confirmed it).
+    pub fn confirm_held(&mut self) -> Option<Outcome> {
+        self.install_held("it was confirmed")
+    }
+
+    fn install_held(&mut self, why: &str) -> Option<Outcome> {
+        let pending = self.held.take()?;
+        tracing::warn!(origin = %self.origin, services = pending.table.len(), "installing the held change: {why}");
+        Some(self.install(pending.table, pending.text))
+    }
+
+    /// Holds `table` instead of installing it if it would reset the fleet; returns the outcome if
+    /// it was held.
+    fn hold_if_reset(&mut self, table: &AgentConfigurations, text: Option<&str>) -> Option<Outcome> {
+        if !self.guard.enabled() {
+            return None;
+        }
+        if self.releases.as_ref().is_some_and(|r| r.is_expected(text)) {
+            return None; // announced by an admin-API write: deliberate
+        }
+        let current = self.served.snapshot();
+        if !current.ready() {
+            return None;
+        }
+        let reason = would_reset_the_fleet(&current.table, table, self.guard.policy)?.to_string();
+        tracing::warn!(
+            origin = %self.origin,
+            services_before = current.table.len(),
+            services_after = table.len(),
+            grace_s = self.guard.grace.as_secs(),
+            "holding a change that would reset the fleet ({reason}); the last good table is still served"
+        );
+        let now = SystemTime::now();
+        self.served.set_held(Some(Held {
+            origin: self.origin.clone(),
+            reason: reason.clone(),
+            since: now,
+            until: now + self.guard.grace,
+            services_before: current.table.len(),
+            services_after: table.len(),
+        }));
+        self.held = Some(Pending {
+            table: table.clone(),
+            text: text.map(str::to_owned),
+            deadline: tokio::time::Instant::now() + self.guard.grace,
+        });
+        Some(Outcome::Held(reason))
+    }
+
+    fn install(&mut self, table: AgentConfigurations, text: Option<String>) -> Outcome {
+        self.held = None;
+        self.served.set_held(None);
+        let services = table.len();
+        self.record_release(&table, text.as_deref());
+        let version = self.served.install(table);
+        self.served.clear_rejection();
+        match &text {
+            Some(_) => self.events.document_installed(version, services),
+            None => self.events.document_deleted(version),
+        }
+        self.accepted = text;
+        Outcome::Installed(version)
     }
 
     /// Records every accepted document in `releases` (just before it is installed, so anyone
@@ -89,23 +224,17 @@ impl Reloader {
         self.last_seen = Some(hash);
         let Some(text) = value else {
             // The OAP clears the table when the key is deleted: every agent gets EMPTY.
-            self.accepted = None;
-            self.record_release(&AgentConfigurations::default(), None);
-            let version = self.served.install(AgentConfigurations::default());
-            self.served.clear_rejection();
-            self.events.document_deleted(version);
-            return Outcome::Installed(version);
+            let table = AgentConfigurations::default();
+            return match self.hold_if_reset(&table, None) {
+                Some(held) => held,
+                None => self.install(table, None),
+            };
         };
         match skyconf_core::read(text) {
-            Ok(table) => {
-                let services = table.len();
-                self.record_release(&table, Some(text));
-                let version = self.served.install(table);
-                self.accepted = Some(text.to_owned());
-                self.served.clear_rejection();
-                self.events.document_installed(version, services);
-                Outcome::Installed(version)
-            }
+            Ok(table) => match self.hold_if_reset(&table, Some(text)) {
+                Some(held) => held,
+                None => self.install(table, Some(text.to_owned())),
+            },
             Err(error) => {
                 let error = error.to_string();
                 self.events.document_rejected(&error);
@@ -173,5 +302,81 @@ mod tests {
         let mut reloader = Reloader::new(Arc::clone(&served), "test", None);
         assert_eq!(reloader.apply(Some(GOOD)), Outcome::Installed(1));
         assert!(served.snapshot().ready());
+    }
+
+    const TWO: &str = "configurations:\n  a: {k: v}\n  b: {k: v}\n";
+
+    fn guarded() -> (Arc<ServedTable>, Reloader) {
+        let served = Arc::new(ServedTable::new(skyconf_core::read(TWO).unwrap()));
+        let reloader = Reloader::new(Arc::clone(&served), "test", Some(TWO)).with_guard(Guard::default());
+        (served, reloader)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_empty_document_is_held_and_agents_keep_their_digests() {
+        let (served, mut reloader) = guarded();
+        let before = served.snapshot().answer("a").digest.clone();
+        assert!(matches!(reloader.apply(Some("configurations: {}\n")), Outcome::Held(_)));
+        assert!(matches!(reloader.apply(None), Outcome::Held(_)), "a delete is held too");
+        assert_eq!(served.snapshot().answer("a").digest, before);
+        assert_eq!(served.snapshot().version, 1);
+        let held = served.held().expect("shown as held");
+        assert_eq!((held.services_before, held.services_after), (2, 0));
+        assert_eq!(reloader.accepted_text(), Some(TWO), "the last good text is still the one persisted");
+        assert_eq!(reloader.apply(None), Outcome::Unchanged);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_change_is_installed_after_the_grace_period() {
+        let (served, mut reloader) = guarded();
+        reloader.apply(None);
+        tokio::time::advance(DEFAULT_RESET_GRACE - Duration::from_secs(1)).await;
+        assert_eq!(reloader.install_held_if_due(), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(reloader.install_held_if_due(), Some(Outcome::Installed(2)));
+        assert!(served.snapshot().table.is_empty());
+        assert!(served.held().is_none());
+        assert_eq!(reloader.held_deadline(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_change_is_installed_on_confirmation() {
+        let (served, mut reloader) = guarded();
+        reloader.apply(Some("configurations: {}\n"));
+        assert_eq!(reloader.confirm_held(), Some(Outcome::Installed(2)));
+        assert!(served.snapshot().table.is_empty());
+        assert_eq!(reloader.accepted_text(), Some("configurations: {}\n"));
+        assert_eq!(reloader.confirm_held(), None, "nothing left to confirm");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ordinary_change_replaces_the_held_one() {
+        let (served, mut reloader) = guarded();
+        reloader.apply(None);
+        let next = "configurations:\n  a: {k: w}\n  b: {k: v}\n";
+        assert_eq!(reloader.apply(Some(next)), Outcome::Installed(2));
+        assert!(served.held().is_none());
+        assert_eq!(reloader.held_deadline(), None);
+        tokio::time::advance(DEFAULT_RESET_GRACE * 2).await;
+        assert_eq!(reloader.install_held_if_due(), None, "the dropped change never comes back");
+        assert_eq!(served.snapshot().table.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_announced_write_is_deliberate_and_not_held() {
+        let (served, reloader) = guarded();
+        let releases = Arc::new(ReleaseLog::in_memory(10));
+        let mut reloader = reloader.with_releases(Arc::clone(&releases));
+        releases.expect(Some("configurations: {}\n"), Default::default());
+        assert_eq!(reloader.apply(Some("configurations: {}\n")), Outcome::Installed(2));
+        assert!(served.snapshot().table.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_grace_period_turns_the_guard_off() {
+        let served = Arc::new(ServedTable::new(skyconf_core::read(TWO).unwrap()));
+        let guard = Guard { grace: Duration::ZERO, ..Guard::default() };
+        let mut reloader = Reloader::new(Arc::clone(&served), "test", Some(TWO)).with_guard(guard);
+        assert_eq!(reloader.apply(None), Outcome::Installed(2));
     }
 }

@@ -63,6 +63,26 @@ pub struct Rejection {
     pub at: SystemTime,
 }
 
+/// A change from the store that would reset the fleet, held until confirmed or until its grace
+/// period ends (see [`crate::reload`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Held {
+    /// Where it came from (a path, a store key).
+    pub origin: String,
+    /// Why it is held.
+    pub reason: String,
+    /// When it arrived (`since_ms` in JSON).
+    #[serde(rename = "since_ms", serialize_with = "crate::unix_time::serialize_ms")]
+    pub since: SystemTime,
+    /// When it will be installed unless confirmed or replaced first (`until_ms` in JSON).
+    #[serde(rename = "until_ms", serialize_with = "crate::unix_time::serialize_ms")]
+    pub until: SystemTime,
+    /// Services served now.
+    pub services_before: usize,
+    /// Services in the held document.
+    pub services_after: usize,
+}
+
 /// The served table plus operator-facing status.
 #[derive(Debug)]
 pub struct ServedTable {
@@ -70,6 +90,7 @@ pub struct ServedTable {
     changes: watch::Sender<u64>,
     // Short critical sections only, never held across an await.
     last_rejection: Mutex<Option<Rejection>>,
+    held: Mutex<Option<Held>>,
 }
 
 impl ServedTable {
@@ -85,7 +106,12 @@ impl ServedTable {
 
     fn from_snapshot(snapshot: Snapshot) -> Self {
         let (changes, _) = watch::channel(snapshot.version);
-        Self { current: ArcSwap::from_pointee(snapshot), changes, last_rejection: Mutex::new(None) }
+        Self {
+            current: ArcSwap::from_pointee(snapshot),
+            changes,
+            last_rejection: Mutex::new(None),
+            held: Mutex::new(None),
+        }
     }
 
     /// The current snapshot.
@@ -119,6 +145,16 @@ impl ServedTable {
     /// Forgets the refused document once a good one is installed.
     pub fn clear_rejection(&self) {
         *self.last_rejection.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Shows a held change (`None`: nothing is held any more).
+    pub fn set_held(&self, held: Option<Held>) {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = held;
+    }
+
+    /// The change held now, if any.
+    pub fn held(&self) -> Option<Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The document refused last, unless a good one came after it.

@@ -73,11 +73,33 @@ impl StoreTask {
         persister.write(last_good.path().to_owned(), bytes, None);
     }
 
-    /// Applies updates until the channel closes.
+    /// Installs a held change whose grace period is over (see [`crate::reload`]).
+    pub fn install_held_if_due(&mut self) -> Option<Outcome> {
+        let outcome = self.reloader.install_held_if_due()?;
+        self.persist(&self.store.content());
+        Some(outcome)
+    }
+
+    /// Applies updates until the channel closes, installing a held change when its grace period
+    /// ends.
     pub async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
-        while let Some(update) = updates.recv().await {
-            self.apply(update);
+        loop {
+            let deadline = self.reloader.held_deadline();
+            tokio::select! {
+                update = updates.recv() => match update {
+                    Some(update) => { self.apply(update); }
+                    None => return,
+                },
+                () = sleep_until_some(deadline) => { self.install_held_if_due(); }
+            }
         }
+    }
+}
+
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -133,5 +155,26 @@ mod tests {
         assert_eq!(applier.apply(Update::Snapshot(content)), Some(Outcome::Unchanged));
         assert!(store.status().connected);
         assert_eq!(served.snapshot().version, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wiped_store_snapshot_is_held_then_installed_after_the_grace_period() {
+        let served = Arc::new(ServedTable::waiting());
+        let store = Arc::new(StoreView::new("test".into(), StoreContent::default(), false, false));
+        let reloader = Reloader::new(Arc::clone(&served), "test", None).with_guard(crate::reload::Guard::default());
+        let mut applier = StoreTask::new(Arc::clone(&store), reloader, None);
+        let two = "configurations:\n  a: {k: v}\n  b: {k: v}\n";
+        applier.apply(single(AGENT_CONFIGURATIONS_KEY, Some(two)));
+        // The store comes back wiped after an outage (F12): a snapshot without the key.
+        assert!(matches!(applier.apply(Update::Snapshot(StoreContent::default())), Some(Outcome::Held(_))));
+        assert_eq!(served.snapshot().table.len(), 2, "the last good table is still served");
+        assert!(served.held().is_some());
+        let (tx, rx) = mpsc::channel(1);
+        let run = tokio::spawn(applier.run(rx));
+        tokio::time::sleep(crate::reload::DEFAULT_RESET_GRACE + std::time::Duration::from_secs(1)).await;
+        assert!(served.snapshot().table.is_empty(), "installed once the grace period is over");
+        assert!(served.held().is_none());
+        drop(tx);
+        run.await.unwrap();
     }
 }

@@ -62,6 +62,15 @@ pub(crate) struct Args {
     /// Agents not seen for this long leave the fleet status (`90s`, `10m`) [default: 10m].
     #[arg(long, env = "SKYCONF_AGENT_EXPIRY", value_parser = crate::args::parse_duration)]
     agent_expiry: Option<Duration>,
+    /// A store change that would reset the fleet (no services left, or at least
+    /// --reset-drop-percent of them dropped) is held this long before it is installed anyway,
+    /// unless confirmed or replaced first (`90s`, `10m`; `0` turns the guard off) [default: 10m].
+    #[arg(long, env = "SKYCONF_RESET_GRACE", value_parser = crate::args::parse_duration)]
+    reset_grace: Option<Duration>,
+    /// The share of the served services (percent, 1-100) a store change must drop to be held;
+    /// `0` turns the guard off [default: 50].
+    #[arg(long, env = "SKYCONF_RESET_DROP_PERCENT", value_parser = clap::value_parser!(u8).range(0..=100))]
+    reset_drop_percent: Option<u8>,
     /// A setting of the chosen store, by its OAP name (`endpoints=http://etcd:2379`,
     /// `namespace=/skywalking`, `hostPort=zk:2181`, `serverAddr=nacos`, `host=dcs`...); repeatable.
     /// Overrides the config file, which overrides the OAP's `SW_*` variables.
@@ -254,6 +263,20 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
             ..defaults.admin
         },
         security,
+        reset_guard: skyconf_server::reload::Guard {
+            policy: skyconf_core::guard::ResetPolicy {
+                drop_percent: args
+                    .reset_drop_percent
+                    .or(own.reset_drop_percent)
+                    .unwrap_or(defaults.reset_guard.policy.drop_percent)
+                    .min(100),
+                ..defaults.reset_guard.policy
+            },
+            grace: args
+                .reset_grace
+                .or(own.reset_grace_secs.map(Duration::from_secs))
+                .unwrap_or(defaults.reset_guard.grace),
+        },
         ..defaults
     };
     let limits = Limits {

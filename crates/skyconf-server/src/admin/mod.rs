@@ -3,7 +3,8 @@
 //!
 //! - `GET /healthz` answers 200 while the process runs. `GET /readyz` answers 200 with a JSON
 //!   summary once a table is served and 503 while there is none; it names the store, whether it
-//!   is connected, whether the table is a persisted (stale) copy, and the last refused document.
+//!   is connected, whether the table is a persisted (stale) copy, the last refused document, and
+//!   a store change held by the fleet-reset guard (`held`, see [`crate::reload`]).
 //! - `GET /api/v1/...`: services with their digest and fleet status, one service's configuration
 //!   and agents, releases with their changes, the current document (see [`read`]).
 //! - `PUT`/`DELETE`/`POST /api/v1/...`: writes, validated, written through to the store and
@@ -183,6 +184,7 @@ async fn readyz(State(state): State<Admin>) -> (StatusCode, Json<serde_json::Val
         "stale": store.stale,
         "store": store,
         "last_rejection": state.served.last_rejection(),
+        "held": state.served.held(),
     });
     (code, Json(body))
 }
@@ -237,6 +239,27 @@ mod tests {
             serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
         assert_eq!(body["services"], 1);
         assert_eq!(body["last_rejection"]["error"], "line 1, column 2: bad");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readyz_stays_ready_and_shows_a_held_change() {
+        let two = "configurations:\n  a: {k: v}\n  b: {k: v}\n";
+        let served = Arc::new(ServedTable::new(skyconf_core::read(two).unwrap()));
+        let mut reloader = crate::reload::Reloader::new(Arc::clone(&served), "etcd", Some(two))
+            .with_guard(crate::reload::Guard::default());
+        reloader.apply(None);
+        let response = router(Arc::clone(&served), store())
+            .oneshot(http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body: serde_json::Value =
+            serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(body["services"], 2, "the last good table is still served");
+        assert_eq!(body["held"]["services_before"], 2);
+        assert_eq!(body["held"]["services_after"], 0);
+        assert!(body["held"]["since_ms"].is_u64());
+        assert!(body["held"]["reason"].as_str().unwrap().contains("no services"));
     }
 
     #[tokio::test]

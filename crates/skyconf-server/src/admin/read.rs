@@ -101,6 +101,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
         "retention": admin.releases.retention(),
         "unsaved_releases": admin.releases.unsaved(),
         "last_rejection": rejection,
+        "held": admin.served.held(),
         "fleet": {
             "tracked": admin.fleet.tracked(),
             "untracked_polls": admin.fleet.untracked_polls(),

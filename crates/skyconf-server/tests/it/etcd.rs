@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_server::ServeConfig;
+use skyconf_server::reload::Guard;
 use skyconf_sources::Backoff;
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
 use skyconf_testkit::fixtures::{OPENAPI_GROUP as GROUP, V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD, numbered};
@@ -31,7 +32,14 @@ fn source(settings: EtcdSettings) -> EtcdSource {
 }
 
 fn config(data_dir: Option<&Path>) -> ServeConfig {
-    ServeConfig { require_initial_load: false, data_dir: data_dir.map(Path::to_path_buf), ..loopback() }
+    // These tests check the OAP's behaviour (a delete serves EMPTY at once): the fleet-reset guard,
+    // which would hold it, is tested on its own.
+    ServeConfig {
+        require_initial_load: false,
+        data_dir: data_dir.map(Path::to_path_buf),
+        reset_guard: Guard::OFF,
+        ..loopback()
+    }
 }
 
 /// A server on etcd through `settings` (persisting to `data_dir`, if any), and a CDS client.

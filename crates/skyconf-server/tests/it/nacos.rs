@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_server::ServeConfig;
+use skyconf_server::reload::Guard;
 use skyconf_sources::nacos::NacosSource;
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source};
 use skyconf_testkit::PATIENCE;
@@ -29,7 +30,9 @@ fn store(nacos: &Rnacos, namespace: &str) -> NacosSource {
 }
 
 fn config(keys: KeySet) -> ServeConfig {
-    ServeConfig { require_initial_load: false, keys, ..loopback() }
+    // These tests check the OAP's behaviour (a delete serves EMPTY at once): the fleet-reset guard,
+    // which would hold it, is tested on its own.
+    ServeConfig { require_initial_load: false, keys, reset_guard: Guard::OFF, ..loopback() }
 }
 
 /// A server on `nacos`'s default namespace serving `keys`, and a CDS client.

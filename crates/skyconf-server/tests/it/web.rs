@@ -80,6 +80,8 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
         assert!(Instant::now() < give_up, "the edit was never recorded");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The release is recorded just before the install: wait for the new digest too.
+    cds.wait_for_new_digest(SERVICE, before.uuid.as_deref()).await;
     let edited = cds.fetch(SERVICE, "").await.expect("a first fetch gets the command");
     assert_eq!(
         edited.config.iter().find(|(k, _)| k == "agent.sample_n_per_3_secs").map(|(_, v)| v.as_str()),

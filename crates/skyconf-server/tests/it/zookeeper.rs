@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_server::ServeConfig;
+use skyconf_server::reload::Guard;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
 use skyconf_testkit::fixtures::{OPENAPI_GROUP as OPENAPI, V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD, numbered};
@@ -32,7 +33,9 @@ fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
 
 /// A server on `host_port`'s `namespace` (not waiting for a first load) and a CDS client.
 async fn serve(host_port: &str, namespace: &str) -> (Server, Cds) {
-    let config = ServeConfig { require_initial_load: false, ..loopback() };
+    // These tests check the OAP's behaviour (a delete serves EMPTY at once): the fleet-reset guard,
+    // which would hold it, is tested on its own.
+    let config = ServeConfig { require_initial_load: false, reset_guard: Guard::OFF, ..loopback() };
     let running = Server::start(source(host_port, namespace), config).await;
     let client = running.cds().await;
     (running, client)
