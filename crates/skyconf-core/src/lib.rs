@@ -5,6 +5,7 @@
 //! - [`answer`]: the per-service answer table and the reply rule (which bytes a poll gets);
 //! - [`backoff`]: the retry policy (exponential back-off with equal jitter) and its generator;
 //! - [`digest`]: the per-service SHA-512 digest agents echo back;
+//! - [`guard`]: whether a new table would reset most of the fleet at once;
 //! - [`codec`]: the `ConfigurationDiscoveryCommand`, encoded (once per reload) and decoded;
 //! - [`table`]: the table itself; [`diff`]: what changed between two of them;
 //! - [`writer`]: a table written back as a document that reads to the same digests;
