@@ -213,13 +213,20 @@ mod tests {
         Arc::new(StoreView::new("test".into(), Default::default(), true, false))
     }
 
-    #[tokio::test]
-    async fn readyz_is_503_without_a_table() {
-        let response = router(Arc::new(ServedTable::waiting()), store())
+    /// `GET /readyz` on a router over `served`: the status and the JSON body.
+    async fn readyz(served: &Arc<ServedTable>) -> (http::StatusCode, serde_json::Value) {
+        let response = router(Arc::clone(served), store())
             .oneshot(http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
             .await
             .unwrap();
-        assert_eq!(response.status(), 503);
+        let status = response.status();
+        (status, serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readyz_is_503_without_a_table() {
+        let (status, _) = readyz(&Arc::new(ServedTable::waiting())).await;
+        assert_eq!(status, 503);
     }
 
     #[tokio::test]
@@ -230,13 +237,8 @@ mod tests {
             error: "line 1, column 2: bad".into(),
             at: std::time::SystemTime::now(),
         });
-        let response = router(Arc::clone(&served), store())
-            .oneshot(http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let body: serde_json::Value =
-            serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        let (status, body) = readyz(&served).await;
+        assert_eq!(status, 200);
         assert_eq!(body["services"], 1);
         assert_eq!(body["last_rejection"]["error"], "line 1, column 2: bad");
     }
@@ -248,13 +250,8 @@ mod tests {
         let mut reloader = crate::reload::Reloader::new(Arc::clone(&served), "etcd", Some(two))
             .with_guard(crate::reload::Guard::default());
         reloader.apply(None);
-        let response = router(Arc::clone(&served), store())
-            .oneshot(http::Request::get("/readyz").body(axum::body::Body::empty()).unwrap())
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let body: serde_json::Value =
-            serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        let (status, body) = readyz(&served).await;
+        assert_eq!(status, 200);
         assert_eq!(body["services"], 2, "the last good table is still served");
         assert_eq!(body["held"]["services_before"], 2);
         assert_eq!(body["held"]["services_after"], 0);
