@@ -132,7 +132,7 @@ impl Reloader {
 
     fn install_held(&mut self, why: &str) -> Option<Outcome> {
         let pending = self.held.take()?;
-        tracing::warn!(origin = %self.origin, services = pending.table.len(), "installing the held change: {why}");
+        tracing::warn!(origin = %self.origin, services = pending.table.len(), why, "Installing the held change.");
         Some(self.install(pending.table, pending.text))
     }
 
@@ -155,7 +155,8 @@ impl Reloader {
             services_before = current.table.len(),
             services_after = table.len(),
             grace_s = self.guard.grace.as_secs(),
-            "holding a change that would reset the fleet ({reason}); the last good table is still served"
+            %reason,
+            "Holding a change that would reset the fleet; the last good table is still served."
         );
         let now = SystemTime::now();
         self.served.set_held(Some(Held {
