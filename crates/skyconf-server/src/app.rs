@@ -66,6 +66,14 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         grpc_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.grpc_addr, source })?;
     let admin_addr =
         admin_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.admin_addr, source })?;
+    if config.security.admin_tokens.is_empty() && !admin_addr.ip().is_loopback() {
+        // The default (0.0.0.0, no tokens) suits a first try and a pod behind a network policy;
+        // anywhere else it lets every host that can reach the port roll the fleet back.
+        tracing::warn!(
+            %admin_addr,
+            "No admin token is set: anyone who can reach this address can change what every agent is served. Set --admin-write-token (or a token file), or bind --admin-addr to 127.0.0.1."
+        );
+    }
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
     let source = Arc::new(source);

@@ -15,13 +15,15 @@
 //! - `skyconf bench reload`: parses a document and builds its served table in process (digests and
 //!   pre-encoded answers included), as a reload does.
 //! - `skyconf bench document`: prints a synthetic document (`--services` × `--keys`).
+//! - `skyconf bench soak`: agents polling for a long time while documents, good and bad, are
+//!   written through the admin API; every answer and every write is checked (`scripts/soak.sh`).
 //!
 //! Results go to stdout (a table, or one JSON object with `--json`); the exit status is 0 only if
 //! every call succeeded and every answer was right. A progress bar goes to stderr when it is a
 //! terminal.
 //!
 //! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`,
-//! `propagation.rs`, `reload.rs` and `document.rs`. This file holds what they share: the
+//! `propagation.rs`, `reload.rs`, `document.rs` and `soak.rs`. This file holds what they share: the
 //! [`Target`] flags, connecting, the outcome counters ([`Stats`]) and the report.
 
 mod agents;
@@ -29,6 +31,7 @@ mod document;
 mod load;
 mod propagation;
 mod reload;
+mod soak;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -70,6 +73,8 @@ enum Mode {
     Reload(reload::Args),
     /// Prints a synthetic agent-configurations document.
     Document(document::Args),
+    /// Agents polling while documents churn through the admin API; checks every answer and write.
+    Soak(soak::Args),
 }
 
 /// Where to send, and which services to ask for.
@@ -110,6 +115,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(Mode::Propagation(a)) => propagation::run(a),
         Some(Mode::Reload(a)) => reload::run(&a),
         Some(Mode::Document(a)) => document::run(&a),
+        Some(Mode::Soak(a)) => soak::run(a),
     }
 }
 
