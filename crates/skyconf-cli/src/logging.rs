@@ -8,7 +8,7 @@
 //! `eprintln!`, which panics on a closed stderr), nor stall reloads, health checks or shutdown.
 //! [`Logging::finish`] writes what is queued, and a last line, with a time limit.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -54,12 +54,21 @@ pub(crate) fn init(format: LogFormat) -> Logging {
 
     let filter = tracing_subscriber::EnvFilter::try_from_env("SKYCONF_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).log_internal_errors(false).with_writer(make);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colours())
+        .log_internal_errors(false)
+        .with_writer(make);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
     Logging { queue, last_words, finished }
+}
+
+/// Colours only on a terminal, and not when `NO_COLOR` is set to anything (https://no-color.org).
+fn colours() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }
 
 impl Logging {

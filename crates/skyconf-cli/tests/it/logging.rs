@@ -1,8 +1,8 @@
 //! `skyconf serve` with a stderr that does not take its logs: closed before start-up, closed after
 //! the first line, or a full pipe nobody reads. The server must start, serve, reload an edited file
-//! and stop on SIGTERM all the same (usability finding 3).
+//! and stop on SIGTERM all the same (usability finding 3). Also: no colour codes in piped logs.
 
-use std::io::{BufRead as _, BufReader, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -150,4 +150,20 @@ fn serve_keeps_serving_when_stderr_is_a_full_pipe() {
     // Unblocks the filler (EPIPE).
     drop(reader);
     filling.join().unwrap();
+}
+
+#[test]
+fn piped_logs_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = one_service_file(&dir);
+    let (reader, writer) = std::io::pipe().unwrap();
+    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
+    let server = spawn_serve(&file, "debug", writer.into(), &grpc_addr, &admin_addr);
+    eventually("the server is ready", || ready_with(&admin_addr, 1));
+    drop(server);
+    let mut log = Vec::new();
+    BufReader::new(reader).read_to_end(&mut log).unwrap();
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.contains("Loaded agent configurations."), "{text}");
+    assert!(!log.contains(&0x1b), "an ESC byte in the piped log: {text:?}");
 }
