@@ -162,6 +162,39 @@ fn serve_explains_a_missing_store() {
 }
 
 #[test]
+fn serve_refuses_file_next_to_another_store() {
+    // Usability finding 2: `--file` was silently ignored when --config or --store chose another
+    // store.
+    let dir = tempfile::tempdir().unwrap();
+    let file = repo_root().join("examples/agent-configurations.yaml");
+    let config = write(&dir, "skyconf.yaml", "configuration:\n  selector: etcd\n");
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--file")
+        .arg(&file)
+        .env_remove("SKYCONF_STORE")
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(
+            "--file applies to the file store, but the config file selects `etcd`; drop --file or use --store file",
+        ));
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--store", "none", "--file"])
+        .arg(&file)
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--file applies to the file store, but --store selects `none`"));
+    // --store file next to a config file that selects another store: --file is the document.
+    let mut command = serve_command();
+    command.arg("--config").arg(&config).args(["--store", "file", "--file"]).arg(&file);
+    let server = Server::spawn(command);
+    assert_eq!(fetch_digest(&server.grpc_addr, "inventory-go").len(), 128);
+}
+
+#[test]
 fn serve_refuses_a_misspelt_security_key_instead_of_starting_without_it() {
     // Reliability finding F9: `agentTokn` was ignored and the server started with no token.
     let dir = tempfile::tempdir().unwrap();
