@@ -70,8 +70,25 @@ fn main() -> ExitCode {
         Err(error) => {
             // After the log lines, through the same writer: never a panic on a closed stderr, never
             // stuck on a full one.
-            logging.finish(Some(format!("skyconf: {error:#}")));
+            logging.finish(Some(format!("skyconf: {}", chain(&error))));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and its causes, `: `-separated, leaving out a cause whose message the text already ends
+/// with. skyconf's own errors do not repeat their causes; this is for libraries' errors that do
+/// (hyper-util's `tcp connect error` is in its own chain twice).
+fn chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.is_empty() {
+            text = message;
+        } else if !text.ends_with(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+    }
+    text
 }

@@ -62,10 +62,9 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
 
     let grpc_listener = bind(config.grpc_addr).await?;
     let admin_listener = bind(config.admin_addr).await?;
-    let grpc_addr =
-        grpc_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.grpc_addr, source })?;
+    let grpc_addr = grpc_listener.local_addr().map_err(|cause| ServerError::Bind { addr: config.grpc_addr, cause })?;
     let admin_addr =
-        admin_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.admin_addr, source })?;
+        admin_listener.local_addr().map_err(|cause| ServerError::Bind { addr: config.admin_addr, cause })?;
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
     let source = Arc::new(source);
@@ -192,5 +191,5 @@ async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), S
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+    TcpListener::bind(addr).await.map_err(|cause| ServerError::Bind { addr, cause })
 }

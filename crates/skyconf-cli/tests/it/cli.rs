@@ -230,6 +230,37 @@ fn serve_refuses_to_start_on_a_bad_file() {
         .stderr(predicate::str::contains("line 1, column 17"));
 }
 
+#[test]
+fn serve_says_once_why_it_cannot_listen() {
+    // Usability finding 7: `Address already in use (os error 98): Address already in use (os error
+    // 98)`, the cause in the message and again as its source.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let output = assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", &addr, "--admin-addr", "127.0.0.1:0", "--file"])
+        .arg(repo_root().join("examples/agent-configurations.yaml"))
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure()
+        .get_output()
+        .stderr
+        .clone();
+    let stderr = String::from_utf8_lossy(&output);
+    let line = stderr.lines().find(|line| line.starts_with("skyconf: ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.starts_with(&format!("skyconf: cannot listen on {addr}: ")), "{line}");
+    assert_eq!(line.matches("(os error").count(), 1, "the cause once: {line}");
+}
+
+#[test]
+fn fetch_says_once_why_it_cannot_connect() {
+    // Nothing listens on port 1. hyper-util puts `tcp connect error` in its chain twice.
+    let output = skyconf().args(["fetch", "--addr", "127.0.0.1:1", "--service", "svc"]).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("tcp connect error").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("(os error").count(), 1, "{stderr}");
+}
+
 /// The independent grpcio client (tests/interop/cds_client.py) checks every argument against the
 /// answers the OAP-equivalent DigestTool computed for the example file. It needs python3 with
 /// grpcio and grpcio-tools: `scripts/test.sh` installs them and sets SKYCONF_REQUIRE_INTEROP=1 so a
