@@ -184,3 +184,24 @@ impl Drop for LineWriter<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_and_counts_lines_instead_of_waiting() {
+        let (queue, lines) = mpsc::sync_channel(1);
+        let sink = QueueWriter { queue, dropped: Arc::new(AtomicU64::new(0)), spawned: true };
+        for text in ["one\n", "two\n", "three\n"] {
+            let mut writer = sink.make_writer();
+            writer.write_all(text.as_bytes()).unwrap();
+        }
+        assert_eq!(sink.dropped.load(Ordering::Relaxed), 2);
+        let Ok(Message::Line(first)) = lines.try_recv() else { panic!("the first line is queued") };
+        assert_eq!(first, b"one\n");
+        assert!(lines.try_recv().is_err());
+    }
+}
