@@ -4,6 +4,7 @@
 mod args;
 mod commands;
 mod known_keys;
+mod logging;
 mod settings;
 mod stores;
 
@@ -29,7 +30,7 @@ struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
@@ -50,19 +51,9 @@ enum Command {
     Bench(commands::bench::Args),
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SKYCONF_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let logging = logging::init(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => commands::serve::run(args),
         Command::Fetch(args) => commands::fetch::run(args),
@@ -72,10 +63,32 @@ fn main() -> ExitCode {
         Command::Bench(args) => commands::bench::run(args),
     };
     match result {
-        Ok(code) => code,
+        Ok(code) => {
+            logging.finish(None);
+            code
+        }
         Err(error) => {
-            eprintln!("skyconf: {error:#}");
+            // After the log lines, through the same writer: never a panic on a closed stderr, never
+            // stuck on a full one.
+            logging.finish(Some(format!("skyconf: {}", chain(&error))));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and its causes, `: `-separated, leaving out a cause whose message the text already ends
+/// with. skyconf's own errors do not repeat their causes; this is for libraries' errors that do
+/// (hyper-util's `tcp connect error` is in its own chain twice).
+fn chain(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.is_empty() {
+            text = message;
+        } else if !text.ends_with(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+    }
+    text
 }

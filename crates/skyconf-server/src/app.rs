@@ -62,10 +62,9 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
 
     let grpc_listener = bind(config.grpc_addr).await?;
     let admin_listener = bind(config.admin_addr).await?;
-    let grpc_addr =
-        grpc_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.grpc_addr, source })?;
+    let grpc_addr = grpc_listener.local_addr().map_err(|cause| ServerError::Bind { addr: config.grpc_addr, cause })?;
     let admin_addr =
-        admin_listener.local_addr().map_err(|source| ServerError::Bind { addr: config.admin_addr, source })?;
+        admin_listener.local_addr().map_err(|cause| ServerError::Bind { addr: config.admin_addr, cause })?;
     if config.security.admin_tokens.is_empty() && !admin_addr.ip().is_loopback() {
         // The default (0.0.0.0, no tokens) suits a first try and a pod behind a network policy;
         // anywhere else it lets every host that can reach the port roll the fleet back.
@@ -200,5 +199,5 @@ async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), S
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
-    TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })
+    TcpListener::bind(addr).await.map_err(|cause| ServerError::Bind { addr, cause })
 }

@@ -117,21 +117,21 @@ pub enum ServerError {
     Document {
         /// Where the document came from.
         origin: String,
-        /// Why it was refused.
-        #[source]
+        /// Why it was refused (in the message, not also its `source()`).
         error: skyconf_core::ReadError,
     },
     /// A listening socket could not be opened.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {cause}")]
     Bind {
         /// The address.
         addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
+        /// The cause, in the message (so logs of the error alone keep it); not also its
+        /// `source()`, which would print it twice in a chain.
+        cause: std::io::Error,
     },
-    /// The gRPC server failed.
-    #[error("gRPC server: {0}")]
+    /// The gRPC server failed. tonic's error says only "transport error": its cause is in the
+    /// `source()` chain, which is therefore not repeated in this message.
+    #[error("gRPC server")]
     Grpc(#[from] tonic::transport::Error),
     /// The admin server failed.
     #[error("admin server: {0}")]

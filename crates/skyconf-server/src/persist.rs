@@ -16,13 +16,13 @@ use skyconf_sources::fs::write_atomically;
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
     /// File system trouble.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
+        /// The cause, in the message (so logs of the error alone keep it); not also its
+        /// `source()`, which would print it twice in a chain.
+        cause: std::io::Error,
     },
     /// The file is not what skyconf writes.
     #[error("{path}: not a skyconf last-good file: {message}")]
@@ -68,7 +68,7 @@ impl LastGood {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(PersistError::Io { path: display, source }),
+            Err(cause) => return Err(PersistError::Io { path: display, cause }),
         };
         let format = |message: String| PersistError::Format { path: display.clone(), message };
         let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| format(e.to_string()))?;
@@ -113,7 +113,7 @@ impl LastGood {
     pub fn save(&self, store: &str, content: &StoreContent) -> Result<(), PersistError> {
         let bytes = Self::encode(store, content, content.agent_configurations());
         write_atomically(&self.path, &bytes)
-            .map_err(|source| PersistError::Io { path: self.path.display().to_string(), source })
+            .map_err(|cause| PersistError::Io { path: self.path.display().to_string(), cause })
     }
 }
 

@@ -76,13 +76,13 @@ const PENDING_FOR: Duration = Duration::from_secs(300);
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
     /// File system trouble.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file or directory.
         path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
+        /// The cause, in the message (so logs of the error alone keep it); not also its
+        /// `source()`, which would print it twice in a chain.
+        cause: std::io::Error,
     },
     /// A file that is not a release skyconf wrote.
     #[error("{path}: not a skyconf release: {message}")]
@@ -322,14 +322,14 @@ impl ReleaseLog {
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => Some(entries),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => {
-                let error = ReleaseError::Io { path: dir.display().to_string(), source };
+            Err(cause) => {
+                let error = ReleaseError::Io { path: dir.display().to_string(), cause };
                 tracing::error!(%error, "Cannot read the release history; new releases will fail to be written.");
                 None
             }
         };
         for entry in entries.into_iter().flatten() {
-            let entry = entry.map_err(|source| ReleaseError::Io { path: dir.display().to_string(), source })?;
+            let entry = entry.map_err(|cause| ReleaseError::Io { path: dir.display().to_string(), cause })?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
             let named = id_in_name(&name);
@@ -751,7 +751,7 @@ fn release_path(dir: &Path, id: u64) -> PathBuf {
 
 fn read_release_file(path: &Path) -> Result<ReleaseFile, ReleaseError> {
     let display = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ReleaseError::Io { path: display.clone(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|cause| ReleaseError::Io { path: display.clone(), cause })?;
     let file: ReleaseFile = serde_json::from_str(&text)
         .map_err(|e| ReleaseError::Format { path: display.clone(), message: e.to_string() })?;
     if file.format != 1 {

@@ -37,13 +37,13 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// Reading a file failed.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Io {
         /// The file.
         path: String,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
+        /// The cause, in the message (so logs of the error alone keep it); not also its
+        /// `source()`, which would print it twice in a chain.
+        cause: std::io::Error,
     },
     /// The value is larger than the configured limit.
     #[error("{what} is {size} bytes, more than the limit of {limit} bytes")]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use skyconf_server::security::{AdminTokens, AllowedHosts, ClientAuth, Role, Secret, SecurityConfig};
 use skyconf_server::{AdminOptions, CdsOptions, FleetOptions, ServeConfig};
 use skyconf_sources::file::FileSettings;
@@ -230,6 +230,15 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         .or_else(|| args.file.as_ref().map(|_| "file".to_owned()))
         .context("no store chosen: give --file PATH, --store NAME, or --config FILE with a `configuration.selector`")?;
     let entry = canonical_selector(&selector_name)?;
+    // `--file` names the file store's document: next to another store it would be ignored, so it
+    // is refused, naming where the other store was chosen.
+    if args.file.is_some() && entry.selector != FileSettings::SELECTOR {
+        let chosen_by = if args.store.is_some() { "--store" } else { "the config file" };
+        bail!(
+            "--file applies to the file store, but {chosen_by} selects `{}`; drop --file or use --store file",
+            entry.selector
+        );
+    }
 
     #[derive(serde::Deserialize, Default)]
     #[serde(rename_all = "camelCase", default)]
@@ -287,7 +296,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
     };
     let mut overrides = args.store_settings;
     // `--file PATH` is the file store's `path` setting, ahead of the config file's.
-    if let Some(path) = args.file.filter(|_| entry.selector == FileSettings::SELECTOR) {
+    if let Some(path) = args.file {
         overrides.insert(0, ("path".to_owned(), path.to_string_lossy().into_owned()));
     }
     let layers = Layers { file: file_config.as_ref(), overrides: &overrides, env: &env };

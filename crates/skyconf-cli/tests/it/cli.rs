@@ -162,6 +162,39 @@ fn serve_explains_a_missing_store() {
 }
 
 #[test]
+fn serve_refuses_file_next_to_another_store() {
+    // Usability finding 2: `--file` was silently ignored when --config or --store chose another
+    // store.
+    let dir = tempfile::tempdir().unwrap();
+    let file = repo_root().join("examples/agent-configurations.yaml");
+    let config = write(&dir, "skyconf.yaml", "configuration:\n  selector: etcd\n");
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--file")
+        .arg(&file)
+        .env_remove("SKYCONF_STORE")
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains(
+            "--file applies to the file store, but the config file selects `etcd`; drop --file or use --store file",
+        ));
+    assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--store", "none", "--file"])
+        .arg(&file)
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure()
+        .stderr(predicate::str::contains("--file applies to the file store, but --store selects `none`"));
+    // --store file next to a config file that selects another store: --file is the document.
+    let mut command = serve_command();
+    command.arg("--config").arg(&config).args(["--store", "file", "--file"]).arg(&file);
+    let server = Server::spawn(command);
+    assert_eq!(fetch_digest(&server.grpc_addr, "inventory-go").len(), 128);
+}
+
+#[test]
 fn serve_refuses_a_misspelt_security_key_instead_of_starting_without_it() {
     // Reliability finding F9: `agentTokn` was ignored and the server started with no token.
     let dir = tempfile::tempdir().unwrap();
@@ -195,6 +228,37 @@ fn serve_refuses_to_start_on_a_bad_file() {
         .assert()
         .failure()
         .stderr(predicate::str::contains("line 1, column 17"));
+}
+
+#[test]
+fn serve_says_once_why_it_cannot_listen() {
+    // Usability finding 7: `Address already in use (os error 98): Address already in use (os error
+    // 98)`, the cause in the message and again as its source.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let output = assert_cmd::Command::from_std(skyconf())
+        .args(["serve", "--grpc-addr", &addr, "--admin-addr", "127.0.0.1:0", "--file"])
+        .arg(repo_root().join("examples/agent-configurations.yaml"))
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .failure()
+        .get_output()
+        .stderr
+        .clone();
+    let stderr = String::from_utf8_lossy(&output);
+    let line = stderr.lines().find(|line| line.starts_with("skyconf: ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.starts_with(&format!("skyconf: cannot listen on {addr}: ")), "{line}");
+    assert_eq!(line.matches("(os error").count(), 1, "the cause once: {line}");
+}
+
+#[test]
+fn fetch_says_once_why_it_cannot_connect() {
+    // Nothing listens on port 1. hyper-util puts `tcp connect error` in its chain twice.
+    let output = skyconf().args(["fetch", "--addr", "127.0.0.1:1", "--service", "svc"]).output().unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("tcp connect error").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("(os error").count(), 1, "{stderr}");
 }
 
 /// The independent grpcio client (tests/interop/cds_client.py) checks every argument against the

@@ -5,5 +5,6 @@
 mod bench;
 mod cli;
 mod fleet;
+mod logging;
 mod security;
 mod util;

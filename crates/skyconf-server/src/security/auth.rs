@@ -194,7 +194,7 @@ impl AdminTokens {
     /// lines starting with `#` are skipped.
     pub fn add_file(&mut self, path: &Path) -> Result<(), SecurityError> {
         let text =
-            std::fs::read_to_string(path).map_err(|source| SecurityError::Read { path: path.to_owned(), source })?;
+            std::fs::read_to_string(path).map_err(|cause| SecurityError::Read { path: path.to_owned(), cause })?;
         for (index, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {

@@ -64,13 +64,13 @@ pub struct SecurityConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum SecurityError {
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
+        /// The cause, in the message (so logs of the error alone keep it); not also its
+        /// `source()`, which would print it twice in a chain.
+        cause: std::io::Error,
     },
     /// A PEM file holds nothing usable.
     #[error("{path}: {message}")]

@@ -79,7 +79,7 @@ pub struct TlsFiles {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, SecurityError> {
-    std::fs::read(path).map_err(|source| SecurityError::Read { path: path.to_owned(), source })
+    std::fs::read(path).map_err(|cause| SecurityError::Read { path: path.to_owned(), cause })
 }
 
 fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, SecurityError> {

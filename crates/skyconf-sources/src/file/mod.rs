@@ -209,7 +209,7 @@ impl FileSource {
     fn read_file(&self, path: &Path) -> Result<(String, Stamp), SourceError> {
         use std::io::Read as _;
         let what = path.display().to_string();
-        let io = |source| SourceError::Io { path: what.clone(), source };
+        let io = |cause| SourceError::Io { path: what.clone(), cause };
         let file = std::fs::File::open(path).map_err(io)?;
         let before = Stamp::of(&file.metadata().map_err(io)?);
         let limit = self.limits.max_value_bytes;
@@ -273,7 +273,7 @@ impl FileSource {
 
     /// Visible entries of a directory (names not starting with `.`), following symlinks.
     fn entries(&self, dir: &Path) -> Result<Vec<(String, PathBuf)>, SourceError> {
-        let io = |source| SourceError::Io { path: dir.display().to_string(), source };
+        let io = |cause| SourceError::Io { path: dir.display().to_string(), cause };
         let mut out = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io)? {
             let entry = entry.map_err(io)?;
@@ -418,7 +418,7 @@ impl FileSource {
 /// Writes `text` to `path` so readers never see half a file.
 fn write_atomically(path: &Path, text: &str) -> Result<(), SourceError> {
     crate::fs::write_atomically(path, text.as_bytes())
-        .map_err(|source| SourceError::Io { path: path.display().to_string(), source })
+        .map_err(|cause| SourceError::Io { path: path.display().to_string(), cause })
 }
 
 impl Source for FileSource {
@@ -449,7 +449,7 @@ impl Source for FileSource {
             (Form::Directory, Some(text)) => write_atomically(&self.path.join(key), text),
             (Form::Directory, None) => match std::fs::remove_file(self.path.join(key)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(SourceError::Io { path: self.path.join(key).display().to_string(), source: e })
+                    Err(SourceError::Io { path: self.path.join(key).display().to_string(), cause: e })
                 }
                 _ => Ok(()),
             },

@@ -1,0 +1,169 @@
+//! `skyconf serve` with a stderr that does not take its logs: closed before start-up, closed after
+//! the first line, or a full pipe nobody reads. The server must start, serve, reload an edited file
+//! and stop on SIGTERM all the same (usability finding 3). Also: no colour codes in piped logs.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use skyconf_testkit::server::AdminClient;
+
+use crate::util::skyconf;
+
+/// How long anything here may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A loopback address with a port that was free a moment ago (the server's logs, where it says
+/// which ephemeral ports it took, cannot be read in these tests).
+fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// Polls `condition` until it holds; fails after [`PATIENCE`].
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let give_up = Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(Instant::now() < give_up, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `GET path` on the admin port: the JSON body, or `None` when nothing answered.
+fn admin_get(admin_addr: &str, path: &str) -> Option<serde_json::Value> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(AdminClient::new(admin_addr).try_send("GET", path, &[], "")).ok().map(|reply| reply.json())
+}
+
+/// A server process, killed when dropped (a failed test leaves none behind).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `skyconf serve --file file` in text format with its stderr on `stderr` and `SKYCONF_LOG=log`.
+fn spawn_serve(file: &Path, log: &str, stderr: Stdio, grpc_addr: &str, admin_addr: &str) -> Running {
+    let mut command: Command = skyconf();
+    command
+        .args(["serve", "--grpc-addr", grpc_addr, "--admin-addr", admin_addr, "--file"])
+        .arg(file)
+        .env("SKYCONF_LOG", log)
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    Running(command.spawn().unwrap())
+}
+
+/// Ready with `services` services, per `/readyz`.
+fn ready_with(admin_addr: &str, services: u64) -> bool {
+    admin_get(admin_addr, "/readyz").is_some_and(|json| json["ready"] == true && json["services"] == services)
+}
+
+/// Waits for the server to serve `file`, edits the file and waits for the reload, then stops the
+/// server with SIGTERM and expects a clean exit.
+fn serves_reloads_and_stops(mut server: Running, file: &Path, admin_addr: &str) {
+    eventually("the server is ready with 1 service", || ready_with(admin_addr, 1));
+    std::fs::write(
+        file,
+        "configurations:\n  svc-a:\n    agent.sample_rate: 0.5\n  svc-b:\n    agent.sample_rate: 0.25\n",
+    )
+    .unwrap();
+    eventually("the edited file is loaded", || ready_with(admin_addr, 2));
+    let status = Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let mut exit = None;
+    eventually("the server exits on SIGTERM", || {
+        exit = server.0.try_wait().unwrap();
+        exit.is_some()
+    });
+    assert!(exit.unwrap().success(), "SIGTERM is a clean exit: {exit:?}");
+}
+
+fn one_service_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("agent.yaml");
+    std::fs::write(&path, "configurations:\n  svc-a:\n    agent.sample_rate: 0.5\n").unwrap();
+    path
+}
+
+#[test]
+fn serve_keeps_serving_when_stderr_is_closed_before_start_up() {
+    // Finding: exit status 101 (a panic in tracing's error path) before the port was open.
+    let dir = tempfile::tempdir().unwrap();
+    let file = one_service_file(&dir);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
+    let server = spawn_serve(&file, "debug", writer.into(), &grpc_addr, &admin_addr);
+    serves_reloads_and_stops(server, &file, &admin_addr);
+}
+
+#[test]
+fn serve_keeps_serving_when_stderr_closes_after_the_first_line() {
+    // Finding: `2> fifo` whose reader reads a line and leaves; reloads stopped, /readyz still said
+    // ready, SIGTERM no longer stopped the server.
+    let dir = tempfile::tempdir().unwrap();
+    let file = one_service_file(&dir);
+    let (reader, writer) = std::io::pipe().unwrap();
+    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
+    let server = spawn_serve(&file, "debug", writer.into(), &grpc_addr, &admin_addr);
+    let mut reader = BufReader::new(reader);
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    assert!(!first.is_empty(), "the server logs a line");
+    drop(reader);
+    serves_reloads_and_stops(server, &file, &admin_addr);
+}
+
+#[test]
+fn serve_keeps_serving_when_stderr_is_a_full_pipe() {
+    // A pipe nobody reads: a thread of this test fills it and stays blocked on it, and the server
+    // logs at trace level into it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = one_service_file(&dir);
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut filler = writer.try_clone().unwrap();
+    let written = Arc::new(AtomicUsize::new(0));
+    let filling = {
+        let written = Arc::clone(&written);
+        std::thread::spawn(move || {
+            // Far more than a pipe holds (64 KiB by default; 1 MiB at most without privileges).
+            let chunk = [b'.'; 4096];
+            for _ in 0..1024 {
+                if filler.write_all(&chunk).is_err() {
+                    return;
+                }
+                written.fetch_add(chunk.len(), Ordering::Relaxed);
+            }
+        })
+    };
+    eventually("the pipe holds something", || written.load(Ordering::Relaxed) > 0);
+    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
+    let server = spawn_serve(&file, "trace", writer.into(), &grpc_addr, &admin_addr);
+    serves_reloads_and_stops(server, &file, &admin_addr);
+    assert!(!filling.is_finished(), "the pipe was full throughout: the filler is still blocked on it");
+    // Unblocks the filler (EPIPE).
+    drop(reader);
+    filling.join().unwrap();
+}
+
+#[test]
+fn piped_logs_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = one_service_file(&dir);
+    let (reader, writer) = std::io::pipe().unwrap();
+    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
+    let server = spawn_serve(&file, "debug", writer.into(), &grpc_addr, &admin_addr);
+    eventually("the server is ready", || ready_with(&admin_addr, 1));
+    drop(server);
+    let mut log = Vec::new();
+    BufReader::new(reader).read_to_end(&mut log).unwrap();
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.contains("Loaded agent configurations."), "{text}");
+    assert!(!log.contains(&0x1b), "an ESC byte in the piped log: {text:?}");
+}
