@@ -19,9 +19,13 @@ if ! python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
 fi
 export SKYCONF_REQUIRE_INTEROP=1
 
+# Every step runs even when an earlier one failed (--no-fail-fast within each), so one failure
+# does not hide the others; the status says whether any failed.
+status=0
 # Everything but the store-write -> served latency tests, in parallel...
-cargo test --workspace --all-targets -- --skip propagation_
-cargo test --workspace --doc
+cargo test --workspace --all-targets --no-fail-fast -- --skip propagation_ || status=1
+cargo test --workspace --doc --no-fail-fast || status=1
 # ...then those alone, one at a time: they assert p99 bounds over 50 writes, and a parallel test
 # stealing the CPU for one write would decide them.
-cargo test -p skyconf-server --test it propagation_ -- --test-threads=1
+cargo test -p skyconf-server --test it --no-fail-fast propagation_ -- --test-threads=1 || status=1
+exit "$status"
