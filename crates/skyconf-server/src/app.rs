@@ -79,7 +79,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_events(&metrics.events())
         .with_guard(config.reset_guard);
     let last_good = last_good.map(|copy| (copy, persister.clone()));
-    let store_task = StoreTask::new(Arc::clone(&store), reloader, last_good).with_events(metrics.events());
+    let mut store_task = StoreTask::new(Arc::clone(&store), reloader, last_good).with_events(metrics.events());
+    let held_control = store_task.held_control();
     tasks.spawn(async move {
         store_task.run(updates_rx).await;
         Ok(())
@@ -129,6 +130,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
         .with_writer(source as Arc<dyn DynSource>)
+        .with_held_control(held_control)
         .with_options(config.admin);
     let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let stop = shutdown.clone();

@@ -152,7 +152,7 @@ fn options(admin: &Admin, query: &WriteQuery, headers: &HeaderMap) -> Result<Wri
     Ok(WriteOptions { dry_run, wait, if_match })
 }
 
-fn body_bytes(admin: &Admin, body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
+pub(super) fn body_bytes(admin: &Admin, body: Result<Bytes, BytesRejection>) -> Result<Bytes, AppError> {
     let body = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             AppError::TooLarge(format!("the body is larger than {} bytes", admin.options.max_document_bytes))
