@@ -156,23 +156,30 @@ fn open_releases(config: &ServeConfig, persister: &Persister) -> ReleaseLog {
     })
 }
 
-/// The fleet gauges, counted from the fleet table on every scrape.
+/// The fleet gauges and the fleet table's counts, read from the fleet table on every scrape.
 fn count_fleet_on_scrape(metrics: &Metrics, fleet: &Arc<Fleet>, served: &Arc<ServedTable>) {
     use metrics::{AgentsPerDigest, StuckAgents};
-    let (fleet, served) = (Arc::clone(fleet), Arc::clone(served));
+    let (tracker, served) = (Arc::clone(fleet), Arc::clone(served));
     metrics.fleet().on_scrape(move || {
-        let per_digest = fleet
+        let per_digest = tracker
             .per_digest()
             .into_iter()
             .map(|((service, digest), agents)| AgentsPerDigest { service, digest, agents: agents as u64 })
             .collect();
         let snapshot = served.snapshot();
-        let stuck = fleet
+        let stuck = tracker
             .counts(|service| snapshot.answer(service).digest.clone())
             .into_iter()
             .map(|(service, counts)| StuckAgents { service, agents: counts.stuck as u64 })
             .collect();
         (per_digest, stuck)
+    });
+    let fleet = Arc::clone(fleet);
+    metrics.fleet().on_scrape_table(move || metrics::FleetTable {
+        tracked: fleet.tracked() as u64,
+        tracked_unconfigured: fleet.tracked_unconfigured() as u64,
+        evictions: fleet.evictions(),
+        untracked_polls: fleet.untracked_polls(),
     });
 }
 

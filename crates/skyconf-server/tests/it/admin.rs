@@ -143,9 +143,9 @@ fn peer(port: u16) -> SocketAddr {
 async fn lists_services_with_digest_keys_and_fleet_counts() {
     let s = setup();
     let order = s.digest("order");
-    s.fleet.observe("order", order.as_str(), peer(1), &order);
-    s.fleet.observe("order", "", peer(2), &order);
-    s.fleet.observe("typo-service", "", peer(3), &Digest::empty());
+    s.fleet.observe("order", order.as_str(), peer(1), &order, true);
+    s.fleet.observe("order", "", peer(2), &order, true);
+    s.fleet.observe("typo-service", "", peer(3), &Digest::empty(), false);
 
     let (status, body) = call(&s.router, get("/api/v1/services")).await;
     assert_eq!(status, 200);
@@ -164,7 +164,7 @@ async fn shows_one_service_with_its_config_and_agents() {
     let s = setup();
     let order = s.digest("order");
     s.fleet.observe_instance("order", "pod-1@10.1.2.3", peer(1));
-    s.fleet.observe("order", order.as_str(), peer(1), &order);
+    s.fleet.observe("order", order.as_str(), peer(1), &order, true);
 
     let (status, body) = call(&s.router, get("/api/v1/services/order")).await;
     assert_eq!(status, 200);
