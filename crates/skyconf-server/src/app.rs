@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::startup::initial_state;
 use crate::{
-    CdsService, Fleet, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, SecurityError, ServeConfig,
-    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, metrics, security,
+    CdsService, Fleet, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig, ServedTable,
+    ServerError, StoreTask, StoreView, admin, dcs, fleet, metrics, security,
 };
 
 /// Loads the configuration from `source` (or the persisted copy), then opens the ports and
@@ -105,25 +105,29 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let limits = config.security.grpc_limits;
     let connections = config.security.connections;
     let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, connections.grpc_cap(), "gRPC");
-    let mut grpc = tonic::transport::Server::builder();
-    if let Some(tls) = grpc_tls {
-        grpc = grpc.tls_config(tls).map_err(|e| SecurityError::Tls { what: "gRPC", message: e.to_string() })?;
-    }
-    let mut grpc = limits.apply(grpc);
+    let mut grpc = limits.apply(tonic::transport::Server::builder());
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        grpc.add_optional_service(cds)
+        let router = grpc
+            .add_optional_service(cds)
             .add_optional_service(cds_guarded)
             .add_optional_service(management)
             .add_optional_service(management_guarded)
             .add_optional_service(dcs)
-            .add_optional_service(dcs_guarded)
-            .serve_with_incoming_shutdown(
-                limits.incoming(grpc_acceptor, connections.handshake_timeout),
-                stop.cancelled_owned(),
-            )
-            .await
-            .map_err(ServerError::Grpc)
+            .add_optional_service(dcs_guarded);
+        // TLS is terminated here, not by tonic: the preface deadline then counts bytes above TLS.
+        let timeout = connections.handshake_timeout;
+        match grpc_tls {
+            Some(tls) => {
+                let incoming = limits.incoming_tls(grpc_acceptor, tls, timeout);
+                router.serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await
+            }
+            None => {
+                let incoming = limits.incoming(grpc_acceptor, timeout);
+                router.serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await
+            }
+        }
+        .map_err(ServerError::Grpc)
     });
 
     let admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store))
