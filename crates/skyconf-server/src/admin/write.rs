@@ -124,11 +124,14 @@ fn note(body: &[u8]) -> Result<NoteBody, AppError> {
     serde_json::from_slice(body).map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))
 }
 
+/// Whether the body is JSON: `Content-Type: application/json`, parameters aside, in any case
+/// (media types are case-insensitive).
 fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.trim_start().starts_with("application/json"))
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// A document to write: its text (`None`: delete the key) and the table it reads as.

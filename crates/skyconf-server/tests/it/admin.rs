@@ -647,3 +647,17 @@ async fn the_page_and_the_status_are_served() {
     assert_eq!(body["last_rejection"]["text"], bad);
     assert_eq!(body["fleet"]["stuck_after_polls"], 3);
 }
+
+/// F19: media types are case-insensitive, so `APPLICATION/JSON` is read as JSON, not as YAML.
+#[tokio::test]
+async fn a_json_content_type_in_any_case_is_json() {
+    let s = setup();
+    let v2 = "configurations:\n  order:\n    agent.sample_n_per_3_secs: 20\n";
+    let request = Request::put("/api/v1/configurations")
+        .header("content-type", "APPLICATION/JSON; Charset=UTF-8")
+        .body(Body::from(json!({"document": v2, "author": "ann"}).to_string()))
+        .unwrap();
+    let body = s.ok(request).await;
+    assert_eq!(body["served"], true);
+    assert_eq!(body["release"]["author"], "ann");
+}
