@@ -74,8 +74,41 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("skyconf: {error:#}");
+            eprintln!("skyconf: {}", describe(&error));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `error` and its causes, each said once. Most errors already name their cause in their message
+/// (`cannot read x.yaml: Permission denied (os error 13)`) and also return it as their `source()`,
+/// so anyhow's `{:#}` would repeat it; a cause whose text is already said is left out.
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let denied = std::io::Error::from_raw_os_error(13);
+        let error = skyconf_sources::SourceError::Io { path: "/srv/agent.yaml".into(), source: denied };
+        let error = anyhow::Error::new(error).context("cannot start");
+        let text = describe(&error);
+        assert_eq!(text.matches("(os error 13)").count(), 1, "{text}");
+        assert!(text.starts_with("cannot start: cannot read /srv/agent.yaml: "), "{text}");
+        // A cause not in the message is still said.
+        let plain = anyhow::Error::new(std::io::Error::other("disk on fire")).context("cannot write");
+        assert_eq!(describe(&plain), "cannot write: disk on fire");
     }
 }
