@@ -45,6 +45,16 @@ pub enum SourceError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing a file failed (permissions, a read-only file system, a full disk); nothing was
+    /// written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The value is larger than the configured limit.
     #[error("{what} is {size} bytes, more than the limit of {limit} bytes")]
     TooLarge {
