@@ -8,7 +8,7 @@
 //! - `GET /api/v1/...`: services with their digest and fleet status, one service's configuration
 //!   and agents, releases with their changes, the current document (see [`read`]).
 //! - `PUT`/`DELETE`/`POST /api/v1/...`: writes, validated, written through to the store and
-//!   recorded as releases; rollback; confirming or discarding a held change (see [`write`]).
+//!   recorded as releases; rollback; confirming or discarding a held change (see [`write`](mod@write)).
 //! - `GET /`: the web page.
 //!
 //! The routes come in groups built by separate functions — [`Admin::health_routes`],

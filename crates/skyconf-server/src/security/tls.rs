@@ -3,13 +3,14 @@
 //!
 //! rustls with the *ring* provider throughout: no OpenSSL, no aws-lc-sys. Both ports complete
 //! handshakes with tokio-rustls in their own tasks ([`handshakes`]), each bounded by
-//! [`HANDSHAKE_TIMEOUT`], so one slow client never holds up the others; then, below HTTP and
-//! above TLS, the connection's opening bytes (the HTTP/2 preface, or an HTTP/1 header block) must
-//! follow within the handshake deadline of [`super::connections`]: a client that completes TLS
-//! and then says nothing is closed, as a plaintext one is. The admin port serves over a
-//! [`TlsListener`]; the gRPC port hands tonic the finished streams ([`super::GrpcLimits::incoming_tls`],
-//! tonic's own acceptor counted the opening bytes below TLS, where the handshake hid them). The files are read and checked (the key must match the
-//! certificate) before any port opens; an error names the file.
+//! [`HANDSHAKE_TIMEOUT`], so one slow client never holds up the others. Then, below HTTP and above
+//! TLS, the connection's opening bytes (the HTTP/2 preface, or an HTTP/1 header block) must follow
+//! within the handshake deadline of [`super::connections`]: a client that completes TLS and then
+//! says nothing is closed, as a plaintext one is. The admin port serves over a [`TlsListener`];
+//! the gRPC port hands tonic the finished streams ([`super::GrpcLimits::incoming_tls`]). (tonic's
+//! own acceptor was used before; the deadline then counted bytes below TLS, where the handshake
+//! hid the missing preface.) The files are read and checked (the key must match the certificate)
+//! before any port opens; an error names the file.
 
 use std::io;
 use std::net::SocketAddr;
