@@ -53,7 +53,7 @@ use skyconf_core::writer;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use tokio::sync::MutexGuard;
 
-use super::extract::{ReleaseId, ServiceName, WriteOptions, WriteRequest, body_bytes};
+use super::extract::{HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest};
 use super::read::{document_of, summary};
 use super::{Admin, AppError};
 use crate::releases::{Attribution, Durability, document_hash};
@@ -401,53 +401,28 @@ pub(super) async fn rollback(
     apply(&admin, guard, snapshot, proposal, attribution, options).await
 }
 
-/// The optional JSON body of the `held` routes.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HeldBody {
-    since_ms: Option<u64>,
-}
-
 pub(super) async fn confirm_held(
     State(admin): State<Admin>,
-    query: axum::http::Uri,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    HeldRequest { since_ms }: HeldRequest,
 ) -> Result<Response, AppError> {
-    decide_held(&admin, &query, body, HeldDecision::Confirm).await
+    decide_held(&admin, since_ms, HeldDecision::Confirm).await
 }
 
 pub(super) async fn discard_held(
     State(admin): State<Admin>,
-    query: axum::http::Uri,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+    HeldRequest { since_ms }: HeldRequest,
 ) -> Result<Response, AppError> {
-    decide_held(&admin, &query, body, HeldDecision::Discard).await
+    decide_held(&admin, since_ms, HeldDecision::Discard).await
 }
 
-async fn decide_held(
-    admin: &Admin,
-    uri: &axum::http::Uri,
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
-    decision: HeldDecision,
-) -> Result<Response, AppError> {
-    if uri.query().is_some_and(|q| !q.is_empty()) {
-        // A `?dry_run=true` must not confirm for real.
-        return Err(AppError::BadRequest("this route takes no query parameters; nothing was changed".into()));
-    }
-    let body = body_bytes(admin, body)?;
-    let body: HeldBody = if body.iter().all(u8::is_ascii_whitespace) {
-        HeldBody::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?
-    };
+async fn decide_held(admin: &Admin, since_ms: Option<u64>, decision: HeldDecision) -> Result<Response, AppError> {
     let control = admin
         .held
         .as_ref()
         .ok_or_else(|| AppError::Conflict("nothing is held: this server holds no store changes".into()))?;
     let _guard = admin.write_lock.lock().await;
     let answer = control
-        .decide(decision, body.since_ms)
+        .decide(decision, since_ms)
         .await
         .ok_or_else(|| AppError::Unavailable("the store task has stopped; the server is shutting down".into()))?;
     let snapshot = admin.served.snapshot();

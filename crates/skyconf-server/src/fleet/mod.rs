@@ -142,6 +142,17 @@ struct Instance {
     seen: u64,
 }
 
+/// One poll, as [`Fleet::observe`] records it.
+#[derive(Debug, Clone, Copy)]
+struct Poll<'a> {
+    service: &'a str,
+    uuid: &'a str,
+    peer: SocketAddr,
+    current: &'a Digest,
+    configured: bool,
+    now: u64,
+}
+
 /// A pair of an unconfigured service, queued for eviction when it was last seen at `at`.
 #[derive(Debug)]
 struct Queued {
@@ -286,14 +297,14 @@ impl Fleet {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let now = self.now();
+        let poll = Poll { service, uuid, peer, current, configured, now: self.now() };
         {
             let mut shard = self.lock(&peer);
-            if self.update(&mut shard, service, uuid, peer, current, configured, now) {
+            if self.update(&mut shard, &poll) {
                 return;
             }
             if self.has_room(configured) || (self.may_evict(configured) && self.evict_from(&mut shard)) {
-                self.insert(&mut shard, service, uuid, peer, current, configured, now);
+                self.insert(&mut shard, &poll);
                 return;
             }
         }
@@ -303,23 +314,14 @@ impl Fleet {
             return;
         }
         let mut shard = self.lock(&peer);
-        if !self.update(&mut shard, service, uuid, peer, current, configured, now) {
-            self.insert(&mut shard, service, uuid, peer, current, configured, now);
+        if !self.update(&mut shard, &poll) {
+            self.insert(&mut shard, &poll);
         }
     }
 
     /// Updates the pair if it is tracked; whether it was.
-    #[allow(clippy::too_many_arguments)]
-    fn update(
-        &self,
-        shard: &mut Shard,
-        service: &str,
-        uuid: &str,
-        peer: SocketAddr,
-        current: &Digest,
-        configured: bool,
-        now: u64,
-    ) -> bool {
+    fn update(&self, shard: &mut Shard, poll: &Poll<'_>) -> bool {
+        let Poll { service, uuid, peer, current, configured, now } = *poll;
         let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service)) else {
             return false;
         };
@@ -348,17 +350,8 @@ impl Fleet {
         (configured || self.options.max_unconfigured > 0) && self.tracked_unconfigured.load(Ordering::Relaxed) > 0
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn insert(
-        &self,
-        shard: &mut Shard,
-        service: &str,
-        uuid: &str,
-        peer: SocketAddr,
-        current: &Digest,
-        configured: bool,
-        now: u64,
-    ) {
+    fn insert(&self, shard: &mut Shard, poll: &Poll<'_>) {
+        let Poll { service, uuid, peer, current, configured, now } = *poll;
         self.tracked.fetch_add(1, Ordering::Relaxed);
         let service: Arc<str> = Arc::from(service);
         if !configured {
