@@ -4,6 +4,11 @@ WebDriver HTTP API (no pip package: the protocol is plain JSON over HTTP).
 
     page_test.py --url http://127.0.0.1:PORT/ --service NAME --key KEY --value V --rollback-to ID --expect V0
                  [--read-token R --write-token W]
+    page_test.py --url http://127.0.0.1:PORT/ --held confirm|discard
+
+Loads the page, waits for the held-change notice, clicks its confirm (or discard) button and then
+the confirmation; waits for the page to report the change installed (or discarded) and the notice
+to go away. Prints {"ok": true, ...} as below.
 
 Loads the page, waits for the service, opens it and checks that KEY is V; opens release ID,
 clicks "Roll back" and confirms; waits for the page to report the new release as served, and
@@ -191,24 +196,45 @@ def run(a, driver):
     return {"ok": True, "service_title": title, "notice": note[3:], "releases": releases_listed + 1, "prompts": prompts}
 
 
+def run_held(a, driver):
+    driver.go(a.url)
+    driver.wait_for(lambda: driver.script("return document.body.dataset.loaded === 'true'"), 20, "the page never loaded its data")
+    driver.wait_for(lambda: driver.script("return !document.getElementById('held').hidden"), 10, "the held change is not shown")
+    button = "#held-confirm" if a.held == "confirm" else "#held-discard"
+    driver.click(button)
+    driver.wait_for(lambda: driver.script(f"return !document.querySelector('{button}-sure').hidden"), 5, "no confirmation button")
+    driver.click(button + "-sure")
+    note = driver.wait_for(
+        lambda: driver.script("const n = document.querySelector('#notice .note'); return n ? n.dataset.kind + ':' + n.textContent : null;"),
+        30, "the decision never answered")
+    expected = "is installed" if a.held == "confirm" else "is discarded"
+    if not note.startswith("ok:") or expected not in note:
+        raise Failure(f"the {a.held} failed: {note}")
+    driver.wait_for(lambda: driver.script("return document.getElementById('held').hidden"), 10, "the held change is still shown")
+    return {"ok": True, "notice": note[3:]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
-    ap.add_argument("--service", required=True)
-    ap.add_argument("--key", required=True)
-    ap.add_argument("--value", required=True)
-    ap.add_argument("--rollback-to", required=True)
-    ap.add_argument("--expect", required=True)
+    ap.add_argument("--service")
+    ap.add_argument("--key")
+    ap.add_argument("--value")
+    ap.add_argument("--rollback-to")
+    ap.add_argument("--expect")
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
+    ap.add_argument("--held", choices=["confirm", "discard"])
     a = ap.parse_args()
+    if not a.held and None in (a.service, a.key, a.value, a.rollback_to, a.expect):
+        ap.error("without --held: --service, --key, --value, --rollback-to and --expect are required")
     chromium = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     chromedriver = os.environ.get("CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
     profile = tempfile.mkdtemp(prefix="skyconf-web-")
     driver = None
     try:
         driver = Driver(chromium, chromedriver, profile)
-        print(json.dumps(run(a, driver)), flush=True)
+        print(json.dumps(run_held(a, driver) if a.held else run(a, driver)), flush=True)
     except Failure as e:
         print(json.dumps({"ok": False, "error": str(e)}), flush=True)
         if driver is not None:

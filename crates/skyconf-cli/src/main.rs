@@ -76,19 +76,49 @@ fn main() -> ExitCode {
     }
 }
 
-/// `error` and its causes, `: `-separated, leaving out a cause whose message the text already ends
-/// with. skyconf's own errors do not repeat their causes; this is for libraries' errors that do
-/// (hyper-util's `tcp connect error` is in its own chain twice).
+/// `error` and its causes, each said once. skyconf's own errors name their cause in their message
+/// and do not also return it as `source()`; some libraries' errors repeat theirs (hyper-util's `tcp
+/// connect error` is in its own chain twice), so a cause whose text is already said is left out.
 fn chain(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let message = cause.to_string();
-        if text.is_empty() {
-            text = message;
-        } else if !text.ends_with(&message) {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
             text.push_str(": ");
-            text.push_str(&message);
+            text.push_str(&cause);
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A library error that says its cause and also returns it as its source.
+    #[derive(Debug)]
+    struct Repeats(std::io::Error);
+
+    impl std::fmt::Display for Repeats {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot read /srv/agent.yaml: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Repeats {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let error = anyhow::Error::new(Repeats(std::io::Error::from_raw_os_error(13))).context("cannot start");
+        let text = chain(&error);
+        assert_eq!(text.matches("(os error 13)").count(), 1, "{text}");
+        assert!(text.starts_with("cannot start: cannot read /srv/agent.yaml: "), "{text}");
+        // A cause not in the message is still said.
+        let plain = anyhow::Error::new(std::io::Error::other("disk on fire")).context("cannot write");
+        assert_eq!(chain(&plain), "cannot write: disk on fire");
+    }
 }

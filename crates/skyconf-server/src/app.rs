@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::startup::initial_state;
 use crate::{
-    CdsService, Fleet, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, SecurityError, ServeConfig,
-    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, metrics, security,
+    CdsService, Fleet, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig, ServedTable,
+    ServerError, StoreTask, StoreView, admin, dcs, fleet, metrics, security,
 };
 
 /// Loads the configuration from `source` (or the persisted copy), then opens the ports and
@@ -86,7 +86,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_events(&metrics.events())
         .with_guard(config.reset_guard);
     let last_good = last_good.map(|copy| (copy, persister.clone()));
-    let store_task = StoreTask::new(Arc::clone(&store), reloader, last_good).with_events(metrics.events());
+    let mut store_task = StoreTask::new(Arc::clone(&store), reloader, last_good).with_events(metrics.events());
+    let held_control = store_task.held_control();
     tasks.spawn(async move {
         store_task.run(updates_rx).await;
         Ok(())
@@ -111,31 +112,36 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let limits = config.security.grpc_limits;
     let connections = config.security.connections;
     let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, connections.grpc_cap(), "gRPC");
-    let mut grpc = tonic::transport::Server::builder();
-    if let Some(tls) = grpc_tls {
-        grpc = grpc.tls_config(tls).map_err(|e| SecurityError::Tls { what: "gRPC", message: e.to_string() })?;
-    }
-    let mut grpc = limits.apply(grpc);
+    let mut grpc = limits.apply(tonic::transport::Server::builder());
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        grpc.add_optional_service(cds)
+        let router = grpc
+            .add_optional_service(cds)
             .add_optional_service(cds_guarded)
             .add_optional_service(management)
             .add_optional_service(management_guarded)
             .add_optional_service(dcs)
-            .add_optional_service(dcs_guarded)
-            .serve_with_incoming_shutdown(
-                limits.incoming(grpc_acceptor, connections.handshake_timeout),
-                stop.cancelled_owned(),
-            )
-            .await
-            .map_err(ServerError::Grpc)
+            .add_optional_service(dcs_guarded);
+        // TLS is terminated here, not by tonic: the preface deadline then counts bytes above TLS.
+        let timeout = connections.handshake_timeout;
+        match grpc_tls {
+            Some(tls) => {
+                let incoming = limits.incoming_tls(grpc_acceptor, tls, timeout);
+                router.serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await
+            }
+            None => {
+                let incoming = limits.incoming(grpc_acceptor, timeout);
+                router.serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await
+            }
+        }
+        .map_err(ServerError::Grpc)
     });
 
     let admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store))
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
         .with_writer(source as Arc<dyn DynSource>)
+        .with_held_control(held_control)
         .with_options(config.admin);
     let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let stop = shutdown.clone();
@@ -161,23 +167,30 @@ fn open_releases(config: &ServeConfig, persister: &Persister) -> ReleaseLog {
     })
 }
 
-/// The fleet gauges, counted from the fleet table on every scrape.
+/// The fleet gauges and the fleet table's counts, read from the fleet table on every scrape.
 fn count_fleet_on_scrape(metrics: &Metrics, fleet: &Arc<Fleet>, served: &Arc<ServedTable>) {
     use metrics::{AgentsPerDigest, StuckAgents};
-    let (fleet, served) = (Arc::clone(fleet), Arc::clone(served));
+    let (tracker, served) = (Arc::clone(fleet), Arc::clone(served));
     metrics.fleet().on_scrape(move || {
-        let per_digest = fleet
+        let per_digest = tracker
             .per_digest()
             .into_iter()
             .map(|((service, digest), agents)| AgentsPerDigest { service, digest, agents: agents as u64 })
             .collect();
         let snapshot = served.snapshot();
-        let stuck = fleet
+        let stuck = tracker
             .counts(|service| snapshot.answer(service).digest.clone())
             .into_iter()
             .map(|(service, counts)| StuckAgents { service, agents: counts.stuck as u64 })
             .collect();
         (per_digest, stuck)
+    });
+    let fleet = Arc::clone(fleet);
+    metrics.fleet().on_scrape_table(move || metrics::FleetTable {
+        tracked: fleet.tracked() as u64,
+        tracked_unconfigured: fleet.tracked_unconfigured() as u64,
+        evictions: fleet.evictions(),
+        untracked_polls: fleet.untracked_polls(),
     });
 }
 

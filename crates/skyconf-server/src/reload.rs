@@ -60,6 +60,7 @@ impl Default for Guard {
 struct Pending {
     table: AgentConfigurations,
     text: Option<String>,
+    since: SystemTime,
     deadline: tokio::time::Instant,
 }
 
@@ -119,6 +120,11 @@ impl Reloader {
         self.held.as_ref().map(|p| p.deadline)
     }
 
+    /// When the held change arrived (the `since_ms` that `/readyz` shows), if one is held.
+    pub fn held_since(&self) -> Option<SystemTime> {
+        self.held.as_ref().map(|p| p.since)
+    }
+
     /// Installs the held change if its grace period is over.
     pub fn install_held_if_due(&mut self) -> Option<Outcome> {
         let due = self.held.as_ref()?.deadline <= tokio::time::Instant::now();
@@ -128,6 +134,20 @@ impl Reloader {
     /// Installs the held change now (an operator confirmed it).
     pub fn confirm_held(&mut self) -> Option<Outcome> {
         self.install_held("it was confirmed")
+    }
+
+    /// Drops the held change (an operator refused it): the last good table stays served, and the
+    /// held text stays *seen*, so it is not held again until the store's document changes.
+    /// Whether a change was held.
+    pub fn discard_held(&mut self) -> bool {
+        let Some(pending) = self.held.take() else { return false };
+        self.served.set_held(None);
+        tracing::warn!(
+            origin = %self.origin,
+            services_after = pending.table.len(),
+            "Dropped the held change; the last good table is still served until the store's document changes."
+        );
+        true
     }
 
     fn install_held(&mut self, why: &str) -> Option<Outcome> {
@@ -170,6 +190,7 @@ impl Reloader {
         self.held = Some(Pending {
             table: table.clone(),
             text: text.map(str::to_owned),
+            since: now,
             deadline: tokio::time::Instant::now() + self.guard.grace,
         });
         Some(Outcome::Held(reason))
@@ -348,6 +369,22 @@ mod tests {
         assert!(served.snapshot().table.is_empty());
         assert_eq!(reloader.accepted_text(), Some("configurations: {}\n"));
         assert_eq!(reloader.confirm_held(), None, "nothing left to confirm");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_discarded_change_keeps_the_last_good_table_until_the_store_changes() {
+        let (served, mut reloader) = guarded();
+        reloader.apply(Some("configurations: {}\n"));
+        assert!(reloader.discard_held());
+        assert!(served.held().is_none());
+        assert_eq!(reloader.held_deadline(), None);
+        assert_eq!(served.snapshot().table.len(), 2, "the last good table is still served");
+        assert_eq!(reloader.accepted_text(), Some(TWO));
+        assert_eq!(reloader.apply(Some("configurations: {}\n")), Outcome::Unchanged, "not held again");
+        tokio::time::advance(DEFAULT_RESET_GRACE * 2).await;
+        assert_eq!(reloader.install_held_if_due(), None, "nor installed later");
+        assert!(!reloader.discard_held(), "nothing left to discard");
+        assert!(matches!(reloader.apply(None), Outcome::Held(_)), "a new wipe is held again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,13 +7,57 @@ use std::sync::Arc;
 
 use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, StoreContent};
 use skyconf_sources::Update;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Events;
 use crate::persist::LastGood;
 use crate::persister::Persister;
 use crate::reload::{Outcome, Reloader};
 use crate::store_view::StoreView;
+
+/// An operator's decision about a change held by the fleet-reset guard (see [`crate::reload`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldDecision {
+    /// Install it now.
+    Confirm,
+    /// Drop it and keep serving the last good table.
+    Discard,
+}
+
+/// What became of a [`HeldDecision`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldAnswer {
+    /// Nothing is held (it was installed, replaced or dropped meanwhile).
+    NothingHeld,
+    /// A change is held, but not the one the operator saw (its `since_ms` differs).
+    NotTheOneSeen {
+        /// `since_ms` of the change held now.
+        since_ms: u64,
+    },
+    /// The held change is installed as this version.
+    Confirmed(Outcome),
+    /// The held change is dropped.
+    Discarded,
+}
+
+type HeldRequest = (HeldDecision, Option<u64>, oneshot::Sender<HeldAnswer>);
+
+/// Hands operators' decisions about a held change to the store task, the only owner of the
+/// [`Reloader`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct HeldControl {
+    requests: mpsc::Sender<HeldRequest>,
+}
+
+impl HeldControl {
+    /// Confirms or discards the held change, if it is still the one that arrived at `seen_ms`
+    /// (`since_ms`; `None`: whichever is held). `None` when the store task has stopped.
+    pub async fn decide(&self, decision: HeldDecision, seen_ms: Option<u64>) -> Option<HeldAnswer> {
+        let (answer, answered) = oneshot::channel();
+        self.requests.send((decision, seen_ms, answer)).await.ok()?;
+        answered.await.ok()
+    }
+}
 
 /// Applies store updates.
 #[derive(Debug)]
@@ -22,13 +66,47 @@ pub struct StoreTask {
     reloader: Reloader,
     last_good: Option<(LastGood, Persister)>,
     events: Events,
+    decisions: Option<mpsc::Receiver<HeldRequest>>,
 }
 
 impl StoreTask {
     /// A task feeding `store` and `reloader`, persisting to `last_good` through its persister if
     /// given.
     pub fn new(store: Arc<StoreView>, reloader: Reloader, last_good: Option<(LastGood, Persister)>) -> Self {
-        Self { store, reloader, last_good, events: Events::default() }
+        Self { store, reloader, last_good, events: Events::default(), decisions: None }
+    }
+
+    /// A handle through which operators confirm or discard a held change while the task runs.
+    pub fn held_control(&mut self) -> HeldControl {
+        let (requests, decisions) = mpsc::channel(8);
+        self.decisions = Some(decisions);
+        HeldControl { requests }
+    }
+
+    /// Confirms or discards the held change if it is the one that arrived at `seen_ms` (any, when
+    /// `None`).
+    pub fn decide(&mut self, decision: HeldDecision, seen_ms: Option<u64>) -> HeldAnswer {
+        let Some(since) = self.reloader.held_since() else { return HeldAnswer::NothingHeld };
+        let since_ms = crate::unix_time::unix_ms(since);
+        if seen_ms.is_some_and(|seen| seen != since_ms) {
+            return HeldAnswer::NotTheOneSeen { since_ms };
+        }
+        match decision {
+            HeldDecision::Confirm => match self.reloader.confirm_held() {
+                Some(outcome) => {
+                    self.persist(&self.store.content());
+                    HeldAnswer::Confirmed(outcome)
+                }
+                None => HeldAnswer::NothingHeld,
+            },
+            HeldDecision::Discard => {
+                if self.reloader.discard_held() {
+                    HeldAnswer::Discarded
+                } else {
+                    HeldAnswer::NothingHeld
+                }
+            }
+        }
     }
 
     /// Logs and counts store failures through `events`.
@@ -81,8 +159,9 @@ impl StoreTask {
     }
 
     /// Applies updates until the channel closes, installing a held change when its grace period
-    /// ends.
+    /// ends and answering operators' decisions ([`StoreTask::held_control`]).
     pub async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
+        let mut decisions = self.decisions.take();
         loop {
             let deadline = self.reloader.held_deadline();
             tokio::select! {
@@ -91,8 +170,19 @@ impl StoreTask {
                     None => return,
                 },
                 () = sleep_until_some(deadline) => { self.install_held_if_due(); }
+                request = next_decision(&mut decisions) => match request {
+                    Some((decision, seen_ms, answer)) => { let _ = answer.send(self.decide(decision, seen_ms)); }
+                    None => decisions = None,
+                },
             }
         }
+    }
+}
+
+async fn next_decision(decisions: &mut Option<mpsc::Receiver<HeldRequest>>) -> Option<HeldRequest> {
+    match decisions {
+        Some(decisions) => decisions.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -45,6 +45,15 @@ pub enum SourceError {
         /// `source()`, which would print it twice in a chain.
         cause: std::io::Error,
     },
+    /// Writing a file failed (permissions, a read-only file system, a full disk); nothing was
+    /// written.
+    #[error("cannot write {path}: {cause}")]
+    Write {
+        /// The file.
+        path: String,
+        /// The cause, in the message only (see [`SourceError::Io`]).
+        cause: std::io::Error,
+    },
     /// The value is larger than the configured limit.
     #[error("{what} is {size} bytes, more than the limit of {limit} bytes")]
     TooLarge {

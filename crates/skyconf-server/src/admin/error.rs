@@ -31,6 +31,10 @@ pub enum AppError {
     /// The body is larger than the limit: 413.
     #[error("{0}")]
     TooLarge(String),
+    /// The store could not write (permissions, a read-only file system, a full disk): 500;
+    /// nothing was written, and retrying will not help until an operator fixes it.
+    #[error("{0}")]
+    NotWritten(String),
     /// The store cannot be reached or refused to work: 503.
     #[error("{0}")]
     Unavailable(String),
@@ -45,6 +49,7 @@ impl From<SourceError> for AppError {
             SourceError::Unsupported(_) => Self::Conflict(error.to_string()),
             SourceError::TooLarge { .. } => Self::TooLarge(error.to_string()),
             SourceError::NotText { .. } => Self::BadRequest(error.to_string()),
+            SourceError::Write { .. } => Self::NotWritten(error.to_string()),
             SourceError::Io { .. }
             | SourceError::Watch { .. }
             | SourceError::Unavailable { .. }
@@ -63,7 +68,7 @@ impl AppError {
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::NotWritten(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -112,6 +117,10 @@ mod tests {
         let unavailable = SourceError::Unavailable { store: "etcd".into(), message: "down".into() };
         assert_eq!(AppError::from(unavailable).status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(AppError::from(SourceError::Unsupported("no".into())).status(), StatusCode::CONFLICT);
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let write = AppError::from(SourceError::Write { path: "/etc/agent.yaml".into(), cause: denied });
+        assert_eq!(write.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(write.to_string().starts_with("cannot write /etc/agent.yaml: "), "{write}");
         let refused = skyconf_core::read("configurations:\n  a: {k: }\n").unwrap_err();
         let error = AppError::from(refused);
         assert_eq!(error.status(), StatusCode::BAD_REQUEST);

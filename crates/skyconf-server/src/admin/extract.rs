@@ -71,6 +71,37 @@ impl FromRequest<Admin> for WriteRequest {
     }
 }
 
+/// What a `POST /api/v1/held/*` reads from its request: the optional JSON body
+/// `{"since_ms": N}`. It takes no query parameters: a `?dry_run=true` must not confirm for real.
+pub(super) struct HeldRequest {
+    /// The `held.since_ms` the operator saw; `None`: whichever change is held.
+    pub(super) since_ms: Option<u64>,
+}
+
+/// The JSON body of [`HeldRequest`].
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeldBody {
+    since_ms: Option<u64>,
+}
+
+impl FromRequest<Admin> for HeldRequest {
+    type Rejection = AppError;
+
+    async fn from_request(request: Request, admin: &Admin) -> Result<Self, AppError> {
+        if request.uri().query().is_some_and(|q| !q.is_empty()) {
+            return Err(AppError::BadRequest("this route takes no query parameters; nothing was changed".into()));
+        }
+        let body = body_bytes(admin, Bytes::from_request(request, admin).await)?;
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self { since_ms: None });
+        }
+        let body: HeldBody = serde_json::from_slice(&body)
+            .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
+        Ok(Self { since_ms: body.since_ms })
+    }
+}
+
 /// `?dry_run=true&wait=SECONDS`.
 #[derive(Debug, Default)]
 struct WriteQuery {

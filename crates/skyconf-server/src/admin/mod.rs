@@ -8,7 +8,7 @@
 //! - `GET /api/v1/...`: services with their digest and fleet status, one service's configuration
 //!   and agents, releases with their changes, the current document (see [`read`]).
 //! - `PUT`/`DELETE`/`POST /api/v1/...`: writes, validated, written through to the store and
-//!   recorded as releases; rollback (see [`write`]).
+//!   recorded as releases; rollback; confirming or discarding a held change (see [`write`](mod@write)).
 //! - `GET /`: the web page.
 //!
 //! The routes come in groups built by separate functions — [`Admin::health_routes`],
@@ -38,6 +38,7 @@ pub use error::AppError;
 use crate::fleet::{Fleet, FleetOptions};
 use crate::releases::{DEFAULT_RETENTION, ReleaseLog};
 use crate::served::ServedTable;
+use crate::store_task::HeldControl;
 use crate::store_view::StoreView;
 
 /// The longest service name the API accepts.
@@ -66,6 +67,8 @@ pub struct Admin {
     releases: Arc<ReleaseLog>,
     fleet: Arc<Fleet>,
     writer: Option<Arc<dyn DynSource>>,
+    /// Confirms or discards a change held by the fleet-reset guard.
+    held: Option<HeldControl>,
     options: AdminOptions,
     /// Writes are serialised: each one reads the current table, writes, and waits to be served.
     write_lock: Arc<tokio::sync::Mutex<()>>,
@@ -92,6 +95,7 @@ impl Admin {
             releases: Arc::new(ReleaseLog::in_memory(DEFAULT_RETENTION)),
             fleet: Arc::new(Fleet::new(FleetOptions::default())),
             writer: None,
+            held: None,
             options: AdminOptions::default(),
             write_lock: Arc::default(),
         }
@@ -112,6 +116,12 @@ impl Admin {
     /// Writes through `writer`.
     pub fn with_writer(mut self, writer: Arc<dyn DynSource>) -> Self {
         self.writer = Some(writer);
+        self
+    }
+
+    /// Confirms and discards held changes through `held` (without it, both answer 409).
+    pub fn with_held_control(mut self, held: HeldControl) -> Self {
+        self.held = Some(held);
         self
     }
 
@@ -152,6 +162,8 @@ impl Admin {
             .route("/api/v1/configurations", put(write::put_configurations))
             .route("/api/v1/services/{name}", put(write::put_service).delete(write::delete_service))
             .route("/api/v1/releases/{id}/rollback", post(write::rollback))
+            .route("/api/v1/held/confirm", post(write::confirm_held))
+            .route("/api/v1/held/discard", post(write::discard_held))
             .layer(DefaultBodyLimit::max(limit))
             .with_state(self.clone())
     }

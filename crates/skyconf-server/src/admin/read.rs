@@ -104,6 +104,8 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
         "held": admin.served.held(),
         "fleet": {
             "tracked": admin.fleet.tracked(),
+            "tracked_unconfigured": admin.fleet.tracked_unconfigured(),
+            "evictions": admin.fleet.evictions(),
             "untracked_polls": admin.fleet.untracked_polls(),
             "stuck_after_polls": fleet.stuck_after_polls,
             "expire_after_s": fleet.expire_after.as_secs(),

@@ -9,6 +9,16 @@
 //! | `PUT /api/v1/services/{name}` | JSON `{"config": {"key": "value", ...}, "author": "...", "message": "..."}`; values are strings, exactly as agents receive them; order is kept |
 //! | `DELETE /api/v1/services/{name}` | none, or JSON `{"author": "...", "message": "..."}` |
 //! | `POST /api/v1/releases/{id}/rollback` | none, or JSON `{"author": "...", "message": "..."}` |
+//! | `POST /api/v1/held/confirm` | none, or JSON `{"since_ms": N}` |
+//! | `POST /api/v1/held/discard` | none, or JSON `{"since_ms": N}` |
+//!
+//! The two `held` routes decide about a store change held by the fleet-reset guard (see
+//! [`crate::reload`]; `held` in `/readyz` and `/api/v1/status`): *confirm* installs it now (200
+//! with the new `version` and its `release`), *discard* drops it and keeps serving the last good
+//! table (200 with the served `version`); the discarded document is not held again until the
+//! store's document changes. With `since_ms` (the `held.since_ms` the operator saw), only that
+//! change is decided on. When nothing is held, or another change than the one named by `since_ms`,
+//! the answer is **409** and nothing changes. They take no query parameters.
 //!
 //! Author and message come from the body's `author` and `message` fields or, when the body has
 //! none, from the `X-Skyconf-Author` and `X-Skyconf-Message` headers. Query parameters:
@@ -43,11 +53,12 @@ use skyconf_core::writer;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use tokio::sync::MutexGuard;
 
-use super::extract::{ReleaseId, ServiceName, WriteOptions, WriteRequest};
+use super::extract::{HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest};
 use super::read::{document_of, summary};
 use super::{Admin, AppError};
 use crate::releases::{Attribution, Durability, document_hash};
 use crate::served::Snapshot;
+use crate::store_task::{HeldAnswer, HeldDecision};
 
 /// The header naming who makes a change.
 pub const AUTHOR_HEADER: &str = "x-skyconf-author";
@@ -113,11 +124,14 @@ fn note(body: &[u8]) -> Result<NoteBody, AppError> {
     serde_json::from_slice(body).map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))
 }
 
+/// Whether the body is JSON: `Content-Type: application/json`, parameters aside, in any case
+/// (media types are case-insensitive).
 fn is_json(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.trim_start().starts_with("application/json"))
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// A document to write: its text (`None`: delete the key) and the table it reads as.
@@ -385,4 +399,53 @@ pub(super) async fn rollback(
     let guard = admin.write_lock.lock().await;
     let snapshot = admin.served.snapshot();
     apply(&admin, guard, snapshot, proposal, attribution, options).await
+}
+
+pub(super) async fn confirm_held(
+    State(admin): State<Admin>,
+    HeldRequest { since_ms }: HeldRequest,
+) -> Result<Response, AppError> {
+    decide_held(&admin, since_ms, HeldDecision::Confirm).await
+}
+
+pub(super) async fn discard_held(
+    State(admin): State<Admin>,
+    HeldRequest { since_ms }: HeldRequest,
+) -> Result<Response, AppError> {
+    decide_held(&admin, since_ms, HeldDecision::Discard).await
+}
+
+async fn decide_held(admin: &Admin, since_ms: Option<u64>, decision: HeldDecision) -> Result<Response, AppError> {
+    let control = admin
+        .held
+        .as_ref()
+        .ok_or_else(|| AppError::Conflict("nothing is held: this server holds no store changes".into()))?;
+    let _guard = admin.write_lock.lock().await;
+    let answer = control
+        .decide(decision, since_ms)
+        .await
+        .ok_or_else(|| AppError::Unavailable("the store task has stopped; the server is shutting down".into()))?;
+    let snapshot = admin.served.snapshot();
+    match answer {
+        HeldAnswer::NothingHeld => Err(AppError::Conflict(
+            "nothing is held: the change was installed, replaced or discarded meanwhile, or never held".into(),
+        )),
+        HeldAnswer::NotTheOneSeen { since_ms } => Err(AppError::Conflict(format!(
+            "the change held now is not the one named by since_ms (it arrived at {since_ms}); nothing was changed"
+        ))),
+        // The reloader logs both decisions.
+        HeldAnswer::Confirmed(_) => Ok(Json(json!({
+            "confirmed": true,
+            "version": snapshot.version,
+            "services": snapshot.table.len(),
+            "release": admin.releases.latest().map(|r| summary(&r)),
+        }))
+        .into_response()),
+        HeldAnswer::Discarded => Ok(Json(json!({
+            "discarded": true,
+            "version": snapshot.version,
+            "services": snapshot.table.len(),
+        }))
+        .into_response()),
+    }
 }

@@ -88,7 +88,8 @@ impl CdsService {
         self.served.with_snapshot(|snapshot| {
             let reply = reply(&snapshot.answers, request, self.options);
             if let (Some(fleet), Some(peer), Some(current)) = (&self.fleet, peer, reply.current()) {
-                fleet.observe(&request.service, &request.uuid, peer, &current.digest);
+                let configured = snapshot.table.get(&request.service).is_some();
+                fleet.observe(&request.service, &request.uuid, peer, &current.digest, configured);
             }
             (reply.encode(), reply.outcome())
         })

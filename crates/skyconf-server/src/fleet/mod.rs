@@ -20,13 +20,21 @@
 //! it did not echo before. Memory is bounded: at most [`FleetOptions::max_agents`] pairs are
 //! tracked, and [`Fleet::sweep`] forgets agents not seen for [`FleetOptions::expire_after`].
 //!
+//! Anyone who reaches the gRPC port can poll for any name, so names without configuration (typos,
+//! or a flood of made-up names) are tracked within a quota of their own
+//! ([`FleetOptions::max_unconfigured`]): when it or the whole table is full, the least recently
+//! seen pair of an unconfigured service is evicted to make room (approximately: each shard keeps
+//! its unconfigured pairs in a queue, and one seen again since it was queued gets a second
+//! chance), and counted ([`Fleet::evictions`]). Pairs of configured services are never evicted for
+//! another pair; the quota leaves them at least `max_agents - max_unconfigured` places.
+//!
 //! Agents are told apart by peer address (IP and port of their gRPC connection). Behind a proxy
 //! that pools connections, that is the proxy's connection, not the agent. Where agents also send
 //! `ManagementService` calls to skyconf (see [`management`]), the instance name is shown too.
 
 pub mod management;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -53,11 +61,19 @@ pub struct FleetOptions {
     pub expire_after: Duration,
     /// At most this many (service, peer) pairs are tracked; more are answered but not tracked.
     pub max_agents: usize,
+    /// At most this many of them are of services without configuration; beyond it, the least
+    /// recently seen of those is evicted.
+    pub max_unconfigured: usize,
 }
 
 impl Default for FleetOptions {
     fn default() -> Self {
-        Self { stuck_after_polls: 3, expire_after: Duration::from_secs(600), max_agents: 100_000 }
+        Self {
+            stuck_after_polls: 3,
+            expire_after: Duration::from_secs(600),
+            max_agents: 100_000,
+            max_unconfigured: 10_000,
+        }
     }
 }
 
@@ -109,6 +125,8 @@ struct Entry {
     target: Digest,
     /// Consecutive polls, since `target` was first served to it, that did not echo `target`.
     polls_behind: u32,
+    /// Whether the service had configuration at its last poll.
+    configured: bool,
 }
 
 #[derive(Debug, Default)]
@@ -124,9 +142,31 @@ struct Instance {
     seen: u64,
 }
 
+/// One poll, as [`Fleet::observe`] records it.
+#[derive(Debug, Clone, Copy)]
+struct Poll<'a> {
+    service: &'a str,
+    uuid: &'a str,
+    peer: SocketAddr,
+    current: &'a Digest,
+    configured: bool,
+    now: u64,
+}
+
+/// A pair of an unconfigured service, queued for eviction when it was last seen at `at`.
+#[derive(Debug)]
+struct Queued {
+    peer: SocketAddr,
+    service: Arc<str>,
+    at: u64,
+}
+
 #[derive(Debug, Default)]
 struct Shard {
     peers: HashMap<SocketAddr, Peer>,
+    /// The shard's pairs of unconfigured services, oldest first; may hold stale items (pairs
+    /// forgotten or configured since), skipped when they come up.
+    unconfigured: VecDeque<Queued>,
 }
 
 /// The fleet table. Cheap to share: wrap it in an `Arc`.
@@ -137,7 +177,12 @@ pub struct Fleet {
     epoch: Instant,
     epoch_unix_ms: u64,
     tracked: AtomicUsize,
+    /// How many of the tracked pairs are of unconfigured services.
+    tracked_unconfigured: AtomicUsize,
     untracked: AtomicU64,
+    evicted: AtomicU64,
+    /// Where the next search for an evictable pair in another shard starts.
+    next_victim_shard: AtomicUsize,
 }
 
 /// One agent as operators see it.
@@ -221,7 +266,10 @@ impl Fleet {
             epoch: Instant::now(),
             epoch_unix_ms,
             tracked: AtomicUsize::new(0),
+            tracked_unconfigured: AtomicUsize::new(0),
             untracked: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            next_victim_shard: AtomicUsize::new(0),
         }
     }
 
@@ -242,23 +290,74 @@ impl Fleet {
         self.shards[shard_of(peer)].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records one poll: `peer` asked for `service` echoing `uuid` and was served `current`.
-    pub fn observe(&self, service: &str, uuid: &str, peer: SocketAddr, current: &Digest) {
+    /// Records one poll: `peer` asked for `service` (`configured`: it has configuration) echoing
+    /// `uuid` and was served `current`.
+    pub fn observe(&self, service: &str, uuid: &str, peer: SocketAddr, current: &Digest, configured: bool) {
         if service.len() > MAX_TRACKED_NAME_BYTES {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let now = self.now();
-        let mut shard = self.lock(&peer);
-        if let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service)) {
-            entry.update(uuid, current, now);
-            return;
+        let poll = Poll { service, uuid, peer, current, configured, now: self.now() };
+        {
+            let mut shard = self.lock(&peer);
+            if self.update(&mut shard, &poll) {
+                return;
+            }
+            if self.has_room(configured) || (self.may_evict(configured) && self.evict_from(&mut shard)) {
+                self.insert(&mut shard, &poll);
+                return;
+            }
         }
-        if self.tracked.load(Ordering::Relaxed) >= self.options.max_agents {
+        // Full, and nothing to evict in this shard: evict in another (never two locks at once).
+        if !self.may_evict(configured) || !self.evict_elsewhere() {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        let mut shard = self.lock(&peer);
+        if !self.update(&mut shard, &poll) {
+            self.insert(&mut shard, &poll);
+        }
+    }
+
+    /// Updates the pair if it is tracked; whether it was.
+    fn update(&self, shard: &mut Shard, poll: &Poll<'_>) -> bool {
+        let Poll { service, uuid, peer, current, configured, now } = *poll;
+        let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service)) else {
+            return false;
+        };
+        entry.update(uuid, current, now);
+        if entry.configured != configured {
+            entry.configured = configured;
+            if configured {
+                self.tracked_unconfigured.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                self.tracked_unconfigured.fetch_add(1, Ordering::Relaxed);
+                // Rare (the service lost its configuration): a new name allocation is fine.
+                shard.unconfigured.push_back(Queued { peer, service: Arc::from(service), at: now });
+            }
+        }
+        true
+    }
+
+    /// Whether a new pair fits without evicting one.
+    fn has_room(&self, configured: bool) -> bool {
+        self.tracked.load(Ordering::Relaxed) < self.options.max_agents
+            && (configured || self.tracked_unconfigured.load(Ordering::Relaxed) < self.options.max_unconfigured)
+    }
+
+    /// Whether evicting an unconfigured pair can make room for a new pair.
+    fn may_evict(&self, configured: bool) -> bool {
+        (configured || self.options.max_unconfigured > 0) && self.tracked_unconfigured.load(Ordering::Relaxed) > 0
+    }
+
+    fn insert(&self, shard: &mut Shard, poll: &Poll<'_>) {
+        let Poll { service, uuid, peer, current, configured, now } = *poll;
         self.tracked.fetch_add(1, Ordering::Relaxed);
+        let service: Arc<str> = Arc::from(service);
+        if !configured {
+            self.tracked_unconfigured.fetch_add(1, Ordering::Relaxed);
+            shard.unconfigured.push_back(Queued { peer, service: Arc::clone(&service), at: now });
+        }
         let mut entry = Entry {
             first_seen: now,
             last_seen: now,
@@ -266,9 +365,47 @@ impl Fleet {
             echoed: Echo::Nothing,
             target: current.clone(),
             polls_behind: 0,
+            configured,
         };
         entry.update(uuid, current, now);
-        shard.peers.entry(peer).or_default().services.insert(Arc::from(service), entry);
+        shard.peers.entry(peer).or_default().services.insert(service, entry);
+    }
+
+    /// Evicts the shard's least recently seen pair of an unconfigured service (a pair seen again
+    /// since it was queued is queued again instead); whether one was evicted.
+    fn evict_from(&self, shard: &mut Shard) -> bool {
+        // Two passes at most: after one, every live item is queued at its pair's last poll.
+        for _ in 0..shard.unconfigured.len().saturating_mul(2) {
+            let Some(item) = shard.unconfigured.pop_front() else { return false };
+            let Some(peer) = shard.peers.get_mut(&item.peer) else { continue };
+            let Some(entry) = peer.services.get(&item.service) else { continue };
+            if entry.configured {
+                continue;
+            }
+            if entry.last_seen > item.at {
+                let at = entry.last_seen;
+                shard.unconfigured.push_back(Queued { at, ..item });
+                continue;
+            }
+            peer.services.remove(&item.service);
+            if peer.services.is_empty() && peer.instance.is_none() {
+                shard.peers.remove(&item.peer);
+            }
+            self.tracked.fetch_sub(1, Ordering::Relaxed);
+            self.tracked_unconfigured.fetch_sub(1, Ordering::Relaxed);
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// [`Self::evict_from`] the first shard that has a pair to evict, locking one at a time.
+    fn evict_elsewhere(&self) -> bool {
+        let start = self.next_victim_shard.fetch_add(1, Ordering::Relaxed);
+        (0..SHARDS).any(|i| {
+            let mut shard = self.shards[(start + i) % SHARDS].lock().unwrap_or_else(|p| p.into_inner());
+            self.evict_from(&mut shard)
+        })
     }
 
     /// Records the instance name an agent at `peer` gave in a `ManagementService` call.
@@ -298,20 +435,31 @@ impl Fleet {
         let now = self.now();
         let horizon = self.options.expire_after.as_millis() as u64;
         let fresh = |seen: u64| now.saturating_sub(seen) < horizon;
-        let mut removed = 0;
+        let (mut removed, mut removed_unconfigured) = (0, 0);
         for shard in &*self.shards {
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
             shard.peers.retain(|_, peer| {
                 let before = peer.services.len();
-                peer.services.retain(|_, e| fresh(e.last_seen));
+                peer.services.retain(|_, e| {
+                    let keep = fresh(e.last_seen);
+                    if !keep && !e.configured {
+                        removed_unconfigured += 1;
+                    }
+                    keep
+                });
                 removed += before - peer.services.len();
                 if peer.instance.as_ref().is_some_and(|i| !fresh(i.seen)) {
                     peer.instance = None;
                 }
                 !peer.services.is_empty() || peer.instance.is_some()
             });
+            let Shard { peers, unconfigured } = &mut *shard;
+            unconfigured.retain(|item| {
+                peers.get(&item.peer).and_then(|p| p.services.get(&item.service)).is_some_and(|e| !e.configured)
+            });
         }
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        self.tracked_unconfigured.fetch_sub(removed_unconfigured, Ordering::Relaxed);
         removed
     }
 
@@ -320,9 +468,19 @@ impl Fleet {
         self.tracked.load(Ordering::Relaxed)
     }
 
+    /// How many of the tracked pairs are of services without configuration.
+    pub fn tracked_unconfigured(&self) -> usize {
+        self.tracked_unconfigured.load(Ordering::Relaxed)
+    }
+
     /// Polls not tracked because the table was full or the name too long.
     pub fn untracked_polls(&self) -> u64 {
         self.untracked.load(Ordering::Relaxed)
+    }
+
+    /// Pairs of unconfigured services evicted to make room for new pairs.
+    pub fn evictions(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
 
     fn state(&self, entry: &Entry, current: &Digest) -> AgentState {
@@ -449,14 +607,14 @@ mod tests {
         let fleet = fleet();
         let v1 = Digest::of_text("v1");
         let v2 = Digest::of_text("v2");
-        fleet.observe("svc", "", peer(1), &v1);
+        fleet.observe("svc", "", peer(1), &v1, true);
         assert_eq!(state(&fleet, "svc", 1, &v1), AgentState::Behind, "first contact");
-        fleet.observe("svc", v1.as_str(), peer(1), &v1);
+        fleet.observe("svc", v1.as_str(), peer(1), &v1, true);
         assert_eq!(state(&fleet, "svc", 1, &v1), AgentState::Applied);
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Behind, "a change it has not polled since");
-        fleet.observe("svc", v1.as_str(), peer(1), &v2);
+        fleet.observe("svc", v1.as_str(), peer(1), &v2, true);
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Behind);
-        fleet.observe("svc", v2.as_str(), peer(1), &v2);
+        fleet.observe("svc", v2.as_str(), peer(1), &v2, true);
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Applied);
         let agent = &fleet.agents_of("svc", &v2)[0];
         assert_eq!((agent.polls, agent.digest.as_str(), agent.polls_behind), (4, v2.as_str(), 0));
@@ -467,15 +625,15 @@ mod tests {
         let fleet = fleet();
         let v1 = Digest::of_text("v1");
         let v2 = Digest::of_text("v2");
-        fleet.observe("svc", v1.as_str(), peer(1), &v1);
-        fleet.observe("svc", v1.as_str(), peer(1), &v2);
-        fleet.observe("svc", v1.as_str(), peer(1), &v2);
+        fleet.observe("svc", v1.as_str(), peer(1), &v1, true);
+        fleet.observe("svc", v1.as_str(), peer(1), &v2, true);
+        fleet.observe("svc", v1.as_str(), peer(1), &v2, true);
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Behind);
-        fleet.observe("svc", v1.as_str(), peer(1), &v2);
+        fleet.observe("svc", v1.as_str(), peer(1), &v2, true);
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Stuck);
         let v3 = Digest::of_text("v3");
         assert_eq!(state(&fleet, "svc", 1, &v3), AgentState::Behind, "a newer change restarts the count");
-        fleet.observe("svc", v3.as_str(), peer(1), &v3);
+        fleet.observe("svc", v3.as_str(), peer(1), &v3, true);
         assert_eq!(state(&fleet, "svc", 1, &v3), AgentState::Applied, "and it recovers");
     }
 
@@ -483,10 +641,10 @@ mod tests {
     fn counts_services_and_peers_separately_and_the_table_is_bounded() {
         let fleet = Fleet::new(FleetOptions { max_agents: 3, ..FleetOptions::default() });
         let v1 = Digest::of_text("v1");
-        fleet.observe("a", v1.as_str(), peer(1), &v1);
-        fleet.observe("a", "", peer(2), &v1);
-        fleet.observe("b", "", peer(1), &v1);
-        fleet.observe("c", "", peer(3), &v1);
+        fleet.observe("a", v1.as_str(), peer(1), &v1, true);
+        fleet.observe("a", "", peer(2), &v1, true);
+        fleet.observe("b", "", peer(1), &v1, true);
+        fleet.observe("c", "", peer(3), &v1, true);
         assert_eq!(fleet.tracked(), 3);
         assert_eq!(fleet.untracked_polls(), 1);
         let counts = fleet.counts(|_| v1.clone());
@@ -496,7 +654,7 @@ mod tests {
         assert_eq!(fleet.per_digest()[&("a".to_owned(), v1.to_string())], 1);
         assert_eq!(fleet.per_digest()[&("a".to_owned(), String::new())], 1);
         let long = "x".repeat(MAX_TRACKED_NAME_BYTES + 1);
-        fleet.observe(&long, "", peer(9), &v1);
+        fleet.observe(&long, "", peer(9), &v1, true);
         assert_eq!(fleet.untracked_polls(), 2);
     }
 
@@ -504,13 +662,13 @@ mod tests {
     fn sweeping_forgets_agents_not_seen_lately() {
         let expiring = Fleet::new(FleetOptions { expire_after: Duration::ZERO, ..FleetOptions::default() });
         let v1 = Digest::of_text("v1");
-        expiring.observe("a", "", peer(1), &v1);
+        expiring.observe("a", "", peer(1), &v1, true);
         expiring.observe_instance("a", "inst-1", peer(1));
         assert_eq!(expiring.sweep(), 1);
         assert_eq!(expiring.tracked(), 0);
         assert!(expiring.agents_of("a", &v1).is_empty());
         let kept = fleet();
-        kept.observe("a", "", peer(1), &v1);
+        kept.observe("a", "", peer(1), &v1, true);
         assert_eq!(kept.sweep(), 0);
     }
 
@@ -519,8 +677,8 @@ mod tests {
         let fleet = fleet();
         let v1 = Digest::of_text("v1");
         fleet.observe_instance("a", "pod-7@10.0.0.1", peer(1));
-        fleet.observe("a", "", peer(1), &v1);
-        fleet.observe("b", "", peer(1), &v1);
+        fleet.observe("a", "", peer(1), &v1, true);
+        fleet.observe("b", "", peer(1), &v1, true);
         assert_eq!(fleet.agents_of("a", &v1)[0].instance.as_deref(), Some("pod-7@10.0.0.1"));
         assert_eq!(fleet.agents_of("b", &v1)[0].instance, None);
     }
@@ -530,13 +688,95 @@ mod tests {
         let fleet = fleet();
         let v1 = Digest::of_text("v1");
         let uuid = "é".repeat(300);
-        fleet.observe("a", &uuid, peer(1), &v1);
-        fleet.observe("a", &uuid, peer(1), &v1);
+        fleet.observe("a", &uuid, peer(1), &v1, true);
+        fleet.observe("a", &uuid, peer(1), &v1, true);
         let agent = &fleet.agents_of("a", &v1)[0];
         assert!(agent.digest.len() <= MAX_KEPT_TEXT_BYTES);
         assert_eq!(agent.polls_behind, 2);
         let v6 = SocketAddr::from(([0xfe80, 0, 0, 0, 0, 0, 0, 1], 5));
-        fleet.observe("a", "", v6, &v1);
+        fleet.observe("a", "", v6, &v1, true);
         assert_eq!(fleet.agents_of("a", &v1).len(), 2);
+    }
+
+    fn limited(max_agents: usize, max_unconfigured: usize) -> Fleet {
+        Fleet::new(FleetOptions { max_agents, max_unconfigured, ..FleetOptions::default() })
+    }
+
+    #[test]
+    fn a_flood_of_unconfigured_names_stays_within_its_quota_and_real_agents_are_tracked() {
+        let fleet = limited(100, 10);
+        let (v1, empty) = (Digest::of_text("v1"), Digest::empty());
+        fleet.observe("svc-a", "", peer(1), &v1, true);
+        for i in 0..1000 {
+            fleet.observe(&format!("fake-{i}"), "", peer(2), &empty, false);
+        }
+        assert_eq!(fleet.tracked_unconfigured(), 10);
+        assert_eq!(fleet.tracked(), 11);
+        assert_eq!(fleet.evictions(), 990);
+        assert_eq!(fleet.untracked_polls(), 0);
+        let kept: Vec<_> = (990..1000).map(|i| format!("fake-{i}")).collect();
+        let counts = fleet.counts(|_| empty.clone());
+        assert!(kept.iter().all(|name| counts.contains_key(name.as_str())), "the newest fakes are kept");
+        // A real agent arriving after the flood, on another peer, is tracked; the first one stays.
+        fleet.observe("svc-a", "", peer(3), &v1, true);
+        assert_eq!(fleet.agents_of("svc-a", &v1).len(), 2);
+    }
+
+    #[test]
+    fn configured_pairs_take_the_place_of_unconfigured_ones_when_the_table_is_full() {
+        let fleet = limited(4, 4);
+        let (v1, empty) = (Digest::of_text("v1"), Digest::empty());
+        for i in 0..4 {
+            fleet.observe(&format!("fake-{i}"), "", peer(2), &empty, false);
+        }
+        assert_eq!(fleet.tracked(), 4);
+        // On another peer (another shard, most likely): the eviction finds the fakes there.
+        for port in 10..14 {
+            fleet.observe("svc-a", "", peer(port), &v1, true);
+        }
+        assert_eq!(fleet.agents_of("svc-a", &v1).len(), 4);
+        assert_eq!((fleet.tracked(), fleet.tracked_unconfigured(), fleet.evictions()), (4, 0, 4));
+        // Full of configured pairs: nothing is evicted for a new one, it is answered untracked.
+        fleet.observe("svc-a", "", peer(20), &v1, true);
+        fleet.observe("fake-9", "", peer(20), &empty, false);
+        assert_eq!((fleet.tracked(), fleet.untracked_polls()), (4, 2));
+    }
+
+    #[test]
+    fn an_unconfigured_agent_that_polls_again_outlives_names_seen_once() {
+        let fleet = limited(100, 2);
+        let empty = Digest::empty();
+        fleet.observe("typo-svc", "", peer(1), &empty, false);
+        fleet.observe("fake-0", "", peer(1), &empty, false);
+        // The clock counts milliseconds: the second poll must be seen later than the first.
+        std::thread::sleep(Duration::from_millis(2));
+        fleet.observe("typo-svc", "", peer(1), &empty, false);
+        fleet.observe("fake-1", "", peer(1), &empty, false);
+        let counts = fleet.counts(|_| empty.clone());
+        assert!(counts.contains_key("typo-svc"), "{counts:?}");
+        assert!(!counts.contains_key("fake-0"), "the least recently seen is evicted: {counts:?}");
+    }
+
+    #[test]
+    fn a_service_that_gains_or_loses_its_configuration_changes_kind() {
+        let fleet = limited(100, 1);
+        let (v1, empty) = (Digest::of_text("v1"), Digest::empty());
+        fleet.observe("new-svc", "", peer(1), &empty, false);
+        assert_eq!(fleet.tracked_unconfigured(), 1);
+        fleet.observe("new-svc", "", peer(1), &v1, true);
+        assert_eq!(fleet.tracked_unconfigured(), 0, "configured now: not in the quota");
+        fleet.observe("fake-0", "", peer(1), &empty, false);
+        fleet.observe("fake-1", "", peer(1), &empty, false);
+        assert_eq!(fleet.agents_of("new-svc", &v1).len(), 1, "never evicted once configured");
+        fleet.observe("new-svc", "", peer(1), &empty, false);
+        assert_eq!(fleet.tracked_unconfigured(), 2, "its configuration was removed");
+        // Over the quota until evictions catch up: each new unconfigured pair evicts one.
+        fleet.observe("fake-2", "", peer(1), &empty, false);
+        assert_eq!(fleet.tracked_unconfigured(), 2);
+        assert_eq!(fleet.tracked(), 2);
+        let expiring = Fleet::new(FleetOptions { expire_after: Duration::ZERO, ..FleetOptions::default() });
+        expiring.observe("fake", "", peer(1), &empty, false);
+        assert_eq!(expiring.sweep(), 1);
+        assert_eq!(expiring.tracked_unconfigured(), 0, "a sweep counts what it forgets");
     }
 }

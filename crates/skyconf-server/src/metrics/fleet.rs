@@ -1,6 +1,8 @@
-//! Fleet gauges: how many agents hold which digest, and how many are stuck. The fleet tracker
-//! owns the agent table, so the numbers are pulled from it at scrape time, through
-//! [`FleetGauges::on_scrape`]: a scrape sees one complete, current set and nothing is kept here.
+//! Fleet gauges: how many agents hold which digest, and how many are stuck; and the fleet table's
+//! own counts (pairs tracked, evicted, polls not tracked). The fleet tracker owns the agent table,
+//! so the numbers are pulled from it at scrape time, through [`FleetGauges::on_scrape`] and
+//! [`FleetGauges::on_scrape_table`]: a scrape sees one complete, current set and nothing is kept
+//! here.
 
 use std::sync::Arc;
 
@@ -29,13 +31,29 @@ pub struct StuckAgents {
     pub agents: u64,
 }
 
+/// The fleet table's own counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FleetTable {
+    /// (service, peer) pairs tracked now.
+    pub tracked: u64,
+    /// Of those, pairs of services without configuration.
+    pub tracked_unconfigured: u64,
+    /// Pairs of unconfigured services evicted to make room, since start.
+    pub evictions: u64,
+    /// Polls not tracked (table full of configured services, or a name too long), since start.
+    pub untracked_polls: u64,
+}
+
 /// What a scrape asks the fleet tracker for.
 type Refresh = Arc<dyn Fn() -> (Vec<AgentsPerDigest>, Vec<StuckAgents>) + Send + Sync>;
+/// What a scrape asks the fleet table for.
+type RefreshTable = Arc<dyn Fn() -> FleetTable + Send + Sync>;
 
 /// Fleet gauges, computed on every scrape. Cheap to clone; every clone shares the source.
 #[derive(Clone, Default)]
 pub struct FleetGauges {
     refresh: Arc<ArcSwap<Option<Refresh>>>,
+    table: Arc<ArcSwap<Option<RefreshTable>>>,
 }
 
 impl std::fmt::Debug for FleetGauges {
@@ -51,10 +69,49 @@ impl FleetGauges {
     pub fn on_scrape(&self, refresh: impl Fn() -> (Vec<AgentsPerDigest>, Vec<StuckAgents>) + Send + Sync + 'static) {
         self.refresh.store(Arc::new(Some(Arc::new(refresh))));
     }
+
+    /// Reads the table's counts with `refresh` on every scrape: `skyconf_fleet_tracked{kind}`,
+    /// `skyconf_fleet_evictions_total` and `skyconf_fleet_untracked_polls_total`.
+    pub fn on_scrape_table(&self, refresh: impl Fn() -> FleetTable + Send + Sync + 'static) {
+        self.table.store(Arc::new(Some(Arc::new(refresh))));
+    }
+
+    fn encode_table(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let refresh = self.table.load();
+        let Some(refresh) = refresh.as_ref() else { return Ok(()) };
+        let table = refresh();
+        let mut family = encoder.encode_descriptor(
+            "skyconf_fleet_tracked",
+            "(service, peer) pairs in the fleet table, by kind: of services with configuration or without",
+            None,
+            MetricType::Gauge,
+        )?;
+        let configured = table.tracked.saturating_sub(table.tracked_unconfigured);
+        family.encode_family(&[("kind", "configured")])?.encode_gauge(&configured)?;
+        family.encode_family(&[("kind", "unconfigured")])?.encode_gauge(&table.tracked_unconfigured)?;
+        let counter = |encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64| {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Counter)?
+                .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&value, None)
+        };
+        counter(
+            encoder,
+            "skyconf_fleet_evictions",
+            "Fleet-table pairs of services without configuration evicted to make room for new pairs",
+            table.evictions,
+        )?;
+        counter(
+            encoder,
+            "skyconf_fleet_untracked_polls",
+            "Polls answered but not tracked in the fleet table (full of configured services, or a name too long)",
+            table.untracked_polls,
+        )
+    }
 }
 
 impl Collector for FleetGauges {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        self.encode_table(&mut encoder)?;
         let refresh = self.refresh.load();
         let Some(refresh) = refresh.as_ref() else { return Ok(()) };
         let (per_digest, stuck) = refresh();

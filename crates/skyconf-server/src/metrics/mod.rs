@@ -33,7 +33,7 @@ use prometheus_client::registry::Registry;
 pub use skyconf_core::answer::FetchOutcome;
 
 pub use events::{AdminDenial, Events, GuardedService, OriginEvents};
-pub use fleet::{AgentsPerDigest, FleetGauges, StuckAgents};
+pub use fleet::{AgentsPerDigest, FleetGauges, FleetTable, StuckAgents};
 use histogram::{AtomicHistogram, FETCH_BUCKETS};
 
 use crate::served::ServedTable;

@@ -3,10 +3,10 @@
 //!
 //! - **Handshake deadline.** A new connection must send its opening bytes within
 //!   [`ConnectionLimits::handshake_timeout`], or it is closed. On the gRPC port that is the
-//!   HTTP/2 preface and the header of the first SETTINGS frame (33 bytes; with TLS, tonic's own
-//!   TLS handshake timeout covers the handshake and these bytes are counted below TLS). On the
-//!   admin port it is the HTTP/2 preface likewise, or the complete header block of the first
-//!   HTTP/1 request. Once these bytes are in, the deadline is gone for good: an agent's
+//!   HTTP/2 preface and the header of the first SETTINGS frame (33 bytes). On the admin port it
+//!   is the HTTP/2 preface likewise, or the complete header block of the first HTTP/1 request.
+//!   With TLS, the TLS handshake has a deadline of its own ([`super::tls::HANDSHAKE_TIMEOUT`]) and
+//!   these bytes are counted above TLS, so the deadline starts again once TLS is up. Once these bytes are in, the deadline is gone for good: an agent's
 //!   long-lived, mostly idle connection is never cut by it (dead peers are found by HTTP/2
 //!   keep-alive pings, see [`super::GrpcLimits`]).
 //! - **Connection cap.** Each port accepts at most so many connections at once; the next one
@@ -198,8 +198,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     }
 }
 
-impl tonic::transport::server::Connected for Guarded<crate::socket::BatchedWrites> {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Guarded<S> {
+    type ConnectInfo = S::ConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
         self.inner.connect_info()

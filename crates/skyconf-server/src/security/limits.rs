@@ -77,13 +77,41 @@ impl GrpcLimits {
         futures_util::stream::unfold(acceptor, move |mut acceptor| async move {
             let (stream, _, permit) = acceptor.accept().await;
             let _ = stream.set_nodelay(true);
-            if let Some(time) = tcp_keepalive {
-                let keepalive = socket2::TcpKeepalive::new().with_time(time);
-                let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
-            }
+            set_tcp_keepalive(&stream, tcp_keepalive);
             let stream = crate::socket::BatchedWrites::new(stream);
             Some((Ok(Guarded::new(stream, Opening::Http2, handshake_timeout, permit)), acceptor))
         })
+    }
+
+    /// [`Self::incoming`] over TLS: each handshake in its own task ([`super::tls::handshakes`]),
+    /// then the HTTP/2 preface must arrive, above TLS, within `handshake_timeout`.
+    pub fn incoming_tls(
+        &self,
+        acceptor: Acceptor,
+        config: std::sync::Arc<tokio_rustls::rustls::ServerConfig>,
+        handshake_timeout: Duration,
+    ) -> impl futures_util::Stream<
+        Item = std::io::Result<Guarded<tokio_rustls::server::TlsStream<crate::socket::BatchedWrites>>>,
+    > + use<> {
+        let tcp_keepalive = self.tcp_keepalive;
+        let prepare = move |stream: tokio::net::TcpStream| {
+            set_tcp_keepalive(&stream, tcp_keepalive);
+            crate::socket::BatchedWrites::new(stream)
+        };
+        let (accepted, _accepting) =
+            super::tls::handshakes(acceptor, config, Opening::Http2, handshake_timeout, prepare, "gRPC");
+        // The accept loop ends by itself once this stream (the receiver) is dropped.
+        futures_util::stream::unfold(accepted, |mut accepted| async move {
+            let (stream, _) = accepted.recv().await?;
+            Some((Ok(stream), accepted))
+        })
+    }
+}
+
+fn set_tcp_keepalive(stream: &tokio::net::TcpStream, time: Option<Duration>) {
+    if let Some(time) = time {
+        let keepalive = socket2::TcpKeepalive::new().with_time(time);
+        let _ = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive);
     }
 }
 

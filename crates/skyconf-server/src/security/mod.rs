@@ -129,7 +129,9 @@ pub fn admin_app(
 }
 
 /// Serves `app` on `listener`, over TLS when `tls` is given, until `stop` completes, within
-/// the connection cap and handshake deadline of `limits` ([`connections`]).
+/// the connection cap and handshake deadline of `limits` ([`connections`]). The deadline also
+/// bounds every later HTTP/1 request's header block, counted from when the connection starts
+/// waiting for it: a keep-alive connection left idle after a request is closed after it.
 pub async fn serve_admin(
     listener: TcpListener,
     app: Router,
@@ -140,14 +142,46 @@ pub async fn serve_admin(
     let acceptor = connections::Acceptor::new(listener, limits.max_admin_connections, "admin");
     let timeout = limits.handshake_timeout;
     match tls {
-        None => {
-            let listener = AdminListener { acceptor, timeout };
-            axum::serve(listener, app).with_graceful_shutdown(stop).await
-        }
-        Some(config) => {
-            axum::serve(tls::TlsListener::new(acceptor, config, timeout)?, app).with_graceful_shutdown(stop).await
-        }
+        None => serve_http(AdminListener { acceptor, timeout }, app, timeout, stop).await,
+        Some(config) => serve_http(tls::TlsListener::new(acceptor, config, timeout)?, app, timeout, stop).await,
     }
+}
+
+/// What `axum::serve(..).with_graceful_shutdown(stop)` does — HTTP/1.1 and HTTP/2 on each
+/// accepted connection, in a task of its own; on `stop`, no new connections and the open ones
+/// finish what they are answering — with an HTTP/1 header-read timeout, which `axum::serve`
+/// cannot be given.
+async fn serve_http<L>(
+    mut listener: L,
+    app: Router,
+    header_read_timeout: std::time::Duration,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let (io, _peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stop => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(io), service).into_owned());
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                // Debug only: timeouts and resets by clients are routine.
+                tracing::debug!(%error, "An admin connection ended with an error.");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// The admin port's plain listener: capped, backing off on accept errors, each connection with

@@ -1,12 +1,16 @@
 //! TLS for both ports, from PEM files: a certificate chain and its key, and optionally a CA
 //! bundle that client certificates must chain to (required, or only requested).
 //!
-//! rustls with the *ring* provider throughout: no OpenSSL, no aws-lc-sys. The gRPC port uses
-//! tonic's own rustls acceptor (`tls-ring`); the admin port keeps `axum::serve` (and with it
-//! graceful shutdown and HTTP/1.1 + HTTP/2) over a [`TlsListener`] that completes handshakes
-//! with tokio-rustls in their own tasks, each bounded by [`HANDSHAKE_TIMEOUT`], so one slow
-//! client never holds up the others. The files are read and checked (the key must match the
-//! certificate) before any port opens; an error names the file.
+//! rustls with the *ring* provider throughout: no OpenSSL, no aws-lc-sys. Both ports complete
+//! handshakes with tokio-rustls in their own tasks ([`handshakes`]), each bounded by
+//! [`HANDSHAKE_TIMEOUT`], so one slow client never holds up the others. Then, below HTTP and above
+//! TLS, the connection's opening bytes (the HTTP/2 preface, or an HTTP/1 header block) must follow
+//! within the handshake deadline of [`super::connections`]: a client that completes TLS and then
+//! says nothing is closed, as a plaintext one is. The admin port serves over a [`TlsListener`];
+//! the gRPC port hands tonic the finished streams ([`super::GrpcLimits::incoming_tls`]). (tonic's
+//! own acceptor was used before; the deadline then counted bytes below TLS, where the handshake
+//! hid the missing preface.) The files are read and checked (the key must match the certificate)
+//! before any port opens; an error names the file.
 
 use std::io;
 use std::net::SocketAddr;
@@ -126,17 +130,37 @@ pub fn server_config(files: &TlsFiles, what: &'static str) -> Result<Arc<ServerC
     Ok(Arc::new(config))
 }
 
-/// tonic's TLS settings for the gRPC port, after checking the files as [`server_config`] does.
-pub fn grpc_config(files: &TlsFiles) -> Result<tonic::transport::ServerTlsConfig, SecurityError> {
-    server_config(files, "gRPC")?;
-    let identity = tonic::transport::Identity::from_pem(read(&files.cert)?, read(&files.key)?);
-    let mut config = tonic::transport::ServerTlsConfig::new().identity(identity).timeout(HANDSHAKE_TIMEOUT);
-    if let Some(client) = &files.client_certs {
-        config = config
-            .client_ca_root(tonic::transport::Certificate::from_pem(read(&client.ca)?))
-            .client_auth_optional(client.auth == ClientAuth::Request);
-    }
-    Ok(config)
+/// The rustls configuration of the gRPC port: [`server_config`], offering only HTTP/2 by ALPN.
+pub fn grpc_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, SecurityError> {
+    let mut config = Arc::unwrap_or_clone(server_config(files, "gRPC")?);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A TLS stream whose opening bytes are due, with its peer.
+pub type Handshaken<S> = (Guarded<TlsStream<S>>, SocketAddr);
+
+/// Accepts on `acceptor` (capped, backing off on accept errors) and completes each TLS handshake
+/// in a task of its own, bounded by [`HANDSHAKE_TIMEOUT`]; `prepare` readies the TCP stream
+/// first (socket options, a wrapper). Each finished stream must then send its `opening` within
+/// `opening_timeout`. Stops accepting (and closes the listening socket) once the receiver is
+/// dropped; `port` names the port in logs.
+pub fn handshakes<S, P>(
+    acceptor: Acceptor,
+    config: Arc<ServerConfig>,
+    opening: Opening,
+    opening_timeout: Duration,
+    prepare: P,
+    port: &'static str,
+) -> (mpsc::Receiver<Handshaken<S>>, JoinHandle<()>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    P: Fn(TcpStream) -> S + Send + 'static,
+{
+    let (tx, accepted) = mpsc::channel(64);
+    let accepting =
+        tokio::spawn(accept_loop(acceptor, TlsAcceptor::from(config), tx, opening, opening_timeout, prepare, port));
+    (accepted, accepting)
 }
 
 /// A TCP listener that hands out TLS streams once their handshake is complete.
@@ -152,8 +176,8 @@ impl TlsListener {
     /// within `opening_timeout` ([`super::connections`]).
     pub fn new(acceptor: Acceptor, config: Arc<ServerConfig>, opening_timeout: Duration) -> io::Result<Self> {
         let local_addr = acceptor.listener().local_addr()?;
-        let (tx, accepted) = mpsc::channel(64);
-        let accepting = tokio::spawn(accept_loop(acceptor, TlsAcceptor::from(config), tx, opening_timeout));
+        let (accepted, accepting) =
+            handshakes(acceptor, config, Opening::Http1OrHttp2, opening_timeout, |tcp| tcp, "admin");
         Ok(Self { accepted, local_addr, accepting })
     }
 }
@@ -165,12 +189,18 @@ impl Drop for TlsListener {
     }
 }
 
-async fn accept_loop(
+async fn accept_loop<S, P>(
     mut listener: Acceptor,
     acceptor: TlsAcceptor,
-    tx: mpsc::Sender<(Guarded<TlsStream<TcpStream>>, SocketAddr)>,
+    tx: mpsc::Sender<Handshaken<S>>,
+    opening: Opening,
     opening_timeout: Duration,
-) {
+    prepare: P,
+    port: &'static str,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    P: Fn(TcpStream) -> S,
+{
     loop {
         // Accept errors are logged and backed off inside.
         let (tcp, peer, permit) = tokio::select! {
@@ -178,16 +208,17 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
         };
         let _ = tcp.set_nodelay(true);
+        let stream = prepare(tcp);
         let (acceptor, tx) = (acceptor.clone(), tx.clone());
         tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => {
-                    let stream = Guarded::new(stream, Opening::Http1OrHttp2, opening_timeout, permit);
+                    let stream = Guarded::new(stream, opening, opening_timeout, permit);
                     let _ = tx.send((stream, peer)).await;
                 }
                 // Debug only: scanners and health probes without TLS would flood the log.
-                Ok(Err(error)) => tracing::debug!(%peer, %error, "An admin TLS handshake failed."),
-                Err(_) => tracing::debug!(%peer, "An admin TLS handshake timed out."),
+                Ok(Err(error)) => tracing::debug!(port, %peer, %error, "A TLS handshake failed."),
+                Err(_) => tracing::debug!(port, %peer, "A TLS handshake timed out."),
             }
         });
     }

@@ -143,9 +143,9 @@ fn peer(port: u16) -> SocketAddr {
 async fn lists_services_with_digest_keys_and_fleet_counts() {
     let s = setup();
     let order = s.digest("order");
-    s.fleet.observe("order", order.as_str(), peer(1), &order);
-    s.fleet.observe("order", "", peer(2), &order);
-    s.fleet.observe("typo-service", "", peer(3), &Digest::empty());
+    s.fleet.observe("order", order.as_str(), peer(1), &order, true);
+    s.fleet.observe("order", "", peer(2), &order, true);
+    s.fleet.observe("typo-service", "", peer(3), &Digest::empty(), false);
 
     let (status, body) = call(&s.router, get("/api/v1/services")).await;
     assert_eq!(status, 200);
@@ -164,7 +164,7 @@ async fn shows_one_service_with_its_config_and_agents() {
     let s = setup();
     let order = s.digest("order");
     s.fleet.observe_instance("order", "pod-1@10.1.2.3", peer(1));
-    s.fleet.observe("order", order.as_str(), peer(1), &order);
+    s.fleet.observe("order", order.as_str(), peer(1), &order, true);
 
     let (status, body) = call(&s.router, get("/api/v1/services/order")).await;
     assert_eq!(status, 200);
@@ -646,4 +646,18 @@ async fn the_page_and_the_status_are_served() {
     assert_eq!(body["writable"], true);
     assert_eq!(body["last_rejection"]["text"], bad);
     assert_eq!(body["fleet"]["stuck_after_polls"], 3);
+}
+
+/// F19: media types are case-insensitive, so `APPLICATION/JSON` is read as JSON, not as YAML.
+#[tokio::test]
+async fn a_json_content_type_in_any_case_is_json() {
+    let s = setup();
+    let v2 = "configurations:\n  order:\n    agent.sample_n_per_3_secs: 20\n";
+    let request = Request::put("/api/v1/configurations")
+        .header("content-type", "APPLICATION/JSON; Charset=UTF-8")
+        .body(Body::from(json!({"document": v2, "author": "ann"}).to_string()))
+        .unwrap();
+    let body = s.ok(request).await;
+    assert_eq!(body["served"], true);
+    assert_eq!(body["release"]["author"], "ann");
 }

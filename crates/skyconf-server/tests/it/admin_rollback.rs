@@ -109,3 +109,27 @@ async fn a_write_whose_release_cannot_be_written_is_a_503_and_its_id_is_never_re
     assert!(id > ids[1], "release id {id} reissued after {ids:?}");
     running.stop().await.unwrap();
 }
+
+/// F19: a write the file store cannot make says it could not write (not "cannot read"), with a
+/// 500: nothing was written, and the served table is unchanged.
+#[tokio::test]
+async fn a_write_the_store_cannot_make_says_it_could_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.yaml");
+    std::fs::write(&path, V1).unwrap();
+    // The staging file's name is taken by a directory (tests run as root, so permissions would not
+    // stop the write): creating it fails as a read-only directory would.
+    let staged = dir.path().join(format!(".agents.yaml.skyconf-{}.tmp", std::process::id()));
+    std::fs::create_dir_all(staged.join("inside")).unwrap();
+    let running = skyconf_testkit::server::Server::start(FileSource::new(&path), loopback()).await;
+    let version = running.served.snapshot().version;
+    let body = r#"{"config": {"agent.sample_n_per_3_secs": "50"}}"#;
+    let reply =
+        running.admin().send("PUT", "/api/v1/services/svc", &[("Content-Type", "application/json")], body).await;
+    assert_eq!(reply.status, 500, "{}", reply.body);
+    let error = reply.json()["error"].as_str().unwrap().to_owned();
+    assert!(error.starts_with(&format!("cannot write {}: ", path.display())), "{error}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "nothing was written");
+    assert_eq!(running.served.snapshot().version, version);
+    running.stop().await.unwrap();
+}

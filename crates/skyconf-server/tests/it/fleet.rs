@@ -125,3 +125,30 @@ async fn agents_not_seen_for_a_while_are_forgotten() {
     }
     running.stop().await.unwrap();
 }
+
+/// F17: a flood of made-up service names (one channel, no token) does not keep a real agent out
+/// of the fleet table: unconfigured names stay within their quota, evicting each other.
+#[tokio::test]
+async fn a_flood_of_fake_service_names_does_not_push_real_agents_out() {
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let fleet = FleetOptions { max_agents: 50, max_unconfigured: 10, ..FleetOptions::default() };
+    let running = Server::start(FileSource::new(&path), ServeConfig { fleet, ..loopback() }).await;
+    let flooder = Agent::connect(&running, false).await;
+    let mut client = ConfigurationDiscoveryServiceClient::new(flooder.channel.clone());
+    for i in 0..200 {
+        let request = ConfigurationSyncRequest { service: format!("fake-{i}"), uuid: String::new() };
+        client.fetch_configurations(request).await.unwrap();
+    }
+    assert_eq!(running.fleet.tracked_unconfigured(), 10);
+
+    let mut agent = Agent::connect(&running, false).await;
+    agent.poll().await;
+    let body = running.admin().get_json("/api/v1/services/svc").await;
+    assert_eq!(body["agents"].as_array().unwrap().len(), 1, "the real agent is tracked: {body}");
+    let status = running.admin().get_json("/api/v1/status").await;
+    assert_eq!(status["fleet"]["evictions"], 190, "{status}");
+    let metrics = running.admin().get("/metrics").await.body;
+    assert!(metrics.contains("skyconf_fleet_evictions_total 190"), "{metrics}");
+    assert!(metrics.contains("skyconf_fleet_tracked{kind=\"unconfigured\"} 10"), "{metrics}");
+    running.stop().await.unwrap();
+}

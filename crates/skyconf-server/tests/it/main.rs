@@ -4,6 +4,7 @@
 //! each remote store end to end against its real server (`skyconf_testkit::servers`).
 
 mod admin;
+mod admin_held;
 mod admin_rollback;
 mod dcs;
 mod etcd;

@@ -353,6 +353,38 @@ mod connections {
         server.stop().await.unwrap();
     }
 
+    /// An HTTP/1.1 keep-alive connection left idle after its first request is closed after the
+    /// handshake deadline (a header-read timeout); one that keeps asking is served throughout.
+    #[tokio::test]
+    async fn an_idle_http1_keep_alive_connection_on_the_admin_port_is_closed() {
+        let (_dir, server) = start(short_handshake(), GrpcLimits::default()).await;
+        let admin = server.admin_addr;
+        let request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+        let answered = |mut stream: TcpStream| async move {
+            stream.write_all(request).await.unwrap();
+            let mut response = Vec::new();
+            let mut buf = [0; 1024];
+            while !response.ends_with(b"ok\n") {
+                let n = tokio::time::timeout(BOUND, stream.read(&mut buf)).await.expect("answered").unwrap();
+                assert!(n > 0, "closed before the answer: {}", String::from_utf8_lossy(&response));
+                response.extend_from_slice(&buf[..n]);
+            }
+            assert!(response.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&response));
+            stream
+        };
+        let idle = answered(TcpStream::connect(admin).await.unwrap()).await;
+        closed_by_server(idle).await;
+
+        // Requests closer together than the deadline keep the connection. The waits are the
+        // scenario (a client between requests), not synchronisation.
+        let mut busy = answered(TcpStream::connect(admin).await.unwrap()).await;
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            busy = answered(busy).await;
+        }
+        server.stop().await.unwrap();
+    }
+
     /// A raw HTTP/2 client on its own connection.
     async fn h2_client(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
         let tcp = TcpStream::connect(addr).await.unwrap();

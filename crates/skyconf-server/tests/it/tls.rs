@@ -215,3 +215,88 @@ async fn unusable_files_stop_the_start_and_name_the_file() {
         assert!(error.contains(named), "{error}");
     }
 }
+
+/// A TLS client connection to `addr`, handshake done, offering `alpn`.
+async fn tls_connect(
+    addr: std::net::SocketAddr,
+    pki: &Pki,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pki.ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    connector.connect(ServerName::try_from("localhost").unwrap(), tcp).await.expect("the TLS handshake completes")
+}
+
+/// F5 over TLS: a client that completes TLS and then says nothing is closed after the handshake
+/// deadline on both ports, while an agent's idle TLS connection is never cut by it.
+#[tokio::test]
+async fn a_client_silent_after_tls_is_closed_and_an_idle_agent_is_not() {
+    use skyconf_server::security::ConnectionLimits;
+    use std::time::Duration;
+    const BOUND: Duration = Duration::from_secs(5);
+    let pki = Pki::new();
+    let files = pki.files(None);
+    let connections = ConnectionLimits { handshake_timeout: Duration::from_millis(200), ..ConnectionLimits::default() };
+    let security = SecurityConfig {
+        grpc_tls: Some(files.clone()),
+        admin_tls: Some(files),
+        connections,
+        ..SecurityConfig::default()
+    };
+    let running = start(pki.dir.path(), security).await.unwrap();
+
+    for (addr, alpn) in [(running.grpc_addr, &b"h2"[..]), (running.admin_addr, &b"http/1.1"[..])] {
+        let mut silent = tls_connect(addr, &pki, alpn).await;
+        let mut buf = [0; 256];
+        let closed = tokio::time::timeout(BOUND, async {
+            loop {
+                match silent.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "{addr}: a client silent after TLS is still held after {BOUND:?}");
+    }
+
+    // An agent: HTTP/2 over TLS, one poll, idle for several deadlines, a poll on the same connection.
+    let stream = tls_connect(running.grpc_addr, &pki, b"h2").await;
+    let (client, connection) = h2::client::handshake(stream).await.unwrap();
+    tokio::spawn(connection);
+    let poll = |client: h2::client::SendRequest<bytes::Bytes>| async move {
+        let mut ready = client.ready().await.expect("the connection is still open");
+        let request =
+            http::Request::post("https://localhost/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations")
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+        let (response, mut send) = ready.send_request(request, false).unwrap();
+        let message =
+            prost::Message::encode_to_vec(&ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() });
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+        frame.extend_from_slice(&message);
+        send.send_data(frame.into(), true).unwrap();
+        let response = tokio::time::timeout(BOUND, response).await.expect("answered").unwrap();
+        assert_eq!(response.status(), 200);
+        ready
+    };
+    let client = poll(client).await;
+    // The wait is the scenario (an agent between polls), not synchronisation.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    poll(client).await;
+    running.stop().await.unwrap();
+}

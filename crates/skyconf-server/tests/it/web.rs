@@ -45,9 +45,42 @@ async fn with_admin_tokens_the_page_asks_for_a_read_then_a_write_token() {
     roll_back_in_a_browser(Some(("reader-t0ken", "writer-t0ken"))).await;
 }
 
-/// Serves V1, edits the file to V2, and has the browser roll back to V1's release; `tokens`:
-/// the admin read and write tokens the server requires and the browser is given when it asks.
-async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
+/// A wiped file is held by the fleet-reset guard; the page's button (and its confirmation)
+/// installs it now, and an agent then gets EMPTY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_confirms_a_held_change_in_a_real_browser() {
+    if !browser_available() {
+        return;
+    }
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let cds = running.cds().await;
+    assert!(cds.fetch(SERVICE, "").await.is_some());
+    std::fs::write(&path, "configurations: {}\n").unwrap();
+    skyconf_testkit::server::eventually("the wipe is held", || running.served.held().is_some()).await;
+    assert!(cds.fetch(SERVICE, "").await.is_some(), "still served while held");
+
+    let script = repo_root().join("tests/web/page_test.py");
+    let url = format!("http://{}/", running.admin_addr);
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("python3").arg(script).args(["--url", &url, "--held", "confirm"]).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("\"ok\": true"),
+        "the browser test failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(running.served.held().is_none());
+    assert!(running.served.snapshot().table.is_empty(), "the held change is installed");
+    running.stop().await.unwrap();
+}
+
+/// Whether chromium, chromedriver and python3 run; fails instead when SKYCONF_REQUIRE_BROWSER is
+/// set and they do not.
+fn browser_available() -> bool {
     let missing: Vec<_> = [("chromium", "--version"), ("chromedriver", "--version"), ("python3", "--version")]
         .into_iter()
         .filter(|(p, a)| !available(p, a))
@@ -59,6 +92,15 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
             "SKYCONF_REQUIRE_BROWSER is set but {missing:?} cannot run (scripts/deps/browser.sh installs them)"
         );
         eprintln!("skipped: {missing:?} not installed (apt-get install chromium chromium-driver python3)");
+        return false;
+    }
+    true
+}
+
+/// Serves V1, edits the file to V2, and has the browser roll back to V1's release; `tokens`:
+/// the admin read and write tokens the server requires and the browser is given when it asks.
+async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
+    if !browser_available() {
         return;
     }
 

@@ -418,7 +418,7 @@ impl FileSource {
 /// Writes `text` to `path` so readers never see half a file.
 fn write_atomically(path: &Path, text: &str) -> Result<(), SourceError> {
     crate::fs::write_atomically(path, text.as_bytes())
-        .map_err(|cause| SourceError::Io { path: path.display().to_string(), cause })
+        .map_err(|cause| SourceError::Write { path: path.display().to_string(), cause })
 }
 
 impl Source for FileSource {
@@ -449,7 +449,7 @@ impl Source for FileSource {
             (Form::Directory, Some(text)) => write_atomically(&self.path.join(key), text),
             (Form::Directory, None) => match std::fs::remove_file(self.path.join(key)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(SourceError::Io { path: self.path.join(key).display().to_string(), cause: e })
+                    Err(SourceError::Write { path: self.path.join(key).display().to_string(), cause: e })
                 }
                 _ => Ok(()),
             },
