@@ -23,7 +23,9 @@ async fn path_segment(parts: &mut Parts, state: &Admin) -> Result<String, AppErr
     Ok(text)
 }
 
-/// A `{name}` path segment that is a valid service name.
+/// A `{name}` path segment that names a service: one the served document holds, whatever its
+/// length or characters (a document may hold names the rules below refuse, and each must still be
+/// readable, editable and deletable), or a valid new name.
 #[derive(Debug)]
 pub(super) struct ServiceName(pub(super) String);
 
@@ -32,7 +34,9 @@ impl FromRequestParts<Admin> for ServiceName {
 
     async fn from_request_parts(parts: &mut Parts, state: &Admin) -> Result<Self, AppError> {
         let name = path_segment(parts, state).await?;
-        check_service_name(&name)?;
+        if state.served.snapshot().table.get(&name).is_none() {
+            check_service_name(&name)?;
+        }
         Ok(Self(name))
     }
 }

@@ -201,7 +201,7 @@ async fn readyz(State(state): State<Admin>) -> (StatusCode, Json<serde_json::Val
     (code, Json(body))
 }
 
-/// Checks a service name from a request: non-empty, bounded, no control characters.
+/// Checks a new service name from a request: non-empty, bounded, no control characters.
 pub(crate) fn check_service_name(name: &str) -> Result<(), AppError> {
     if name.is_empty() {
         return Err(AppError::BadRequest("the service name is empty".into()));

@@ -408,6 +408,30 @@ async fn per_service_writes_work_next_to_and_with_keys_over_1024_characters() {
 }
 
 #[tokio::test]
+async fn every_service_a_document_holds_is_readable_editable_and_deletable_per_service() {
+    let s = setup();
+    // Names the API would refuse as new ones: control characters, and longer than 512 bytes.
+    let long_name = "n".repeat(1100);
+    let document = format!("{V1}  \"svc\\abell\": {{k: v}}\n  \"svc\\nnl\": {{k: v}}\n  ? {long_name}\n  : {{k: v}}\n");
+    s.ok(yaml_put("/api/v1/configurations").body(Body::from(document)).unwrap()).await;
+    for (name, path) in
+        [("svc\u{7}bell", "svc%07bell"), ("svc\nnl", "svc%0Anl"), (long_name.as_str(), long_name.as_str())]
+    {
+        let uri = format!("/api/v1/services/{path}");
+        let (status, body) = call(&s.router, get(&uri)).await;
+        assert_eq!(status, 200, "{name:?}: {body}");
+        assert_eq!(body["config"], json!({"k": "v"}));
+        s.ok_json("PUT", &uri, json!({"config": {"k": "w"}})).await;
+        assert_eq!(s.served.snapshot().table.get(name).unwrap().get("k"), Some("w"), "{name:?}");
+        s.ok_json("DELETE", &uri, json!({})).await;
+        assert!(s.served.snapshot().table.get(name).is_none(), "{name:?}");
+    }
+    // A new name is still checked.
+    let (status, _) = call(&s.router, get("/api/v1/services/a%0Ab")).await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
 async fn a_rollback_restores_the_exact_document_and_digests() {
     let s = setup();
     let before = s.digests();
