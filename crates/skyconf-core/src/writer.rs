@@ -109,9 +109,46 @@ pub fn with_service(table: &AgentConfigurations, service: &str, entries: Option<
     render(&services)
 }
 
+/// `entries` with `patch` applied as a JSON merge patch (RFC 7396) applies to a flat object: a
+/// value sets its key (in place when present, so the digest's order is kept; at the end when new),
+/// `None` removes it, and keys the patch does not name are kept.
+pub fn merge_entries(entries: &[(String, String)], patch: &[(String, Option<String>)]) -> Vec<(String, String)> {
+    let mut merged: Vec<(String, String)> = entries
+        .iter()
+        .filter_map(|(key, value)| match patch.iter().rev().find(|(k, _)| k == key) {
+            Some((_, Some(new))) => Some((key.clone(), new.clone())),
+            Some((_, None)) => None,
+            None => Some((key.clone(), value.clone())),
+        })
+        .collect();
+    for (key, value) in patch {
+        if let Some(value) = value
+            && !entries.iter().any(|(k, _)| k == key)
+        {
+            match merged.iter_mut().find(|(k, _)| k == key) {
+                Some(existing) => existing.1 = value.clone(),
+                None => merged.push((key.clone(), value.clone())),
+            }
+        }
+    }
+    merged
+}
+
 #[cfg(all(test, feature = "reader"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_merge_patch_sets_in_place_appends_new_keys_and_removes_nulls() {
+        let entries = vec![("a".to_owned(), "1".to_owned()), ("b".into(), "2".into()), ("c".into(), "3".into())];
+        let patch = vec![("b".to_owned(), Some("20".to_owned())), ("d".into(), Some("4".into())), ("a".into(), None)];
+        let merged = merge_entries(&entries, &patch);
+        let expected = [("b", "20"), ("c", "3"), ("d", "4")];
+        assert_eq!(merged, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        // Removing a key that is not there changes nothing; an empty patch neither.
+        assert_eq!(merge_entries(&entries, &[("x".into(), None)]), entries);
+        assert_eq!(merge_entries(&entries, &[]), entries);
+    }
 
     fn round_trip(text: &str) {
         let table = crate::read(text).unwrap();

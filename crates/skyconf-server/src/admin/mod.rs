@@ -160,7 +160,10 @@ impl Admin {
         let limit = self.options.max_document_bytes.saturating_add(64 * 1024);
         Router::new()
             .route("/api/v1/configurations", put(write::put_configurations))
-            .route("/api/v1/services/{name}", put(write::put_service).delete(write::delete_service))
+            .route(
+                "/api/v1/services/{name}",
+                put(write::put_service).patch(write::patch_service).delete(write::delete_service),
+            )
             .route("/api/v1/releases/{id}/rollback", post(write::rollback))
             .route("/api/v1/held/confirm", post(write::confirm_held))
             .route("/api/v1/held/discard", post(write::discard_held))

@@ -313,15 +313,38 @@ pub(super) async fn put_service(
     for (key, value) in parsed.config {
         match value {
             Value::String(v) => entries.push((key, v)),
-            other => {
-                return Err(AppError::BadRequest(format!(
-                    "the value of `{key}` must be a string, as agents receive it (got {other})"
-                )));
-            }
+            other => return Err(not_a_string(&key, &other)),
         }
     }
     let attribution = attribution(&headers, parsed.author, parsed.message, None)?;
-    write_service(&admin, &name, Some(entries), attribution, options).await
+    write_service(&admin, &name, ServiceChange::Set(entries), attribution, options).await
+}
+
+/// `PATCH /api/v1/services/{name}`: a JSON merge patch (RFC 7396) of the service's settings. The
+/// body has the shape of a `PUT`'s, but `config` names only the keys to change: a string sets
+/// the key (in place, so the other keys and their order stay), `null` removes it. A service that
+/// is not configured yet is created from the patch.
+pub(super) async fn patch_service(
+    State(admin): State<Admin>,
+    ServiceName(name): ServiceName,
+    WriteRequest { options, headers, body }: WriteRequest,
+) -> Result<Response, AppError> {
+    let parsed: ServiceBody = serde_json::from_slice(&body)
+        .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
+    let mut patch = Vec::with_capacity(parsed.config.len());
+    for (key, value) in parsed.config {
+        match value {
+            Value::String(v) => patch.push((key, Some(v))),
+            Value::Null => patch.push((key, None)),
+            other => return Err(not_a_string(&key, &other)),
+        }
+    }
+    let attribution = attribution(&headers, parsed.author, parsed.message, None)?;
+    write_service(&admin, &name, ServiceChange::Merge(patch), attribution, options).await
+}
+
+fn not_a_string(key: &str, value: &Value) -> AppError {
+    AppError::BadRequest(format!("the value of `{key}` must be a string, as agents receive it (got {value})"))
 }
 
 pub(super) async fn delete_service(
@@ -331,24 +354,40 @@ pub(super) async fn delete_service(
 ) -> Result<Response, AppError> {
     let body = note(&body)?;
     let attribution = attribution(&headers, body.author, body.message, None)?;
-    write_service(&admin, &name, None, attribution, options).await
+    write_service(&admin, &name, ServiceChange::Remove, attribution, options).await
 }
 
-/// Sets (`None`: removes) one service in the served document and writes the result; the
-/// document is read under the write lock, so no concurrent write of this server is lost.
+/// What a per-service write does to the service.
+enum ServiceChange {
+    /// Replace its settings (create it when new).
+    Set(Vec<(String, String)>),
+    /// Set (`Some`) or remove (`None`) the named keys, keeping the others.
+    Merge(Vec<(String, Option<String>)>),
+    /// Remove the service.
+    Remove,
+}
+
+/// Applies `change` to one service of the served document and writes the result; the document
+/// is read under the write lock, so no concurrent write of this server is lost.
 async fn write_service(
     admin: &Admin,
     name: &str,
-    entries: Option<Vec<(String, String)>>,
+    change: ServiceChange,
     attribution: Attribution,
     options: WriteOptions,
 ) -> Result<Response, AppError> {
     let guard = admin.write_lock.lock().await;
     // A conditional write need not wait: `apply` refuses it while the served table lags.
     let current = if options.if_match.is_some() { admin.served.snapshot() } else { newest_served(admin).await };
-    if entries.is_none() && current.table.get(name).is_none() {
-        return Err(AppError::NotFound(format!("no service `{name}` is configured")));
-    }
+    let existing = current.table.get(name);
+    let entries = match change {
+        ServiceChange::Set(entries) => Some(entries),
+        ServiceChange::Merge(patch) => Some(writer::merge_entries(existing.map_or(&[], |s| s.entries()), &patch)),
+        ServiceChange::Remove if existing.is_none() => {
+            return Err(AppError::NotFound(format!("no service `{name}` is configured")));
+        }
+        ServiceChange::Remove => None,
+    };
     let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
     apply(admin, guard, current, proposal, attribution, options).await
 }

@@ -127,8 +127,16 @@ fn refusal(request: &Request, hosts: &AllowedHosts) -> Option<String> {
 fn cannot_be_sent_by_a_form(headers: &HeaderMap) -> bool {
     let media = text(headers, CONTENT_TYPE.as_str())
         .map(|t| t.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
-    matches!(media.as_deref(), Some("application/json" | "application/yaml" | "application/x-yaml" | "text/yaml"))
-        || headers.contains_key(header::AUTHORIZATION)
+    matches!(
+        media.as_deref(),
+        Some(
+            "application/json"
+                | "application/merge-patch+json"
+                | "application/yaml"
+                | "application/x-yaml"
+                | "text/yaml"
+        )
+    ) || headers.contains_key(header::AUTHORIZATION)
         || headers.keys().any(|name| name.as_str().starts_with("x-skyconf-"))
 }
 

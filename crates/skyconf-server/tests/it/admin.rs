@@ -408,6 +408,27 @@ async fn per_service_writes_work_next_to_and_with_keys_over_1024_characters() {
 }
 
 #[tokio::test]
+async fn a_patch_changes_the_named_keys_and_keeps_the_others_in_their_order() {
+    let s = setup();
+    let pay = s.digest("pay");
+    let patch = json!({"config": {"agent.sample_n_per_3_secs": "50", "agent.ignore_suffix": null, "new.key": "x"}});
+    let body = s.ok_json("PATCH", "/api/v1/services/order", patch).await;
+    assert_eq!(body["served"], true, "{body}");
+    let snapshot = s.served.snapshot();
+    let order = snapshot.table.get("order").unwrap();
+    let expected = [("agent.sample_n_per_3_secs", "50"), ("new.key", "x")];
+    assert_eq!(order.entries(), expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    assert_eq!(s.digest("pay"), pay, "other services are untouched");
+
+    // A patch of a service that is not configured creates it; a value must be a string or null.
+    s.ok_json("PATCH", "/api/v1/services/fresh", json!({"config": {"k": "v"}})).await;
+    assert_eq!(s.served.snapshot().table.get("fresh").unwrap().get("k"), Some("v"));
+    let (status, body) =
+        call(&s.router, json_request("PATCH", "/api/v1/services/order", &json!({"config": {"k": 5}}))).await;
+    assert_eq!(status, 400, "{body}");
+}
+
+#[tokio::test]
 async fn every_service_a_document_holds_is_readable_editable_and_deletable_per_service() {
     let s = setup();
     // Names the API would refuse as new ones: control characters, and longer than 512 bytes.
