@@ -130,13 +130,14 @@ pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
                 "applied": c.applied,
                 "behind": c.behind,
                 "stuck": c.stuck,
+                "new": c.new,
             })
         })
         .collect();
     let unconfigured: Vec<Value> = counts
         .iter()
         .take(MAX_UNCONFIGURED_LISTED)
-        .map(|(name, c)| json!({ "name": name, "digest": Digest::empty().as_str(), "agents": c.agents, "applied": c.applied, "behind": c.behind, "stuck": c.stuck }))
+        .map(|(name, c)| json!({ "name": name, "digest": Digest::empty().as_str(), "agents": c.agents, "applied": c.applied, "behind": c.behind, "stuck": c.stuck, "new": c.new }))
         .collect();
     Json(json!({
         "version": snapshot.version,
@@ -160,12 +161,7 @@ pub(super) async fn service(
     }
     let mut counts = StateCounts::default();
     for agent in &agents {
-        match agent.state {
-            crate::fleet::AgentState::Applied => counts.applied += 1,
-            crate::fleet::AgentState::Behind => counts.behind += 1,
-            crate::fleet::AgentState::Stuck => counts.stuck += 1,
-        }
-        counts.agents += 1;
+        counts.add(agent.state);
     }
     let entries: serde_json::Map<String, Value> = config
         .map(|c| c.entries().iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())

@@ -45,6 +45,10 @@ use skyconf_core::Digest;
 /// How many independently locked shards the table has.
 pub const SHARDS: usize = 64;
 
+/// How long a pair seen only once is kept. A stock agent polls again within 20 s (the Java and Go
+/// agents' default interval), so a pair not seen again within a minute was a one-off poll.
+pub const ONE_OFF_EXPIRY: Duration = Duration::from_secs(60);
+
 /// The longest service name tracked; a longer one is answered but not tracked.
 pub const MAX_TRACKED_NAME_BYTES: usize = 1024;
 
@@ -81,6 +85,9 @@ impl Default for FleetOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentState {
+    /// It has polled once: a new agent, or a one-off poll (`skyconf fetch`, a probe). Not a fleet
+    /// member until it polls again, and forgotten after [`ONE_OFF_EXPIRY`] if it does not.
+    New,
     /// It echoes the current digest.
     Applied,
     /// It does not yet, within the allowed number of polls.
@@ -176,6 +183,8 @@ pub struct Fleet {
     options: FleetOptions,
     epoch: Instant,
     epoch_unix_ms: u64,
+    /// Milliseconds added to the clock: tests move time on with it.
+    skew_ms: AtomicU64,
     tracked: AtomicUsize,
     /// How many of the tracked pairs are of unconfigured services.
     tracked_unconfigured: AtomicUsize,
@@ -211,7 +220,7 @@ pub struct AgentStatus {
 /// Counts per state for one service.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct StateCounts {
-    /// Agents seen.
+    /// Agents seen: applied, behind or stuck (pollers seen once are counted in `new` only).
     pub agents: usize,
     /// Agents holding the current digest.
     pub applied: usize,
@@ -219,12 +228,20 @@ pub struct StateCounts {
     pub behind: usize,
     /// Agents that failed to apply it.
     pub stuck: usize,
+    /// Pollers seen once so far: new agents, or one-off polls.
+    pub new: usize,
 }
 
 impl StateCounts {
-    fn add(&mut self, state: AgentState) {
+    /// Counts one agent in `state`.
+    pub fn add(&mut self, state: AgentState) {
+        if state == AgentState::New {
+            self.new += 1;
+            return;
+        }
         self.agents += 1;
         match state {
+            AgentState::New => {}
             AgentState::Applied => self.applied += 1,
             AgentState::Behind => self.behind += 1,
             AgentState::Stuck => self.stuck += 1,
@@ -265,6 +282,7 @@ impl Fleet {
             options: FleetOptions { stuck_after_polls: options.stuck_after_polls.max(2), ..options },
             epoch: Instant::now(),
             epoch_unix_ms,
+            skew_ms: AtomicU64::new(0),
             tracked: AtomicUsize::new(0),
             tracked_unconfigured: AtomicUsize::new(0),
             untracked: AtomicU64::new(0),
@@ -279,7 +297,13 @@ impl Fleet {
     }
 
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.epoch.elapsed().as_millis() as u64 + self.skew_ms.load(Ordering::Relaxed)
+    }
+
+    /// Moves the fleet's clock on by `by` (for tests of expiry).
+    #[cfg(test)]
+    fn advance(&self, by: Duration) {
+        self.skew_ms.fetch_add(by.as_millis() as u64, Ordering::Relaxed);
     }
 
     fn unix_ms(&self, at: u64) -> u64 {
@@ -434,14 +458,20 @@ impl Fleet {
     pub fn sweep(&self) -> usize {
         let now = self.now();
         let horizon = self.options.expire_after.as_millis() as u64;
+        let one_off_horizon = horizon.min(ONE_OFF_EXPIRY.as_millis() as u64);
         let fresh = |seen: u64| now.saturating_sub(seen) < horizon;
         let (mut removed, mut removed_unconfigured) = (0, 0);
         for shard in &*self.shards {
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
             shard.peers.retain(|_, peer| {
                 let before = peer.services.len();
+                let identified = peer.instance.is_some();
                 peer.services.retain(|_, e| {
-                    let keep = fresh(e.last_seen);
+                    let keep = if e.polls <= 1 && !identified {
+                        now.saturating_sub(e.last_seen) < one_off_horizon
+                    } else {
+                        fresh(e.last_seen)
+                    };
                     if !keep && !e.configured {
                         removed_unconfigured += 1;
                     }
@@ -483,8 +513,10 @@ impl Fleet {
         self.evicted.load(Ordering::Relaxed)
     }
 
-    fn state(&self, entry: &Entry, current: &Digest) -> AgentState {
-        if entry.echoed.as_str() == current.as_str() {
+    fn state(&self, peer: &Peer, entry: &Entry, current: &Digest) -> AgentState {
+        if entry.is_one_off(peer) {
+            AgentState::New
+        } else if entry.echoed.as_str() == current.as_str() {
             AgentState::Applied
         } else if entry.target == *current && entry.polls_behind >= self.options.stuck_after_polls {
             AgentState::Stuck
@@ -517,7 +549,7 @@ impl Fleet {
             last_seen_ms: self.unix_ms(entry.last_seen),
             polls: entry.polls,
             digest: entry.echoed.as_str().to_owned(),
-            state: self.state(entry, current),
+            state: self.state(peer, entry, current),
             polls_behind: if entry.target == *current { entry.polls_behind } else { 0 },
         }
     }
@@ -531,7 +563,7 @@ impl Fleet {
             for peer in shard.peers.values() {
                 for (service, entry) in &peer.services {
                     let current = digests.entry(Arc::clone(service)).or_insert_with(|| current_of(service));
-                    let state = self.state(entry, current);
+                    let state = self.state(peer, entry, current);
                     match out.get_mut(&**service) {
                         Some(counts) => counts.add(state),
                         None => out.entry(service.to_string()).or_default().add(state),
@@ -561,6 +593,12 @@ impl Fleet {
 }
 
 impl Entry {
+    /// Seen once, from a connection that never said which instance it is: a new agent, or a
+    /// one-off poll, not yet a fleet member.
+    fn is_one_off(&self, peer: &Peer) -> bool {
+        self.polls <= 1 && peer.instance.is_none()
+    }
+
     fn update(&mut self, uuid: &str, current: &Digest, now: u64) {
         self.last_seen = now;
         self.polls += 1;
@@ -608,7 +646,7 @@ mod tests {
         let v1 = Digest::of_text("v1");
         let v2 = Digest::of_text("v2");
         fleet.observe("svc", "", peer(1), &v1, true);
-        assert_eq!(state(&fleet, "svc", 1, &v1), AgentState::Behind, "first contact");
+        assert_eq!(state(&fleet, "svc", 1, &v1), AgentState::New, "first contact");
         fleet.observe("svc", v1.as_str(), peer(1), &v1, true);
         assert_eq!(state(&fleet, "svc", 1, &v1), AgentState::Applied);
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Behind, "a change it has not polled since");
@@ -618,6 +656,26 @@ mod tests {
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Applied);
         let agent = &fleet.agents_of("svc", &v2)[0];
         assert_eq!((agent.polls, agent.digest.as_str(), agent.polls_behind), (4, v2.as_str(), 0));
+    }
+
+    #[test]
+    fn a_one_off_poll_is_new_not_a_member_and_forgotten_within_a_minute() {
+        let fleet = fleet();
+        let v1 = Digest::of_text("v1");
+        // A `skyconf fetch`: one poll, then gone. An agent: it polls again.
+        fleet.observe("svc", "", peer(1), &v1, true);
+        fleet.observe("svc", "", peer(2), &v1, true);
+        fleet.observe("svc", v1.as_str(), peer(2), &v1, true);
+        // An agent that said who it is (keepAlive) is a member from its first poll.
+        fleet.observe_instance("svc", "pod-3", peer(3));
+        fleet.observe("svc", "", peer(3), &v1, true);
+        let counts = fleet.counts(|_| v1.clone());
+        assert_eq!(counts["svc"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0, new: 1 });
+        assert_eq!(state(&fleet, "svc", 1, &v1), AgentState::New);
+
+        fleet.advance(ONE_OFF_EXPIRY + Duration::from_secs(1));
+        assert_eq!(fleet.sweep(), 1, "only the one-off poll is forgotten");
+        assert_eq!(fleet.agents_of("svc", &v1).len(), 2);
     }
 
     #[test]
@@ -641,14 +699,17 @@ mod tests {
     fn counts_services_and_peers_separately_and_the_table_is_bounded() {
         let fleet = Fleet::new(FleetOptions { max_agents: 3, ..FleetOptions::default() });
         let v1 = Digest::of_text("v1");
-        fleet.observe("a", v1.as_str(), peer(1), &v1, true);
-        fleet.observe("a", "", peer(2), &v1, true);
-        fleet.observe("b", "", peer(1), &v1, true);
+        // Each agent polls twice: a member of the fleet, not a one-off poll.
+        for _ in 0..2 {
+            fleet.observe("a", v1.as_str(), peer(1), &v1, true);
+            fleet.observe("a", "", peer(2), &v1, true);
+            fleet.observe("b", "", peer(1), &v1, true);
+        }
         fleet.observe("c", "", peer(3), &v1, true);
         assert_eq!(fleet.tracked(), 3);
         assert_eq!(fleet.untracked_polls(), 1);
         let counts = fleet.counts(|_| v1.clone());
-        assert_eq!(counts["a"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0 });
+        assert_eq!(counts["a"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0, new: 0 });
         assert_eq!(counts["b"].agents, 1);
         assert!(!counts.contains_key("c"));
         assert_eq!(fleet.per_digest()[&("a".to_owned(), v1.to_string())], 1);

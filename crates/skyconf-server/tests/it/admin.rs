@@ -143,8 +143,12 @@ fn peer(port: u16) -> SocketAddr {
 async fn lists_services_with_digest_keys_and_fleet_counts() {
     let s = setup();
     let order = s.digest("order");
-    s.fleet.observe("order", order.as_str(), peer(1), &order, true);
-    s.fleet.observe("order", "", peer(2), &order, true);
+    for _ in 0..2 {
+        s.fleet.observe("order", order.as_str(), peer(1), &order, true);
+        s.fleet.observe("order", "", peer(2), &order, true);
+    }
+    // A one-off poll (`skyconf fetch`) is `new`, not an agent.
+    s.fleet.observe("order", "", peer(4), &order, true);
     s.fleet.observe("typo-service", "", peer(3), &Digest::empty(), false);
 
     let (status, body) = call(&s.router, get("/api/v1/services")).await;
@@ -155,6 +159,7 @@ async fn lists_services_with_digest_keys_and_fleet_counts() {
     assert_eq!(services[0]["keys"], 2);
     assert_eq!((services[0]["agents"].as_u64(), services[0]["applied"].as_u64()), (Some(2), Some(1)));
     assert_eq!(services[0]["behind"], 1);
+    assert_eq!(services[0]["new"], 1);
     assert_eq!(services[0]["last_change"]["release"], 1);
     assert_eq!(body["unconfigured"][0]["name"], "typo-service");
 }
