@@ -80,8 +80,14 @@ fn main() -> ExitCode {
 /// with. skyconf's own errors do not repeat their causes; this is for libraries' errors that do
 /// (hyper-util's `tcp connect error` is in its own chain twice).
 fn chain(error: &anyhow::Error) -> String {
+    causes(error.chain().map(|cause| cause as &(dyn std::error::Error + 'static)))
+}
+
+/// Messages of a chain of errors, `: `-separated, each left out when the text already ends with
+/// it (see [`chain`]).
+pub(crate) fn causes<'a>(chain: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
     let mut text = String::new();
-    for cause in error.chain() {
+    for cause in chain {
         let message = cause.to_string();
         if text.is_empty() {
             text = message;

@@ -48,9 +48,9 @@ use serde_json::{Value, json};
 use skyconf_core::codec::{DiscoveryCommand, SERIAL_NUMBER_KEY};
 use skyconf_proto::v3::Commands;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
-use crate::args::parse_duration;
+use crate::args::{ServerAddr, parse_duration};
 
 /// Arguments of `skyconf bench`.
 #[derive(Debug, clap::Args)]
@@ -80,9 +80,9 @@ enum Mode {
 /// Where to send, and which services to ask for.
 #[derive(Debug, Clone, clap::Args)]
 struct Target {
-    /// The server, `HOST:PORT`.
-    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR")]
-    addr: String,
+    /// The server: `HOST:PORT`, `http://HOST:PORT`, or `https://HOST:PORT`.
+    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR", value_parser = ServerAddr::parse)]
+    addr: ServerAddr,
     /// Service names are `PREFIX0`, `PREFIX1`, ...
     #[arg(long, default_value = "bench-svc-")]
     service_prefix: String,
@@ -133,11 +133,8 @@ type Client = ConfigurationDiscoveryServiceClient<Channel>;
 
 /// Opens connection number `index` to the target, from its next --local-addr if any.
 async fn connect(target: &Target, index: usize) -> anyhow::Result<Client> {
-    let mut endpoint = Endpoint::from_shared(format!("http://{}", target.addr))
-        .context("invalid address")?
-        .timeout(target.timeout)
-        .connect_timeout(target.timeout)
-        .tcp_nodelay(true);
+    let mut endpoint =
+        target.addr.endpoint()?.timeout(target.timeout).connect_timeout(target.timeout).tcp_nodelay(true);
     if !target.local_addr.is_empty() {
         endpoint = endpoint.local_address(Some(target.local_addr[index % target.local_addr.len()]));
     }
