@@ -20,7 +20,7 @@
 //!
 //! Results go to stdout (a table, or one JSON object with `--json`); the exit status is 0 only if
 //! every call succeeded and every answer was right. A progress bar goes to stderr when it is a
-//! terminal.
+//! terminal, a plain line every few seconds when it is not (a pipe, a CI log).
 //!
 //! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`,
 //! `propagation.rs`, `reload.rs`, `document.rs` and `soak.rs`. This file holds what they share: the
@@ -35,11 +35,12 @@ mod soak;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::IpAddr;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
@@ -271,10 +272,77 @@ impl Stats {
     }
 }
 
-/// A progress bar on stderr counting `len` `what`s; hidden with --quiet.
-fn progress(quiet: bool, len: u64, what: &str) -> ProgressBar {
+/// How often progress is printed as a plain line when stderr is not a terminal.
+const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// Progress on stderr: indicatif's bar on a terminal; elsewhere (a pipe, a CI log), where
+/// indicatif draws nothing, a plain line at the start, every [`PLAIN_PROGRESS_EVERY`] and at the
+/// end; nothing with --quiet.
+#[derive(Clone)]
+struct Progress {
+    bar: ProgressBar,
+    plain: Option<Arc<Plain>>,
+}
+
+/// The state of plain-line progress.
+struct Plain {
+    what: String,
+    len: u64,
+    started: Instant,
+    last: Mutex<Instant>,
+}
+
+impl Plain {
+    fn line(&self, position: u64, end: &str) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let _ = writeln!(std::io::stderr(), "bench: {} {position}/{} after {seconds:.1} s{end}", self.what, self.len);
+    }
+}
+
+impl Progress {
+    /// Sets the position.
+    fn set_position(&self, position: u64) {
+        self.bar.set_position(position);
+        self.tick();
+    }
+
+    /// Advances the position by `n`.
+    fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        self.tick();
+    }
+
+    /// A plain line when one is due.
+    fn tick(&self) {
+        if let Some(plain) = &self.plain {
+            let mut last = plain.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.elapsed() >= PLAIN_PROGRESS_EVERY {
+                *last = Instant::now();
+                drop(last);
+                plain.line(self.bar.position(), "");
+            }
+        }
+    }
+
+    /// Removes the bar; off a terminal, prints the final line.
+    fn finish_and_clear(&self) {
+        self.bar.finish_and_clear();
+        if let Some(plain) = &self.plain {
+            plain.line(self.bar.position(), ", done");
+        }
+    }
+}
+
+/// Progress on stderr counting `len` `what`s; hidden with --quiet.
+fn progress(quiet: bool, len: u64, what: &str) -> Progress {
     if quiet {
-        return ProgressBar::hidden();
+        return Progress { bar: ProgressBar::hidden(), plain: None };
+    }
+    if !std::io::stderr().is_terminal() {
+        let now = Instant::now();
+        let plain = Plain { what: what.to_owned(), len, started: now, last: Mutex::new(now) };
+        plain.line(0, "");
+        return Progress { bar: ProgressBar::hidden().with_position(0), plain: Some(Arc::new(plain)) };
     }
     let bar = ProgressBar::new(len);
     bar.set_style(
@@ -283,7 +351,7 @@ fn progress(quiet: bool, len: u64, what: &str) -> ProgressBar {
         ))
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    bar
+    Progress { bar, plain: None }
 }
 
 /// Prints `report` as JSON or as a two-column table.
@@ -299,6 +367,10 @@ fn print_report(report: &Value, as_json: bool) {
                     let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
                     walk(&key, v, out);
                 }
+            }
+            // Strings as they are: `mode load`, not `mode "load"`.
+            Value::String(text) => {
+                let _ = writeln!(out, "{prefix:<32} {text}");
             }
             other => {
                 let _ = writeln!(out, "{prefix:<32} {other}");
