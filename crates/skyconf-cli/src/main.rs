@@ -20,7 +20,10 @@ use clap::{Parser, Subcommand};
 
 /// skyconf: dynamic configuration for SkyWalking agents.
 #[derive(Debug, Parser)]
-#[command(name = "skyconf", version, about, long_about = None)]
+#[command(name = "skyconf", version, about, long_about = None, after_help = "\
+Results go to stdout, errors and logs to stderr. Exit status: 0 success; 1 failure (the reason on
+stderr); 2 a refused document (digest, validate) or a usage error; 3 an error status the server
+answered (fetch). Each command's --help says which apply.")]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "text", env = "SKYCONF_LOG_FORMAT")]

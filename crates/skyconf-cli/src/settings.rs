@@ -393,7 +393,17 @@ pub(crate) fn canonical_selector(name: &str) -> anyhow::Result<&'static StoreEnt
         })
         .collect();
     let supported = supported.join(", ");
-    if matches!(name, "consul" | "apollo" | "k8s-configmap") {
+    if name == "k8s-configmap" {
+        // The OAP's selector reads the ConfigMap through the Kubernetes API; mounted as a volume,
+        // the same ConfigMap is the file store's directory form, which skyconf serves and follows.
+        bail!(
+            "the `k8s-configmap` store is not supported yet; mount the ConfigMap as a volume and serve \
+             the mount with the file store: `skyconf serve --store file --file /MOUNT/DIR` (or \
+             `configuration: {{selector: file, file: {{path: /MOUNT/DIR}}}}`); the document is its \
+             `configuration-discovery.default.agentConfigurations` key; supported: {supported}"
+        );
+    }
+    if matches!(name, "consul" | "apollo") {
         bail!("the `{name}` store is not supported yet; supported: {supported}");
     }
     bail!("unknown store `{name}`; supported: {supported}")
@@ -585,6 +595,11 @@ skyconf:
         assert_eq!(canonical_selector("dcs").unwrap().selector, "grpc");
         assert_eq!(canonical_selector("etcd").unwrap().selector, "etcd");
         assert!(canonical_selector("consul").unwrap_err().to_string().contains("not supported yet"));
+        let k8s = canonical_selector("k8s-configmap").unwrap_err().to_string();
+        assert!(
+            k8s.contains("not supported yet") && k8s.contains("`skyconf serve --store file --file /MOUNT/DIR`"),
+            "{k8s}"
+        );
         assert!(canonical_selector("nope").is_err());
     }
 }

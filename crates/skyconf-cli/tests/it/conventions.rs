@@ -85,3 +85,66 @@ fn agent_says_it_cannot_connect_and_to_which_address() {
     assert_eq!(stderr.matches("Cannot connect to the server").count(), 1, "once per outage: {stderr}");
     assert!(output.stdout.is_empty());
 }
+
+#[test]
+fn help_lists_every_command_and_each_command_documents_its_exit_statuses() {
+    let help = String::from_utf8(skyconf().arg("--help").output().unwrap().stdout).unwrap();
+    let about = help.lines().next().unwrap();
+    for command in ["serve", "fetch", "digest", "validate", "agent", "bench"] {
+        assert!(about.contains(command), "the about line names `{command}`: {about}");
+        let sub = skyconf().args([command, "--help"]).output().unwrap();
+        assert!(sub.status.success());
+        let sub = String::from_utf8(sub.stdout).unwrap();
+        assert!(sub.contains("Exit status:\n  0  "), "`{command} --help` documents exit statuses:\n{sub}");
+    }
+    // --addr has a default, so it is not required.
+    for command in ["fetch", "agent"] {
+        let sub = String::from_utf8(skyconf().args([command, "--help"]).output().unwrap().stdout).unwrap();
+        let usage = sub.lines().find(|l| l.starts_with("Usage:")).unwrap();
+        assert!(!usage.contains("--addr"), "{usage}");
+        assert!(sub.contains("[default: 127.0.0.1:11800]"), "{sub}");
+    }
+}
+
+#[test]
+fn a_k8s_configmap_selector_points_to_the_mounted_directory_and_the_advice_works() {
+    // Usability finding 9.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("application.yml");
+    std::fs::write(&config, "configuration:\n  selector: ${SW_CONFIGURATION:k8s-configmap}\n").unwrap();
+    let output = skyconf()
+        .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .env_remove("SKYCONF_STORE")
+        .env_remove("SKYCONF_FILE")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("mount the ConfigMap as a volume"), "{stderr}");
+    assert!(stderr.contains("`skyconf serve --store file --file /MOUNT/DIR`"), "{stderr}");
+
+    // The advice, with the same config file: a ConfigMap's mount, `..data` machinery included.
+    let mount = dir.path().join("configmap");
+    let data = mount.join("..2026_12_03");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(
+        repo_root().join("examples/agent-configurations.yaml"),
+        data.join("configuration-discovery.default.agentConfigurations"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("..2026_12_03", mount.join("..data")).unwrap();
+    std::os::unix::fs::symlink(
+        "..data/configuration-discovery.default.agentConfigurations",
+        mount.join("configuration-discovery.default.agentConfigurations"),
+    )
+    .unwrap();
+    let mut command = serve_command();
+    command.arg("--config").arg(&config).args(["--store", "file", "--file"]).arg(&mount);
+    let server = Server::spawn(command);
+    let answer = skyconf().args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&answer.stdout).contains("ConfigurationDiscoveryCommand"), "{answer:?}");
+    // And `validate` reads the same directory the same way.
+    let validate = skyconf().arg("validate").arg(&mount).output().unwrap();
+    assert!(validate.status.success(), "{validate:?}");
+}

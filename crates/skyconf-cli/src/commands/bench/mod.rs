@@ -55,7 +55,17 @@ use crate::args::{ServerAddr, parse_duration};
 
 /// Arguments of `skyconf bench`.
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "\
+Output: the report on stdout (a table, or one JSON object with --json); progress on stderr (a bar
+on a terminal, a plain line every few seconds elsewhere, none with --quiet).
+
+Exit status:
+  0  every call succeeded and every answer was right
+  1  a call failed, an answer was wrong, no call succeeded, or the server cannot be reached
+  2  usage error"
+)]
 pub(crate) struct Args {
     #[command(subcommand)]
     mode: Option<Mode>,
