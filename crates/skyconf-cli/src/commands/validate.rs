@@ -163,14 +163,29 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Ok(table) => {
             let mut warnings = warnings_for(&table, document.text.as_deref().unwrap_or(""));
             if document.text.is_none() {
+                let mut message =
+                    "no such file: the directory holds no agent configurations, so the file store would serve none"
+                        .to_owned();
+                // Loose documents are not the directory form: say how to check them instead.
+                let yaml = std::fs::read_dir(&args.path)
+                    .map(|entries| {
+                        entries
+                            .filter_map(Result::ok)
+                            .filter(|e| e.path().extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                            .count()
+                    })
+                    .unwrap_or(0);
+                if yaml > 0 {
+                    message.push_str(&format!(
+                        "; its {yaml} *.yaml/*.yml files are not part of the directory form: validate each by name"
+                    ));
+                }
                 warnings.push(Warning {
                     line: None,
                     column: None,
                     service: None,
                     key: None,
-                    message:
-                        "no such file: the directory holds no agent configurations, so the file store would serve none"
-                            .to_owned(),
+                    message,
                     suggestion: None,
                 });
             }

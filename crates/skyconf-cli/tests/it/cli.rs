@@ -104,6 +104,13 @@ fn validate_reads_standard_input_and_a_configmap_directory() {
         .assert()
         .code(1)
         .stderr(predicate::str::contains("holds no agent configurations"));
+    write(&dir, "agent.yaml", text);
+    assert_cmd::Command::from_std(skyconf())
+        .arg("validate")
+        .arg(dir.path())
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("its 1 *.yaml/*.yml files are not part of the directory form"));
 }
 
 #[test]
