@@ -1,18 +1,22 @@
 //! Flags and value parsers more than one subcommand takes: [`ClientArgs`], how `fetch` and
-//! `agent` reach a server as an agent would, and [`parse_duration`], the one spelling of a
-//! duration on the command line (`250ms`, `20s`, `10m`).
+//! `agent` reach a server as an agent would, [`ServerAddr`], the one spelling of a server's
+//! address (`HOST:PORT`, `http://HOST:PORT`, `https://HOST:PORT`), and [`parse_duration`], the
+//! one spelling of a duration on the command line (`250ms`, `20s`, `10m`).
 
+use std::fmt;
 use std::time::Duration;
 
 use skyconf_server::security::Secret;
+use tonic::transport::{ClientTlsConfig, Endpoint};
 
 /// Where and as whom a client subcommand calls `fetchConfigurations`: shared by `fetch` and
 /// `agent`, so the two spell, default and hide these flags alike.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ClientArgs {
-    /// The server, `HOST:PORT`.
-    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR")]
-    pub(crate) addr: String,
+    /// The server: `HOST:PORT`, `http://HOST:PORT`, or `https://HOST:PORT` (TLS, the system's
+    /// roots).
+    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR", value_parser = ServerAddr::parse)]
+    pub(crate) addr: ServerAddr,
     /// The service name, exactly as the agent sends it.
     #[arg(long)]
     pub(crate) service: String,
@@ -23,6 +27,65 @@ pub(crate) struct ClientArgs {
     /// Its value from the environment never appears in `--help`.
     #[arg(long, env = "SKYCONF_AUTHENTICATION", hide_env_values = true)]
     pub(crate) authentication: Option<Secret>,
+}
+
+/// A server's address as the command line gave it: `HOST:PORT` (plain HTTP/2, as agents dial
+/// their collector), `http://HOST:PORT`, or `https://HOST:PORT` (TLS with the system's roots).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServerAddr {
+    /// As given, for messages and reports.
+    text: String,
+    /// `http://...` or `https://...`.
+    uri: String,
+}
+
+impl ServerAddr {
+    /// Parses an address; the error says which spellings are accepted.
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        const SPELLINGS: &str = "use HOST:PORT, http://HOST:PORT or https://HOST:PORT";
+        let (scheme, rest) = match text.split_once("://") {
+            Some((scheme @ ("http" | "https"), rest)) => (scheme, rest),
+            Some((scheme, _)) => return Err(format!("unsupported scheme `{scheme}://`; {SPELLINGS}")),
+            None => ("http", text),
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.is_empty() || rest.contains('/') {
+            return Err(format!("`{text}` is not a server address (no path is taken); {SPELLINGS}"));
+        }
+        let has_port = rest.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && port.parse::<u16>().is_ok() && (!host.contains(':') || host.ends_with(']'))
+        });
+        if !has_port && scheme == "http" && !text.contains("://") {
+            return Err(format!("`{text}` has no port; {SPELLINGS} (agents use 11800)"));
+        }
+        let uri = format!("{scheme}://{rest}");
+        Endpoint::from_shared(uri.clone())
+            .map_err(|e| format!("`{text}` is not a server address: {e}; {SPELLINGS}"))?;
+        Ok(Self { text: text.to_owned(), uri })
+    }
+
+    /// Whether calls go over TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        self.uri.starts_with("https://")
+    }
+
+    /// An endpoint for the address, TLS configured for `https://`.
+    pub(crate) fn endpoint(&self) -> anyhow::Result<Endpoint> {
+        let endpoint = Endpoint::from_shared(self.uri.clone())?;
+        Ok(if self.is_tls() { endpoint.tls_config(ClientTlsConfig::new().with_native_roots())? } else { endpoint })
+    }
+}
+
+impl fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl serde::Serialize for ServerAddr {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
 }
 
 /// Parses `250ms`, `20s`, `2m` or a plain number of seconds.
@@ -52,6 +115,21 @@ mod tests {
         assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
         assert!(parse_duration("1h").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn addresses_take_host_port_or_an_http_or_https_uri() {
+        let plain = ServerAddr::parse("127.0.0.1:11800").unwrap();
+        assert_eq!((plain.uri.as_str(), plain.is_tls()), ("http://127.0.0.1:11800", false));
+        assert_eq!(ServerAddr::parse("http://127.0.0.1:11800").unwrap().uri, "http://127.0.0.1:11800");
+        assert_eq!(ServerAddr::parse("http://oap.local:11800/").unwrap().uri, "http://oap.local:11800");
+        assert!(ServerAddr::parse("https://oap.example:443").unwrap().is_tls());
+        assert_eq!(ServerAddr::parse("[::1]:11800").unwrap().uri, "http://[::1]:11800");
+        assert_eq!(ServerAddr::parse("http://127.0.0.1:11800").unwrap().to_string(), "http://127.0.0.1:11800");
+        for bad in ["grpc://h:1", "h:1/path", "oap.local", "", "h:notaport"] {
+            let error = ServerAddr::parse(bad).unwrap_err();
+            assert!(error.contains("HOST:PORT, http://HOST:PORT or https://HOST:PORT"), "{bad}: {error}");
+        }
     }
 
     /// clap's own checks of the whole command line (unique names, groups, defaults), which it

@@ -20,7 +20,10 @@ use clap::{Parser, Subcommand};
 
 /// skyconf: dynamic configuration for SkyWalking agents.
 #[derive(Debug, Parser)]
-#[command(name = "skyconf", version, about, long_about = None)]
+#[command(name = "skyconf", version, about, long_about = None, after_help = "\
+Results go to stdout, errors and logs to stderr. Exit status: 0 success; 1 failure (the reason on
+stderr); 2 a refused document (digest, validate) or a usage error; 3 an error status the server
+answered (fetch). Each command's --help says which apply.")]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "text", env = "SKYCONF_LOG_FORMAT")]
@@ -80,12 +83,20 @@ fn main() -> ExitCode {
 /// and do not also return it as `source()`; some libraries' errors repeat theirs (hyper-util's `tcp
 /// connect error` is in its own chain twice), so a cause whose text is already said is left out.
 fn chain(error: &anyhow::Error) -> String {
-    let mut text = error.to_string();
-    for cause in error.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
+    causes(error.chain().map(|cause| cause as &(dyn std::error::Error + 'static)))
+}
+
+/// Messages of a chain of errors, `: `-separated, each left out when the text already says it
+/// (see [`chain`]).
+pub(crate) fn causes<'a>(chain: impl Iterator<Item = &'a (dyn std::error::Error + 'static)>) -> String {
+    let mut text = String::new();
+    for cause in chain {
+        let message = cause.to_string();
+        if text.is_empty() {
+            text = message;
+        } else if !text.contains(&message) {
             text.push_str(": ");
-            text.push_str(&cause);
+            text.push_str(&message);
         }
     }
     text

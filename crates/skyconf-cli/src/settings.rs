@@ -268,8 +268,8 @@ fn check_own_keys(value: &serde_json::Value, path: &str) -> anyhow::Result<()> {
     };
     for (key, child) in map {
         if !known.contains(&key.as_str()) {
-            let nearest = known.iter().min_by_key(|k| edit_distance(&key.to_lowercase(), &k.to_lowercase()));
-            let hint = nearest.map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+            let hint =
+                did_you_mean(key, known.iter().copied()).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
             bail!("unknown setting `{path}.{key}`{hint}; `{path}` takes {}", known.join(", "));
         }
         check_own_keys(child, &format!("{path}.{key}"))?;
@@ -310,6 +310,20 @@ fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
     let mut fields: &'static [&'static str] = &[];
     let _ = T::deserialize(Names(&mut fields));
     fields
+}
+
+/// The candidate closest to `word` (ignoring case), when it is close enough to be a misspelling
+/// of it: at most a third of `word`'s characters (and at least 2) differ. The one "did you mean"
+/// of the binary: unknown settings here, unknown configuration keys in `validate`.
+pub(crate) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let word = word.to_lowercase();
+    let allowed = (word.chars().count() / 3).max(2);
+    candidates
+        .into_iter()
+        .map(|candidate| (edit_distance(&word, &candidate.to_lowercase()), candidate))
+        .filter(|(distance, _)| *distance <= allowed)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
 }
 
 /// Levenshtein distance in characters: how many insertions, deletions and substitutions turn
@@ -379,7 +393,17 @@ pub(crate) fn canonical_selector(name: &str) -> anyhow::Result<&'static StoreEnt
         })
         .collect();
     let supported = supported.join(", ");
-    if matches!(name, "consul" | "apollo" | "k8s-configmap") {
+    if name == "k8s-configmap" {
+        // The OAP's selector reads the ConfigMap through the Kubernetes API; mounted as a volume,
+        // the same ConfigMap is the file store's directory form, which skyconf serves and follows.
+        bail!(
+            "the `k8s-configmap` store is not supported yet; mount the ConfigMap as a volume and serve \
+             the mount with the file store: `skyconf serve --store file --file /MOUNT/DIR` (or \
+             `configuration: {{selector: file, file: {{path: /MOUNT/DIR}}}}`); the document is its \
+             `configuration-discovery.default.agentConfigurations` key; supported: {supported}"
+        );
+    }
+    if matches!(name, "consul" | "apollo") {
         bail!("the `{name}` store is not supported yet; supported: {supported}");
     }
     bail!("unknown store `{name}`; supported: {supported}")
@@ -550,6 +574,15 @@ skyconf:
     }
 
     #[test]
+    fn did_you_mean_names_only_a_close_candidate() {
+        let keys = ["agent.sample_n_per_3_secs", "agent.span_limit_per_segment", "agent.ignore_suffix"];
+        assert_eq!(did_you_mean("agent.sampel_n_per_3_secs", keys), Some("agent.sample_n_per_3_secs"));
+        assert_eq!(did_you_mean("Agent.Ignore_Suffix", keys), Some("agent.ignore_suffix"));
+        assert_eq!(did_you_mean("agent.typo", keys), None);
+        assert_eq!(did_you_mean("kye", ["key", "cert"]), Some("key"));
+    }
+
+    #[test]
     fn edit_distance_counts_single_character_edits() {
         assert_eq!(edit_distance("agentTokn", "agentToken"), 1);
         assert_eq!(edit_distance("", "abc"), 3);
@@ -562,6 +595,11 @@ skyconf:
         assert_eq!(canonical_selector("dcs").unwrap().selector, "grpc");
         assert_eq!(canonical_selector("etcd").unwrap().selector, "etcd");
         assert!(canonical_selector("consul").unwrap_err().to_string().contains("not supported yet"));
+        let k8s = canonical_selector("k8s-configmap").unwrap_err().to_string();
+        assert!(
+            k8s.contains("not supported yet") && k8s.contains("`skyconf serve --store file --file /MOUNT/DIR`"),
+            "{k8s}"
+        );
         assert!(canonical_selector("nope").is_err());
     }
 }

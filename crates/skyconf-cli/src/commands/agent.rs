@@ -14,12 +14,21 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::json;
 use skyconf_agent::watchers::{JAVA_KEYS, StringWatcher};
-use skyconf_agent::{Agent, AgentOptions, ChangeEvent, GrpcTransport, Registry, Watcher, WatcherError};
+use skyconf_agent::{Agent, AgentOptions, ChangeEvent, GrpcTransport, Registry, Transport, Watcher, WatcherError};
+use skyconf_proto::v3::{Commands, ConfigurationSyncRequest};
 
-use crate::args::{ClientArgs, parse_duration};
+use crate::args::{ClientArgs, ServerAddr, parse_duration};
 
 /// Arguments of `skyconf agent`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Output: one JSON line per change on stdout; log lines (a server that cannot be reached, an error
+status) on stderr. A server that is down is retried with back-off, as an agent does.
+
+Exit status:
+  0  stopped by SIGTERM or Ctrl-C
+  1  an argument is invalid (--authentication) or the runtime cannot start
+  2  usage error")]
 pub(crate) struct Args {
     #[command(flatten)]
     client: ClientArgs,
@@ -61,6 +70,40 @@ impl<W: Write + Send + 'static> Watcher for Printer<W> {
     }
 }
 
+/// The gRPC transport, with a failure to connect said as such: tonic reports it as an
+/// `UNAVAILABLE` status, which the agent library would log as what "the server answered".
+struct Connecting {
+    inner: GrpcTransport,
+    addr: ServerAddr,
+    /// Whether the last call failed to connect (one warning per outage).
+    down: bool,
+}
+
+impl Transport for Connecting {
+    async fn fetch(&mut self, request: ConfigurationSyncRequest, timeout: Duration) -> Result<Commands, tonic::Status> {
+        let result = self.inner.fetch(request, timeout).await;
+        match result {
+            // A status with a cause is the client's own: the connection, not the server.
+            Err(status)
+                if status.code() == tonic::Code::Unavailable && std::error::Error::source(&status).is_some() =>
+            {
+                let cause = crate::causes(std::error::Error::source(&status).into_iter().flat_map(|e| {
+                    std::iter::successors(Some(e as &(dyn std::error::Error + 'static)), |e| e.source())
+                }));
+                let message = format!("cannot connect to {}: {cause}", self.addr);
+                if !std::mem::replace(&mut self.down, true) {
+                    tracing::warn!(addr = %self.addr, error = %cause, "Cannot connect to the server; retrying.");
+                }
+                Err(tonic::Status::unavailable(message))
+            }
+            other => {
+                self.down = false;
+                other
+            }
+        }
+    }
+}
+
 /// Follows the configuration, printing events to `out`, until `stop` completes.
 async fn follow<W: Write + Send + 'static>(
     args: Args,
@@ -68,7 +111,9 @@ async fn follow<W: Write + Send + 'static>(
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let Args { client: ClientArgs { addr, service, timeout, authentication }, interval, keys } = args;
-    let mut transport = GrpcTransport::lazy(&addr).context("invalid --addr")?;
+    // As `GrpcTransport::lazy`, for every spelling of --addr (https:// included).
+    let channel = addr.endpoint()?.connect_timeout(Duration::from_secs(10)).tcp_nodelay(true).connect_lazy();
+    let mut transport = GrpcTransport::from_channel(channel);
     if let Some(token) = &authentication {
         transport = transport.with_authentication(token.expose()).context("invalid --authentication")?;
     }
@@ -78,6 +123,7 @@ async fn follow<W: Write + Send + 'static>(
         registry.register(Arc::new(Printer { inner: StringWatcher::new(key), out: Arc::clone(&out) }));
     }
     let options = AgentOptions::new(service).interval(interval).timeout(timeout);
+    let transport = Connecting { inner: transport, addr, down: false };
     let handle = Agent::new(options, registry, transport).spawn();
     stop.await;
     handle.stop().await;
@@ -160,7 +206,7 @@ mod tests {
         let done = Arc::new(Notify::new());
         let args = Args {
             client: ClientArgs {
-                addr: addr.to_string(),
+                addr: ServerAddr::parse(&addr.to_string()).unwrap(),
                 service: "svc".into(),
                 timeout: Duration::from_secs(5),
                 authentication: None,

@@ -1,20 +1,30 @@
 //! `skyconf digest PATH`: what the server would serve each service, as JSON:
 //! `{"<service>": {"uuid": "<hex>", "config": {"<key>": "<value>", ...}}, ...}` in document order.
+//! `PATH` is a file, `-` (standard input) or a file-store directory, as for `validate`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{Map, Value, json};
 
+use super::{Document, EXIT_REFUSED};
+
 /// Arguments of `skyconf digest`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Exit status:
+  0  the digests are printed on stdout
+  1  the document cannot be read
+  2  skyconf would refuse the document (FILE:LINE:COLUMN: message on stderr), or a usage error")]
 pub(crate) struct Args {
-    /// The agent-configurations YAML file.
+    /// The agent-configurations YAML file, `-` for standard input, or a directory in the file
+    /// store's directory form (a mounted ConfigMap).
     path: PathBuf,
 }
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    match super::read_document(&args.path)? {
+    let document = Document::read(&args.path)?;
+    match document.parse() {
         Ok(table) => {
             let mut out = Map::new();
             for service in table.services() {
@@ -26,8 +36,8 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("{}:{}", args.path.display(), error);
-            Ok(ExitCode::from(2))
+            eprintln!("{}", document.located(&error));
+            Ok(ExitCode::from(EXIT_REFUSED))
         }
     }
 }

@@ -1,6 +1,11 @@
 //! `skyconf fetch`: one `fetchConfigurations` call, as an agent makes it, printed as JSON:
 //! `{"commands": [{"command": "...", "args": [["SerialNumber", "..."], ["UUID", "..."], ...]}]}`.
+//!
+//! Stdout carries what the server answered, an error status included (`{"error": "<code>",
+//! "code": N, "message": "..."}`, exit status 3); stderr carries every error message, and a
+//! server that cannot be reached is only that (exit status 1).
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -10,8 +15,20 @@ use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDisc
 
 use crate::args::ClientArgs;
 
+/// Exit status of `fetch` when the server answered with an error status.
+const EXIT_SERVER_ERROR: u8 = 3;
+
 /// Arguments of `skyconf fetch`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Output: the answer on stdout as JSON; an error status the server answered is also JSON on stdout,
+{\"error\": \"PermissionDenied\", \"code\": 7, \"message\": \"...\"}, and a line on stderr.
+
+Exit status:
+  0  the server answered; the answer is on stdout
+  1  the server could not be reached or gave no answer in time (message on stderr only)
+  2  usage error
+  3  the server answered with an error status (JSON on stdout, a line on stderr)")]
 pub(crate) struct Args {
     #[command(flatten)]
     client: ClientArgs,
@@ -20,14 +37,11 @@ pub(crate) struct Args {
     uuid: String,
 }
 
-/// Makes the call and prints its answer; exit status 3 when the call fails.
+/// Makes the call and prints its answer; exit status 3 when the server answers with an error.
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Args { client: ClientArgs { addr, service, timeout, authentication }, uuid } = args;
     super::runtime()?.block_on(async {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .context("invalid address")?
-            .timeout(timeout)
-            .connect_timeout(timeout);
+        let endpoint = addr.endpoint()?.timeout(timeout).connect_timeout(timeout);
         let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {addr}"))?;
         let mut client = ConfigurationDiscoveryServiceClient::new(channel);
         let mut request = tonic::Request::new(ConfigurationSyncRequest { service, uuid });
@@ -50,9 +64,24 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 println!("{}", json!({ "commands": commands }));
                 Ok(ExitCode::SUCCESS)
             }
+            // A status with a cause is the client's own (the connection broke, the deadline
+            // passed): no answer, so nothing on stdout.
+            Err(status) if std::error::Error::source(&status).is_some() => {
+                Err(anyhow::Error::new(status).context(format!("no answer from {addr}")))
+            }
             Err(status) => {
-                println!("{}", json!({ "error": format!("{:?}", status.code()), "message": status.message() }));
-                Ok(ExitCode::from(3))
+                let code = status.code();
+                println!(
+                    "{}",
+                    json!({ "error": format!("{code:?}"), "code": code as i32, "message": status.message() })
+                );
+                // Never a panic on a closed stderr: the answer is on stdout already.
+                let message = match status.message() {
+                    "" => String::new(),
+                    text => format!(": {text}"),
+                };
+                let _ = writeln!(std::io::stderr(), "skyconf: the server at {addr} answered {code:?}{message}");
+                Ok(ExitCode::from(EXIT_SERVER_ERROR))
             }
         }
     })

@@ -23,6 +23,13 @@ use crate::stores::{self, Layers};
 
 /// Arguments of `skyconf serve`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Logs go to stderr; nothing is printed on stdout.
+
+Exit status:
+  0  stopped by SIGTERM or Ctrl-C
+  1  cannot start: settings, the store, or an address to listen on (the reason on stderr)
+  2  usage error")]
 pub(crate) struct Args {
     /// A config file: skyconf.yaml, or an OAP application.yml (its `configuration:` and
     /// `configuration-discovery:` sections are used as they are).

@@ -138,3 +138,36 @@ fn bench_fails_when_calls_fail() {
         .unwrap();
     assert!(!output.status.success());
 }
+
+#[test]
+fn bench_counts_measured_calls_only_prints_plain_values_and_plain_progress_when_piped() {
+    // Usability finding 8: `outcome.ok` larger than `calls` (warm-up answers were counted), `mode
+    // "load"` quoted in the table, and no progress at all when stderr is not a terminal.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agent-configurations.yaml");
+    let document = skyconf().args(["bench", "document", "--services", "5", "--keys", "2"]).output().unwrap();
+    std::fs::write(&file, &document.stdout).unwrap();
+    let server = serve(&file);
+    let report =
+        bench(&["--addr", &server.addr, "--services", "5", "-n", "100", "-c", "1", "-m", "2", "--warmup", "300ms"]);
+    assert_all_right(&report);
+    assert_eq!(report["calls"], 100, "{report}");
+    assert_eq!(report["outcome"]["ok"], 100, "ok counts the measured calls only: {report}");
+    assert!(report["warmup"]["calls"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["warmup"]["outcome"]["wrong_answers"], 0, "{report}");
+
+    // A table, stderr a pipe, no --quiet.
+    let output = skyconf()
+        .args(["bench", "--addr", &server.addr, "--services", "5", "-n", "50", "-c", "1", "-m", "2", "--warmup", "0s"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let mode = stdout.lines().find(|l| l.starts_with("mode ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(mode.split_whitespace().collect::<Vec<_>>(), ["mode", "load"], "{stdout}");
+    assert!(stdout.lines().any(|l| l.split_whitespace().eq(["addr", server.addr.as_str()])), "{stdout}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.lines().any(|l| l.starts_with("bench: calls 0/50 after")), "{stderr}");
+    assert!(stderr.lines().any(|l| l.starts_with("bench: calls 50/50 after") && l.ends_with(", done")), "{stderr}");
+    assert!(!stderr.contains('\r') && !stderr.contains('\u{1b}'), "plain lines: {stderr:?}");
+}

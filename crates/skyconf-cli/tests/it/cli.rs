@@ -38,8 +38,79 @@ fn digest_and_validate_refuse_a_bad_document_with_line_and_column() {
             .arg(&path)
             .assert()
             .code(2)
-            .stderr(predicate::str::contains("line 3, column").and(predicate::str::contains("bad.yaml")));
+            .stderr(predicate::str::starts_with(format!("{}:3:", path.display())));
     }
+}
+
+#[test]
+fn validate_and_digest_print_jumpable_file_line_column_errors() {
+    // Usability finding 8: `f.yaml:line 4, column 33:` is not what editors jump to.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(&dir, "f.yaml", "configurations:\n  svc:\n    k: ~\n");
+    for command in ["validate", "digest"] {
+        let output = skyconf().arg(command).arg(&path).output().unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        let prefix = format!("{}:3:8: service `svc`: setting `k` has no value", path.display());
+        assert!(stderr.starts_with(&prefix) && !stderr.contains("line 3"), "{stderr}");
+        assert!(output.stdout.is_empty(), "errors go to stderr only");
+    }
+    let output = skyconf().args(["validate", "--json"]).arg(&path).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (json["valid"].as_bool(), json["line"].as_u64(), json["column"].as_u64()),
+        (Some(false), Some(3), Some(8))
+    );
+    assert!(json["error"].as_str().unwrap().starts_with("service `svc`"), "{json}");
+}
+
+#[test]
+fn validate_reads_standard_input_and_a_configmap_directory() {
+    let text = "configurations:\n  svc:\n    agent.sample_rate: \"0.5\"\n";
+    assert_cmd::Command::from_std(skyconf())
+        .args(["validate", "-"])
+        .write_stdin(text)
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with("<stdin>: valid, 1 services, 1 settings, 0 warnings"));
+    assert_cmd::Command::from_std(skyconf())
+        .args(["validate", "-"])
+        .write_stdin("configurations:\n  svc:\n    k: ~\n")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::starts_with("<stdin>:3:8: "));
+    // The file store's directory form, as a ConfigMap is mounted: one file per key, the document
+    // in `configuration-discovery.default.agentConfigurations`, `..data` machinery skipped.
+    let dir = tempfile::tempdir().unwrap();
+    let document =
+        write(&dir, "configuration-discovery.default.agentConfigurations", "configurations:\n  svc:\n    k: ~\n");
+    write(&dir, "alarm.default.alarm-settings", "not: [an agent document\n");
+    assert_cmd::Command::from_std(skyconf())
+        .arg("validate")
+        .arg(dir.path())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::starts_with(format!("{}:3:8: ", document.display())));
+    std::fs::write(&document, text).unwrap();
+    assert_cmd::Command::from_std(skyconf()).arg("validate").arg(dir.path()).assert().success();
+    let output = stdout_of(skyconf().arg("digest").arg(dir.path()));
+    assert!(String::from_utf8(output).unwrap().contains("\"svc\""));
+    // A directory without the document: the store would serve nothing; a warning says so.
+    std::fs::remove_file(&document).unwrap();
+    assert_cmd::Command::from_std(skyconf())
+        .args(["validate", "--strict"])
+        .arg(dir.path())
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("holds no agent configurations"));
+    write(&dir, "agent.yaml", text);
+    assert_cmd::Command::from_std(skyconf())
+        .arg("validate")
+        .arg(dir.path())
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("its 1 *.yaml/*.yml files are not part of the directory form"));
 }
 
 #[test]
@@ -51,27 +122,37 @@ fn validate_refuses_scalar_alias_amplification_with_line_and_column() {
         text.push_str(&format!("    k{i}: *s\n"));
     }
     let path = write(&dir, "amp.yaml", &text);
-    assert_cmd::Command::from_std(skyconf())
-        .arg("validate")
-        .arg(&path)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("line 42, column 10").and(predicate::str::contains("aliases expanded")));
+    assert_cmd::Command::from_std(skyconf()).arg("validate").arg(&path).assert().code(2).stderr(
+        predicate::str::starts_with(format!("{}:42:10: ", path.display()))
+            .and(predicate::str::contains("aliases expanded")),
+    );
 }
 
 #[test]
 fn validate_warns_about_keys_no_agent_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write(&dir, "a.yaml", "configurations:\n  svc:\n    agent.sample_n_per_3_sec: 1\n");
+    let path = write(&dir, "a.yaml", "configurations:\n  svc:\n    agent.sampel_n_per_3_secs: 1\n    agent.typo: 2\n");
+    // Usability finding 8: a typo gets the key it was meant to be, not the list of every key.
     assert_cmd::Command::from_std(skyconf()).arg("validate").arg(&path).assert().success().stderr(
-        predicate::str::contains("agent.sample_n_per_3_sec`")
-            .and(predicate::str::contains("agent.sample_n_per_3_secs,")),
+        predicate::str::contains(format!(
+            "{}:3:5: warning: service `svc`: no known agent reads `agent.sampel_n_per_3_secs`; did you mean `agent.sample_n_per_3_secs`?\n",
+            path.display()
+        ))
+        .and(predicate::str::contains("no known agent reads `agent.typo`; known keys: agent.sample_n_per_3_secs,")),
     );
     assert_cmd::Command::from_std(skyconf()).args(["validate", "--strict"]).arg(&path).assert().code(1);
     let output = stdout_of(skyconf().args(["validate", "--json"]).arg(&path));
     let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
     assert_eq!(json["valid"], true);
-    assert_eq!(json["warnings"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        json["warnings"][0],
+        serde_json::json!({
+            "line": 3, "column": 5, "service": "svc", "key": "agent.sampel_n_per_3_secs",
+            "message": "no known agent reads `agent.sampel_n_per_3_secs`; did you mean `agent.sample_n_per_3_secs`?",
+            "suggestion": "agent.sample_n_per_3_secs",
+        })
+    );
+    assert_eq!(json["warnings"][1]["suggestion"], serde_json::Value::Null);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 mod bench;
 mod cli;
+mod conventions;
 mod fleet;
 mod logging;
 mod security;

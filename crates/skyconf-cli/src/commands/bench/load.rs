@@ -62,7 +62,7 @@ pub(super) struct Args {
     /// Stop after this long (default 10s unless --requests is given).
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
-    /// Calls made before measuring starts (checked, not counted).
+    /// Calls made before measuring starts (checked, reported apart under `warmup`).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     warmup: Duration,
     /// Fixed-rate open loop at this many calls per second in total, latency measured from the
@@ -174,6 +174,8 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
         }
         let calls: Arc<[Call]> = plan(&load, &digests).into();
         let stats = Arc::new(Stats::new());
+        // Warm-up calls are checked apart: `outcome` counts exactly the `calls` measured.
+        let warmup = Arc::new(Stats::new());
         let workers = load.connections * load.streams;
         let issued = Arc::new(AtomicU64::new(0));
         let limit = load.requests.unwrap_or(u64::MAX);
@@ -192,6 +194,7 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
             let mut client = clients[w % load.connections].clone();
             let calls = Arc::clone(&calls);
             let stats = Arc::clone(&stats);
+            let warmup = Arc::clone(&warmup);
             let issued = Arc::clone(&issued);
             let check = load.check;
             // Open loop: each worker sends every `period`, workers staggered evenly.
@@ -227,11 +230,16 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
                     let call = &calls[k % calls.len()];
                     k += workers;
                     let result = client.fetch_configurations(call.request.clone()).await;
+                    // Only measured calls count, in the outcome as in `calls`: warm-up answers
+                    // used to be counted as `ok` too, so `ok` exceeded `calls`.
                     let expect = (check == Check::Full).then_some(&call.expect);
-                    stats.check(result, expect);
                     if measured {
+                        stats.check(result, expect);
                         stats.record_latency(start.elapsed());
                         stats.done.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        warmup.check(result, expect);
+                        warmup.done.fetch_add(1, Ordering::Relaxed);
                     }
                     if let (Some((period, _)), Some(at)) = (schedule, next.as_mut()) {
                         *at += period;
@@ -259,6 +267,8 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
         }
         let elapsed = measure_from.elapsed();
         ticker.abort();
+        // Where the run ended, not where the last tick left it.
+        bar.set_position(if load.requests.is_some() { stats.done.load(Ordering::Relaxed) } else { elapsed.as_secs() });
         bar.finish_and_clear();
 
         let done = stats.done.load(Ordering::Relaxed);
@@ -276,9 +286,10 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
             "calls_per_s": (done as f64 / elapsed.as_secs_f64()).round(),
             "latency_us": stats.latency_json(),
             "outcome": stats.outcome_json(),
+            "warmup": { "calls": warmup.done.load(Ordering::Relaxed), "outcome": warmup.outcome_json() },
         });
         print_report(&report, target.json);
-        Ok(exit_code(&stats))
+        Ok(if warmup.failed() { ExitCode::from(1) } else { exit_code(&stats) })
     })
 }
 

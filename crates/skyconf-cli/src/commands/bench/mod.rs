@@ -20,7 +20,7 @@
 //!
 //! Results go to stdout (a table, or one JSON object with `--json`); the exit status is 0 only if
 //! every call succeeded and every answer was right. A progress bar goes to stderr when it is a
-//! terminal.
+//! terminal, a plain line every few seconds when it is not (a pipe, a CI log).
 //!
 //! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`,
 //! `propagation.rs`, `reload.rs`, `document.rs` and `soak.rs`. This file holds what they share: the
@@ -35,11 +35,12 @@ mod soak;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::IpAddr;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
@@ -48,13 +49,23 @@ use serde_json::{Value, json};
 use skyconf_core::codec::{DiscoveryCommand, SERIAL_NUMBER_KEY};
 use skyconf_proto::v3::Commands;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
-use crate::args::parse_duration;
+use crate::args::{ServerAddr, parse_duration};
 
 /// Arguments of `skyconf bench`.
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "\
+Output: the report on stdout (a table, or one JSON object with --json); progress on stderr (a bar
+on a terminal, a plain line every few seconds elsewhere, none with --quiet).
+
+Exit status:
+  0  every call succeeded and every answer was right
+  1  a call failed, an answer was wrong, no call succeeded, or the server cannot be reached
+  2  usage error"
+)]
 pub(crate) struct Args {
     #[command(subcommand)]
     mode: Option<Mode>,
@@ -80,9 +91,9 @@ enum Mode {
 /// Where to send, and which services to ask for.
 #[derive(Debug, Clone, clap::Args)]
 struct Target {
-    /// The server, `HOST:PORT`.
-    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR")]
-    addr: String,
+    /// The server: `HOST:PORT`, `http://HOST:PORT`, or `https://HOST:PORT`.
+    #[arg(long, default_value = "127.0.0.1:11800", env = "SKYCONF_ADDR", value_parser = ServerAddr::parse)]
+    addr: ServerAddr,
     /// Service names are `PREFIX0`, `PREFIX1`, ...
     #[arg(long, default_value = "bench-svc-")]
     service_prefix: String,
@@ -133,11 +144,8 @@ type Client = ConfigurationDiscoveryServiceClient<Channel>;
 
 /// Opens connection number `index` to the target, from its next --local-addr if any.
 async fn connect(target: &Target, index: usize) -> anyhow::Result<Client> {
-    let mut endpoint = Endpoint::from_shared(format!("http://{}", target.addr))
-        .context("invalid address")?
-        .timeout(target.timeout)
-        .connect_timeout(target.timeout)
-        .tcp_nodelay(true);
+    let mut endpoint =
+        target.addr.endpoint()?.timeout(target.timeout).connect_timeout(target.timeout).tcp_nodelay(true);
     if !target.local_addr.is_empty() {
         endpoint = endpoint.local_address(Some(target.local_addr[index % target.local_addr.len()]));
     }
@@ -274,10 +282,77 @@ impl Stats {
     }
 }
 
-/// A progress bar on stderr counting `len` `what`s; hidden with --quiet.
-fn progress(quiet: bool, len: u64, what: &str) -> ProgressBar {
+/// How often progress is printed as a plain line when stderr is not a terminal.
+const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// Progress on stderr: indicatif's bar on a terminal; elsewhere (a pipe, a CI log), where
+/// indicatif draws nothing, a plain line at the start, every [`PLAIN_PROGRESS_EVERY`] and at the
+/// end; nothing with --quiet.
+#[derive(Clone)]
+struct Progress {
+    bar: ProgressBar,
+    plain: Option<Arc<Plain>>,
+}
+
+/// The state of plain-line progress.
+struct Plain {
+    what: String,
+    len: u64,
+    started: Instant,
+    last: Mutex<Instant>,
+}
+
+impl Plain {
+    fn line(&self, position: u64, end: &str) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let _ = writeln!(std::io::stderr(), "bench: {} {position}/{} after {seconds:.1} s{end}", self.what, self.len);
+    }
+}
+
+impl Progress {
+    /// Sets the position.
+    fn set_position(&self, position: u64) {
+        self.bar.set_position(position);
+        self.tick();
+    }
+
+    /// Advances the position by `n`.
+    fn inc(&self, n: u64) {
+        self.bar.inc(n);
+        self.tick();
+    }
+
+    /// A plain line when one is due.
+    fn tick(&self) {
+        if let Some(plain) = &self.plain {
+            let mut last = plain.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.elapsed() >= PLAIN_PROGRESS_EVERY {
+                *last = Instant::now();
+                drop(last);
+                plain.line(self.bar.position(), "");
+            }
+        }
+    }
+
+    /// Removes the bar; off a terminal, prints the final line.
+    fn finish_and_clear(&self) {
+        self.bar.finish_and_clear();
+        if let Some(plain) = &self.plain {
+            plain.line(self.bar.position(), ", done");
+        }
+    }
+}
+
+/// Progress on stderr counting `len` `what`s; hidden with --quiet.
+fn progress(quiet: bool, len: u64, what: &str) -> Progress {
     if quiet {
-        return ProgressBar::hidden();
+        return Progress { bar: ProgressBar::hidden(), plain: None };
+    }
+    if !std::io::stderr().is_terminal() {
+        let now = Instant::now();
+        let plain = Plain { what: what.to_owned(), len, started: now, last: Mutex::new(now) };
+        plain.line(0, "");
+        return Progress { bar: ProgressBar::hidden().with_position(0), plain: Some(Arc::new(plain)) };
     }
     let bar = ProgressBar::new(len);
     bar.set_style(
@@ -286,7 +361,7 @@ fn progress(quiet: bool, len: u64, what: &str) -> ProgressBar {
         ))
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    bar
+    Progress { bar, plain: None }
 }
 
 /// Prints `report` as JSON or as a two-column table.
@@ -302,6 +377,10 @@ fn print_report(report: &Value, as_json: bool) {
                     let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
                     walk(&key, v, out);
                 }
+            }
+            // Strings as they are: `mode load`, not `mode "load"`.
+            Value::String(text) => {
+                let _ = writeln!(out, "{prefix:<32} {text}");
             }
             other => {
                 let _ = writeln!(out, "{prefix:<32} {other}");
