@@ -6,7 +6,7 @@ use std::process::Command;
 
 use predicates::prelude::*;
 
-use crate::util::{Server, grpcio_available, repo_root, serve_command, skyconf, stdout_of};
+use crate::util::{Server, example_document, grpcio_available, repo_root, serve_command, skyconf, stdout_of};
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let path = dir.path().join(name);
@@ -156,8 +156,8 @@ fn validate_warns_about_keys_no_agent_reads() {
 }
 
 #[test]
-fn the_shipped_example_is_valid_without_warnings() {
-    let example = repo_root().join("examples/agent-configurations.yaml");
+fn the_example_document_is_valid_without_warnings() {
+    let example = example_document();
     assert_cmd::Command::from_std(skyconf())
         .args(["validate", "--strict"])
         .arg(example)
@@ -168,7 +168,7 @@ fn the_shipped_example_is_valid_without_warnings() {
 
 #[test]
 fn serve_answers_fetch_and_stops_cleanly_on_sigterm() {
-    let server = Server::start(&repo_root().join("examples/agent-configurations.yaml"));
+    let server = Server::start(&example_document());
     let output = stdout_of(skyconf().args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go"]));
     let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
     let args = &json["commands"][0]["args"];
@@ -193,7 +193,7 @@ fn fetch_digest(addr: &str, service: &str) -> String {
 fn serve_reads_an_oap_application_yml_and_its_sw_variables() {
     // An upstream skyconf on the example file, and a second one that reads it over DCS, configured
     // by an OAP-style application.yml whose placeholders come from the environment.
-    let upstream = Server::start(&repo_root().join("examples/agent-configurations.yaml"));
+    let upstream = Server::start(&example_document());
     let port = upstream.grpc_addr.rsplit(':').next().unwrap().to_owned();
     let dir = tempfile::tempdir().unwrap();
     let config = write(
@@ -247,7 +247,7 @@ fn serve_refuses_file_next_to_another_store() {
     // Usability finding 2: `--file` was silently ignored when --config or --store chose another
     // store.
     let dir = tempfile::tempdir().unwrap();
-    let file = repo_root().join("examples/agent-configurations.yaml");
+    let file = example_document();
     let config = write(&dir, "skyconf.yaml", "configuration:\n  selector: etcd\n");
     assert_cmd::Command::from_std(skyconf())
         .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
@@ -288,7 +288,7 @@ fn serve_refuses_a_misspelt_security_key_instead_of_starting_without_it() {
         .args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--config"])
         .arg(&config)
         .arg("--file")
-        .arg(repo_root().join("examples/agent-configurations.yaml"))
+        .arg(example_document())
         .timeout(std::time::Duration::from_secs(30))
         .assert()
         .failure()
@@ -319,7 +319,7 @@ fn serve_says_once_why_it_cannot_listen() {
     let addr = taken.local_addr().unwrap().to_string();
     let output = assert_cmd::Command::from_std(skyconf())
         .args(["serve", "--grpc-addr", &addr, "--admin-addr", "127.0.0.1:0", "--file"])
-        .arg(repo_root().join("examples/agent-configurations.yaml"))
+        .arg(example_document())
         .timeout(std::time::Duration::from_secs(30))
         .assert()
         .failure()
@@ -352,7 +352,7 @@ fn an_independent_grpcio_client_sees_exactly_the_oap_answers() {
     if !grpcio_available() {
         return;
     }
-    let server = Server::start(&root.join("examples/agent-configurations.yaml"));
+    let server = Server::start(&example_document());
     let output = Command::new("python3")
         .arg(root.join("tests/interop/cds_client.py"))
         .args(["check", "--addr", &server.grpc_addr, "--golden"])

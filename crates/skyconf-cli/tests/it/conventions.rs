@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::util::{Server, repo_root, serve_command, skyconf};
+use crate::util::{Server, example_document, serve_command, skyconf};
 
 /// A loopback address nothing listens on.
 fn closed_addr() -> String {
@@ -16,7 +16,7 @@ fn closed_addr() -> String {
 #[test]
 fn fetch_puts_answers_on_stdout_and_failures_on_stderr_with_documented_statuses() {
     let mut command = serve_command();
-    command.args(["--agent-token", "t0k", "--file"]).arg(repo_root().join("examples/agent-configurations.yaml"));
+    command.args(["--agent-token", "t0k", "--file"]).arg(example_document());
     let server = Server::spawn(command);
     let uri = format!("http://{}", server.grpc_addr);
 
@@ -45,7 +45,7 @@ fn fetch_puts_answers_on_stdout_and_failures_on_stderr_with_documented_statuses(
     assert!(String::from_utf8_lossy(&down.stderr).starts_with(&format!("skyconf: cannot connect to {closed}: ")));
 
     // bench takes the same spelling (a server without a token: bench sends none).
-    let open = Server::start(&repo_root().join("examples/agent-configurations.yaml"));
+    let open = Server::start(&example_document());
     let open_uri = format!("http://{}", open.grpc_addr);
     let bench = skyconf()
         .args(["bench", "--addr", &open_uri, "-n", "20", "-c", "1", "-m", "2", "--warmup", "0s", "--json", "--quiet"])
@@ -129,7 +129,7 @@ fn a_k8s_configmap_selector_points_to_the_mounted_directory_and_the_advice_works
     let data = mount.join("..2026_12_03");
     std::fs::create_dir_all(&data).unwrap();
     std::fs::copy(
-        repo_root().join("examples/agent-configurations.yaml"),
+        example_document(),
         data.join("configuration-discovery.default.agentConfigurations"),
     )
     .unwrap();

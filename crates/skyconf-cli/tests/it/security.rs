@@ -4,7 +4,7 @@
 
 use skyconf_testkit::server::AdminClient;
 
-use crate::util::{Server, repo_root, serve_command, skyconf};
+use crate::util::{Server, example_document, serve_command, skyconf};
 
 const AGENT_TOKEN: &str = "agent-tok-5f1c";
 const READ_TOKEN: &str = "read-tok-77ab";
@@ -38,7 +38,7 @@ fn serve_takes_the_oap_token_and_admin_tokens_and_never_prints_them() {
         .arg("--admin-token-file")
         .arg(&tokens)
         .arg("--file")
-        .arg(repo_root().join("examples/agent-configurations.yaml"));
+        .arg(example_document());
     let server = Server::spawn(command);
     for line in &server.startup_log {
         assert_no_secret(line);

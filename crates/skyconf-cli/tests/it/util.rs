@@ -16,6 +16,11 @@ pub(crate) fn skyconf() -> Command {
 }
 
 /// The repository's root (examples/, tests/interop/ and tests/web/ are there).
+/// The tests' copy of the README's example document (`examples/` is the user's to edit).
+pub(crate) fn example_document() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/data/agent-configurations.yaml")
+}
+
 pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
