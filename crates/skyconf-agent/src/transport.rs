@@ -31,11 +31,32 @@ pub trait Transport: Send + 'static {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum PollError {
     /// The server answered with an error status, or could not be reached (`UNAVAILABLE`).
-    #[error("the server answered {}: {}", .0.code(), .0.message())]
+    #[error("{}", describe_status(.0))]
     Status(tonic::Status),
     /// No answer within the deadline.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+}
+
+/// A status the server sent is "the server answered"; one the channel made up because it could
+/// not reach the server (`UNAVAILABLE` carrying the connection error as its source) is not.
+fn describe_status(status: &tonic::Status) -> String {
+    if status.code() == Code::Unavailable
+        && let Some(cause) = std::error::Error::source(status)
+    {
+        // The causes say what failed (`tcp connect error: Connection refused`), each once.
+        let mut text = format!("cannot reach the server: {}", status.message());
+        for cause in std::iter::successors(Some(cause), |e| e.source()) {
+            let message = cause.to_string();
+            if !text.contains(&message) {
+                text.push_str(": ");
+                text.push_str(&message);
+            }
+        }
+        text
+    } else {
+        format!("the server answered {}: {}", status.code(), status.message())
+    }
 }
 
 impl PollError {

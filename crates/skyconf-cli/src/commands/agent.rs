@@ -70,8 +70,7 @@ impl<W: Write + Send + 'static> Watcher for Printer<W> {
     }
 }
 
-/// The gRPC transport, with a failure to connect said as such: tonic reports it as an
-/// `UNAVAILABLE` status, which the agent library would log as what "the server answered".
+/// The gRPC transport, with a failure to connect logged once per outage with the address.
 struct Connecting {
     inner: GrpcTransport,
     addr: ServerAddr,
@@ -83,18 +82,18 @@ impl Transport for Connecting {
     async fn fetch(&mut self, request: ConfigurationSyncRequest, timeout: Duration) -> Result<Commands, tonic::Status> {
         let result = self.inner.fetch(request, timeout).await;
         match result {
-            // A status with a cause is the client's own: the connection, not the server.
+            // A status with a cause is the client's own: the connection, not the server. The
+            // library says "cannot reach the server"; this says where, once per outage.
             Err(status)
                 if status.code() == tonic::Code::Unavailable && std::error::Error::source(&status).is_some() =>
             {
-                let cause = crate::causes(std::error::Error::source(&status).into_iter().flat_map(|e| {
-                    std::iter::successors(Some(e as &(dyn std::error::Error + 'static)), |e| e.source())
-                }));
-                let message = format!("cannot connect to {}: {cause}", self.addr);
                 if !std::mem::replace(&mut self.down, true) {
+                    let cause = crate::causes(std::error::Error::source(&status).into_iter().flat_map(|e| {
+                        std::iter::successors(Some(e as &(dyn std::error::Error + 'static)), |e| e.source())
+                    }));
                     tracing::warn!(addr = %self.addr, error = %cause, "Cannot connect to the server; retrying.");
                 }
-                Err(tonic::Status::unavailable(message))
+                Err(status)
             }
             other => {
                 self.down = false;
