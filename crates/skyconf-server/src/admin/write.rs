@@ -307,16 +307,11 @@ pub(super) async fn put_service(
     ServiceName(name): ServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let parsed: ServiceBody = serde_json::from_slice(&body)
-        .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
-    let mut entries = Vec::with_capacity(parsed.config.len());
-    for (key, value) in parsed.config {
-        match value {
-            Value::String(v) => entries.push((key, v)),
-            other => return Err(not_a_string(&key, &other)),
-        }
-    }
-    let attribution = attribution(&headers, parsed.author, parsed.message, None)?;
+    let (entries, author, message) = service_body(&body, |key, value| match value {
+        Value::String(v) => Ok(v),
+        other => Err(not_a_string(key, &other)),
+    })?;
+    let attribution = attribution(&headers, author, message, None)?;
     write_service(&admin, &name, ServiceChange::Set(entries), attribution, options).await
 }
 
@@ -329,18 +324,31 @@ pub(super) async fn patch_service(
     ServiceName(name): ServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let parsed: ServiceBody = serde_json::from_slice(&body)
-        .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
-    let mut patch = Vec::with_capacity(parsed.config.len());
-    for (key, value) in parsed.config {
-        match value {
-            Value::String(v) => patch.push((key, Some(v))),
-            Value::Null => patch.push((key, None)),
-            other => return Err(not_a_string(&key, &other)),
-        }
-    }
-    let attribution = attribution(&headers, parsed.author, parsed.message, None)?;
+    let (patch, author, message) = service_body(&body, |key, value| match value {
+        Value::String(v) => Ok(Some(v)),
+        Value::Null => Ok(None),
+        other => Err(not_a_string(key, &other)),
+    })?;
+    let attribution = attribution(&headers, author, message, None)?;
     write_service(&admin, &name, ServiceChange::Merge(patch), attribution, options).await
+}
+
+/// A per-service write's body: its `config` entries (each value taken by `value`), author and
+/// message.
+type ServiceWrite<T> = (Vec<(String, T)>, Option<String>, Option<String>);
+
+fn service_body<T>(
+    body: &[u8],
+    value: impl Fn(&str, Value) -> Result<T, AppError>,
+) -> Result<ServiceWrite<T>, AppError> {
+    let parsed: ServiceBody = serde_json::from_slice(body)
+        .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
+    let mut entries = Vec::with_capacity(parsed.config.len());
+    for (key, v) in parsed.config {
+        let v = value(&key, v)?;
+        entries.push((key, v));
+    }
+    Ok((entries, parsed.author, parsed.message))
 }
 
 fn not_a_string(key: &str, value: &Value) -> AppError {
