@@ -12,6 +12,7 @@
 //! message limit ([`crate::answer::MAX_ANSWER_BYTES`]), is refused before it is expanded.
 
 mod bigint;
+mod breaks;
 mod java;
 mod resolve;
 mod tree;
