@@ -14,17 +14,23 @@ use saphyr_parser::{Event, Parser, ScalarStyle};
 use super::yaml11::{Extent, LS, NEL, PS, Source, YAML11_BREAKS};
 
 /// The character ranges of the scalars whose line breaks SnakeYAML reads without indentation:
-/// quoted scalars, and plain scalars inside `[...]` or `{...}`, found by reading the text with
-/// LS and PS as characters (they cannot change where such a scalar starts). There the parser
-/// must not see an LS or PS as a line break: it would want the next line indented, and
-/// SnakeYAML does not. Empty when that reading fails; the parser then sees every break.
+/// quoted scalars, and plain scalars inside `[...]` or `{...}`. There the parser must not see a
+/// NEL, LS or PS as a line break: it would want the next line indented, and SnakeYAML does not.
+/// They are found by reading the text with those breaks as spaces, which separate tokens as a
+/// break does but ask for no indentation (a break does not move a quote, and in a flow
+/// collection it separates what a space separates). Empty when that reading fails; the parser
+/// then sees every break.
 pub(super) fn inline_scalars(text: &str) -> Vec<(usize, usize)> {
-    // An escaped break (`\` then the break) is one to this reading too.
+    // An escaped break (`\` then the break) stays one, as `\n`.
     let mut previous = '\0';
     let text: String = text
         .chars()
         .map(|c| {
-            let out = if previous == '\\' && YAML11_BREAKS.contains(&c) { '\n' } else { c };
+            let out = match c {
+                c if !YAML11_BREAKS.contains(&c) => c,
+                _ if previous == '\\' => '\n',
+                _ => ' ',
+            };
             previous = c;
             out
         })
@@ -393,7 +399,8 @@ impl Text {
         while i < self.chars.len() {
             let end = self.line_end(i);
             let line = &self.chars[i..end];
-            if line.iter().any(|c| !matches!(c, ' ' | '\t' | '\r')) {
+            let line = line.strip_suffix(&['\r']).unwrap_or(line);
+            if line.iter().any(|c| !matches!(c, ' ' | '\t')) {
                 let spaces = line.iter().take_while(|&&c| c == ' ').count();
                 return (0..=spaces)
                     .find(|&n| rest.starts_with(&line[n..].iter().collect::<String>()))

@@ -636,6 +636,10 @@ mod tests {
         assert_eq!(inner.borrow().len(), 2);
         assert!(parse("k: a\u{2028}b\n").is_err(), "`b` starts a line less indented than the value");
         assert!(parse("k: {\"a\u{2028}b\": v}\n").is_err(), "an implicit key cannot span lines");
+        // Between tokens of a flow collection a break separates as a blank does.
+        assert_eq!(value_of("k: {a: 1,\u{2028}  b: 2}\n"), "{a: 1}");
+        assert_eq!(value_of("k: {a:\u{2029}  b}\n"), "{a: b}");
+        assert_eq!(value_of("k: [\u{85}  x,\u{2028}  'y\u{2028}z']\n"), "[x, y\u{2028}z]");
     }
 
     #[test]
@@ -671,5 +675,6 @@ mod tests {
         let NodeKind::Mapping(inner) = &entries.borrow()[0].1.kind else { panic!() };
         let values: Vec<_> = inner.borrow().iter().map(|(_, v)| scalar_text(v)).collect();
         assert_eq!(values, ["  a\u{2028}b\n", "  a\u{2028} b"], "indentation indicators");
+        assert_eq!(value_of("k: ! >1+\r\n  x\r\u{2029}  y\r\n"), " x\n\u{2029} y\n", "CR LF and a tag");
     }
 }
