@@ -324,7 +324,7 @@ impl Builder {
             return Ok(());
         }
         let too_long = end.end.index().saturating_sub(start) > MAX_IMPLICIT_KEY;
-        let multi_line = end.end.line() != at.line || self.spans_lines;
+        let multi_line = end.end.line() != at.line || self.spans_lines || source.colon_on_a_later_line(end.end.index());
         if (too_long || multi_line) && !source.after_question_mark(start) {
             return Err(ReadError::syntax(
                 at,
@@ -602,6 +602,12 @@ mod tests {
         assert!(parse("a: 1\n: 2\n").is_err());
         assert!(parse("a: {: 2}\n").is_err() && parse("a: [: 2]\n").is_err(), "nor flow mappings");
         assert!(parse("a: {?: 2}\n").is_ok(), "`?` makes it explicit");
+        // DigestTool: ParserException. The `:` must be on the key's line, in flow mappings too.
+        for text in ["a: {k\n  : v}\n", "a: {k\u{2028}: v}\n", "a: {[x]\n  : v}\n", "a: {\"k\"  # c\n  : v}\n"] {
+            assert!(parse(text).is_err(), "{text:?} must be refused");
+        }
+        assert!(parse("a: {k\n  , j: v}\n").is_ok(), "a key without a value may end its line");
+        assert!(parse("a: {k:\n    v}\n").is_ok());
         assert!(parse("? \n: 2\n").is_ok(), "an explicit empty key is fine");
     }
 

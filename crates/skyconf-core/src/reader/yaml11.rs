@@ -245,6 +245,27 @@ impl<'a> Source<'a> {
         }
     }
 
+    /// Whether a line break (or a comment) comes between character `index`, the end of a key,
+    /// and the `:` after it: SnakeYAML wants an implicit key's `:` on the key's line, in flow
+    /// collections too (`{a⏎: b}`), where the 1.2 parser takes it on a later one.
+    pub(super) fn colon_on_a_later_line(&mut self, index: usize) -> bool {
+        let mut broke = false;
+        let mut chars = self.from(index).chars();
+        while let Some(c) = chars.next() {
+            match c {
+                ' ' | '\t' | '\r' => {}
+                '\n' => broke = true,
+                '#' => {
+                    chars.by_ref().find(|&c| c == '\n');
+                    broke = true;
+                }
+                ':' => return broke,
+                _ => return false,
+            }
+        }
+        false
+    }
+
     /// Whether the text just before character `index`, blanks skipped, is the explicit-key `?`.
     pub(super) fn after_question_mark(&mut self, index: usize) -> bool {
         self.from(index);
