@@ -981,6 +981,10 @@ EDGE = {
     "nel_everywhere": "configurations:\n  s:\n    k: 'a\u0085b'\n    j: \"a\u0085      b\"\n    m: |\n      a\u0085      b\n    n: {x: a\u0085b}\n    o: >\n      a\u0085      b\n",
     "nel_line_ends": "configurations:\u0085  s:\u0085    k: v\u0085",
     "ls_between_flow_tokens": "configurations:\n  s:\n    k: {a: 1,\u2028      b: 2}\n    j: {a:\u2029      b}\n    m: [\u0085      x,\u2028      'y\u2028z']\n",
+    "flow_key_colon_next_line": "configurations:\n  s: {k\n    : v}\n",
+    "flow_collection_key_colon_next_line": "configurations:\n  s: {[x]\n    : v}\n",
+    "flow_key_comment_then_colon": "configurations:\n  s: {\"k\"  # c\n    : v}\n",
+    "flow_key_without_value_ends_line": "configurations:\n  s: {k\n    , j: v}\n",
     "ls_tagged_folded_crlf": "configurations:\n  s:\n    k: ! >1+\r\n      x\r\u2029      y\r\n",
 }
 
