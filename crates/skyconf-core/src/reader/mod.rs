@@ -2,7 +2,10 @@
 //!
 //! It reads the document the OAP reads (`configurations: {service: {key: value}}`) and produces
 //! the strings the OAP would serve, byte for byte: SnakeYAML's YAML 1.1 typing ([`resolve`]) and
-//! Java's `toString` ([`java`]), in document order, with duplicate keys resolved as SnakeYAML does.
+//! Java's `toString` ([`java`]), in document order, with duplicate keys resolved as SnakeYAML does
+//! and, of keys that print alike (`1:` and `"1":`), the last sent while the digest hashes every
+//! one, as the OAP's maps do. [`read_with_warnings`] also says what those rules drop. YAML 1.1's
+//! line breaks NEL, LS and PS are read as SnakeYAML reads them (`breaks`).
 //!
 //! Where the OAP would install a *partial* table (a null value or a malformed service drops that
 //! service and every later one) the reader refuses the whole document instead, with the line and
