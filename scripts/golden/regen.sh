@@ -6,6 +6,7 @@
 #
 #   scripts/golden/regen.sh            # regenerate
 #   SKYCONF_SHARED=/path/to/shared scripts/golden/regen.sh
+#   SKYCONF_SNAKEYAML_JAR=/path/to/snakeyaml-2.0.jar scripts/golden/regen.sh   # the OAP's version
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -27,6 +28,13 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/skyconf-golden.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 echo "regen.sh: building the oracle in $WORK"
 JAVAREF_OUT=$WORK/javaref sh "$SHARED/bench/javaref/build.sh" >/dev/null
+# The OAP pins SnakeYAML 2.0; Debian 12 packages 1.33. SKYCONF_SNAKEYAML_JAR=/path/snakeyaml-2.0.jar
+# runs the oracle on that jar instead (DigestTool is built against 1.33's API, which 2.0 keeps).
+if [ -n "${SKYCONF_SNAKEYAML_JAR:-}" ]; then
+  sed "s#/usr/share/java/snakeyaml.jar#$SKYCONF_SNAKEYAML_JAR#" "$WORK/javaref/classpath" > "$WORK/javaref/classpath.new"
+  mv "$WORK/javaref/classpath.new" "$WORK/javaref/classpath"
+  echo "regen.sh: the oracle runs on $SKYCONF_SNAKEYAML_JAR"
+fi
 mkdir -p "$WORK/batch"
 javac -nowarn -d "$WORK/batch" -cp "$(cat "$WORK/javaref/classpath")" "$HERE/BatchDigest.java"
 oracle() { TZ=UTC java -cp "$(cat "$WORK/javaref/classpath"):$WORK/batch" BatchDigest; }

@@ -27,5 +27,5 @@ pub mod writer;
 
 pub use digest::Digest;
 #[cfg(feature = "reader")]
-pub use reader::{Position, ReadError, read};
+pub use reader::{Position, ReadError, ReadWarning, Reading, read, read_with_warnings};
 pub use table::{AgentConfigurations, ServiceConfig};

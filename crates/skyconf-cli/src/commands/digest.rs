@@ -25,7 +25,7 @@ pub(crate) struct Args {
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let document = Document::read(&args.path)?;
     match document.parse() {
-        Ok(table) => {
+        Ok(skyconf_core::Reading { table, .. }) => {
             let mut out = Map::new();
             for service in table.services() {
                 let config: Map<String, Value> =

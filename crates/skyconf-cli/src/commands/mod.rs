@@ -10,7 +10,6 @@ pub(crate) mod validate;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use skyconf_core::AgentConfigurations;
 use skyconf_core::store::AGENT_CONFIGURATIONS_KEY;
 
 /// Exit status of `digest` and `validate` for a document skyconf would refuse.
@@ -44,9 +43,10 @@ impl Document {
         Ok(Self { name, text: Some(text) })
     }
 
-    /// Parses the document (an absent one is empty, as the file store serves it).
-    pub(crate) fn parse(&self) -> Result<AgentConfigurations, skyconf_core::ReadError> {
-        self.text.as_deref().map_or_else(|| Ok(AgentConfigurations::default()), skyconf_core::read)
+    /// Parses the document (an absent one is empty, as the file store serves it), with what the
+    /// reader noticed on the way.
+    pub(crate) fn parse(&self) -> Result<skyconf_core::Reading, skyconf_core::ReadError> {
+        self.text.as_deref().map_or_else(|| Ok(skyconf_core::Reading::default()), skyconf_core::read_with_warnings)
     }
 
     /// `NAME:LINE:COLUMN: message`, the form editors and terminals jump to.

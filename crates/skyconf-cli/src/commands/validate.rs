@@ -1,7 +1,8 @@
 //! `skyconf validate PATH`: exit status 0 when skyconf would serve the document, 2 when it would
 //! refuse it (`FILE:LINE:COLUMN: message`). Warnings name settings no known agent reads (with the
-//! known key it was probably meant to be), values an agent would refuse, and values agents treat
-//! differently.
+//! known key it was probably meant to be), values an agent would refuse, values agents treat
+//! differently, and what the reader dropped as the OAP drops it (a setting, a service or the
+//! top-level `configurations:` written twice).
 //!
 //! `PATH` is a file, `-` for standard input, or a directory in the file store's directory form (a
 //! mounted ConfigMap, one file per key): there the document is the file named
@@ -87,8 +88,20 @@ fn locate(text: &str, service: &str, key: &str) -> Option<(usize, usize)> {
     })
 }
 
-fn warnings_for(table: &skyconf_core::AgentConfigurations, text: &str) -> Vec<Warning> {
-    let mut warnings = Vec::new();
+fn warnings_for(reading: &skyconf_core::Reading, text: &str) -> Vec<Warning> {
+    let table = &reading.table;
+    let mut warnings: Vec<Warning> = reading
+        .warnings
+        .iter()
+        .map(|w| Warning {
+            line: Some(w.at.line),
+            column: Some(w.at.column),
+            service: None,
+            key: None,
+            message: w.message.clone(),
+            suggestion: None,
+        })
+        .collect();
     let text_chars = text.chars().count();
     if text_chars > OAP_CODE_POINT_LIMIT {
         warnings.push(Warning {
@@ -160,8 +173,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(EXIT_REFUSED))
         }
-        Ok(table) => {
-            let mut warnings = warnings_for(&table, document.text.as_deref().unwrap_or(""));
+        Ok(reading) => {
+            let mut warnings = warnings_for(&reading, document.text.as_deref().unwrap_or(""));
+            let table = &reading.table;
             if document.text.is_none() {
                 let mut message =
                     "no such file: the directory holds no agent configurations, so the file store would serve none"
@@ -213,8 +227,8 @@ mod tests {
     #[test]
     fn warns_about_unknown_keys_bad_values_and_blank_values() {
         let text = "configurations:\n  a:\n    agent.sample_n_per_3_secs: 1.5\n    agent.sampel_n_per_3_secs: 1\n    agent.typo: 1\n    agent.span_limit_per_segment: \" \"\n    agent.sample_rate: 0.5\n";
-        let table = skyconf_core::read(text).unwrap();
-        let warnings = warnings_for(&table, text);
+        let reading = skyconf_core::read_with_warnings(text).unwrap();
+        let warnings = warnings_for(&reading, text);
         assert_eq!(warnings.len(), 4, "{warnings:?}");
         assert!(warnings[0].message.contains("not a 32-bit integer"));
         assert_eq!((warnings[0].line, warnings[0].column), (Some(3), Some(5)));
@@ -224,6 +238,19 @@ mod tests {
         assert!(warnings[2].suggestion.is_none() && warnings[2].message.contains("known keys: "));
         assert!(warnings[3].message.contains("white space"));
         assert_eq!(warnings[3].text("f.yaml"), format!("f.yaml:6:5: warning: service `a`: {}", warnings[3].message));
+    }
+
+    #[test]
+    fn warns_about_what_a_repeated_key_drops_first() {
+        let text = "configurations:\n  a: {agent.sample_rate: 0.5}\nconfigurations:\n  b: {agent.sample_rate: 1}\n";
+        let warnings = warnings_for(&skyconf_core::read_with_warnings(text).unwrap(), text);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!((warnings[0].line, warnings[0].column), (Some(3), Some(1)));
+        assert!(
+            warnings[0]
+                .text("f.yaml")
+                .starts_with("f.yaml:3:1: warning: `configurations:` is written 2 times (lines 1, 3)")
+        );
     }
 
     #[test]

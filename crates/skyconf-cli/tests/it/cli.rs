@@ -156,6 +156,24 @@ fn validate_warns_about_keys_no_agent_reads() {
 }
 
 #[test]
+fn validate_warns_about_a_repeated_configurations_key_and_repeated_services() {
+    // Reliability finding F16: two documents concatenated. Served as the OAP serves it (the last
+    // `configurations:` wins), so valid, but the services it drops are named by line.
+    let dir = tempfile::tempdir().unwrap();
+    let text = "configurations:\n  a: {agent.sample_rate: 0.5}\n  b: {agent.sample_rate: 0.5}\nconfigurations:\n  c: {agent.sample_rate: 1}\n  c: {agent.sample_rate: 0.1}\n";
+    let path = write(&dir, "twice.yaml", text);
+    assert_cmd::Command::from_std(skyconf()).arg("validate").arg(&path).assert().success().stderr(
+        predicate::str::contains(":4:1: warning: `configurations:` is written 2 times (lines 1, 4)")
+            .and(predicate::str::contains(":6:3: warning: service `c` is written 2 times (lines 5, 6)")),
+    );
+    assert_cmd::Command::from_std(skyconf()).args(["validate", "--strict"]).arg(&path).assert().code(1);
+    let output = stdout_of(skyconf().args(["validate", "--json"]).arg(&path));
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    assert_eq!((json["valid"].as_bool(), json["services"].as_u64()), (Some(true), Some(1)));
+    assert_eq!(json["warnings"].as_array().unwrap().len(), 2, "{json}");
+}
+
+#[test]
 fn the_example_document_is_valid_without_warnings() {
     let example = example_document();
     assert_cmd::Command::from_std(skyconf())

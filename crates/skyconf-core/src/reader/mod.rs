@@ -2,7 +2,10 @@
 //!
 //! It reads the document the OAP reads (`configurations: {service: {key: value}}`) and produces
 //! the strings the OAP would serve, byte for byte: SnakeYAML's YAML 1.1 typing ([`resolve`]) and
-//! Java's `toString` ([`java`]), in document order, with duplicate keys resolved as SnakeYAML does.
+//! Java's `toString` ([`java`]), in document order, with duplicate keys resolved as SnakeYAML does
+//! and, of keys that print alike (`1:` and `"1":`), the last sent while the digest hashes every
+//! one, as the OAP's maps do. [`read_with_warnings`] also says what those rules drop. YAML 1.1's
+//! line breaks NEL, LS and PS are read as SnakeYAML reads them (`breaks`).
 //!
 //! Where the OAP would install a *partial* table (a null value or a malformed service drops that
 //! service and every later one) the reader refuses the whole document instead, with the line and
@@ -12,20 +15,21 @@
 //! message limit ([`crate::answer::MAX_ANSWER_BYTES`]), is refused before it is expanded.
 
 mod bigint;
+mod breaks;
 mod java;
 mod resolve;
 mod tree;
 mod yaml11;
 
-use std::collections::HashMap;
 use std::fmt;
 
 use indexmap::IndexMap;
 
 use crate::answer::{MAX_ANSWER_BYTES, answer_len};
+use crate::digest::Digest;
 use crate::table::{AgentConfigurations, ServiceConfig};
 use java::JavaValue;
-use resolve::{Constructor, Entry, is_plain_mapping};
+use resolve::{Constructor, Entry, MapEntries, is_map};
 use tree::NodeKind;
 
 /// Keys the command codec reserves: a configuration key with one of these names would overwrite
@@ -97,39 +101,89 @@ impl ReadError {
     }
 }
 
+/// Something the OAP and skyconf both read the same way but that is probably a mistake, such
+/// as a key written twice: the table is served as the OAP would serve it, and the warning says
+/// what was dropped. `skyconf validate` prints these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadWarning {
+    /// The occurrence that won (the last one).
+    pub at: Position,
+    /// What was dropped and why.
+    pub message: String,
+}
+
+impl fmt::Display for ReadWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.at, self.message)
+    }
+}
+
+/// A document read: the table to serve and what the reader noticed on the way.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    /// What agents get.
+    pub table: AgentConfigurations,
+    /// In document order.
+    pub warnings: Vec<ReadWarning>,
+}
+
 /// Reads an agent-configurations document.
 ///
 /// An empty document (nothing, or only comments) and `configurations:` with no value give an
-/// empty table, as in the OAP.
+/// empty table, as in the OAP. [`read_with_warnings`] also says what the document drops.
 pub fn read(text: &str) -> Result<AgentConfigurations, ReadError> {
+    read_with_warnings(text).map(|reading| reading.table)
+}
+
+/// Reads an agent-configurations document as [`read`] does, with the warnings.
+pub fn read_with_warnings(text: &str) -> Result<Reading, ReadError> {
     let Some(root) = tree::parse(text)? else {
-        return Ok(AgentConfigurations::default());
+        return Ok(Reading::default());
     };
     let mut constructor = Constructor::default();
     // `---` alone, `~`, `!!null x`: a null root, which the OAP reads as an empty table.
     if matches!(root.kind, NodeKind::Scalar { .. }) && matches!(constructor.construct(&root), Ok(JavaValue::Null)) {
-        return Ok(AgentConfigurations::default());
+        return Ok(Reading::default());
     }
-    if !is_plain_mapping(&root) {
+    if !is_map(&root) {
         return Err(ReadError::structure(
             root.at,
             "the document must be a mapping with a top-level `configurations:` key",
         ));
     }
-    let top = constructor.mapping_entries(&root)?;
+    let MapEntries { entries: top, replaced } = constructor.map_entries(&root)?;
+    let mut warnings = Vec::new();
     // Everything is built in document order, as SnakeYAML builds it: building a mapping can
     // rewrite nodes that later aliases see (see `Constructor::mapping_entries`).
     let mut services = None;
     for entry in &top {
         if matches!(&entry.key, JavaValue::Str(k) if k == "configurations") {
-            services = Some(read_services(&mut constructor, &entry.value)?);
+            // Reliability finding F16: two files concatenated, or a bad merge, leave two
+            // `configurations:` keys; SnakeYAML keeps the last, so every earlier service is
+            // dropped without a word. Served as the OAP serves it, but said.
+            let earlier: Vec<_> = replaced.iter().filter(|(k, _)| is_configurations_key(k)).collect();
+            if !earlier.is_empty() {
+                let lost: usize = earlier.iter().map(|(_, v)| entries_in(v)).sum();
+                let mut lines: Vec<_> = earlier.iter().map(|(k, _)| k.at.line).collect();
+                lines.push(entry.key_node.at.line);
+                lines.sort_unstable();
+                warnings.push(ReadWarning {
+                    at: entry.key_node.at,
+                    message: format!(
+                        "`configurations:` is written {} times (lines {}); like the OAP, skyconf reads only the last, so the {lost} service entries under the earlier ones are not served",
+                        lines.len(),
+                        join_lines(&lines)
+                    ),
+                });
+            }
+            services = Some(read_services(&mut constructor, &entry.value, &mut warnings)?);
         } else {
             // The OAP's loader builds every value; one it cannot build fails the document.
             constructor.construct(&entry.value)?;
         }
     }
     match services {
-        Some(services) => Ok(AgentConfigurations::from_services(services)),
+        Some(services) => Ok(Reading { table: AgentConfigurations::from_services(services), warnings }),
         None => {
             let found: Vec<String> = top.iter().map(|e| format!("`{}`", e.key.to_java_string())).collect();
             Err(ReadError::structure(
@@ -143,16 +197,64 @@ pub fn read(text: &str) -> Result<AgentConfigurations, ReadError> {
     }
 }
 
+fn is_configurations_key(key: &tree::Node) -> bool {
+    matches!(&key.kind, NodeKind::Scalar { text, .. } if &**text == "configurations")
+}
+
+/// How many entries a collection holds, as written.
+fn entries_in(node: &tree::Node) -> usize {
+    match &node.kind {
+        NodeKind::Mapping(entries) => entries.borrow().len(),
+        NodeKind::Sequence(items) => items.len(),
+        NodeKind::Scalar { .. } => 0,
+    }
+}
+
+fn join_lines(lines: &[usize]) -> String {
+    lines.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// Where each printed key was written, first to last, for the warnings about repeated keys.
+#[derive(Default)]
+struct Occurrences(IndexMap<String, Vec<Position>>);
+
+impl Occurrences {
+    fn add(&mut self, key: String, at: Position) {
+        self.0.entry(key).or_default().push(at);
+    }
+
+    /// The keys written more than once: each with its last occurrence, its lines and how many
+    /// times, in the order of their last occurrences.
+    fn repeated(mut self) -> Vec<(String, Position, String, usize)> {
+        self.0.values_mut().for_each(|positions| positions.sort());
+        let mut repeated: Vec<_> = self
+            .0
+            .into_iter()
+            .filter(|(_, positions)| positions.len() > 1)
+            .map(|(key, positions)| {
+                let lines: Vec<_> = positions.iter().map(|p| p.line).collect();
+                (key, *positions.last().expect("more than one"), join_lines(&lines), positions.len())
+            })
+            .collect();
+        repeated.sort_by_key(|(_, at, ..)| *at);
+        repeated
+    }
+}
+
 /// The value of `configurations`: service name to settings, in document order.
+///
+/// Services whose names print alike (`1:` and `"1":`) are all read, as the OAP reads them, and
+/// the last one is served (the OAP's table is a `HashMap` keyed by the printed name).
 fn read_services(
     constructor: &mut Constructor,
     services_node: &tree::Node,
+    warnings: &mut Vec<ReadWarning>,
 ) -> Result<IndexMap<String, ServiceConfig>, ReadError> {
     match &services_node.kind {
         NodeKind::Scalar { .. } if matches!(constructor.construct(services_node)?, JavaValue::Null) => {
             return Ok(IndexMap::new());
         }
-        NodeKind::Mapping(_) if is_plain_mapping(services_node) => {}
+        _ if is_map(services_node) => {}
         _ => {
             return Err(ReadError::structure(
                 services_node.at,
@@ -160,9 +262,13 @@ fn read_services(
             ));
         }
     }
+    let MapEntries { entries, replaced } = constructor.map_entries(services_node)?;
     let mut services: IndexMap<String, ServiceConfig> = IndexMap::new();
-    let mut service_at: HashMap<String, Position> = HashMap::new();
-    for Entry { key, key_node, value } in constructor.mapping_entries(services_node)? {
+    let mut written = Occurrences::default();
+    for (key_node, _) in &replaced {
+        written.add(constructor.construct(key_node)?.to_java_string(), key_node.at);
+    }
+    for Entry { key, key_node, value } in entries {
         let key_at = key_node.at;
         let name = match &key {
             JavaValue::Null => {
@@ -170,14 +276,8 @@ fn read_services(
             }
             other => other.to_java_string(),
         };
-        if let Some(first) = service_at.insert(name.clone(), key_at) {
-            return Err(ReadError::structure(
-                key_at,
-                format!("service `{name}` is written twice in different forms (first at {first})"),
-            ));
-        }
-        let entries = read_service(constructor, &name, &value)?;
-        let service = ServiceConfig::new(name.clone(), entries);
+        written.add(name.clone(), key_at);
+        let service = read_service(constructor, &name, &value, warnings)?;
         let answer = answer_len(service.digest(), service.entries());
         if answer > MAX_ANSWER_BYTES {
             return Err(ReadError::structure(
@@ -187,19 +287,33 @@ fn read_services(
                 ),
             ));
         }
+        // The last of services that print alike wins, at its own place.
+        services.shift_remove(&name);
         services.insert(name, service);
+    }
+    for (name, at, lines, times) in written.repeated() {
+        warnings.push(ReadWarning {
+            at,
+            message: format!(
+                "service `{name}` is written {times} times (lines {lines}); like the OAP, skyconf serves only the last"
+            ),
+        });
     }
     Ok(services)
 }
 
 /// One service's `{key: value}` mapping, stringified in document order.
+///
+/// Settings whose keys print alike (`8:` and `"8":`) are all hashed, as the OAP hashes them, and
+/// only the last is sent (the OAP's per-service map is a `HashMap` keyed by the printed key).
 fn read_service(
     constructor: &mut Constructor,
     service: &str,
     node: &tree::Node,
-) -> Result<Vec<(String, String)>, ReadError> {
+    warnings: &mut Vec<ReadWarning>,
+) -> Result<ServiceConfig, ReadError> {
     match &node.kind {
-        NodeKind::Mapping(_) if is_plain_mapping(node) => {}
+        _ if is_map(node) => {}
         NodeKind::Scalar { text, plain: true } if matches!(&**text, "" | "~" | "null") => {
             return Err(ReadError::structure(
                 node.at,
@@ -213,9 +327,13 @@ fn read_service(
             ));
         }
     }
-    let mut out = Vec::new();
-    let mut seen: HashMap<String, Position> = HashMap::new();
-    for Entry { key, key_node, value } in constructor.mapping_entries(node)? {
+    let MapEntries { entries, replaced } = constructor.map_entries(node)?;
+    let mut hashed = Vec::with_capacity(entries.len());
+    let mut written = Occurrences::default();
+    for (key_node, _) in &replaced {
+        written.add(constructor.construct(key_node)?.to_java_string(), key_node.at);
+    }
+    for Entry { key, key_node, value } in entries {
         let key_at = key_node.at;
         if matches!(key, JavaValue::Null) {
             return Err(ReadError::structure(
@@ -230,14 +348,6 @@ fn read_service(
                 format!("`{key}` is reserved by the command format and cannot be a setting name"),
             ));
         }
-        if let Some(first) = seen.insert(key.clone(), key_at) {
-            return Err(ReadError::structure(
-                key_at,
-                format!(
-                    "service `{service}`: setting `{key}` is written twice in different forms (first at {first}); agents reject a command that repeats a key"
-                ),
-            ));
-        }
         let java = constructor.construct(&value)?;
         if matches!(java, JavaValue::Null) {
             return Err(ReadError::structure(
@@ -247,9 +357,25 @@ fn read_service(
                 ),
             ));
         }
-        out.push((key, java.to_java_string()));
+        written.add(key.clone(), key_at);
+        hashed.push((key, java.to_java_string()));
     }
-    Ok(out)
+    let digest = Digest::of_entries(hashed.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut served: IndexMap<String, String> = IndexMap::with_capacity(hashed.len());
+    for (key, value) in hashed {
+        served.shift_remove(&key);
+        served.insert(key, value);
+    }
+    for (key, at, lines, times) in written.repeated() {
+        warnings.push(ReadWarning {
+            at,
+            message: format!(
+                "service `{service}`: setting `{key}` is written {times} times (lines {lines}); like the OAP, skyconf sends only the last (`{}`)",
+                served.get(&key).map_or("", String::as_str)
+            ),
+        });
+    }
+    Ok(ServiceConfig::with_digest(service.to_owned(), served.into_iter().collect(), digest))
 }
 
 #[cfg(test)]
@@ -304,6 +430,106 @@ mod tests {
             "z".repeat(100_000)
         );
         assert_eq!(read(&text).unwrap_err().position(), Some(Position { line: 7, column: 9 }));
+    }
+
+    fn served(table: &AgentConfigurations, service: &str) -> (Vec<(String, String)>, String) {
+        let service = table.get(service).unwrap_or_else(|| panic!("no service {service}"));
+        (service.entries().to_vec(), service.digest().as_str().to_owned())
+    }
+
+    fn pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    // The digests in these tests are DigestTool's (the OAP's reader on SnakeYAML 2.0 and 1.33).
+
+    #[test]
+    fn settings_that_print_alike_send_the_last_and_hash_every_one() {
+        let reading = read_with_warnings("configurations:\n  a:\n    1: x\n    j: y\n    \"1\": z\n").unwrap();
+        let (entries, digest) = served(&reading.table, "a");
+        assert_eq!(entries, pairs(&[("j", "y"), ("1", "z")]));
+        assert_eq!(digest, Digest::of_text("1:xj:y1:z").as_str());
+        assert_eq!(
+            digest,
+            "bbd95ff528d861d9993f480377a773284dc87e8daa410b0c5f50943089e143b8ab3583de08dc84c26fde055d26326b09b30345f3f789c470f23c08ab0f0ad215"
+        );
+        let [warning] = reading.warnings.as_slice() else { panic!("{:?}", reading.warnings) };
+        assert_eq!(warning.at, Position { line: 5, column: 5 });
+        assert!(warning.message.contains("setting `1` is written 2 times (lines 3, 5)"), "{warning}");
+        // A key written twice the same way is SnakeYAML's own rule (V10), and said too.
+        let reading = read_with_warnings("configurations:\n  a: {k: 1, j: 2, k: 3}\n").unwrap();
+        assert_eq!(served(&reading.table, "a").0, pairs(&[("j", "2"), ("k", "3")]));
+        assert_eq!(reading.warnings.len(), 1, "{:?}", reading.warnings);
+    }
+
+    #[test]
+    fn services_that_print_alike_serve_the_last() {
+        let reading =
+            read_with_warnings("configurations:\n  1: {k: v}\n  b: {k: w}\n  \"1\": {k: x}\n  b: {k: y}\n").unwrap();
+        let names: Vec<_> = reading.table.services().map(ServiceConfig::name).collect();
+        assert_eq!(names, ["1", "b"]);
+        assert_eq!(
+            served(&reading.table, "1"),
+            (
+                pairs(&[("k", "x")]),
+                "b4d6cea6325f1c4a015f7877c78e0c7f27f9701691b5cc888b92a14ff9daab05badeed124448130650ecff1aea3fe6eec2069bac6e7e2a13c301772e2a80e4db".to_owned()
+            )
+        );
+        assert_eq!(served(&reading.table, "b").0, pairs(&[("k", "y")]));
+        let messages: Vec<_> = reading.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(
+            messages[0].starts_with("line 4, column 3: service `1` is written 2 times (lines 2, 4)"),
+            "{messages:?}"
+        );
+        assert!(
+            messages[1].starts_with("line 5, column 3: service `b` is written 2 times (lines 3, 5)"),
+            "{messages:?}"
+        );
+    }
+
+    #[test]
+    fn a_repeated_configurations_key_serves_the_last_and_says_so() {
+        // Reliability finding F16: two files concatenated.
+        let text = "configurations:\n  a: {k: v}\n  b: {k: w}\nother: 1\nconfigurations:\n  c: {k: x}\n";
+        let reading = read_with_warnings(text).unwrap();
+        let names: Vec<_> = reading.table.services().map(ServiceConfig::name).collect();
+        assert_eq!(names, ["c"], "the OAP's reading: SnakeYAML keeps the last key");
+        let [warning] = reading.warnings.as_slice() else { panic!("{:?}", reading.warnings) };
+        assert_eq!(warning.at, Position { line: 5, column: 1 });
+        assert!(warning.message.contains("written 2 times (lines 1, 5)"), "{warning}");
+        assert!(warning.message.contains("the 2 service entries under the earlier ones"), "{warning}");
+        assert!(read_with_warnings("configurations:\n  a: {k: v}\n").unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn omap_values_and_services_read_as_linked_hash_maps() {
+        let text = "configurations:\n  s:\n    k: !!omap [a: 1, b: 2]\n    j: !!omap\n      - x: yes\n      - y: [1, 2]\n    m: !!omap []\n";
+        let (entries, digest) = served(&read(text).unwrap(), "s");
+        assert_eq!(entries, pairs(&[("k", "{a=1, b=2}"), ("j", "{x=true, y=[1, 2]}"), ("m", "{}")]));
+        assert_eq!(
+            digest,
+            "ac3fe21eabf9033cb7b016206324da3ca185a043a6545207fc0e53abc39e11be468e4286b13a41842ef6b2149858efa9a0c7a22a2135a3c6e5ca715a108ec4cb"
+        );
+        // As a service: a LinkedHashMap keeps the first key's place and the last value.
+        let (entries, digest) = served(&read("configurations:\n  s: !!omap [k: 1, j: 2, k: 3]\n").unwrap(), "s");
+        assert_eq!(entries, pairs(&[("k", "3"), ("j", "2")]));
+        assert_eq!(
+            digest,
+            "84da0e30902abbacd0c0b20786c7df000b6f9640be80748629f975eea6314aa7e2ee54375fcdbc212bbdfda6b0d5465ee5b64f96643e16dd05bbe05b716f4c88"
+        );
+        let table = read("configurations: !!omap\n  - s: {k: v}\n  - t: {k: w}\n").unwrap();
+        assert_eq!(table.len(), 2);
+        for refused in [
+            "configurations:\n  s: {k: !!omap [a: 1, b]}\n",
+            "configurations:\n  s: {k: !!omap [{a: 1, b: 2}]}\n",
+            "configurations:\n  s: {k: !!omap {a: 1}}\n",
+            "configurations:\n  s: {k: !!omap [<<: {a: 1}]}\n",
+            "configurations:\n  s: {k: !!pairs [a: 1]}\n",
+            "configurations:\n  s: {k: !!binary aGk=}\n",
+        ] {
+            assert!(read(refused).is_err(), "{refused}");
+        }
     }
 
     #[test]

@@ -45,6 +45,13 @@ impl Constructor {
         }
         match &node.kind {
             NodeKind::Scalar { text, plain } => scalar(text, *plain, node.tag.as_deref(), node.at),
+            NodeKind::Sequence(_) if is_omap(node) => {
+                let mut constructed = Vec::new();
+                for Entry { key, value, .. } in self.map_entries(node)?.entries {
+                    constructed.push((key, self.construct(&value)?));
+                }
+                Ok(JavaValue::Map(constructed))
+            }
             NodeKind::Sequence(items) => {
                 expect_tag(node, &["seq"])?;
                 items.iter().map(|item| self.construct(item)).collect::<Result<_, _>>().map(JavaValue::List)
@@ -73,6 +80,58 @@ impl Constructor {
     /// Like SnakeYAML, this rewrites the node with the flattened entries, so an alias to it
     /// later sees them (and merges from it the same way again).
     pub(crate) fn mapping_entries(&mut self, node: &Node) -> Result<Vec<Entry>, ReadError> {
+        self.flatten(node, &mut Vec::new())
+    }
+
+    /// The entries of a node SnakeYAML builds as a `LinkedHashMap` ([`is_map`]): a mapping, as
+    /// [`Self::mapping_entries`] gives them, or an `!!omap`. Also the entries that an equal key
+    /// replaced, so the caller can say what was dropped.
+    pub(crate) fn map_entries(&mut self, node: &Node) -> Result<MapEntries, ReadError> {
+        let mut replaced = Vec::new();
+        let entries =
+            if is_omap(node) { self.omap_entries(node, &mut replaced)? } else { self.flatten(node, &mut replaced)? };
+        Ok(MapEntries { entries, replaced })
+    }
+
+    /// An `!!omap`: a sequence of one-entry mappings, put one by one into a `LinkedHashMap`, so
+    /// of equal keys the first keeps its place and the last gives the value. Merge keys are not
+    /// read there (the OAP's loader fails on them), nor are items of any other shape.
+    fn omap_entries(&mut self, node: &Node, replaced: &mut Vec<(Rc<Node>, Rc<Node>)>) -> Result<Vec<Entry>, ReadError> {
+        let NodeKind::Sequence(items) = &node.kind else {
+            return Err(ReadError::value(node.at, "an `!!omap` must be a sequence of one-entry mappings"));
+        };
+        let mut entries: Vec<Entry> = Vec::with_capacity(items.len());
+        let mut index: HashMap<Identity, usize> = HashMap::with_capacity(items.len());
+        for item in items {
+            let pair = match &item.kind {
+                NodeKind::Mapping(cell) => match cell.borrow().as_slice() {
+                    [(key, value)] if !is_merge_key(key) => Some((Rc::clone(key), Rc::clone(value))),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some((key_node, value)) = pair else {
+                return Err(ReadError::value(
+                    item.at,
+                    "each item of an `!!omap` must be a mapping with exactly one key",
+                ));
+            };
+            let key = self.construct(&key_node)?;
+            match index.get(&key.identity()) {
+                Some(&at) => {
+                    let earlier = std::mem::replace(&mut entries[at].value, value);
+                    replaced.push((key_node, earlier));
+                }
+                None => {
+                    index.insert(key.identity(), entries.len());
+                    entries.push(Entry { key, key_node, value });
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    fn flatten(&mut self, node: &Node, replaced: &mut Vec<(Rc<Node>, Rc<Node>)>) -> Result<Vec<Entry>, ReadError> {
         let NodeKind::Mapping(cell) = &node.kind else {
             return Err(ReadError::structure(node.at, "expected a mapping"));
         };
@@ -86,8 +145,10 @@ impl Constructor {
                 continue;
             }
             let key = self.construct(&key_node)?;
-            if let Some(earlier) = seen.insert(key.identity(), own.len()) {
-                own[earlier] = None;
+            if let Some(earlier) = seen.insert(key.identity(), own.len())
+                && let Some(Own::Entry(entry)) = own[earlier].take()
+            {
+                replaced.push((entry.key_node, entry.value));
             }
             own.push(Some(Own::Entry(Entry { key, key_node, value: value_node })));
         }
@@ -144,6 +205,13 @@ impl Constructor {
     }
 }
 
+/// A map's entries, and the key and value nodes of the entries an equal key replaced.
+#[derive(Debug)]
+pub(crate) struct MapEntries {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) replaced: Vec<(Rc<Node>, Rc<Node>)>,
+}
+
 /// One of a mapping's own items, before merging.
 enum Own {
     Entry(Entry),
@@ -185,11 +253,21 @@ fn is_merge_key(node: &Node) -> bool {
     }
 }
 
-/// A mapping that SnakeYAML builds as a plain `LinkedHashMap`: untagged, `!` or `!!map` (a
-/// `!!set` is a mapping too, but the OAP's cast to `Map` fails on it).
-pub(crate) fn is_plain_mapping(node: &Node) -> bool {
-    matches!(node.kind, NodeKind::Mapping(_))
-        && node.tag.as_ref().is_none_or(|tag| is_non_specific(tag) || is_core(tag, "map"))
+/// A node that SnakeYAML builds as a `LinkedHashMap`, which the OAP can read as a table or a
+/// service: a mapping untagged, `!` or `!!map` (a `!!set` is a mapping too, but the OAP's cast
+/// to `Map` fails on it), or an `!!omap` sequence.
+pub(crate) fn is_map(node: &Node) -> bool {
+    match node.kind {
+        NodeKind::Mapping(_) => node.tag.as_ref().is_none_or(|tag| is_non_specific(tag) || is_core(tag, "map")),
+        NodeKind::Sequence(_) => is_omap(node),
+        NodeKind::Scalar { .. } => false,
+    }
+}
+
+/// `!!omap`: SnakeYAML's safe loader builds it as a `LinkedHashMap`, which prints stably
+/// (`{a=1, b=2}`); `!!pairs` builds arrays, which print as identity hashes, so it stays refused.
+fn is_omap(node: &Node) -> bool {
+    matches!(node.kind, NodeKind::Sequence(_)) && node.tag.as_ref().is_some_and(|tag| is_core(tag, "omap"))
 }
 
 /// `!` alone: the node keeps the type its kind gives it (a string, a list, a map).

@@ -14,6 +14,7 @@ use std::rc::Rc;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 
+use super::breaks;
 use super::yaml11::{self, Extent, Raw, Source};
 use super::{Position, ReadError};
 
@@ -139,6 +140,10 @@ fn normalise_tag(t: &saphyr_parser::Tag) -> Tag {
 /// document, or one holding only comments).
 pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
     let text = yaml11::normalize_breaks(text);
+    // LS and PS end lines for the parser too; a scalar that holds one is read again from `kept`.
+    let kept = text.contains(yaml11::YAML11_BREAKS).then(|| breaks::Text::new(&text));
+    let inline = if kept.is_some() { breaks::inline_scalars(&text) } else { Vec::new() };
+    let text = yaml11::for_parser(&text, &inline);
     let text = text.as_ref();
     yaml11::check_stream(text)?;
     let mut builder = Builder::default();
@@ -164,6 +169,20 @@ pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
             }
             event => event,
         };
+        builder.spans_lines = false;
+        let event = match (&kept, event) {
+            (Some(kept), Event::Scalar(value, style, anchor, tag)) => {
+                let extent = source.scalar_extent(&span, style, raw.properties);
+                builder.spans_lines = kept.has_separator(extent.start, extent.end);
+                let properties_at = raw.properties.then(|| span.start.index());
+                match kept.reread(style, extent, properties_at, &value) {
+                    Ok(None) => Event::Scalar(value, style, anchor, tag),
+                    Ok(Some(reread)) => Event::Scalar(Cow::Owned(reread), style, anchor, tag),
+                    Err(why) => return Err(ReadError::syntax(position(&span), why)),
+                }
+            }
+            (_, event) => event,
+        };
         builder.on_event(event, &span, raw, &mut source)?;
     }
     if has_tabs {
@@ -184,6 +203,8 @@ struct Builder {
     expanded: usize,
     documents: usize,
     root: Option<Rc<Node>>,
+    /// The scalar being added holds an LS or PS that the parser did not see as a line break.
+    spans_lines: bool,
 }
 
 impl Builder {
@@ -303,7 +324,7 @@ impl Builder {
             return Ok(());
         }
         let too_long = end.end.index().saturating_sub(start) > MAX_IMPLICIT_KEY;
-        let multi_line = end.end.line() != at.line;
+        let multi_line = end.end.line() != at.line || self.spans_lines || source.colon_on_a_later_line(end.end.index());
         if (too_long || multi_line) && !source.after_question_mark(start) {
             return Err(ReadError::syntax(
                 at,
@@ -581,6 +602,12 @@ mod tests {
         assert!(parse("a: 1\n: 2\n").is_err());
         assert!(parse("a: {: 2}\n").is_err() && parse("a: [: 2]\n").is_err(), "nor flow mappings");
         assert!(parse("a: {?: 2}\n").is_ok(), "`?` makes it explicit");
+        // DigestTool: ParserException. The `:` must be on the key's line, in flow mappings too.
+        for text in ["a: {k\n  : v}\n", "a: {k\u{2028}: v}\n", "a: {[x]\n  : v}\n", "a: {\"k\"  # c\n  : v}\n"] {
+            assert!(parse(text).is_err(), "{text:?} must be refused");
+        }
+        assert!(parse("a: {k\n  , j: v}\n").is_ok(), "a key without a value may end its line");
+        assert!(parse("a: {k:\n    v}\n").is_ok());
         assert!(parse("? \n: 2\n").is_ok(), "an explicit empty key is fine");
     }
 
@@ -601,5 +628,59 @@ mod tests {
     #[test]
     fn nel_is_a_line_break() {
         assert_eq!(value_of("a: 'x\u{85}  y'\n"), "x y");
+        assert_eq!(value_of("a: |\n  x\u{85}  y\n"), "x\ny\n");
+        assert_eq!(value_of("a: x\u{85}b: y\n"), "x", "it ends a line");
+    }
+
+    // The expectations below are DigestTool's (the OAP's loader, SnakeYAML 2.0 and 1.33).
+
+    #[test]
+    fn line_and_paragraph_separators_end_lines() {
+        let node = root("s:\u{2028}  k: v\u{2028}  j: w\u{2029}");
+        let NodeKind::Mapping(entries) = &node.kind else { panic!() };
+        let NodeKind::Mapping(inner) = &entries.borrow()[0].1.kind else { panic!("s is a mapping") };
+        assert_eq!(inner.borrow().len(), 2);
+        assert!(parse("k: a\u{2028}b\n").is_err(), "`b` starts a line less indented than the value");
+        assert!(parse("k: {\"a\u{2028}b\": v}\n").is_err(), "an implicit key cannot span lines");
+        // Between tokens of a flow collection a break separates as a blank does.
+        assert_eq!(value_of("k: {a: 1,\u{2028}  b: 2}\n"), "{a: 1}");
+        assert_eq!(value_of("k: {a:\u{2029}  b}\n"), "{a: b}");
+        assert_eq!(value_of("k: [\u{85}  x,\u{2028}  'y\u{2028}z']\n"), "[x, y\u{2028}z]");
+    }
+
+    #[test]
+    fn line_and_paragraph_separators_stay_in_values() {
+        let cases = [
+            ("k: {a: x\u{2028}y}\n", "{a: x\u{2028}y}"),
+            ("k: [x\u{2028} y, z]\n", "[x\u{2028}y, z]"),
+            ("k: {a: x\u{2028}\n    y}\n", "{a: x\u{2028}\ny}"),
+            ("k: {a: x\n    \u{2028}y}\n", "{a: x\u{2028}y}"),
+            ("k: a\u{2028}    b\n", "a\u{2028}b"),
+            ("k: a\n  b\u{2028}  c\n", "a b\u{2028}c"),
+            ("k: 'a  \u{2028}   b'\n", "a\u{2028}b"),
+            ("k: 'a\u{2029}\u{2028}b'\n", "a\u{2029}\u{2028}b"),
+            ("k: 'it''s\u{2028}'\n", "it's\u{2028}"),
+            ("k: \"a\\\u{2028}    b\"\n", "ab"),
+            ("k: \"a\\L\\P\\Nb\"\n", "a\u{2028}\u{2029}\u{85}b"),
+            ("k: \"\\t\u{2028}\\x41\\ \u{2028}\"\n", "\t\u{2028}A \u{2028}"),
+            ("k: |\n  a\u{2028}  b\n", "a\u{2028}b\n"),
+            ("k: |-\n  a\u{2028}  b\u{2028}\n", "a\u{2028}b"),
+            ("k: |+\n  a\u{2028}\u{2028}\nj: x\n", "a\u{2028}\u{2028}\n"),
+            ("k: |\n  a\u{2028}\n", "a\u{2028}"),
+            ("k: >\n  a\u{2028}  b\n  c\n", "a\u{2028}b c\n"),
+            ("k: >\n  a\n  b\u{2029}  c\n", "a b\u{2029}c\n"),
+            ("k: &x |\n  a\u{2028}  b\n", "a\u{2028}b\n"),
+            ("k: |\n  a\u{2028}  b", "a\u{2028}b"),
+            ("k: |+\n\u{2028}\nj: x\n", "\u{2028}\n"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(value_of(text), want, "{text:?}");
+        }
+        let node = root("s:\n  k: |2\n      a\u{2028}    b\n  j: >1-\n     a\u{2028}    b\n");
+        let NodeKind::Mapping(entries) = &node.kind else { panic!() };
+        let NodeKind::Mapping(inner) = &entries.borrow()[0].1.kind else { panic!() };
+        let values: Vec<_> = inner.borrow().iter().map(|(_, v)| scalar_text(v)).collect();
+        assert_eq!(values, ["  a\u{2028}b\n", "  a\u{2028} b"], "indentation indicators");
+        assert_eq!(value_of("k: ! >1+\r\n  x\r\u{2029}  y\r\n"), " x\n\u{2029} y\n", "CR LF and a tag");
     }
 }

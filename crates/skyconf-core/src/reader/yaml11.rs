@@ -14,24 +14,59 @@ use super::{Position, ReadError};
 /// SnakeYAML's default `codePointLimit` (3 MiB): a longer document fails to load.
 pub(super) const MAX_CODE_POINTS: usize = 3 * 1024 * 1024;
 
-/// YAML 1.1 counts NEL (U+0085) as a line break, YAML 1.2 does not; SnakeYAML reads it as `\n`.
-/// A CR alone is a line break in both, but the 1.2 parser misses it in places. Both become `\n`
-/// (one character for one, so positions stay right; breaks in scalars become `\n` anyway).
+/// A CR alone is a line break in YAML 1.1 and 1.2, but the 1.2 parser misses it in places: it
+/// becomes `\n` (one character for one, so positions stay right). YAML 1.1's other breaks, NEL,
+/// LS and PS, stay: [`for_parser`] turns them into `\n` for the parser (see `breaks`).
 pub(super) fn normalize_breaks(text: &str) -> Cow<'_, str> {
-    if !text.contains(['\u{85}', '\r']) {
+    if !text.contains('\r') {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         out.push(match c {
-            '\u{85}' => '\n',
             '\r' if chars.peek() != Some(&'\n') => '\n',
             c => c,
         });
     }
     Cow::Owned(out)
 }
+
+/// The text the 1.2 parser reads: [`normalize_breaks`]'s, with NEL, LS and PS as `\n`, so that
+/// lines end where SnakeYAML ends them (and positions count them as it does); except inside
+/// `inline` (character ranges), where they stay characters: there SnakeYAML wants no
+/// indentation after a break and the 1.2 parser does (see `breaks::inline_scalars`).
+pub(super) fn for_parser<'t>(text: &'t str, inline: &[(usize, usize)]) -> Cow<'t, str> {
+    if !text.contains(YAML11_BREAKS) {
+        return Cow::Borrowed(text);
+    }
+    let mut ranges = inline.iter().peekable();
+    let mut previous = '\0';
+    let out = text
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            while ranges.peek().is_some_and(|&&(_, end)| end <= i) {
+                ranges.next();
+            }
+            let inside = ranges.peek().is_some_and(|&&(start, _)| start <= i);
+            // `\` then a break is an escaped break, which the parser must see as one.
+            let out = if YAML11_BREAKS.contains(&c) && (!inside || previous == '\\') { '\n' } else { c };
+            previous = c;
+            out
+        })
+        .collect();
+    Cow::Owned(out)
+}
+
+/// U+2028 LINE SEPARATOR and U+2029 PARAGRAPH SEPARATOR: line breaks in YAML 1.1.
+pub(super) const LS: char = '\u{2028}';
+/// See [`LS`].
+pub(super) const PS: char = '\u{2029}';
+/// U+0085 NEXT LINE, a line break in YAML 1.1 that SnakeYAML reads as `\n`.
+pub(super) const NEL: char = '\u{85}';
+/// The line breaks of YAML 1.1 that YAML 1.2 reads as characters.
+pub(super) const YAML11_BREAKS: [char; 3] = [NEL, LS, PS];
 
 /// The document text, read again where the parser (YAML 1.2) accepts what SnakeYAML (YAML 1.1)
 /// refuses. The parser's spans count characters; the text is walked forward to find their bytes.
@@ -210,6 +245,27 @@ impl<'a> Source<'a> {
         }
     }
 
+    /// Whether a line break (or a comment) comes between character `index`, the end of a key,
+    /// and the `:` after it: SnakeYAML wants an implicit key's `:` on the key's line, in flow
+    /// collections too (`{a⏎: b}`), where the 1.2 parser takes it on a later one.
+    pub(super) fn colon_on_a_later_line(&mut self, index: usize) -> bool {
+        let mut broke = false;
+        let mut chars = self.from(index).chars();
+        while let Some(c) = chars.next() {
+            match c {
+                ' ' | '\t' | '\r' => {}
+                '\n' => broke = true,
+                '#' => {
+                    chars.by_ref().find(|&c| c == '\n');
+                    broke = true;
+                }
+                ':' => return broke,
+                _ => return false,
+            }
+        }
+        false
+    }
+
     /// Whether the text just before character `index`, blanks skipped, is the explicit-key `?`.
     pub(super) fn after_question_mark(&mut self, index: usize) -> bool {
         self.from(index);
@@ -255,8 +311,8 @@ impl<'a> Source<'a> {
 /// Where a scalar's text lies, in characters: from its content (properties skipped) to its end.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Extent {
-    start: usize,
-    end: usize,
+    pub(super) start: usize,
+    pub(super) end: usize,
     /// Plain scalars own the blanks that follow them on their line.
     plain: bool,
     /// For block scalars, the column (0-based) where their span starts: a tab left of it is

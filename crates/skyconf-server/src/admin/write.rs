@@ -134,10 +134,12 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// A document to write: its text (`None`: delete the key) and the table it reads as.
+/// A document to write: its text (`None`: delete the key), the table it reads as, and the
+/// reader's warnings (what the document drops as the OAP drops it, e.g. a repeated key).
 struct Proposal {
     text: Option<String>,
     table: AgentConfigurations,
+    warnings: Vec<String>,
 }
 
 impl Proposal {
@@ -149,8 +151,9 @@ impl Proposal {
                 admin.options.max_document_bytes
             )));
         }
-        let table = skyconf_core::read(&text)?;
-        Ok(Self { text: Some(text), table })
+        let reading = skyconf_core::read_with_warnings(&text)?;
+        let warnings = reading.warnings.iter().map(ToString::to_string).collect();
+        Ok(Self { text: Some(text), table: reading.table, warnings })
     }
 }
 
@@ -186,6 +189,7 @@ async fn apply(
             "document": proposal.text,
             "document_sha256": hash,
             "base_release": latest.map(|r| r.id),
+            "warnings": proposal.warnings,
         }))
         .into_response());
     }
@@ -441,7 +445,7 @@ pub(super) async fn rollback(
     }
     let proposal = match document_of(&admin, id).await? {
         Some(text) => Proposal::read(&admin, text)?,
-        None => Proposal { text: None, table: AgentConfigurations::default() },
+        None => Proposal { text: None, table: AgentConfigurations::default(), warnings: Vec::new() },
     };
     let guard = admin.write_lock.lock().await;
     let snapshot = admin.served.snapshot();

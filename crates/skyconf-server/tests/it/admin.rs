@@ -306,6 +306,30 @@ async fn a_dry_run_answers_digests_before_and_after_and_writes_nothing() {
 }
 
 #[tokio::test]
+async fn a_dry_run_warns_about_a_repeated_configurations_key() {
+    // Reliability finding F16: a document with two `configurations:` keys is served as the OAP
+    // serves it (the last wins), and the dry run says which lines and how much it drops.
+    let s = setup();
+    let twice = "configurations:\n  order: {k: v}\n  pay: {k: w}\nconfigurations:\n  order: {k: x}\n";
+    let (status, body) =
+        call(&s.router, yaml_put("/api/v1/configurations?dry_run=true").body(Body::from(twice)).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let warnings = body["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{body}");
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .starts_with("line 4, column 1: `configurations:` is written 2 times (lines 1, 4)")
+    );
+    let clean = "configurations:\n  order: {k: x}\n";
+    let (_, body) =
+        call(&s.router, yaml_put("/api/v1/configurations?dry_run=true").body(Body::from(clean)).unwrap()).await;
+    assert_eq!(body["warnings"], json!([]), "{body}");
+    assert_eq!(s.served.snapshot().version, 1);
+}
+
+#[tokio::test]
 async fn a_misspelled_dry_run_is_a_400_naming_the_parameter_and_writes_nothing() {
     // F14: `?DRY_RUN=true` used to be ignored, so the "dry run" was a real write.
     let s = setup();
