@@ -239,7 +239,8 @@ def value_of(driver, element_id):
 
 
 def shown(driver, element_id):
-    return driver.script("const e = document.getElementById(arguments[0]); return !!e && !e.hidden", element_id)
+    """Whether the element is displayed (not hidden, nor inside a hidden one)."""
+    return driver.script("const e = document.getElementById(arguments[0]); return !!e && e.getClientRects().length > 0", element_id)
 
 
 def note_text(driver):
@@ -277,6 +278,8 @@ def run_editing(a, driver):
     driver.wait_for(lambda: a.service in (value_of(driver, "document-edit") or ""), 10,
                     "the whole-document editor does not show the served document")
     served_document = value_of(driver, "document-edit")
+    if shown(driver, "config-dirty") or shown(driver, "document-dirty"):
+        raise Failure("marked unsaved before any edit")
 
     # A draft in each editor.
     driver.script("const e = document.getElementById('document-edit'); e.focus(); e.setSelectionRange(e.value.length, e.value.length);")
@@ -303,6 +306,7 @@ def run_editing(a, driver):
         raise Failure(f"the dry run lost the draft: {value_of(driver, 'config-edit')!r}")
     if value_of(driver, "document-edit") != document_draft:
         raise Failure("the refresh overwrote the whole-document editor")
+    driver.script("document.getElementById('service-title').scrollIntoView()")
     shoot(a, driver, "page-editor.png")
 
     driver.script("document.getElementById('notice').replaceChildren()")
@@ -333,6 +337,7 @@ def run_editing(a, driver):
     if "line" not in check:
         raise Failure(f"the refusal does not name the line: {check!r}")
     marked = driver.script("const p = document.querySelector('#document-check pre'); return p ? p.dataset.line : null")
+    driver.script("document.getElementById('document-check').scrollIntoView({block: 'end'})")
     shoot(a, driver, "page-validation.png")
     driver.click("#document-load")
     driver.wait_for(lambda: driver.script("return document.getElementById('document-check').dataset.state") == "none", 5,
@@ -396,6 +401,11 @@ def run_browse(a, driver):
                     "the service's URL does not open it")
     driver.wait_for(lambda: len(driver.find("#history tr[data-history]")) >= a.history, 10,
                     f"the history has {len(driver.find('#history tr[data-history]'))} entries")
+    if shown(driver, "config-dirty"):
+        raise Failure("the service editor is marked unsaved before any edit")
+    history = len(driver.find("#history tr[data-history]"))
+    no_horizontal_scroll(driver, "with a service open")
+    shoot(a, driver, "page-services.png")
     digest = driver.script("const c = document.querySelector('#service-digest code'); const b = document.querySelector('#service-digest button.copy');"
                            "return c && b ? [c.textContent, b.dataset.digest] : null")
     if not digest or len(digest[0]) != 12 or not digest[1].startswith(digest[0]) or len(digest[1]) != 128:
@@ -405,8 +415,6 @@ def run_browse(a, driver):
                              "the copy button does nothing")
     if copied != "ok" and digest[1] not in (note_text(driver) or ""):
         raise Failure("a failed copy does not show the digest")
-    no_horizontal_scroll(driver, "with a service open")
-    shoot(a, driver, "page-services.png")
 
     # A history row opens its release, and the URL follows.
     first = driver.find("#history tr[data-history]")[0]
@@ -436,7 +444,7 @@ def run_browse(a, driver):
     driver.wait_for(lambda: driver.script("return location.hash") == f"#/releases/{newer}/compare/{older}", 5, "Compare does not build the URL")
     driver.wait_for(lambda: driver.script("return document.getElementById('release-title').textContent") == f"Release #{newer} → #{older}", 10,
                     "Compare does not show the comparison")
-    return {"ok": True, "count": count, "filtered": filtered, "history": len(driver.find("#history tr[data-history]")), "change": change,
+    return {"ok": True, "count": count, "filtered": filtered, "history": history, "change": change,
             "digest": digest[0], "copied": copied}
 
 
