@@ -5,6 +5,25 @@ WebDriver HTTP API (no pip package: the protocol is plain JSON over HTTP).
     page_test.py --url http://127.0.0.1:PORT/ --service NAME --key KEY --value V --rollback-to ID --expect V0
                  [--read-token R --write-token W]
     page_test.py --url http://127.0.0.1:PORT/ --held confirm|discard
+    page_test.py --url URL --scenario editing --service NAME --key KEY --value NEW
+    page_test.py --url URL --scenario refused --unconfigured NAME
+    page_test.py --url URL --scenario browse --service NAME --key KEY --compare A B --services N --history N
+    (any of them with --screenshot DIR: PNGs of the page, for the README, written into DIR)
+
+editing: opens NAME by its URL (#/services/NAME); the whole-document editor shows the served
+document unasked. Types a draft into it and a new configuration {KEY: NEW} into the service
+editor, moves the focus away and waits for two periodic refreshes, clicks "Dry run" and waits
+for two more: both drafts must survive, marked "unsaved changes". "Save" then serves {KEY: NEW}
+(the caller checks over gRPC); the document draft is kept and marked as outdated until "Load
+current". Then a broken document typed there is refused inline, with its line.
+
+refused: the header says the store's document is refused; the unconfigured NAME polled by one
+agent reads "1 agent".
+
+browse: N services, paged 100 at a time; the filter and column sorting; NAME opened by a pasted
+URL with its history (at least --history entries), its digest shortened with a copy button and no
+horizontal scroll at 1400 px; a history row opens its release (and the URL follows); the pasted
+URL #/releases/A/compare/B shows KEY's change, and "compare with" builds that URL.
 
 Loads the page, waits for the held-change notice, clicks its confirm (or discard) button and then
 the confirmation; waits for the page to report the change installed (or discarded) and the notice
@@ -119,6 +138,15 @@ class Driver:
         self.call("POST", self.s("/alert/accept"), {})
         return message
 
+    def send_keys(self, css, text):
+        self.call("POST", self.s(f"/element/{self.find(css)[0]}/value"), {"text": text})
+
+    def screenshot(self, path):
+        import base64
+        data = self.call("GET", self.s("/screenshot"))
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+
     def script(self, source, *args):
         return self.call("POST", self.s("/execute/sync"), {"script": source, "args": list(args)})
 
@@ -196,6 +224,230 @@ def run(a, driver):
     return {"ok": True, "service_title": title, "notice": note[3:], "releases": releases_listed + 1, "prompts": prompts}
 
 
+def refreshes(driver):
+    return int(driver.script("return Number(document.body.dataset.refreshes || 0)"))
+
+
+def wait_refreshes(driver, n, what):
+    """Waits until the page has refreshed N more times (every 2 s)."""
+    start = refreshes(driver)
+    driver.wait_for(lambda: refreshes(driver) >= start + n, 5 + 3 * n, f"the page stopped refreshing ({what})")
+
+
+def value_of(driver, element_id):
+    return driver.script("return document.getElementById(arguments[0]).value", element_id)
+
+
+def shown(driver, element_id):
+    """Whether the element is displayed (not hidden, nor inside a hidden one)."""
+    return driver.script("const e = document.getElementById(arguments[0]); return !!e && e.getClientRects().length > 0", element_id)
+
+
+def note_text(driver):
+    return driver.script("const n = document.querySelector('#notice .note'); return n ? n.dataset.kind + ':' + n.textContent : null;")
+
+
+def shoot(a, driver, name):
+    if a.screenshot:
+        os.makedirs(a.screenshot, exist_ok=True)
+        driver.screenshot(os.path.join(a.screenshot, name))
+
+
+def no_horizontal_scroll(driver, where):
+    widths = driver.script("return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    if widths[0] > widths[1]:
+        raise Failure(f"horizontal scroll {where}: the page is {widths[0]} px wide in a {widths[1]} px window")
+
+
+def clear(driver, element_id):
+    driver.script("const e = document.getElementById(arguments[0]); e.value = ''; e.dispatchEvent(new Event('input'));", element_id)
+
+
+def loaded(driver, url):
+    driver.go("about:blank")
+    driver.go(url)
+    driver.wait_for(lambda: driver.script("return document.body.dataset.loaded === 'true'"), 20, "the page never loaded its data")
+
+
+def run_editing(a, driver):
+    from urllib.parse import quote
+    loaded(driver, a.url + "#/services/" + quote(a.service, safe=""))
+    driver.wait_for(lambda: driver.script("return document.getElementById('service-title').textContent") == a.service, 10,
+                    "the service's URL does not open it")
+    driver.wait_for(lambda: cell_value(driver, a.key) is not None, 10, f"{a.key} is not shown")
+    driver.wait_for(lambda: a.service in (value_of(driver, "document-edit") or ""), 10,
+                    "the whole-document editor does not show the served document")
+    served_document = value_of(driver, "document-edit")
+    if shown(driver, "config-dirty") or shown(driver, "document-dirty"):
+        raise Failure("marked unsaved before any edit")
+
+    # A draft in each editor.
+    driver.script("const e = document.getElementById('document-edit'); e.focus(); e.setSelectionRange(e.value.length, e.value.length);")
+    driver.send_keys("#document-edit", "# a draft note")
+    document_draft = served_document + "# a draft note"
+    clear(driver, "config-edit")
+    typed = json.dumps({a.key: a.value})
+    driver.click("#config-edit")
+    driver.send_keys("#config-edit", typed)
+    if value_of(driver, "config-edit") != typed:
+        raise Failure(f"typing gave {value_of(driver, 'config-edit')!r}")
+    driver.wait_for(lambda: shown(driver, "config-dirty") and shown(driver, "document-dirty"), 5, "no unsaved-changes marker")
+
+    driver.click("#service-message")
+    wait_refreshes(driver, 2, "after leaving the editor")
+    if value_of(driver, "config-edit") != typed:
+        raise Failure(f"the refresh overwrote the service editor: {value_of(driver, 'config-edit')!r}")
+    driver.click("#service-dry-run")
+    note = driver.wait_for(lambda: note_text(driver), 10, "the dry run never answered")
+    if not note.startswith("ok:Dry run") or a.service not in note:
+        raise Failure(f"the dry run: {note}")
+    wait_refreshes(driver, 2, "after the dry run")
+    if value_of(driver, "config-edit") != typed or not shown(driver, "config-dirty"):
+        raise Failure(f"the dry run lost the draft: {value_of(driver, 'config-edit')!r}")
+    if value_of(driver, "document-edit") != document_draft:
+        raise Failure("the refresh overwrote the whole-document editor")
+    driver.script("document.getElementById('service-title').scrollIntoView()")
+    shoot(a, driver, "page-editor.png")
+
+    driver.script("document.getElementById('notice').replaceChildren()")
+    driver.click("#service-save")
+    note = driver.wait_for(lambda: note_text(driver), 30, "the save never answered")
+    if not note.startswith("ok:") or "is served" not in note:
+        raise Failure(f"the save: {note}")
+    driver.wait_for(lambda: cell_value(driver, a.key) == a.value, 10, f"{a.key} does not show {a.value} after the save")
+    driver.wait_for(lambda: not shown(driver, "config-dirty"), 10, "still marked unsaved after the save")
+    if json.loads(value_of(driver, "config-edit")) != {a.key: a.value}:
+        raise Failure(f"the editor after the save: {value_of(driver, 'config-edit')!r}")
+
+    # The document draft outlived the change, and says the served document moved on.
+    driver.wait_for(lambda: shown(driver, "document-stale"), 10, "the document draft is not marked outdated")
+    if value_of(driver, "document-edit") != document_draft:
+        raise Failure("the whole-document draft was lost")
+    driver.click("#document-load")
+    driver.wait_for(lambda: a.value in value_of(driver, "document-edit") and not shown(driver, "document-dirty"), 10,
+                    "Load current does not show the new document")
+
+    # Inline validation as one types.
+    clear(driver, "document-edit")
+    driver.click("#document-edit")
+    driver.send_keys("#document-edit", "configurations:\n  broken:\n    key: [1, 2\n")
+    driver.wait_for(lambda: driver.script("return document.getElementById('document-check').dataset.state") == "bad", 10,
+                    "a broken document is not refused as one types")
+    check = driver.text(driver.find("#document-check")[0])
+    if "line" not in check:
+        raise Failure(f"the refusal does not name the line: {check!r}")
+    marked = driver.script("const p = document.querySelector('#document-check pre'); return p ? p.dataset.line : null")
+    driver.script("document.getElementById('document-check').scrollIntoView({block: 'end'})")
+    shoot(a, driver, "page-validation.png")
+    driver.click("#document-load")
+    driver.wait_for(lambda: driver.script("return document.getElementById('document-check').dataset.state") == "none", 5,
+                    "Load current does not clear the check")
+    return {"ok": True, "notice": note[3:], "refused_inline": check, "marked_line": marked}
+
+
+def run_refused(a, driver):
+    loaded(driver, a.url)
+    driver.wait_for(lambda: driver.script("return document.getElementById('status').dataset.refused") == "true", 10,
+                    "the header does not say the document is refused")
+    header = driver.text(driver.find("#status")[0])
+    if "refused" not in header:
+        raise Failure(f"header: {header!r}")
+    row = f'#unconfigured tr[data-service="{a.unconfigured}"]'
+    driver.wait_for(lambda: driver.find(row), 10, f"{a.unconfigured} is not listed as unconfigured")
+    text = driver.text(driver.find(row)[0])
+    if "1 agent" not in text or "1 agents" in text:
+        raise Failure(f"unconfigured row: {text!r}")
+    return {"ok": True, "header": header, "unconfigured": text}
+
+
+def service_rows(driver):
+    return driver.script("return [...document.querySelectorAll('#services tr[data-service]')].map(t => t.dataset.service)")
+
+
+def run_browse(a, driver):
+    from urllib.parse import quote
+    loaded(driver, a.url)
+    count = driver.wait_for(lambda: driver.text(driver.find("#services-count")[0]), 10, "no service count")
+    if count != f"{a.services} services":
+        raise Failure(f"the count says {count!r}")
+    rows = service_rows(driver)
+    if len(rows) != 100 or not shown(driver, "services-pager"):
+        raise Failure(f"the first page has {len(rows)} rows")
+    driver.click("#services-next")
+    rest = service_rows(driver)
+    if len(rest) != a.services - 100 or set(rest) & set(rows):
+        raise Failure(f"the second page has {len(rest)} rows")
+    if sorted(rows + rest) != rows + rest:
+        raise Failure("not sorted by name")
+
+    # Filter.
+    driver.click("#service-filter")
+    driver.send_keys("#service-filter", a.service[:6].upper())
+    driver.wait_for(lambda: service_rows(driver) == [a.service], 5, f"the filter shows {service_rows(driver)}")
+    filtered = driver.text(driver.find("#services-count")[0])
+    clear(driver, "service-filter")
+    driver.wait_for(lambda: len(service_rows(driver)) == 100, 5, "clearing the filter")
+
+    # Sort: by name again descending, then by keys (most first).
+    driver.click('#services-head th[data-sort="name"]')
+    driver.wait_for(lambda: service_rows(driver)[0] == max(rows + rest), 5, "sorting by name descending")
+    driver.click('#services-head th[data-sort="keys"]')
+    driver.wait_for(lambda: service_rows(driver)[0] == a.service, 5, f"sorting by keys: {service_rows(driver)[:3]}")
+    driver.click('#services-head th[data-sort="name"]')
+
+    # A pasted service URL.
+    loaded(driver, a.url + "#/services/" + quote(a.service, safe=""))
+    driver.wait_for(lambda: driver.script("return document.getElementById('service-title').textContent") == a.service, 10,
+                    "the service's URL does not open it")
+    driver.wait_for(lambda: len(driver.find("#history tr[data-history]")) >= a.history, 10,
+                    f"the history has {len(driver.find('#history tr[data-history]'))} entries")
+    if shown(driver, "config-dirty"):
+        raise Failure("the service editor is marked unsaved before any edit")
+    history = len(driver.find("#history tr[data-history]"))
+    no_horizontal_scroll(driver, "with a service open")
+    shoot(a, driver, "page-services.png")
+    digest = driver.script("const c = document.querySelector('#service-digest code'); const b = document.querySelector('#service-digest button.copy');"
+                           "return c && b ? [c.textContent, b.dataset.digest] : null")
+    if not digest or len(digest[0]) != 12 or not digest[1].startswith(digest[0]) or len(digest[1]) != 128:
+        raise Failure(f"the digest: {digest}")
+    driver.click("#service-digest button.copy")
+    copied = driver.wait_for(lambda: driver.script("return document.querySelector('#service-digest button.copy').dataset.copied"), 5,
+                             "the copy button does nothing")
+    if copied != "ok" and digest[1] not in (note_text(driver) or ""):
+        raise Failure("a failed copy does not show the digest")
+
+    # A history row opens its release, and the URL follows.
+    first = driver.find("#history tr[data-history]")[0]
+    history_id = driver.script("return arguments[0].dataset.history", {ELEMENT: first})
+    driver.click(f'#history tr[data-history="{history_id}"]')
+    driver.wait_for(lambda: driver.script("return location.hash") == f"#/releases/{history_id}", 5, "the URL does not follow a click")
+    driver.wait_for(lambda: driver.script("return document.getElementById('release-title').textContent").startswith(f"Release #{history_id}"), 10,
+                    "the history row does not open its release")
+
+    # A pasted comparison URL, then the same built with "compare with".
+    older, newer = a.compare
+    loaded(driver, a.url + f"#/releases/{older}/compare/{newer}")
+    driver.wait_for(lambda: driver.script("return document.getElementById('release-title').textContent") == f"Release #{older} → #{newer}", 10,
+                    "the comparison URL does not open it")
+    cell = f'#release-changes [data-change="{a.service}"] tr[data-key="{a.key}"]'
+    driver.wait_for(lambda: driver.find(cell), 10, f"the comparison does not show {a.key} of {a.service}")
+    change = driver.text(driver.find(cell)[0])
+    driver.script("document.getElementById('release-detail').scrollIntoView()")
+    no_horizontal_scroll(driver, "with a comparison open")
+    shoot(a, driver, "page-release-diff.png")
+    driver.click(f'#releases tr[data-release="{newer}"]')
+    driver.wait_for(lambda: driver.script("return location.hash") == f"#/releases/{newer}", 5, "the URL does not follow a release click")
+    driver.wait_for(lambda: driver.script("return document.getElementById('release-title').textContent").startswith(f"Release #{newer}"), 10,
+                    "the release does not open")
+    driver.script("const s = document.getElementById('compare-with'); s.value = arguments[0];", str(older))
+    driver.click("#compare")
+    driver.wait_for(lambda: driver.script("return location.hash") == f"#/releases/{newer}/compare/{older}", 5, "Compare does not build the URL")
+    driver.wait_for(lambda: driver.script("return document.getElementById('release-title').textContent") == f"Release #{newer} → #{older}", 10,
+                    "Compare does not show the comparison")
+    return {"ok": True, "count": count, "filtered": filtered, "history": history, "change": change,
+            "digest": digest[0], "copied": copied}
+
+
 def run_held(a, driver):
     driver.go(a.url)
     driver.wait_for(lambda: driver.script("return document.body.dataset.loaded === 'true'"), 20, "the page never loaded its data")
@@ -225,8 +477,14 @@ def main():
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
     ap.add_argument("--held", choices=["confirm", "discard"])
+    ap.add_argument("--scenario", choices=["editing", "refused", "browse"])
+    ap.add_argument("--unconfigured")
+    ap.add_argument("--compare", nargs=2, type=int)
+    ap.add_argument("--services", type=int)
+    ap.add_argument("--history", type=int, default=1)
+    ap.add_argument("--screenshot", metavar="DIR", help="write PNGs of the page into DIR")
     a = ap.parse_args()
-    if not a.held and None in (a.service, a.key, a.value, a.rollback_to, a.expect):
+    if not a.held and not a.scenario and None in (a.service, a.key, a.value, a.rollback_to, a.expect):
         ap.error("without --held: --service, --key, --value, --rollback-to and --expect are required")
     chromium = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     chromedriver = os.environ.get("CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -234,7 +492,9 @@ def main():
     driver = None
     try:
         driver = Driver(chromium, chromedriver, profile)
-        print(json.dumps(run_held(a, driver) if a.held else run(a, driver)), flush=True)
+        scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse}
+        chosen = run_held if a.held else scenarios[a.scenario] if a.scenario else run
+        print(json.dumps(chosen(a, driver)), flush=True)
     except Failure as e:
         print(json.dumps({"ok": False, "error": str(e)}), flush=True)
         if driver is not None:

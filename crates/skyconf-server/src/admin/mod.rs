@@ -150,6 +150,8 @@ impl Admin {
             .route("/api/v1/services/{name}", get(read::service))
             .route("/api/v1/releases", get(read::releases))
             .route("/api/v1/releases/{id}", get(read::release))
+            .route("/api/v1/releases/{id}/compare/{other}", get(read::compare))
+            .route("/api/v1/services/{name}/history", get(read::history))
             .route("/api/v1/configurations", get(read::configurations))
             .with_state(self.clone())
     }

@@ -7,6 +7,8 @@
 //! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, last seen, digest held, state) |
 //! | `GET /api/v1/releases?limit=N&before=ID` | a page of release summaries, newest first: who, when, why, how many services changed and the first 20 of them (no digests, no key-level changes); `limit` defaults to 50, at most 500; `before` pages on (`next_before` of the previous page) |
 //! | `GET /api/v1/releases/{id}` | one release in full: every changed service with digests and key-level changes, and its document text (read from its file) |
+//! | `GET /api/v1/releases/{id}/compare/{other}` | what changed from release `id` to release `other` (any two kept releases, either order): every changed service with digests and key-level changes, at most 1000 services (`truncated` says when there were more) |
+//! | `GET /api/v1/services/{name}/history?limit=N&before=ID` | the kept releases that changed this service, newest first, each with its change (kind, digests, keys); `limit` defaults to 20, at most 100; `before` pages on (`next_before`) |
 //! | `GET /api/v1/configurations` | the current document text |
 //!
 //! Answers that a write can be conditioned on carry `ETag: "<release id>"`: the release the body
@@ -16,7 +18,7 @@
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, X_CONTENT_TYPE_OPTIONS};
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::IntoResponse;
@@ -26,7 +28,7 @@ use skyconf_core::Digest;
 use super::extract::{ReleaseId, ServiceName};
 use super::{Admin, AppError};
 use crate::fleet::StateCounts;
-use crate::releases::ReleaseSummary;
+use crate::releases::{MAX_SUMMARY_CHANGES, ReleaseLog, ReleaseSummary};
 use crate::unix_time::unix_ms;
 
 /// The web page: one static HTML file with its script and style inline.
@@ -233,6 +235,109 @@ pub(super) async fn release(State(admin): State<Admin>, ReleaseId(id): ReleaseId
     body["previous"] = admin.releases.previous(id).map_or(Value::Null, |p| json!(p.id));
     body["current"] = json!(admin.releases.latest().is_some_and(|l| l.id == id));
     Ok(Json(body))
+}
+
+/// The most changed services a comparison lists.
+const MAX_COMPARED_SERVICES: usize = 1000;
+
+/// The table of kept release `id`, read (from its file, maybe) and parsed: 404 when it is not
+/// kept. Blocking: call it off the async threads.
+fn kept_table(releases: &ReleaseLog, id: u64) -> Result<skyconf_core::AgentConfigurations, AppError> {
+    match releases.document(id).map_err(|e| AppError::Unavailable(e.to_string()))? {
+        None => Err(AppError::NotFound(format!("no release {id}"))),
+        Some(None) => Ok(skyconf_core::AgentConfigurations::default()),
+        Some(Some(text)) => skyconf_core::read(&text)
+            .map_err(|e| AppError::Internal(format!("release {id}'s document cannot be read again: {e}"))),
+    }
+}
+
+/// `GET /api/v1/releases/{id}/compare/{other}`: what changed from release `id` to `other`.
+pub(super) async fn compare(
+    State(admin): State<Admin>,
+    path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Path((from, to)) = path.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let parse =
+        |text: &str| text.parse::<u64>().map_err(|_| AppError::BadRequest(format!("`{text}` is not a release id")));
+    let (from, to) = (parse(&from)?, parse(&to)?);
+    let releases = std::sync::Arc::clone(&admin.releases);
+    let mut changes = tokio::task::spawn_blocking(move || {
+        let before = kept_table(&releases, from)?;
+        let after = kept_table(&releases, to)?;
+        Ok::<_, AppError>(skyconf_core::diff::diff(&before, &after))
+    })
+    .await
+    .map_err(|e| AppError::Internal(format!("comparing releases {from} and {to}: {e}")))??;
+    let changed = changes.len();
+    changes.truncate(MAX_COMPARED_SERVICES);
+    Ok(Json(json!({
+        "from": from,
+        "to": to,
+        "changed": changed,
+        "truncated": changed > changes.len(),
+        "changes": changes,
+    })))
+}
+
+/// How many history entries a page holds by default, and at most.
+const DEFAULT_HISTORY_PAGE: usize = 20;
+const MAX_HISTORY_PAGE: usize = 100;
+
+/// `GET /api/v1/services/{name}/history`: the kept releases that changed one service.
+pub(super) async fn history(
+    State(admin): State<Admin>,
+    ServiceName(name): ServiceName,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let limit = query.limit.unwrap_or(DEFAULT_HISTORY_PAGE);
+    if !(1..=MAX_HISTORY_PAGE).contains(&limit) {
+        return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_HISTORY_PAGE}")));
+    }
+    let releases = std::sync::Arc::clone(&admin.releases);
+    let (page, total) = admin.releases.page(query.before, usize::MAX);
+    let service = name.clone();
+    // A summary that names every changed service settles a release without its file; a release
+    // that changed more than a summary names is read (bounded by the retention).
+    let mut entries = tokio::task::spawn_blocking(move || {
+        let mut entries = Vec::new();
+        for release in page {
+            let named = release.changes.iter().any(|c| c.service == service);
+            if !named && release.changed <= MAX_SUMMARY_CHANGES {
+                continue;
+            }
+            let Some((full, _)) = releases.full(release.id).map_err(|e| AppError::Unavailable(e.to_string()))? else {
+                continue;
+            };
+            if let Some(change) = full.changes.into_iter().find(|c| c.service == service) {
+                entries.push((release, change));
+                if entries.len() > limit {
+                    break;
+                }
+            }
+        }
+        Ok::<_, AppError>(entries)
+    })
+    .await
+    .map_err(|e| AppError::Internal(format!("reading the history of `{name}`: {e}")))??;
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    let history: Vec<Value> = entries
+        .iter()
+        .map(|(release, change)| {
+            let mut entry = summary(release);
+            entry["change"] = serde_json::to_value(change).unwrap_or(Value::Null);
+            entry
+        })
+        .collect();
+    Ok(Json(json!({
+        "name": name,
+        "retention": admin.releases.retention(),
+        "releases_kept": total,
+        "limit": limit,
+        "next_before": if more { entries.last().map(|(r, _)| r.id) } else { None },
+        "history": history,
+    })))
 }
 
 pub(super) async fn configurations(State(admin): State<Admin>) -> Result<impl IntoResponse, AppError> {

@@ -5,6 +5,7 @@
 
 mod admin;
 mod admin_held;
+mod admin_history;
 mod admin_rollback;
 mod dcs;
 mod etcd;

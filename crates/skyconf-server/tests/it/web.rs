@@ -1,6 +1,12 @@
 //! The admin web page in a real headless Chromium (driven by `tests/web/page_test.py` through
 //! chromedriver): it shows a service and its configuration, shows the releases, and its rollback
 //! button restores exactly what an agent fetched before — checked over gRPC with a tonic client.
+//! It keeps unsaved edits through its periodic refresh and saves what was typed, says when the
+//! store's document is refused, pages, sorts and filters the services, opens services and
+//! releases by URL, and compares any two releases.
+//!
+//! `SKYCONF_SCREENSHOTS=DIR` makes the browse and editing tests write the README's screenshots
+//! (`docs/page-*.png`) into DIR.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium`, `chromium-driver`) and python3.
 //! Skipped with a message when they are missing, unless SKYCONF_REQUIRE_BROWSER=1 (which
@@ -162,5 +168,155 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "the file itself is back, written by atomic rename");
     let latest = running.releases.latest().unwrap();
     assert_eq!(latest.rollback_of, Some(first_release));
+    running.stop().await.unwrap();
+}
+
+/// Runs `page_test.py` with `args` against `running`'s page; its JSON line on success.
+async fn page_test(running: &Server, args: Vec<String>) -> String {
+    let script = repo_root().join("tests/web/page_test.py");
+    let url = format!("http://{}/", running.admin_addr);
+    let mut args = args;
+    if let Some(dir) = std::env::var_os("SKYCONF_SCREENSHOTS") {
+        args.push("--screenshot".into());
+        args.push(dir.to_string_lossy().into_owned());
+    }
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("python3").arg(script).args(["--url", &url]).args(args).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success() && stdout.contains("\"ok\": true"),
+        "the browser test failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| (*a).to_owned()).collect()
+}
+
+/// Writes `text` to `path` and waits for the release it becomes; its id.
+async fn edit(running: &Server, path: &Path, text: &str) -> u64 {
+    let before = running.releases.latest().map(|r| r.id);
+    std::fs::write(path, text).unwrap();
+    skyconf_testkit::server::eventually("the edit is recorded", || running.releases.latest().map(|r| r.id) != before)
+        .await;
+    running.releases.latest().unwrap().id
+}
+
+/// Finding 4 of the usability review: typing in the service editor, then clicking elsewhere or
+/// "Dry run", let the 2 s refresh overwrite the editor, and "Save" saved the old configuration.
+/// Now both editors keep their drafts through refreshes, and Save serves what was typed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_keeps_unsaved_edits_through_refreshes_and_saves_what_was_typed() {
+    if !browser_available() {
+        return;
+    }
+    let (dir, path) = temp_file("agents.yaml", V1);
+    let running =
+        Server::start(FileSource::new(&path), ServeConfig { data_dir: Some(dir.path().join("data")), ..loopback() })
+            .await;
+    let cds = running.cds().await;
+    let before = cds.fetch(SERVICE, "").await.expect("configured");
+
+    let out = page_test(
+        &running,
+        strings(&[
+            "--scenario",
+            "editing",
+            "--service",
+            SERVICE,
+            "--key",
+            "agent.sample_n_per_3_secs",
+            "--value",
+            "42",
+        ]),
+    )
+    .await;
+    assert!(out.contains("\"refused_inline\""), "{out}");
+
+    cds.wait_for_new_digest(SERVICE, before.uuid.as_deref()).await;
+    let after = cds.fetch(SERVICE, "").await.expect("still configured");
+    assert_eq!(after.config, [("agent.sample_n_per_3_secs".to_owned(), "42".to_owned())], "what was typed is served");
+    assert!(std::fs::read_to_string(&path).unwrap().contains("42"));
+    running.stop().await.unwrap();
+}
+
+/// The header does not say just "connected" while the store's document is refused; and an
+/// unconfigured name polled by one agent reads "1 agent".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_header_says_when_the_store_document_is_refused() {
+    if !browser_available() {
+        return;
+    }
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let cds = running.cds().await;
+    // Two polls over one connection: an agent, not a one-off poll.
+    cds.fetch("ghost-service", "").await;
+    cds.fetch("ghost-service", "").await;
+    std::fs::write(&path, "configurations:\n  mall-order-service:\n    agent.sample_n_per_3_secs: [10\n").unwrap();
+    skyconf_testkit::server::eventually("the bad document is refused", || running.served.last_rejection().is_some())
+        .await;
+
+    let out = page_test(&running, strings(&["--scenario", "refused", "--unconfigured", "ghost-service"])).await;
+    assert!(out.contains("is refused (line 4)"), "the header names the refused line (the end of the file): {out}");
+    running.stop().await.unwrap();
+}
+
+/// 151 services: paged 100 at a time, filtered, sorted; a service and a comparison of two
+/// releases opened by pasted URLs; the service's history; no horizontal scroll at 1400 px.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_pages_sorts_filters_links_and_compares_releases() {
+    if !browser_available() {
+        return;
+    }
+    let document = |sample: u32, other: &str| {
+        let many: String = (0..150)
+            .map(|i| {
+                format!("  svc-{i:03}:\n    agent.span_limit_per_segment: {}\n", if i == 7 { other } else { "300" })
+            })
+            .collect();
+        format!(
+            "configurations:\n  mall-order-service:\n    agent.sample_n_per_3_secs: {sample}\n    agent.ignore_suffix: .jpg,.png\n    plugin.http.http_params_length_threshold: 1024\n{many}"
+        )
+    };
+    let (dir, path) = temp_file("agents.yaml", &document(10, "300"));
+    let running =
+        Server::start(FileSource::new(&path), ServeConfig { data_dir: Some(dir.path().join("data")), ..loopback() })
+            .await;
+    let first = running.releases.latest().unwrap().id;
+    edit(&running, &path, &document(20, "300")).await;
+    edit(&running, &path, &document(20, "500")).await;
+    let last = edit(&running, &path, &document(30, "500")).await;
+    // An agent that applied the current configuration, for the fleet column.
+    let cds = running.cds().await;
+    let served = cds.fetch(SERVICE, "").await.unwrap();
+    cds.fetch(SERVICE, served.uuid.as_deref().unwrap_or_default()).await;
+
+    let (first, last) = (first.to_string(), last.to_string());
+    let out = page_test(
+        &running,
+        strings(&[
+            "--scenario",
+            "browse",
+            "--service",
+            SERVICE,
+            "--key",
+            "agent.sample_n_per_3_secs",
+            "--services",
+            "151",
+            "--history",
+            "3",
+            "--compare",
+            &first,
+            &last,
+        ]),
+    )
+    .await;
+    assert!(out.contains("10 + 30"), "the comparison shows 10 → 30: {out}");
     running.stop().await.unwrap();
 }
