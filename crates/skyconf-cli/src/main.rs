@@ -1,6 +1,7 @@
 //! `skyconf`: the one binary. Each subcommand lives in `commands/`; this file parses the command
 //! line, sets up logging and dispatches.
 
+mod allocator;
 mod args;
 mod commands;
 mod known_keys;
@@ -9,12 +10,6 @@ mod settings;
 mod stores;
 
 use std::process::ExitCode;
-
-// mimalloc: the reader allocates and frees many small nodes per document, where glibc's malloc
-// spent 40 % of a 10,000-service reload (see BENCHMARKS.md); it also returns freed memory to the OS.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand};
 

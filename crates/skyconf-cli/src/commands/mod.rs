@@ -69,5 +69,9 @@ pub(crate) fn split_position(error: &skyconf_core::ReadError) -> (Option<skyconf
 
 /// Builds the async runtime for commands that do I/O.
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(crate::allocator::collect_when_idle)
+        .build()
+        .context("cannot start the async runtime")
 }
