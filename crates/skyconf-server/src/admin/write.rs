@@ -51,7 +51,7 @@ use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::diff;
 use skyconf_core::writer;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
-use tokio::sync::MutexGuard;
+use tokio::sync::OwnedMutexGuard;
 
 use super::extract::{HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest};
 use super::read::{document_of, summary};
@@ -161,7 +161,7 @@ impl Proposal {
 /// `snapshot` is the served table the proposal was built from (taken under the guard).
 async fn apply(
     admin: &Admin,
-    _guard: MutexGuard<'_, ()>,
+    guard: OwnedMutexGuard<()>,
     snapshot: Arc<Snapshot>,
     proposal: Proposal,
     attribution: Attribution,
@@ -208,6 +208,30 @@ async fn apply(
         }))
         .into_response());
     }
+    // From here the write runs to its end even when the client goes away. Dropped halfway, it
+    // released the write lock while its store write could still land, after a later write that was
+    // acknowledged (the soak found it: a write abandoned while etcd was frozen overwrote the next
+    // one when etcd came back).
+    let admin = admin.clone();
+    tokio::spawn(async move {
+        let _guard = guard;
+        write_and_wait(&admin, proposal, changes, hash, latest_id, attribution, options.wait).await
+    })
+    .await
+    .map_err(|error| AppError::Internal(format!("the write task failed: {error}")))?
+}
+
+/// Writes `proposal` to the store and waits (up to `wait`) for it to be served and its release
+/// to be durable.
+async fn write_and_wait(
+    admin: &Admin,
+    proposal: Proposal,
+    changes: Vec<skyconf_core::diff::ServiceChange>,
+    hash: Option<String>,
+    latest_id: u64,
+    attribution: Attribution,
+    wait: std::time::Duration,
+) -> Result<Response, AppError> {
     let writer =
         admin.writer.as_ref().ok_or_else(|| AppError::Conflict("this server has no store to write to".into()))?;
     let mut served_changes = admin.served.subscribe();
@@ -219,7 +243,7 @@ async fn apply(
         return Err(error.into());
     }
     tracing::info!(changed = changes.len(), "Wrote agent configurations to the store from the admin API.");
-    let deadline = tokio::time::Instant::now() + options.wait;
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         if let Some(release) = admin.releases.find_after(latest_id, hash.as_deref()) {
             let served = admin.served.snapshot();
@@ -261,7 +285,7 @@ async fn apply(
             "dry_run": false,
             "written": true,
             "served": false,
-            "message": format!("the store took the document; it was not served within {:?}", options.wait),
+            "message": format!("the store took the document; it was not served within {wait:?}"),
             "changes": changes,
         })),
     )
@@ -292,7 +316,7 @@ pub(super) async fn put_configurations(
     };
     let attribution = attribution(&headers, author, message, None)?;
     let proposal = Proposal::read(&admin, text)?;
-    let guard = admin.write_lock.lock().await;
+    let guard = Arc::clone(&admin.write_lock).lock_owned().await;
     let snapshot = admin.served.snapshot();
     apply(&admin, guard, snapshot, proposal, attribution, options).await
 }
@@ -388,7 +412,7 @@ async fn write_service(
     attribution: Attribution,
     options: WriteOptions,
 ) -> Result<Response, AppError> {
-    let guard = admin.write_lock.lock().await;
+    let guard = Arc::clone(&admin.write_lock).lock_owned().await;
     // A conditional write need not wait: `apply` refuses it while the served table lags.
     let current = if options.if_match.is_some() { admin.served.snapshot() } else { newest_served(admin).await };
     let existing = current.table.get(name);
@@ -447,7 +471,7 @@ pub(super) async fn rollback(
         Some(text) => Proposal::read(&admin, text)?,
         None => Proposal { text: None, table: AgentConfigurations::default(), warnings: Vec::new() },
     };
-    let guard = admin.write_lock.lock().await;
+    let guard = Arc::clone(&admin.write_lock).lock_owned().await;
     let snapshot = admin.served.snapshot();
     apply(&admin, guard, snapshot, proposal, attribution, options).await
 }
@@ -471,7 +495,7 @@ async fn decide_held(admin: &Admin, since_ms: Option<u64>, decision: HeldDecisio
         .held
         .as_ref()
         .ok_or_else(|| AppError::Conflict("nothing is held: this server holds no store changes".into()))?;
-    let _guard = admin.write_lock.lock().await;
+    let _guard = Arc::clone(&admin.write_lock).lock_owned().await;
     let answer = control
         .decide(decision, since_ms)
         .await

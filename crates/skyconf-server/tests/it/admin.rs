@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::body::Body;
@@ -16,7 +16,7 @@ use skyconf_core::store::StoreContent;
 use skyconf_server::admin::Admin;
 use skyconf_server::{Fleet, FleetOptions, ReleaseLog, Reloader, ServedTable, StoreTask, StoreView};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, Update};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -27,6 +27,11 @@ struct MemoryStore {
     updates: mpsc::Sender<Update>,
     /// 0: works; 1: unreachable; 2: refuses the operation.
     mode: Arc<AtomicU8>,
+    /// Every put takes a permit: a test that takes them all away stalls the store.
+    gate: Arc<Semaphore>,
+    /// Puts in the store now, and the most at once.
+    in_flight: Arc<AtomicUsize>,
+    most_in_flight: Arc<AtomicUsize>,
 }
 
 impl Source for MemoryStore {
@@ -48,6 +53,11 @@ impl Source for MemoryStore {
             2 => return Err(SourceError::Unsupported("memory cannot do that".into())),
             _ => {}
         }
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        let permit = self.gate.acquire().await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        drop(permit);
         let update = Update::Single { key: key.into(), value: value.map(str::to_owned) };
         self.updates
             .send(update)
@@ -62,6 +72,7 @@ struct Setup {
     releases: Arc<ReleaseLog>,
     fleet: Arc<Fleet>,
     mode: Arc<AtomicU8>,
+    store: Arc<MemoryStore>,
 }
 
 fn setup() -> Setup {
@@ -77,13 +88,19 @@ fn setup() -> Setup {
     tokio::spawn(StoreTask::new(Arc::clone(&store), reloader, None).run(rx));
     let fleet = Arc::new(Fleet::new(FleetOptions::default()));
     let mode = Arc::new(AtomicU8::new(0));
-    let writer = Arc::new(MemoryStore { updates: tx, mode: Arc::clone(&mode) });
+    let writer = Arc::new(MemoryStore {
+        updates: tx,
+        mode: Arc::clone(&mode),
+        gate: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
+        in_flight: Arc::default(),
+        most_in_flight: Arc::default(),
+    });
     let router = Admin::new(Arc::clone(&served), store)
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
-        .with_writer(writer)
+        .with_writer(Arc::clone(&writer) as Arc<dyn skyconf_sources::DynSource>)
         .router();
-    Setup { router, served, releases, fleet, mode }
+    Setup { router, served, releases, fleet, mode, store: writer }
 }
 
 impl Setup {
@@ -455,6 +472,41 @@ async fn a_patch_changes_the_named_keys_and_keeps_the_others_in_their_order() {
     let (status, body) =
         call(&s.router, json_request("PATCH", "/api/v1/services/order", &json!({"config": {"k": 5}}))).await;
     assert_eq!(status, 400, "{body}");
+}
+
+/// A write whose client goes away while the store is stalled (etcd frozen) still holds the write
+/// lock until the store answers, so the next write reaches the store after it and is the one
+/// served. The soak found the opposite: the abandoned write landed last and overwrote the next,
+/// acknowledged one.
+#[tokio::test(start_paused = true)]
+async fn a_write_whose_client_went_away_still_holds_the_lock_until_the_store_answers() {
+    let s = setup();
+    let v2 = "configurations:\n  order: {agent.sample_n_per_3_secs: 2}\n  pay: {k: v}\n";
+    let v3 = "configurations:\n  order: {agent.sample_n_per_3_secs: 3}\n  pay: {k: v}\n";
+    s.store.gate.forget_permits(Semaphore::MAX_PERMITS);
+    let router = s.router.clone();
+    let abandoned =
+        tokio::spawn(
+            async move { call(&router, yaml_put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await },
+        );
+    skyconf_testkit::server::eventually("the first write is in the store", || {
+        s.store.in_flight.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    abandoned.abort();
+    let router = s.router.clone();
+    let next =
+        tokio::spawn(
+            async move { call(&router, yaml_put("/api/v1/configurations").body(Body::from(v3)).unwrap()).await },
+        );
+    // Paused time moves on only when every task waits: the next write has gone as far as it can.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(s.store.most_in_flight.load(Ordering::SeqCst), 1, "two writes were in the store at once");
+    s.store.gate.add_permits(Semaphore::MAX_PERMITS / 2);
+    let (status, body) = next.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(s.served.snapshot().table.get("order").unwrap().get("agent.sample_n_per_3_secs"), Some("3"));
+    assert_eq!(s.store.most_in_flight.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

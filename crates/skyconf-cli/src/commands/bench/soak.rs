@@ -87,6 +87,9 @@ const REFUSED: [(&str, &str); 4] = [
     ),
 ];
 
+/// How long an admin call may take before its outcome counts as open.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Statuses after which a Java agent drops its channel: never right.
 const CHANNEL_DROPPING: [Code; 5] =
     [Code::Unknown, Code::Unavailable, Code::ResourceExhausted, Code::Unauthenticated, Code::PermissionDenied];
@@ -211,7 +214,9 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Writes documents until `end`, checking each outcome; returns how many writes were acknowledged.
 async fn write_loop(args: Args, end: Instant, failures: Arc<Failures>, counts: Arc<Counts>) -> u64 {
-    let http = match reqwest::Client::builder().timeout(args.target.timeout).build() {
+    // A write may take the store's timeouts (a frozen etcd: a call, then one retry on a new
+    // connection) plus the server's wait for the new document to be served (10 s).
+    let http = match reqwest::Client::builder().timeout(ADMIN_TIMEOUT).build() {
         Ok(http) => http,
         Err(error) => {
             failures.record("http_client", || error.to_string());
