@@ -19,6 +19,7 @@
 
 pub mod error;
 mod extract;
+pub(crate) mod openapi;
 pub mod read;
 pub mod write;
 
@@ -153,6 +154,7 @@ impl Admin {
             .route("/api/v1/releases/{id}/compare/{other}", get(read::compare))
             .route("/api/v1/services/{name}/history", get(read::history))
             .route("/api/v1/configurations", get(read::configurations))
+            .route("/api/v1/openapi.json", get(openapi::serve))
             .with_state(self.clone())
     }
 
@@ -185,10 +187,31 @@ pub fn router(served: Arc<ServedTable>, store: Arc<StoreView>) -> Router {
     Admin::new(served, store).router()
 }
 
+/// `GET /healthz`.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    operation_id = "healthz",
+    security(()),
+    responses((status = 200, description = "The process runs.", body = String, content_type = "text/plain", example = "ok\n")),
+)]
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
+/// `GET /readyz`.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    operation_id = "readyz",
+    security(()),
+    responses(
+        (status = 200, description = "A table is served.", body = openapi::Readiness),
+        (status = 503, description = "No table is served yet.", body = openapi::Readiness),
+    ),
+)]
 async fn readyz(State(state): State<Admin>) -> (StatusCode, Json<serde_json::Value>) {
     let snapshot = state.served.snapshot();
     let store = state.store.status();
