@@ -53,7 +53,7 @@ use skyconf_core::writer;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use tokio::sync::MutexGuard;
 
-use super::extract::{HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body};
+use super::extract::{AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body};
 use super::openapi::{
     ErrorBody, HeldAnswer as HeldAnswerBody, WriteAnswer, WriteHeaders, WriteParams, WriteUnavailable,
 };
@@ -452,8 +452,7 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     operation_id = "delete_service",
     security(("bearer" = [])),
     params(
-        ("name" = String, Path, description = "The service (percent-encoded): a configured one, or a new name of at most \
-            512 bytes without control characters.", pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512),
+        ("name" = String, Path, description = "The service (percent-encoded)."),
         WriteParams,
         WriteHeaders,
     ),
@@ -462,7 +461,7 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "A bad name, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "Bad JSON or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such service is configured.", body = ErrorBody),
@@ -474,7 +473,8 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
 )]
 pub(super) async fn delete_service(
     State(admin): State<Admin>,
-    ServiceName(name): ServiceName,
+    // Any name: one that is not configured is a 404, whether or not a write could create it.
+    AnyServiceName(name): AnyServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
     let body = note(&body)?;

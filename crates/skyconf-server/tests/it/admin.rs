@@ -206,6 +206,9 @@ async fn a_polled_name_a_write_would_refuse_is_still_readable() {
         assert_eq!(body["name"], name);
         assert_eq!(body["configured"], false);
         assert_eq!(body["agents"][0]["peer"], "10.1.2.3:7");
+        let (status, body) = call(&s.router, get(&format!("{path}/history"))).await;
+        assert_eq!(status, 200, "its history (none) is readable too: {body}");
+        assert_eq!(body["history"], json!([]));
         // A write still refuses the name.
         let (status, _) = call(&s.router, json_request("PUT", &path, &json!({"config": {}}))).await;
         assert_eq!(status, 400);
@@ -586,6 +589,10 @@ async fn every_service_a_document_holds_is_readable_editable_and_deletable_per_s
     assert_eq!(status, 400);
     let (status, _) = call(&s.router, get("/api/v1/services/a%0Ab")).await;
     assert_eq!(status, 404);
+    // Found by the contract test: a DELETE of it was a 400 (a bad new name), though there is
+    // nothing to delete and nothing it could create: 404, as for any name not configured.
+    let (status, body) = call(&s.router, json_request("DELETE", "/api/v1/services/a%0Ab", &json!({}))).await;
+    assert_eq!(status, 404, "{body}");
 }
 
 #[tokio::test]
