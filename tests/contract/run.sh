@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # The admin API's contract test: starts `skyconf serve` on a temp copy of
 # tests/contract/agent-configurations.yaml (file store, a --data-dir, read and write tokens),
-# then runs schemathesis against GET /api/v1/openapi.json with every check: answers conform to
+# then runs schemathesis against GET /api/v1/openapi.json with every check but one (below): answers conform to
 # the documented status codes, content types, headers and schemas, no 5xx, invalid input is
 # refused, auth is enforced. Any finding fails the run (exit 1). Bounded: --max-examples per
 # operation and a time limit on the whole run.
+#
+# One check is left out: use_after_free (a GET after a DELETE must be 404) cannot tell a
+# `?dry_run=true` DELETE, which answers 200 and deletes nothing by design, from a real one.
 #
 #   tests/contract/run.sh [extra schemathesis options]
 #
 # One worker: Python 3.11 can fail in ast.parse when two threads parse at once (hypothesis
 # describes its strategies that way), which schemathesis reports as a runtime error.
 # Needs schemathesis (pip); SKYCONF_BIN names a built `skyconf` (else it is built).
-# CONTRACT_MAX_EXAMPLES (default 40) and CONTRACT_TIMEOUT (seconds, default 170) bound it.
+# CONTRACT_MAX_EXAMPLES (default 40) and CONTRACT_TIMEOUT (seconds, default 170) bound it;
+# CONTRACT_KEEP=DIR keeps the server's files, log and schemathesis' cassettes after a failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -71,6 +75,7 @@ root="$PWD"
 (cd "$work" && timeout --signal=INT "${CONTRACT_TIMEOUT:-170}" \
   "${schemathesis[@]}" --no-color --config-file "$root/tests/contract/schemathesis.toml" run "$work/openapi.json" --url "$base" \
   --checks all \
+  --exclude-checks use_after_free \
   --header "Authorization: Bearer $write_token" \
   --max-examples "${CONTRACT_MAX_EXAMPLES:-40}" \
   --workers 1 \
@@ -87,5 +92,10 @@ if grep -q "panicked" "$work/server.log"; then
   echo "contract: the server panicked:" >&2
   grep -A5 "panicked" "$work/server.log" >&2
   status=1
+fi
+if [ "$status" -ne 0 ]; then
+  echo "contract: the server's log, last 40 lines:" >&2
+  tail -n 40 "$work/server.log" >&2
+  [ -n "${CONTRACT_KEEP:-}" ] && cp -r "$work" "$CONTRACT_KEEP" && echo "contract: kept in $CONTRACT_KEEP" >&2
 fi
 exit "$status"
