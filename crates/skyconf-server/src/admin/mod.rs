@@ -9,6 +9,8 @@
 //!   and agents, releases with their changes, the current document (see [`read`]).
 //! - `PUT`/`DELETE`/`POST /api/v1/...`: writes, validated, written through to the store and
 //!   recorded as releases; rollback; confirming or discarding a held change (see [`write`](mod@write)).
+//! - `GET /api/v1/openapi.json`: the OpenAPI 3.1 description of every route here and
+//!   `/metrics`, generated from the handlers (`admin/openapi.rs`).
 //! - `GET /`: the web page.
 //!
 //! The routes come in groups built by separate functions — [`Admin::health_routes`],
