@@ -8,6 +8,7 @@ use crate::table::AgentConfigurations;
 /// How one service changed in a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "lowercase"))]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub enum ChangeKind {
     /// The service is new: its agents move from the EMPTY answer to a configuration.
     Added,
@@ -20,6 +21,7 @@ pub enum ChangeKind {
 /// One setting that changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct KeyChange {
     /// The setting.
     pub key: String,
@@ -32,6 +34,7 @@ pub struct KeyChange {
 /// One service whose digest changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ServiceChange {
     /// The service.
     pub service: String,

@@ -108,7 +108,7 @@ pub struct Attribution {
 }
 
 /// One accepted document.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Release {
     /// Increases by one with every release, across restarts.
     pub id: u64,
@@ -138,7 +138,7 @@ pub const MAX_SUMMARY_CHANGES: usize = 20;
 /// What the log keeps in memory of a release: its metadata and counts, and the first
 /// [`MAX_SUMMARY_CHANGES`] changed services. Digests and key-level changes stay in the release's
 /// file ([`ReleaseLog::full`]), so memory does not grow with the size of the documents.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct ReleaseSummary {
     /// See [`Release::id`].
     pub id: u64,
@@ -165,7 +165,7 @@ pub struct ReleaseSummary {
 }
 
 /// One changed service in a [`ReleaseSummary`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct ChangeSummary {
     /// The service.
     pub service: String,
@@ -218,7 +218,7 @@ struct ReleaseFile {
 }
 
 /// A document that was refused, with its text, for operators.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct RejectedDocument {
     /// Where it came from.
     pub origin: String,

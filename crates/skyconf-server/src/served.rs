@@ -52,7 +52,7 @@ impl Snapshot {
 }
 
 /// A document that was refused, kept for operators.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Rejection {
     /// Where it came from (a path, a store key).
     pub origin: String,
@@ -60,12 +60,13 @@ pub struct Rejection {
     pub error: String,
     /// When (`at_ms` in JSON).
     #[serde(rename = "at_ms", serialize_with = "crate::unix_time::serialize_ms")]
+    #[schema(value_type = u64)]
     pub at: SystemTime,
 }
 
 /// A change from the store that would reset the fleet, held until confirmed or until its grace
 /// period ends (see [`crate::reload`]).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Held {
     /// Where it came from (a path, a store key).
     pub origin: String,
@@ -73,9 +74,11 @@ pub struct Held {
     pub reason: String,
     /// When it arrived (`since_ms` in JSON).
     #[serde(rename = "since_ms", serialize_with = "crate::unix_time::serialize_ms")]
+    #[schema(value_type = u64)]
     pub since: SystemTime,
     /// When it will be installed unless confirmed or replaced first (`until_ms` in JSON).
     #[serde(rename = "until_ms", serialize_with = "crate::unix_time::serialize_ms")]
+    #[schema(value_type = u64)]
     pub until: SystemTime,
     /// Services served now.
     pub services_before: usize,

@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 /// How the store behind the table is doing.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct StoreStatus {
     /// The store, as its source describes it.
     pub store: String,
@@ -21,6 +21,7 @@ pub struct StoreStatus {
     pub last_error: Option<String>,
     /// When the store last reported content (`last_update_ms` in JSON).
     #[serde(rename = "last_update_ms", serialize_with = "crate::unix_time::serialize_ms_opt")]
+    #[schema(value_type = Option<u64>)]
     pub last_update: Option<SystemTime>,
 }
 

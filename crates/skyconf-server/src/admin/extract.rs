@@ -41,6 +41,19 @@ impl FromRequestParts<Admin> for ServiceName {
     }
 }
 
+/// A `{name}` path segment that a read looks up as it is: agents may poll for names a write
+/// would refuse (control characters, longer than the limit), and each must still be readable.
+#[derive(Debug)]
+pub(super) struct AnyServiceName(pub(super) String);
+
+impl FromRequestParts<Admin> for AnyServiceName {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Admin) -> Result<Self, AppError> {
+        path_segment(parts, state).await.map(Self)
+    }
+}
+
 /// An `{id}` path segment that is a release id.
 #[derive(Debug)]
 pub(super) struct ReleaseId(pub(super) u64);
@@ -86,6 +99,7 @@ pub(super) struct HeldRequest {
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HeldBody {
+    #[serde(default, deserialize_with = "whole_number")]
     since_ms: Option<u64>,
 }
 
@@ -100,9 +114,37 @@ impl FromRequest<Admin> for HeldRequest {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self { since_ms: None });
         }
-        let body: HeldBody = serde_json::from_slice(&body)
-            .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
-        Ok(Self { since_ms: body.since_ms })
+        // `null` is no body, as the description has it (the body is optional and nullable).
+        let body: Option<HeldBody> = json_body(&body)?;
+        Ok(Self { since_ms: body.and_then(|b| b.since_ms) })
+    }
+}
+
+/// A JSON request body that must be an object (or, where `T` is an `Option`, `null`): serde
+/// would otherwise also read a struct from an array of its fields in order (`[null, null]`).
+pub(super) fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
+    if !(value.is_object() || value.is_null()) {
+        return Err(AppError::BadRequest("the body is not the expected JSON: not an object".into()));
+    }
+    serde_json::from_value(value).map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))
+}
+
+/// Reads a JSON number that is a whole non-negative number as a `u64`: `139.0` too, which JSON
+/// (and the description's `integer`) holds to be the integer 139.
+fn whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    use serde::Deserialize as _;
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    if let Some(n) = number.as_u64() {
+        return Ok(Some(n));
+    }
+    match number.as_f64() {
+        // Exact for every value below 2^53, which holds every time in milliseconds.
+        Some(f) if f >= 0.0 && f.fract() == 0.0 && f < 9_007_199_254_740_992.0 => Ok(Some(f as u64)),
+        _ => Err(serde::de::Error::custom(format!("expected a whole number of milliseconds, got {number}"))),
     }
 }
 

@@ -9,6 +9,8 @@
 //!   and agents, releases with their changes, the current document (see [`read`]).
 //! - `PUT`/`DELETE`/`POST /api/v1/...`: writes, validated, written through to the store and
 //!   recorded as releases; rollback; confirming or discarding a held change (see [`write`](mod@write)).
+//! - `GET /api/v1/openapi.json`: the OpenAPI 3.1 description of every route here and
+//!   `/metrics`, generated from the handlers (`admin/openapi.rs`).
 //! - `GET /`: the web page.
 //!
 //! The routes come in groups built by separate functions — [`Admin::health_routes`],
@@ -19,6 +21,7 @@
 
 pub mod error;
 mod extract;
+pub(crate) mod openapi;
 pub mod read;
 pub mod write;
 
@@ -153,6 +156,7 @@ impl Admin {
             .route("/api/v1/releases/{id}/compare/{other}", get(read::compare))
             .route("/api/v1/services/{name}/history", get(read::history))
             .route("/api/v1/configurations", get(read::configurations))
+            .route("/api/v1/openapi.json", get(openapi::serve))
             .with_state(self.clone())
     }
 
@@ -185,10 +189,31 @@ pub fn router(served: Arc<ServedTable>, store: Arc<StoreView>) -> Router {
     Admin::new(served, store).router()
 }
 
+/// `GET /healthz`.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    operation_id = "healthz",
+    security(()),
+    responses((status = 200, description = "The process runs.", body = String, content_type = "text/plain", example = "ok\n")),
+)]
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
+/// `GET /readyz`.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    operation_id = "readyz",
+    security(()),
+    responses(
+        (status = 200, description = "A table is served.", body = openapi::Readiness),
+        (status = 503, description = "No table is served yet.", body = openapi::Readiness),
+    ),
+)]
 async fn readyz(State(state): State<Admin>) -> (StatusCode, Json<serde_json::Value>) {
     let snapshot = state.served.snapshot();
     let store = state.store.status();

@@ -25,7 +25,8 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use skyconf_core::Digest;
 
-use super::extract::{ReleaseId, ServiceName};
+use super::extract::{AnyServiceName, ReleaseId};
+use super::openapi::{ErrorBody, HistoryParams, ListParams};
 use super::{Admin, AppError};
 use crate::fleet::StateCounts;
 use crate::releases::{MAX_SUMMARY_CHANGES, ReleaseLog, ReleaseSummary};
@@ -77,6 +78,19 @@ fn last_change(admin: &Admin, service: &str) -> Value {
     }
 }
 
+/// `GET /api/v1/status`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/status",
+    tag = "read",
+    operation_id = "status",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The server's state.", body = super::openapi::Status),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
     let snapshot = admin.served.snapshot();
     let fleet = admin.fleet.options();
@@ -115,6 +129,19 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
     }))
 }
 
+/// `GET /api/v1/services`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/services",
+    tag = "read",
+    operation_id = "services",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every service with its fleet counts.", body = super::openapi::Services),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
     let snapshot = admin.served.snapshot();
     let mut counts = admin.fleet.counts(|service| snapshot.answer(service).digest.clone());
@@ -149,9 +176,26 @@ pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
     }))
 }
 
+/// `GET /api/v1/services/{name}`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/services/{name}",
+    tag = "read",
+    operation_id = "service",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The service (percent-encoded).")),
+    responses(
+        (status = 200, description = "The service, its configuration and its agents.", body = super::openapi::ServiceDetail,
+            headers(("ETag" = String, description = "`\"<release id>\"` of the served release, for `If-Match`."))),
+        (status = 400, description = "Not a valid service name.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        (status = 404, description = "No such service is configured or polled.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn service(
     State(admin): State<Admin>,
-    ServiceName(name): ServiceName,
+    AnyServiceName(name): AnyServiceName,
 ) -> Result<impl IntoResponse, AppError> {
     let snapshot = admin.served.snapshot();
     let release = admin.releases.served_as(snapshot.version);
@@ -191,6 +235,21 @@ pub(super) struct ListQuery {
     before: Option<u64>,
 }
 
+/// `GET /api/v1/releases`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/releases",
+    tag = "read",
+    operation_id = "releases",
+    security(("bearer" = [])),
+    params(ListParams),
+    responses(
+        (status = 200, description = "A page of releases, newest first.", body = super::openapi::ReleasePage),
+        (status = 400, description = "A bad or unknown query parameter.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn releases(
     State(admin): State<Admin>,
     query: Result<Query<ListQuery>, QueryRejection>,
@@ -223,6 +282,24 @@ pub(super) async fn document_of(admin: &Admin, id: u64) -> Result<Option<String>
     text.ok_or_else(|| AppError::NotFound(format!("release {id} is not kept")))
 }
 
+/// `GET /api/v1/releases/{id}`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/releases/{id}",
+    tag = "read",
+    operation_id = "release",
+    security(("bearer" = [])),
+    params(("id" = u64, Path, description = "The release id.", minimum = 0)),
+    responses(
+        (status = 200, description = "The release in full, with its document.", body = super::openapi::ReleaseDetail),
+        (status = 400, description = "Not a release id.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        (status = 404, description = "No such release is kept.", body = ErrorBody),
+        (status = 500, description = "A bug.", body = ErrorBody),
+        (status = 503, description = "Its file could not be read.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn release(State(admin): State<Admin>, ReleaseId(id): ReleaseId) -> Result<Json<Value>, AppError> {
     let releases = std::sync::Arc::clone(&admin.releases);
     let (release, document) = tokio::task::spawn_blocking(move || releases.full(id))
@@ -252,6 +329,26 @@ fn kept_table(releases: &ReleaseLog, id: u64) -> Result<skyconf_core::AgentConfi
 }
 
 /// `GET /api/v1/releases/{id}/compare/{other}`: what changed from release `id` to `other`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/releases/{id}/compare/{other}",
+    tag = "read",
+    operation_id = "compare",
+    security(("bearer" = [])),
+    params(
+        ("id" = u64, Path, description = "The release compared from.", minimum = 0),
+        ("other" = u64, Path, description = "The release compared to (either order).", minimum = 0),
+    ),
+    responses(
+        (status = 200, description = "Every changed service, key by key (at most 1000).", body = super::openapi::Comparison),
+        (status = 400, description = "Not a release id.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        (status = 404, description = "A release is not kept.", body = ErrorBody),
+        (status = 500, description = "A kept document cannot be read again (a bug).", body = ErrorBody),
+        (status = 503, description = "A release's file could not be read.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn compare(
     State(admin): State<Admin>,
     path: Result<Path<(String, String)>, axum::extract::rejection::PathRejection>,
@@ -284,9 +381,25 @@ const DEFAULT_HISTORY_PAGE: usize = 20;
 const MAX_HISTORY_PAGE: usize = 100;
 
 /// `GET /api/v1/services/{name}/history`: the kept releases that changed one service.
+#[utoipa::path(
+    get,
+    path = "/api/v1/services/{name}/history",
+    tag = "read",
+    operation_id = "history",
+    security(("bearer" = [])),
+    params(("name" = String, Path, description = "The service (percent-encoded)."), HistoryParams),
+    responses(
+        (status = 200, description = "The kept releases that changed it, newest first.", body = super::openapi::History),
+        (status = 400, description = "A bad or unknown query parameter.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        (status = 500, description = "A bug.", body = ErrorBody),
+        (status = 503, description = "A release's file could not be read.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn history(
     State(admin): State<Admin>,
-    ServiceName(name): ServiceName,
+    AnyServiceName(name): AnyServiceName,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, AppError> {
     let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
@@ -340,6 +453,22 @@ pub(super) async fn history(
     })))
 }
 
+/// `GET /api/v1/configurations`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/configurations",
+    tag = "read",
+    operation_id = "get_configurations",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The current document text.", body = super::openapi::Configurations,
+            headers(("ETag" = String, description = "`\"<release id>\"` of the served release, for `If-Match`."))),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        (status = 500, description = "A bug.", body = ErrorBody),
+        (status = 503, description = "The release's file could not be read, or it was just replaced.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn configurations(State(admin): State<Admin>) -> Result<impl IntoResponse, AppError> {
     // One snapshot: the document, the release and the ETag all name the table served now.
     let snapshot = admin.served.snapshot();

@@ -53,7 +53,10 @@ use skyconf_core::writer;
 use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
 use tokio::sync::OwnedMutexGuard;
 
-use super::extract::{HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest};
+use super::extract::{AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body};
+use super::openapi::{
+    ErrorBody, HeldAnswer as HeldAnswerBody, WriteAnswer, WriteHeaders, WriteParams, WriteUnavailable,
+};
 use super::read::{document_of, summary};
 use super::{Admin, AppError};
 use crate::releases::{Attribution, Durability, document_hash};
@@ -82,30 +85,26 @@ fn attribution(
     message: Option<String>,
     rollback_of: Option<u64>,
 ) -> Result<Attribution, AppError> {
-    let author = match author {
-        Some(a) => Some(a),
-        None => header_text(headers, AUTHOR_HEADER)?,
+    // The headers are checked even when the body's fields win over them: a request is refused
+    // for a bad header whichever of the two it meant.
+    let header_author = header_text(headers, AUTHOR_HEADER)?;
+    let header_message = header_text(headers, MESSAGE_HEADER)?;
+    for a in [&author, &header_author].into_iter().flatten() {
+        if a.len() > MAX_AUTHOR_BYTES || a.chars().any(char::is_control) {
+            return Err(AppError::BadRequest(format!(
+                "the author must be at most {MAX_AUTHOR_BYTES} bytes without control characters"
+            )));
+        }
     }
-    .filter(|a| !a.is_empty());
-    let message = match message {
-        Some(m) => Some(m),
-        None => header_text(headers, MESSAGE_HEADER)?,
+    for m in [&message, &header_message].into_iter().flatten() {
+        if m.len() > MAX_MESSAGE_BYTES || m.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+            return Err(AppError::BadRequest(format!(
+                "the message must be at most {MAX_MESSAGE_BYTES} bytes without control characters other than newlines and tabs"
+            )));
+        }
     }
-    .filter(|m| !m.is_empty());
-    if let Some(a) = &author
-        && (a.len() > MAX_AUTHOR_BYTES || a.chars().any(char::is_control))
-    {
-        return Err(AppError::BadRequest(format!(
-            "the author must be at most {MAX_AUTHOR_BYTES} bytes without control characters"
-        )));
-    }
-    if let Some(m) = &message
-        && (m.len() > MAX_MESSAGE_BYTES || m.chars().any(|c| c.is_control() && c != '\n' && c != '\t'))
-    {
-        return Err(AppError::BadRequest(format!(
-            "the message must be at most {MAX_MESSAGE_BYTES} bytes without control characters other than newlines and tabs"
-        )));
-    }
+    let author = author.or(header_author).filter(|a| !a.is_empty());
+    let message = message.or(header_message).filter(|m| !m.is_empty());
     Ok(Attribution { author, message, rollback_of, origin: "api".to_owned() })
 }
 
@@ -121,7 +120,8 @@ fn note(body: &[u8]) -> Result<NoteBody, AppError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(NoteBody::default());
     }
-    serde_json::from_slice(body).map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))
+    // `null` is no body, as the description has it (the body is optional and nullable).
+    json_body::<Option<NoteBody>>(body).map(Option::unwrap_or_default)
 }
 
 /// Whether the body is JSON: `Content-Type: application/json`, parameters aside, in any case
@@ -301,13 +301,42 @@ struct DocumentBody {
     message: Option<String>,
 }
 
+/// `PUT /api/v1/configurations`.
+#[utoipa::path(
+    put,
+    path = "/api/v1/configurations",
+    tag = "write",
+    operation_id = "put_configurations",
+    security(("bearer" = [])),
+    params(
+        WriteParams,
+        WriteHeaders,
+    ),
+    request_body(
+        description = "The whole document: YAML text (any content type but JSON), or JSON with `document`.",
+        content(
+            (super::openapi::DocumentRequest = "application/json"),
+            (String = "application/yaml"),
+        ),
+    ),
+    responses(
+        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
+        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        (status = 400, description = "A refused document (with line and column in `details`), bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
+        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
+        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
+        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
+    ),
+)]
 pub(super) async fn put_configurations(
     State(admin): State<Admin>,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
     let (text, author, message) = if is_json(&headers) {
-        let parsed: DocumentBody = serde_json::from_slice(&body)
-            .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
+        let parsed: DocumentBody = json_body(&body)?;
         (parsed.document, parsed.author, parsed.message)
     } else {
         let text =
@@ -330,6 +359,32 @@ struct ServiceBody {
     message: Option<String>,
 }
 
+/// `PUT /api/v1/services/{name}`.
+#[utoipa::path(
+    put,
+    path = "/api/v1/services/{name}",
+    tag = "write",
+    operation_id = "put_service",
+    security(("bearer" = [])),
+    params(
+        ("name" = String, Path, description = "The service (percent-encoded): a configured one, or a new name of at most \
+            512 bytes without control characters.", pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512),
+        WriteParams,
+        WriteHeaders,
+    ),
+    request_body(content = super::openapi::ServiceRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
+        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        (status = 400, description = "A bad name, a value that is not a string, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
+        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
+        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
+        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
+    ),
+)]
 pub(super) async fn put_service(
     State(admin): State<Admin>,
     ServiceName(name): ServiceName,
@@ -347,6 +402,37 @@ pub(super) async fn put_service(
 /// body has the shape of a `PUT`'s, but `config` names only the keys to change: a string sets
 /// the key (in place, so the other keys and their order stay), `null` removes it. A service that
 /// is not configured yet is created from the patch.
+#[utoipa::path(
+    patch,
+    path = "/api/v1/services/{name}",
+    tag = "write",
+    operation_id = "patch_service",
+    security(("bearer" = [])),
+    params(
+        ("name" = String, Path, description = "The service (percent-encoded): a configured one, or a new name of at most \
+            512 bytes without control characters.", pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512),
+        WriteParams,
+        WriteHeaders,
+    ),
+    request_body(
+        description = "A JSON merge patch of `config`: a string sets a key, `null` removes it.",
+        content(
+            (super::openapi::ServicePatch = "application/merge-patch+json"),
+            (super::openapi::ServicePatch = "application/json"),
+        ),
+    ),
+    responses(
+        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
+        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        (status = 400, description = "A bad name, a value that is neither a string nor null, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
+        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
+        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
+        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
+    ),
+)]
 pub(super) async fn patch_service(
     State(admin): State<Admin>,
     ServiceName(name): ServiceName,
@@ -369,8 +455,7 @@ fn service_body<T>(
     body: &[u8],
     value: impl Fn(&str, Value) -> Result<T, AppError>,
 ) -> Result<ServiceWrite<T>, AppError> {
-    let parsed: ServiceBody = serde_json::from_slice(body)
-        .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
+    let parsed: ServiceBody = json_body(body)?;
     let mut entries = Vec::with_capacity(parsed.config.len());
     for (key, v) in parsed.config {
         let v = value(&key, v)?;
@@ -383,9 +468,37 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     AppError::BadRequest(format!("the value of `{key}` must be a string, as agents receive it (got {value})"))
 }
 
+/// `DELETE /api/v1/services/{name}`.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/services/{name}",
+    tag = "write",
+    operation_id = "delete_service",
+    security(("bearer" = [])),
+    params(
+        ("name" = String, Path, description = "The service (percent-encoded)."),
+        WriteParams,
+        WriteHeaders,
+    ),
+    request_body(content = Option<super::openapi::NoteRequest>, content_type = "application/json",
+        description = "Optional: who and why."),
+    responses(
+        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
+        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        (status = 400, description = "Bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        (status = 404, description = "No such service is configured.", body = ErrorBody),
+        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
+        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
+        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
+        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
+    ),
+)]
 pub(super) async fn delete_service(
     State(admin): State<Admin>,
-    ServiceName(name): ServiceName,
+    // Any name: one that is not configured is a 404, whether or not a write could create it.
+    AnyServiceName(name): AnyServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
     let body = note(&body)?;
@@ -453,6 +566,33 @@ async fn newest_served(admin: &Admin) -> Arc<Snapshot> {
     }
 }
 
+/// `POST /api/v1/releases/{id}/rollback`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/releases/{id}/rollback",
+    tag = "write",
+    operation_id = "rollback",
+    security(("bearer" = [])),
+    params(
+        ("id" = u64, Path, description = "The release to restore.", minimum = 0),
+        WriteParams,
+        WriteHeaders,
+    ),
+    request_body(content = Option<super::openapi::NoteRequest>, content_type = "application/json",
+        description = "Optional: who and why."),
+    responses(
+        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
+        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        (status = 400, description = "Not a release id, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        (status = 404, description = "No such release is kept.", body = ErrorBody),
+        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
+        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
+        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
+        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
+    ),
+)]
 pub(super) async fn rollback(
     State(admin): State<Admin>,
     ReleaseId(id): ReleaseId,
@@ -476,6 +616,25 @@ pub(super) async fn rollback(
     apply(&admin, guard, snapshot, proposal, attribution, options).await
 }
 
+/// `POST /api/v1/held/confirm`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/held/confirm",
+    tag = "write",
+    operation_id = "confirm_held",
+    security(("bearer" = [])),
+    request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
+        description = "Optional: the `held.since_ms` the operator saw."),
+    responses(
+        (status = 200, description = "Decided.", body = HeldAnswerBody),
+        (status = 400, description = "A query parameter (none is taken), or bad JSON.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        (status = 409, description = "Nothing is held, or another change than `since_ms` names.", body = ErrorBody),
+        (status = 413, description = "The body is larger than the limit.", body = ErrorBody),
+        (status = 503, description = "The server is shutting down.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn confirm_held(
     State(admin): State<Admin>,
     HeldRequest { since_ms }: HeldRequest,
@@ -483,6 +642,25 @@ pub(super) async fn confirm_held(
     decide_held(&admin, since_ms, HeldDecision::Confirm).await
 }
 
+/// `POST /api/v1/held/discard`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/held/discard",
+    tag = "write",
+    operation_id = "discard_held",
+    security(("bearer" = [])),
+    request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
+        description = "Optional: the `held.since_ms` the operator saw."),
+    responses(
+        (status = 200, description = "Decided.", body = HeldAnswerBody),
+        (status = 400, description = "A query parameter (none is taken), or bad JSON.", body = ErrorBody),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        (status = 409, description = "Nothing is held, or another change than `since_ms` names.", body = ErrorBody),
+        (status = 413, description = "The body is larger than the limit.", body = ErrorBody),
+        (status = 503, description = "The server is shutting down.", body = ErrorBody),
+    ),
+)]
 pub(super) async fn discard_held(
     State(admin): State<Admin>,
     HeldRequest { since_ms }: HeldRequest,

@@ -82,7 +82,7 @@ impl Default for FleetOptions {
 }
 
 /// Where an agent stands with the digest currently served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentState {
     /// It has polled once: a new agent, or a one-off poll (`skyconf fetch`, a probe). Not a fleet
@@ -195,7 +195,7 @@ pub struct Fleet {
 }
 
 /// One agent as operators see it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct AgentStatus {
     /// The service it polls for.
     pub service: String,
@@ -218,7 +218,7 @@ pub struct AgentStatus {
 }
 
 /// Counts per state for one service.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct StateCounts {
     /// Agents seen: applied, behind or stuck (pollers seen once are counted in `new` only).
     pub agents: usize,

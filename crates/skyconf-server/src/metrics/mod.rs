@@ -227,7 +227,21 @@ impl Metrics {
     }
 }
 
-async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+/// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    operation_id = "metrics",
+    security(("bearer" = []), ()),
+    responses(
+        (status = 200, description = "Prometheus / OpenMetrics text. Needs a read token when the \
+            server has admin tokens, unless `metricsOpen` is set.", body = String,
+            content_type = "application/openmetrics-text"),
+        (status = 401, description = "No token, or an unknown one.", body = crate::admin::openapi::ErrorBody),
+    ),
+)]
+pub(crate) async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     ([(CONTENT_TYPE, CONTENT_TYPE_OPENMETRICS)], metrics.encode())
 }
 

@@ -201,10 +201,118 @@ async fn shows_one_service_with_its_config_and_agents() {
     let (status, body) = call(&s.router, get("/api/v1/services/nope")).await;
     assert_eq!(status, 404);
     assert!(body["error"].as_str().unwrap().contains("nope"));
+    // A read looks any name up: names a write would refuse are 404 when nobody polls them...
     let (status, _) = call(&s.router, get("/api/v1/services/a%0Ab")).await;
-    assert_eq!(status, 400, "control characters in a name");
+    assert_eq!(status, 404, "control characters in a name");
     let (status, _) = call(&s.router, get(&format!("/api/v1/services/{}", "x".repeat(600)))).await;
-    assert_eq!(status, 400, "too long a name");
+    assert_eq!(status, 404, "too long a name");
+}
+
+/// Found by the contract test: agents may poll names a write refuses (control characters, up to
+/// 1024 bytes), `GET /api/v1/services` lists them, and `GET /api/v1/services/{name}` answered 400
+/// for them instead of showing their agents.
+#[tokio::test]
+async fn a_polled_name_a_write_would_refuse_is_still_readable() {
+    let s = setup();
+    let long = "y".repeat(600);
+    for name in ["bell\u{7}name", long.as_str()] {
+        s.fleet.observe(name, "", peer(7), &Digest::empty(), false);
+        let path = format!("/api/v1/services/{}", name.replace('\u{7}', "%07"));
+        let (status, body) = call(&s.router, get(&path)).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["name"], name);
+        assert_eq!(body["configured"], false);
+        assert_eq!(body["agents"][0]["peer"], "10.1.2.3:7");
+        let (status, body) = call(&s.router, get(&format!("{path}/history"))).await;
+        assert_eq!(status, 200, "its history (none) is readable too: {body}");
+        assert_eq!(body["history"], json!([]));
+        // A write still refuses the name.
+        let (status, _) = call(&s.router, json_request("PUT", &path, &json!({"config": {}}))).await;
+        assert_eq!(status, 400);
+    }
+}
+
+/// Found by the contract test: the optional bodies (`DELETE`, rollback, `held/*`) are described
+/// as an object or `null`; `null` was refused, and an array of the fields in order was read as
+/// the object (serde reads structs from sequences).
+#[tokio::test]
+async fn optional_bodies_may_be_null_but_never_arrays() {
+    let s = setup();
+    let raw = |method: &str, path: &str, body: &'static str| {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let (status, body) = call(&s.router, raw("DELETE", "/api/v1/services/order?dry_run=true", "null")).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(&s.router, raw("POST", "/api/v1/releases/1/rollback?dry_run=true", " null ")).await;
+    assert_eq!(status, 200, "{body}");
+    // This router has no held control: a body that reads is answered 409, one that does not 400.
+    let (status, body) = call(&s.router, raw("POST", "/api/v1/held/confirm", "null")).await;
+    assert_eq!(status, 409, "{body}");
+    for (method, path, body) in [
+        ("DELETE", "/api/v1/services/order?dry_run=true", r#"[null, null]"#),
+        ("POST", "/api/v1/releases/1/rollback?dry_run=true", r#"["ann", "why"]"#),
+        ("POST", "/api/v1/held/discard", "[1]"),
+        ("PUT", "/api/v1/services/order?dry_run=true", r#"[{"k": "v"}, null, null]"#),
+        ("PATCH", "/api/v1/services/order?dry_run=true", r#"[{"k": null}]"#),
+        ("PUT", "/api/v1/configurations?dry_run=true", r#"["configurations: {}"]"#),
+        ("PUT", "/api/v1/services/order?dry_run=true", "null"),
+    ] {
+        let (status, answer) = call(&s.router, raw(method, path, body)).await;
+        assert_eq!(status, 400, "{method} {path} {body}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("not the expected JSON"), "{answer}");
+    }
+}
+
+/// Found by the contract test: `since_ms` is an integer, and JSON's `139.0` is the integer 139.
+#[tokio::test]
+async fn since_ms_may_be_written_as_a_whole_float() {
+    let s = setup();
+    let (status, body) =
+        call(&s.router, json_request("POST", "/api/v1/held/confirm", &json!({"since_ms": 139.0}))).await;
+    assert_eq!(status, 409, "read, and nothing is held: {body}");
+    for bad in [json!({"since_ms": 1.5}), json!({"since_ms": -1}), json!({"since_ms": "5"})] {
+        let (status, body) = call(&s.router, json_request("POST", "/api/v1/held/discard", &bad)).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
+
+/// Found by the contract test: a bad `X-Skyconf-Author`/`X-Skyconf-Message` header was ignored
+/// when the body named an author or message; it is refused, whichever of the two was meant.
+#[tokio::test]
+async fn a_bad_attribution_header_is_refused_even_when_the_body_names_one() {
+    let s = setup();
+    for (header, value) in [("x-skyconf-message", "\u{84}"), ("x-skyconf-author", "a\u{9}b")] {
+        let request = Request::put("/api/v1/services/order?dry_run=true")
+            .header("content-type", "application/json")
+            .header(header, http::HeaderValue::from_bytes(value.as_bytes()).unwrap())
+            .body(Body::from(json!({"config": {"k": "v"}, "author": "ann", "message": "why"}).to_string()))
+            .unwrap();
+        let (status, body) = call(&s.router, request).await;
+        assert_eq!(status, 400, "{header}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn the_openapi_description_is_served_and_names_every_api_route() {
+    let s = setup();
+    let response = s.router.clone().oneshot(get("/api/v1/openapi.json")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let doc: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for path in ["/api/v1/services/{name}", "/api/v1/releases/{id}/rollback", "/healthz", "/readyz", "/metrics"] {
+        assert!(doc["paths"][path].is_object(), "{path}");
+    }
+    let patch = &doc["paths"]["/api/v1/services/{name}"]["patch"];
+    assert!(patch["requestBody"]["content"]["application/merge-patch+json"].is_object());
+    for code in ["200", "202", "400", "401", "403", "409", "413", "500", "503"] {
+        assert!(patch["responses"][code].is_object(), "PATCH answers {code}");
+    }
 }
 
 #[tokio::test]
@@ -528,9 +636,15 @@ async fn every_service_a_document_holds_is_readable_editable_and_deletable_per_s
         s.ok_json("DELETE", &uri, json!({})).await;
         assert!(s.served.snapshot().table.get(name).is_none(), "{name:?}");
     }
-    // A new name is still checked.
-    let (status, _) = call(&s.router, get("/api/v1/services/a%0Ab")).await;
+    // A new name is still checked by a write; a read of it finds nothing.
+    let (status, _) = call(&s.router, json_request("PUT", "/api/v1/services/a%0Ab", &json!({"config": {}}))).await;
     assert_eq!(status, 400);
+    let (status, _) = call(&s.router, get("/api/v1/services/a%0Ab")).await;
+    assert_eq!(status, 404);
+    // Found by the contract test: a DELETE of it was a 400 (a bad new name), though there is
+    // nothing to delete and nothing it could create: 404, as for any name not configured.
+    let (status, body) = call(&s.router, json_request("DELETE", "/api/v1/services/a%0Ab", &json!({}))).await;
+    assert_eq!(status, 404, "{body}");
 }
 
 #[tokio::test]

@@ -236,6 +236,8 @@ async fn admin_auth_matrix() {
     for (token, read, write, healthz, readyz, metrics_code) in cases {
         assert_eq!(status(&app, "GET", "/", token, Vec::new()).await, 200, "page {token:?}");
         assert_eq!(status(&app, "GET", "/api/v1/services", token, Vec::new()).await, read, "read {token:?}");
+        let openapi = status(&app, "GET", "/api/v1/openapi.json", token, Vec::new()).await;
+        assert_eq!(openapi, read, "the description is a read {token:?}");
         let written = status(&app, "PUT", "/api/v1/services/svc", token, service_body()).await;
         match write {
             Some(expected) => assert_eq!(written, expected, "write {token:?}"),
@@ -247,7 +249,7 @@ async fn admin_auth_matrix() {
         assert_eq!(status(&app, "GET", "/metrics", token, Vec::new()).await, metrics_code, "metrics {token:?}");
     }
     let text = metrics.encode();
-    assert!(text.contains("skyconf_admin_denied_total{status=\"401\"} 6"), "{text}");
+    assert!(text.contains("skyconf_admin_denied_total{status=\"401\"} 8"), "{text}");
     assert!(text.contains("skyconf_admin_denied_total{status=\"403\"} 1"), "{text}");
 }
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The admin API's contract test: starts `skyconf serve` on a temp copy of
+# tests/contract/agent-configurations.yaml (file store, a --data-dir, read and write tokens),
+# then runs schemathesis against GET /api/v1/openapi.json with every check but one (below): answers conform to
+# the documented status codes, content types, headers and schemas, no 5xx, invalid input is
+# refused, auth is enforced. Any finding fails the run (exit 1). Bounded: --max-examples per
+# operation and a time limit on the whole run.
+#
+# One check is left out: use_after_free (a GET after a DELETE must be 404) cannot tell a
+# `?dry_run=true` DELETE, which answers 200 and deletes nothing by design, from a real one.
+#
+#   tests/contract/run.sh [extra schemathesis options]
+#
+# One worker: Python 3.11 can fail in ast.parse when two threads parse at once (hypothesis
+# describes its strategies that way), which schemathesis reports as a runtime error.
+# Needs schemathesis (pip); SKYCONF_BIN names a built `skyconf` (else it is built).
+# CONTRACT_MAX_EXAMPLES (default 40) and CONTRACT_TIMEOUT (seconds, default 170) bound it;
+# CONTRACT_KEEP=DIR keeps the server's files, log and schemathesis' cassettes after a failure.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+# The console script, or the same entry point through python3 when pip put scripts off PATH.
+if command -v schemathesis >/dev/null; then
+  schemathesis=(schemathesis)
+elif python3 -c 'import schemathesis.cli' 2>/dev/null; then
+  schemathesis=(python3 -c 'import sys; from schemathesis.cli import schemathesis; sys.argv[0] = "schemathesis"; schemathesis()')
+else
+  echo "contract: schemathesis is not installed (pip install schemathesis)" >&2
+  exit 1
+fi
+if [ -z "${SKYCONF_BIN:-}" ]; then
+  cargo build --quiet -p skyconf-cli
+  SKYCONF_BIN="${CARGO_TARGET_DIR:-target}/debug/skyconf"
+fi
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cp tests/contract/agent-configurations.yaml "$work/agents.yaml"
+mkdir "$work/data"
+read_token="contract-read-$RANDOM$RANDOM"
+write_token="contract-write-$RANDOM$RANDOM"
+printf 'read %s\nwrite %s\n' "$read_token" "$write_token" > "$work/tokens"
+chmod 600 "$work/tokens"
+# Two free loopback ports (the kernel's choice; a race with another process is unlikely).
+read -r grpc_port admin_port < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*(x.getsockname()[1] for x in s))')
+
+# --reset-grace 0: a generated document that drops every service is installed at once, not held
+# for ten minutes (the held routes then answer 409, as documented).
+"$SKYCONF_BIN" serve --store file --file "$work/agents.yaml" --data-dir "$work/data" \
+  --grpc-addr "127.0.0.1:$grpc_port" --admin-addr "127.0.0.1:$admin_port" \
+  --admin-token-file "$work/tokens" --reset-grace 0 > "$work/server.log" 2>&1 &
+server_pid=$!
+base="http://127.0.0.1:$admin_port"
+for _ in $(seq 100); do
+  curl -fsS "$base/readyz" >/dev/null 2>&1 && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
+  sleep 0.1
+done
+curl -fsS -H "Authorization: Bearer $read_token" "$base/api/v1/openapi.json" -o "$work/openapi.json"
+
+started=$SECONDS
+status=0
+# From the temp folder: schemathesis leaves its .schemathesis/ cassettes in the working directory.
+root="$PWD"
+(cd "$work" && timeout --signal=INT "${CONTRACT_TIMEOUT:-170}" \
+  "${schemathesis[@]}" --no-color --config-file "$root/tests/contract/schemathesis.toml" run "$work/openapi.json" --url "$base" \
+  --checks all \
+  --exclude-checks use_after_free \
+  --header "Authorization: Bearer $write_token" \
+  --max-examples "${CONTRACT_MAX_EXAMPLES:-40}" \
+  --workers 1 \
+  --request-timeout 70 \
+  --suppress-health-check too_slow \
+  --generation-database none \
+  "$@") || status=$?
+echo "contract: schemathesis exited $status after $((SECONDS - started)) s" >&2
+if ! kill -0 "$server_pid" 2>/dev/null; then
+  echo "contract: the server died" >&2
+  status=1
+fi
+if grep -q "panicked" "$work/server.log"; then
+  echo "contract: the server panicked:" >&2
+  grep -A5 "panicked" "$work/server.log" >&2
+  status=1
+fi
+if [ "$status" -ne 0 ]; then
+  echo "contract: the server's log, last 40 lines:" >&2
+  tail -n 40 "$work/server.log" >&2
+  [ -n "${CONTRACT_KEEP:-}" ] && cp -r "$work" "$CONTRACT_KEEP" && echo "contract: kept in $CONTRACT_KEEP" >&2
+fi
+exit "$status"
