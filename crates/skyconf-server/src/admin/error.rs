@@ -47,6 +47,9 @@ impl From<SourceError> for AppError {
     fn from(error: SourceError) -> Self {
         match error {
             SourceError::Unsupported(_) => Self::Conflict(error.to_string()),
+            SourceError::Conflict { .. } => {
+                Self::Conflict(format!("the store changed under this write; read it again ({error})"))
+            }
             SourceError::TooLarge { .. } => Self::TooLarge(error.to_string()),
             SourceError::NotText { .. } => Self::BadRequest(error.to_string()),
             SourceError::Write { .. } => Self::NotWritten(error.to_string()),
@@ -117,6 +120,9 @@ mod tests {
         let unavailable = SourceError::Unavailable { store: "etcd".into(), message: "down".into() };
         assert_eq!(AppError::from(unavailable).status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(AppError::from(SourceError::Unsupported("no".into())).status(), StatusCode::CONFLICT);
+        let changed = AppError::from(SourceError::Conflict { store: "etcd".into(), message: "key k".into() });
+        assert_eq!(changed.status(), StatusCode::CONFLICT);
+        assert!(changed.to_string().starts_with("the store changed under this write; read it again"), "{changed}");
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
         let write = AppError::from(SourceError::Write { path: "/etc/agent.yaml".into(), cause: denied });
         assert_eq!(write.status(), StatusCode::INTERNAL_SERVER_ERROR);
