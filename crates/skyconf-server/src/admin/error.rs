@@ -25,7 +25,8 @@ pub enum AppError {
     /// No such service or release: 404.
     #[error("{0}")]
     NotFound(String),
-    /// The store's state does not allow the write, or the caller's `If-Match` is outdated: 409.
+    /// The store's state does not allow the write, the key changed in the store under the write
+    /// (a failed compare-and-swap), or the caller's `If-Match` is outdated: 409.
     #[error("{0}")]
     Conflict(String),
     /// The body is larger than the limit: 413.
