@@ -26,8 +26,8 @@
 //!
 //! **Writes** ([`Source::put`]) are compare-and-swaps: one `Txn` that writes (or deletes) the key
 //! only if its `mod_revision` is still the one this source last saw for it — from a read, a watch
-//! event or its own last write — and only if it is absent when the source last saw it absent
-//! (`version == 0`). When the key changed in between, nothing is written and `put` fails with
+//! event or its own last write — or, for a key the source last saw absent, only if it still does
+//! not exist (`version == 0`). When the key changed in between, nothing is written and `put` fails with
 //! [`SourceError::Conflict`]. A write that timed out but was still on its way to a frozen etcd
 //! therefore cannot overwrite a later write: whichever lands second finds the key changed. A source
 //! that has not read its namespace yet reads the key first. A write that timed out is not retried
