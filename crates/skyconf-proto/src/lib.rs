@@ -5,7 +5,7 @@
 //!   and `ManagementService`;
 //! - [`dcs`]: SkyWalking's package-less `ConfigurationService` (`/ConfigurationService/call` and
 //!   `/ConfigurationService/callGroup`), which an OAP polls for its dynamic configuration;
-//! - `etcd` (feature `etcd`): the subset of etcd's v3 API the etcd store uses (KV, Watch, Auth), client side only.
+//! - `etcd` (feature `etcd`): the subset of etcd's v3 API the etcd store uses (KV with Txn, Watch, Auth), client side only.
 
 /// `skywalking.v3`: configuration discovery and instance management.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
@@ -62,6 +62,30 @@ mod tests {
             uuid: "u".into(),
         };
         assert_eq!(dcs.encode_to_vec(), [0x0a, 6, 0x0a, 1, b'n', 0x12, 1, b'v', 0x12, 1, b'u']);
+    }
+
+    #[test]
+    #[cfg(feature = "etcd")]
+    fn etcd_txn_field_numbers_match_the_published_protocol() {
+        use etcd::etcdserverpb::{Compare, PutRequest, RequestOp, TxnRequest, compare, request_op};
+        // Compare: target = 2 (MOD = 2), key = 3, mod_revision = 6; result EQUAL = 0 is the default.
+        let compare = Compare {
+            result: compare::CompareResult::Equal as i32,
+            target: compare::CompareTarget::Mod as i32,
+            key: b"k".to_vec(),
+            target_union: Some(compare::TargetUnion::ModRevision(5)),
+            range_end: Vec::new(),
+        };
+        assert_eq!(compare.encode_to_vec(), [0x10, 2, 0x1a, 1, b'k', 0x30, 5]);
+        // TxnRequest: compare = 1, success = 2; RequestOp.request_put = 2; PutRequest key = 1.
+        let txn = TxnRequest {
+            compare: vec![],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest { key: b"k".to_vec(), ..Default::default() })),
+            }],
+            failure: vec![],
+        };
+        assert_eq!(txn.encode_to_vec(), [0x12, 5, 0x12, 3, 0x0a, 1, b'k']);
     }
 
     #[test]

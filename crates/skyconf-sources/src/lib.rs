@@ -94,6 +94,16 @@ pub enum SourceError {
         /// Why.
         message: String,
     },
+    /// A write's compare-and-swap failed: the key changed in the store since this source last saw
+    /// it (another writer, or an earlier write of ours that was not acknowledged but landed).
+    /// Nothing was written; read the key again before writing.
+    #[error("{store} changed under this write: {message}")]
+    Conflict {
+        /// The store.
+        store: String,
+        /// Which key, and what was expected of it.
+        message: String,
+    },
     /// The operation is not possible on this store.
     #[error("{0}")]
     Unsupported(String),
@@ -165,7 +175,9 @@ impl KeySet {
 ///   when `shutdown` is cancelled or the receiver is gone. Every store gets this by implementing
 ///   a [`Session`] and handing it to [`supervise()`].
 /// - [`Source::put`] writes one single key (`None` deletes it), as the OAP's layout for the store
-///   requires; the change then arrives through `run` like any other.
+///   requires; the change then arrives through `run` like any other. Where the store can, the
+///   write is a compare-and-swap against the key as the source last saw it, failing with
+///   [`SourceError::Conflict`] when it changed since.
 pub trait Source: Send + Sync + 'static {
     /// Names the store for logs and status: kind, address, namespace.
     fn describe(&self) -> String;

@@ -25,7 +25,8 @@ pub enum AppError {
     /// No such service or release: 404.
     #[error("{0}")]
     NotFound(String),
-    /// The store's state does not allow the write, or the caller's `If-Match` is outdated: 409.
+    /// The store's state does not allow the write, the key changed in the store under the write
+    /// (a failed compare-and-swap), or the caller's `If-Match` is outdated: 409.
     #[error("{0}")]
     Conflict(String),
     /// The body is larger than the limit: 413.
@@ -47,6 +48,9 @@ impl From<SourceError> for AppError {
     fn from(error: SourceError) -> Self {
         match error {
             SourceError::Unsupported(_) => Self::Conflict(error.to_string()),
+            SourceError::Conflict { .. } => {
+                Self::Conflict(format!("the store changed under this write; read it again ({error})"))
+            }
             SourceError::TooLarge { .. } => Self::TooLarge(error.to_string()),
             SourceError::NotText { .. } => Self::BadRequest(error.to_string()),
             SourceError::Write { .. } => Self::NotWritten(error.to_string()),
@@ -117,6 +121,9 @@ mod tests {
         let unavailable = SourceError::Unavailable { store: "etcd".into(), message: "down".into() };
         assert_eq!(AppError::from(unavailable).status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(AppError::from(SourceError::Unsupported("no".into())).status(), StatusCode::CONFLICT);
+        let changed = AppError::from(SourceError::Conflict { store: "etcd".into(), message: "key k".into() });
+        assert_eq!(changed.status(), StatusCode::CONFLICT);
+        assert!(changed.to_string().starts_with("the store changed under this write; read it again"), "{changed}");
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
         let write = AppError::from(SourceError::Write { path: "/etc/agent.yaml".into(), cause: denied });
         assert_eq!(write.status(), StatusCode::INTERNAL_SERVER_ERROR);

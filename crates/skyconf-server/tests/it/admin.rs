@@ -25,7 +25,7 @@ const V1: &str = "# the fleet\nconfigurations:\n  order:\n    agent.sample_n_per
 /// A store in memory: a put is reported back to the hub, as a watch would report it.
 struct MemoryStore {
     updates: mpsc::Sender<Update>,
-    /// 0: works; 1: unreachable; 2: refuses the operation.
+    /// 0: works; 1: unreachable; 2: refuses the operation; 3: the key changed under the write.
     mode: Arc<AtomicU8>,
     /// Every put takes a permit: a test that takes them all away stalls the store.
     gate: Arc<Semaphore>,
@@ -51,6 +51,10 @@ impl Source for MemoryStore {
         match self.mode.load(Ordering::SeqCst) {
             1 => return Err(SourceError::Unavailable { store: "memory".into(), message: "down".into() }),
             2 => return Err(SourceError::Unsupported("memory cannot do that".into())),
+            3 => {
+                let message = format!("key {key} was at revision 7 when last seen; it is now at 9");
+                return Err(SourceError::Conflict { store: "memory".into(), message });
+            }
             _ => {}
         }
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -835,6 +839,25 @@ async fn store_failures_map_to_503_and_409() {
     assert_eq!(call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await.0, 409);
     assert_eq!(s.releases.list().len(), 1);
     assert_eq!(s.served.snapshot().version, 1);
+}
+
+#[tokio::test]
+async fn a_store_write_that_finds_the_key_changed_is_a_409_to_read_again() {
+    let s = setup();
+    let v2 = "configurations:\n  order: {k: v}\n";
+    s.mode.store(3, Ordering::SeqCst);
+    let (status, body) = call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await;
+    assert_eq!(status, 409, "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(error.starts_with("the store changed under this write; read it again"), "{error}");
+    assert!(error.contains("it is now at 9"), "the store's own words are kept: {error}");
+    let patch = json_request("PATCH", "/api/v1/services/order", &json!({"config": {"agent.ignore_suffix": ".png"}}));
+    assert_eq!(call(&s.router, patch).await.0, 409, "a service write too");
+    assert_eq!(s.releases.list().len(), 1, "no release for a write that did not happen");
+    assert_eq!(s.served.snapshot().version, 1);
+    s.mode.store(0, Ordering::SeqCst);
+    let body = s.ok(Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await;
+    assert_eq!(body["written"], true, "once read again, the write goes through: {body}");
 }
 
 #[tokio::test]

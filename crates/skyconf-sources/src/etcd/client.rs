@@ -1,6 +1,6 @@
 //! A minimal etcd v3 client on tonic: connect to the first endpoint that answers (TLS through
-//! rustls), log in when authentication is on, and the four calls the store needs — a range read,
-//! put, delete, and a prefix watch. Every unary call and the watch's creation are bounded by the
+//! rustls), log in when authentication is on, and the calls the store needs — a range read, a
+//! compare-and-swap write (a `Txn`), and a prefix watch. Every unary call and the watch's creation are bounded by the
 //! connect timeout, so a store that accepts connections but never answers counts as down.
 //!
 //! The generated stubs come from skyconf-proto's own declaration of etcd's API (see
@@ -245,16 +245,51 @@ impl Connection {
         self.bounded("Range", self.kv().range(self.request(request))).await
     }
 
-    /// Writes one key.
-    pub(crate) async fn put(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), EtcdError> {
-        let request = pb::PutRequest { key, value, ..Default::default() };
-        self.bounded("Put", self.kv().put(self.request(request))).await.map(drop)
-    }
-
-    /// Deletes one key (nothing happens when it does not exist).
-    pub(crate) async fn delete(&self, key: Vec<u8>) -> Result<(), EtcdError> {
-        let request = pb::DeleteRangeRequest { key, ..Default::default() };
-        self.bounded("DeleteRange", self.kv().delete_range(self.request(request))).await.map(drop)
+    /// Writes `value` to `key` (with `None`, deletes it) only if the key's last change is still
+    /// revision `expected` (0: only if the key does not exist), in one `Txn`.
+    pub(crate) async fn swap(&self, key: Vec<u8>, expected: i64, value: Option<Vec<u8>>) -> Result<Swap, EtcdError> {
+        use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+        use pb::request_op::Request;
+        let compare = if expected == 0 {
+            // version is 0 only for a key that does not exist.
+            pb::Compare {
+                result: CompareResult::Equal as i32,
+                target: CompareTarget::Version as i32,
+                key: key.clone(),
+                target_union: Some(TargetUnion::Version(0)),
+                range_end: Vec::new(),
+            }
+        } else {
+            pb::Compare {
+                result: CompareResult::Equal as i32,
+                target: CompareTarget::Mod as i32,
+                key: key.clone(),
+                target_union: Some(TargetUnion::ModRevision(expected)),
+                range_end: Vec::new(),
+            }
+        };
+        let write = match value {
+            Some(value) => Request::RequestPut(pb::PutRequest { key: key.clone(), value, ..Default::default() }),
+            None => Request::RequestDeleteRange(pb::DeleteRangeRequest { key: key.clone(), ..Default::default() }),
+        };
+        // When the compare fails, read the key in the same revision, to say what it holds now.
+        let read = Request::RequestRange(pb::RangeRequest { key, keys_only: true, ..Default::default() });
+        let request = pb::TxnRequest {
+            compare: vec![compare],
+            success: vec![pb::RequestOp { request: Some(write) }],
+            failure: vec![pb::RequestOp { request: Some(read) }],
+        };
+        let response = self.bounded("Txn", self.kv().txn(self.request(request))).await?;
+        let revision = response.header.map(|h| h.revision).unwrap_or_default();
+        if response.succeeded {
+            return Ok(Swap::Written { revision });
+        }
+        let current = response.responses.into_iter().find_map(|op| match op.response {
+            Some(pb::response_op::Response::ResponseRange(range)) => Some(range.kvs),
+            _ => None,
+        });
+        let current = current.and_then(|kvs| kvs.into_iter().next()).map(|kv| kv.mod_revision).unwrap_or(0);
+        Ok(Swap::Changed { current })
     }
 
     /// A watch on `[key, range_end)` reporting every change from `start_revision` on, returned
@@ -287,6 +322,16 @@ impl Connection {
         }
         Ok(Watch { inbound, start_revision, _requests: requests })
     }
+}
+
+/// What a compare-and-swap did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Swap {
+    /// The key was as expected and is now written, in this revision.
+    Written { revision: i64 },
+    /// The key changed since the expected revision: its last change is now `current` (0: it does
+    /// not exist). Nothing was written.
+    Changed { current: i64 },
 }
 
 /// The error a cancelling watch response means.

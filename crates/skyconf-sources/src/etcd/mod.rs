@@ -24,6 +24,15 @@
 //! them, so both compute the same digest. A value larger than [`Limits::max_value_bytes`] is not
 //! reported (the key keeps its previous value) and an [`Update::Failed`] says why.
 //!
+//! **Writes** ([`Source::put`]) are compare-and-swaps: one `Txn` that writes (or deletes) the key
+//! only if its `mod_revision` is still the one this source last saw for it — from a read, a watch
+//! event or its own last write — or, for a key the source last saw absent, only if it still does
+//! not exist (`version == 0`). When the key changed in between, nothing is written and `put` fails with
+//! [`SourceError::Conflict`]. A write that timed out but was still on its way to a frozen etcd
+//! therefore cannot overwrite a later write: whichever lands second finds the key changed. A source
+//! that has not read its namespace yet reads the key first. A write that timed out is not retried
+//! (it may yet land); one that failed to connect, or whose login expired, is retried once.
+//!
 //! With `authentication` on, the source logs in (`Auth.Authenticate`) on every connection and
 //! sends the token with each request; a refused login is reported as [`SourceError::Refused`].
 //! `https://` endpoints use rustls, with the CA, client certificate and key of the settings.
@@ -32,15 +41,15 @@ mod client;
 mod layout;
 mod settings;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 
 use skyconf_proto::etcd::mvccpb;
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use self::client::{Connection, Connector, EtcdError};
+use self::client::{Connection, Connector, EtcdError, Swap};
 use self::layout::{Layout, Slot};
 pub use self::settings::EtcdSettings;
 use crate::{
@@ -68,6 +77,8 @@ pub struct EtcdSource {
     relists: AtomicU64,
     /// The connection `put` reuses.
     writer: Mutex<Option<Box<Connection>>>,
+    /// Each key's last change as this source last saw it: what `put` compares against.
+    seen: std::sync::Mutex<Seen>,
 }
 
 impl EtcdSource {
@@ -87,6 +98,7 @@ impl EtcdSource {
             reported: AtomicI64::new(0),
             relists: AtomicU64::new(0),
             writer: Mutex::new(None),
+            seen: std::sync::Mutex::new(Seen::default()),
         })
     }
 
@@ -114,6 +126,11 @@ impl EtcdSource {
         self.relists.load(Ordering::Relaxed)
     }
 
+    /// What the source last saw of each key; never held across an await.
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The store's error as a [`SourceError`]: refused (login, permissions, settings) or
     /// unavailable (everything else).
     fn error(&self, error: &EtcdError) -> SourceError {
@@ -135,6 +152,7 @@ impl EtcdSource {
         let (key, range_end) = layout.range();
         let response = connection.range(key, range_end).await?;
         let revision = response.header.map(|h| h.revision).unwrap_or_default();
+        self.seen().read(revision, response.kvs.iter().map(|kv| (kv.key.clone(), kv.mod_revision)));
         let mut mirror = Mirror { layout: layout.clone(), content: StoreContent::default(), last_revision: 0 };
         let problems =
             mirror.apply_all(response.kvs.into_iter().map(|kv| (Op::Put, kv)), self.limits.max_value_bytes).1;
@@ -144,6 +162,8 @@ impl EtcdSource {
     /// Forgets the revision to resume from, so the next session reads the namespace afresh.
     fn relist(&self, reason: String) -> SessionEnd {
         self.reported.store(0, Ordering::Release);
+        // The store may be a new or restored cluster: its revisions say nothing of the old ones.
+        self.seen().forget();
         self.relists.fetch_add(1, Ordering::Relaxed);
         SessionEnd::Relist(reason)
     }
@@ -198,6 +218,14 @@ impl EtcdSource {
                 Err(error @ EtcdError::Compacted { .. }) => return self.relist(error.to_string()),
                 Err(error) => return SessionEnd::Failed(self.error(&error)),
             };
+            {
+                let mut seen = self.seen();
+                for event in &response.events {
+                    let Some(kv) = &event.kv else { continue };
+                    let deleted = event.r#type == mvccpb::event::EventType::Delete as i32;
+                    seen.learn(&kv.key, kv.mod_revision, if deleted { 0 } else { kv.mod_revision });
+                }
+            }
             let events = response.events.into_iter().filter_map(|event| {
                 let op = if event.r#type == mvccpb::event::EventType::Delete as i32 { Op::Delete } else { Op::Put };
                 // Already in the snapshot when the watch resumed before the read.
@@ -242,6 +270,7 @@ impl Source for EtcdSource {
             )));
         }
         let etcd_key = layout::single_key(&self.prefix, key);
+        let value = value.map(|text| text.as_bytes().to_vec());
         // One writer at a time; the lock is tokio's and may be held across the calls.
         let mut writer = self.writer.lock().await;
         let mut retried = false;
@@ -254,14 +283,40 @@ impl Source for EtcdSource {
                     connection
                 }
             };
-            let result = match value {
-                Some(text) => connection.put(etcd_key.clone(), text.as_bytes().to_vec()).await,
-                None => connection.delete(etcd_key.clone()).await,
+            let result = match self.expected(&connection, &etcd_key).await {
+                Ok(expected) => {
+                    connection.swap(etcd_key.clone(), expected, value.clone()).await.map(|swap| (expected, swap))
+                }
+                Err(error) => Err(error),
             };
             match result {
-                Ok(()) => return Ok(()),
-                // A stale connection or an expired token: once more on a fresh, logged-in one.
-                Err(error) if !retried && (error.is_token_problem() || !error.is_refusal()) => {
+                Ok((_, Swap::Written { revision })) => {
+                    // So the next write expects this one, before the watch echoes it.
+                    self.seen().learn(&etcd_key, revision, if value.is_some() { revision } else { 0 });
+                    return Ok(());
+                }
+                Ok((expected, Swap::Changed { current })) => {
+                    let shown = String::from_utf8_lossy(&etcd_key);
+                    let message = match expected {
+                        0 => format!("key {shown} was absent when last seen; it now exists (mod revision {current})"),
+                        _ if current == 0 => {
+                            format!("key {shown} was at mod revision {expected} when last seen; it was deleted since")
+                        }
+                        _ => {
+                            format!("key {shown} was at mod revision {expected} when last seen; it is now at {current}")
+                        }
+                    };
+                    tracing::warn!(store = %self.describe(), key = %shown, expected, current, "A write found the key changed since it was last seen; nothing was written.");
+                    return Err(SourceError::Conflict { store: self.describe(), message });
+                }
+                // A stale connection or an expired token: once more on a fresh, logged-in one. Not
+                // after a timeout: that write may still land, and a second one would then find
+                // the key changed by the first.
+                Err(error)
+                    if !retried
+                        && (error.is_token_problem()
+                            || !(error.is_refusal() || matches!(error, EtcdError::Timeout { .. }))) =>
+                {
                     tracing::debug!(store = %self.describe(), %error, "Retrying the write on a new connection.");
                     *writer = None;
                     retried = true;
@@ -269,6 +324,18 @@ impl Source for EtcdSource {
                 Err(error) => return Err(self.error(&error)),
             }
         }
+    }
+}
+
+impl EtcdSource {
+    /// The mod revision `put` expects `etcd_key` at (0: absent): as last seen, or, before the
+    /// namespace was ever read, as the store has it now.
+    async fn expected(&self, connection: &Connection, etcd_key: &[u8]) -> Result<i64, EtcdError> {
+        if let Some(expected) = self.seen().expected(etcd_key) {
+            return Ok(expected);
+        }
+        let response = connection.range(etcd_key.to_vec(), Vec::new()).await?;
+        Ok(response.kvs.first().map_or(0, |kv| kv.mod_revision))
     }
 }
 
@@ -281,6 +348,57 @@ impl Session for EtcdSource {
 /// The largest gRPC message accepted: a whole namespace read can hold several large values.
 fn message_limit(limits: &Limits) -> usize {
     usize::try_from(limits.max_value_bytes).unwrap_or(usize::MAX).saturating_mul(2).saturating_add(MESSAGE_OVERHEAD)
+}
+
+/// Each key's last change as the source last saw it, newest knowledge winning: a read, a watch
+/// event or an own write only replaces what was learnt at an earlier revision.
+#[derive(Debug, Default)]
+struct Seen {
+    /// The revision of the newest full read of the namespace (0: none yet); a key without an
+    /// entry was absent then.
+    read_at: i64,
+    /// etcd key → (the revision this was learnt at, the key's mod revision then, 0 if absent).
+    keys: HashMap<Vec<u8>, (i64, i64)>,
+}
+
+impl Seen {
+    /// A full read of the namespace at revision `at`: every key it holds, with its mod revision.
+    fn read(&mut self, at: i64, kvs: impl Iterator<Item = (Vec<u8>, i64)>) {
+        if at < self.read_at {
+            // Older than what is known: it can only fill in keys learnt even earlier.
+            for (key, mod_revision) in kvs {
+                self.learn(&key, at, mod_revision);
+            }
+            return;
+        }
+        let mut keys: HashMap<Vec<u8>, (i64, i64)> = kvs.map(|(key, m)| (key, (at, m))).collect();
+        // What was learnt after the read (a watch event, an own write) stays.
+        keys.extend(self.keys.drain().filter(|(_, (learnt, _))| *learnt > at));
+        self.keys = keys;
+        self.read_at = at;
+    }
+
+    /// `key`'s mod revision (0: deleted) as of revision `at`.
+    fn learn(&mut self, key: &[u8], at: i64, mod_revision: i64) {
+        let known = self.keys.get(key).copied().unwrap_or((self.read_at, 0));
+        if at > known.0 {
+            self.keys.insert(key.to_vec(), (at, mod_revision));
+        }
+    }
+
+    /// The mod revision a write of `key` expects (0: absent); `None` before any full read.
+    fn expected(&self, key: &[u8]) -> Option<i64> {
+        match self.keys.get(key) {
+            Some(&(_, mod_revision)) => Some(mod_revision),
+            None if self.read_at > 0 => Some(0),
+            None => None,
+        }
+    }
+
+    /// Forgets everything: the next write reads its key first.
+    fn forget(&mut self) {
+        *self = Self::default();
+    }
 }
 
 /// What happened to a key.
@@ -431,6 +549,28 @@ mod tests {
             matches!(&updates[0], Update::Single { value: Some(v), .. } if v == "x\u{fffd}"),
             "decoded as a JVM would"
         );
+    }
+
+    #[test]
+    fn seen_keeps_the_newest_knowledge_of_each_key() {
+        let mut seen = Seen::default();
+        assert_eq!(seen.expected(b"/sw/a"), None, "nothing read yet");
+        seen.learn(b"/sw/a", 3, 3);
+        assert_eq!(seen.expected(b"/sw/a"), Some(3), "an own write before any read counts");
+        seen.read(5, [(b"/sw/a".to_vec(), 4), (b"/sw/b".to_vec(), 5)].into_iter());
+        assert_eq!((seen.expected(b"/sw/a"), seen.expected(b"/sw/c")), (Some(4), Some(0)));
+        seen.learn(b"/sw/a", 7, 7);
+        seen.learn(b"/sw/a", 6, 6);
+        assert_eq!(seen.expected(b"/sw/a"), Some(7), "a late echo of an older change is ignored");
+        seen.learn(b"/sw/b", 8, 0);
+        assert_eq!(seen.expected(b"/sw/b"), Some(0), "deleted");
+        seen.read(4, [(b"/sw/a".to_vec(), 4), (b"/sw/c".to_vec(), 2)].into_iter());
+        assert_eq!(seen.expected(b"/sw/a"), Some(7), "an older read does not undo newer knowledge");
+        assert_eq!(seen.expected(b"/sw/c"), Some(0), "nor revive what the newer read found absent");
+        seen.read(9, [(b"/sw/c".to_vec(), 9)].into_iter());
+        assert_eq!((seen.expected(b"/sw/a"), seen.expected(b"/sw/c")), (Some(0), Some(9)));
+        seen.forget();
+        assert_eq!(seen.expected(b"/sw/c"), None);
     }
 
     #[test]

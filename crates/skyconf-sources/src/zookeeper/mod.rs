@@ -12,14 +12,21 @@
 //! as one [`Update::Failed`] and the reconnect is followed by a fresh [`Update::Snapshot`]. When the
 //! session itself ends (expiry, authentication), a new one is opened after a backoff with jitter
 //! (`baseSleepTimeMs`, doubling `maxRetries` times at most) and the cycle starts over.
+//!
+//! Writes ([`Source::put`]) are compare-and-swaps against the key's znode as this source last saw
+//! it (from a read, a watch event's re-read, or its own last write): `setData` or `delete` with the
+//! znode's data version as the expected version, `create` when it was absent. When the znode
+//! changed in between, nothing is written and `put` fails with [`SourceError::Conflict`]. A source
+//! that has not read its namespace yet looks the znode up first. ZooKeeper compares versions only,
+//! so a znode deleted and re-created by someone else up to the same version is not told apart.
 
 mod layout;
 mod settings;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
@@ -58,6 +65,42 @@ pub struct ZookeeperSource {
     backoff: Backoff,
     /// One session shared by `load`, `run` and `put`; replaced when it ends.
     client: Arc<Mutex<Option<zk::Client>>>,
+    /// Each key's znode as last seen, shared by the copies of the source: what `put` compares
+    /// against.
+    seen: Arc<std::sync::Mutex<Seen>>,
+}
+
+/// Each key's znode as the source last saw it.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Whether the namespace was read whole at least once: a key without an entry is absent.
+    read: bool,
+    /// Key → its znode's (mzxid, data version), `None` when there is no znode.
+    keys: HashMap<String, Option<(i64, i32)>>,
+}
+
+impl Seen {
+    /// `key`'s znode is now `stat` (`None`: absent). A present state older than the one known (a
+    /// re-read that raced an own write) is ignored.
+    fn learn(&mut self, key: &str, stat: Option<&zk::Stat>) {
+        let now = stat.map(|s| (s.mzxid, s.version));
+        if let (Some(Some((known, _))), Some((mzxid, _))) = (self.keys.get(key), now)
+            && *known > mzxid
+        {
+            return;
+        }
+        self.keys.insert(key.to_owned(), now);
+    }
+
+    /// What a write of `key` expects: `Some(None)` absent, `Some(Some(version))`; `None` when
+    /// the source has not seen it.
+    fn expected(&self, key: &str) -> Option<Option<i32>> {
+        match self.keys.get(key) {
+            Some(state) => Some(state.map(|(_, version)| version)),
+            None if self.read => Some(None),
+            None => None,
+        }
+    }
 }
 
 /// Why a request failed: ZooKeeper's answer, or none in time.
@@ -80,6 +123,7 @@ impl ZookeeperSource {
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             client: Arc::default(),
+            seen: Arc::default(),
         })
     }
 
@@ -126,6 +170,11 @@ impl ZookeeperSource {
         }
     }
 
+    /// What the source last saw of each key's znode; never held across an await.
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Runs one request (or several) within the request timeout.
     async fn timed<T>(&self, request: impl Future<Output = Result<T, zk::Error>>) -> Result<T, Failure> {
         match tokio::time::timeout(self.request_timeout, request).await {
@@ -167,9 +216,15 @@ impl ZookeeperSource {
         let children = client.get_children(&path);
         let (data, children) = match (data.await, children.await) {
             // Deleted meanwhile: absent (the delete's own event follows).
-            (Err(zk::Error::NoNode), _) | (_, Err(zk::Error::NoNode)) => return Ok(KeyState::default()),
+            (Err(zk::Error::NoNode), _) | (_, Err(zk::Error::NoNode)) => {
+                self.seen().learn(key, None);
+                return Ok(KeyState::default());
+            }
             (Err(e), _) | (_, Err(e)) => return Err(e),
-            (Ok((data, _)), Ok((children, _))) => (data, children),
+            (Ok((data, stat)), Ok((children, _))) => {
+                self.seen().learn(key, Some(&stat));
+                (data, children)
+            }
         };
         let reads: Vec<_> = children
             .into_iter()
@@ -198,10 +253,19 @@ impl ZookeeperSource {
         let mut content = StoreContent::default();
         let keys = match client.get_children(self.namespace.path()).await {
             Ok((children, _)) => children,
-            Err(zk::Error::NoNode) => return Ok(content),
+            Err(zk::Error::NoNode) => {
+                *self.seen() = Seen { read: true, keys: HashMap::new() };
+                return Ok(content);
+            }
             Err(e) => return Err(e),
         };
         let keys: Vec<String> = keys.into_iter().filter(|k| self.namespace.is_key(k)).collect();
+        {
+            // Keys not listed are absent; the listed ones are recorded as they are read.
+            let mut seen = self.seen();
+            seen.read = true;
+            seen.keys.retain(|key, _| keys.contains(key));
+        }
         let states = futures_util::future::join_all(keys.iter().map(|k| self.read_key(client, k, groups))).await;
         for (key, state) in keys.iter().zip(states) {
             state?.add_to(key, &mut content);
@@ -331,25 +395,67 @@ impl ZookeeperSource {
         }
     }
 
-    async fn write(&self, client: &zk::Client, path: &str, value: &str) -> Result<(), Failure> {
+    /// Writes `value` to `key`'s znode at `path` (`None`: deletes it) only if the znode is as
+    /// `expected`: absent (`None`) or at that data version.
+    async fn swap(
+        &self,
+        client: &zk::Client,
+        key: &str,
+        path: &str,
+        expected: Option<i32>,
+        value: Option<&str>,
+    ) -> Result<Swap, Failure> {
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        // Set, or create when missing; a concurrent create or delete just means another round.
-        let mut rounds = 0;
-        loop {
-            match self.timed(client.set_data(path, value.as_bytes(), None)).await {
-                Err(Failure::Zk(zk::Error::NoNode)) => {}
-                other => return other.map(drop),
+        let changed = |now: &str| Ok(Swap::Changed(now.to_owned()));
+        match (expected, value) {
+            (Some(version), Some(value)) => {
+                match self.timed(client.set_data(path, value.as_bytes(), Some(version))).await {
+                    Ok(stat) => {
+                        self.seen().learn(key, Some(&stat));
+                        Ok(Swap::Written)
+                    }
+                    Err(Failure::Zk(zk::Error::BadVersion)) => changed("it was changed"),
+                    Err(Failure::Zk(zk::Error::NoNode)) => changed("it was deleted"),
+                    Err(failure) => Err(failure),
+                }
             }
-            if self.namespace.path() != "/" {
-                self.timed(client.mkdir(self.namespace.path(), &options)).await?;
+            (Some(version), None) => match self.timed(client.delete(path, Some(version))).await {
+                Ok(()) => {
+                    self.seen().learn(key, None);
+                    Ok(Swap::Written)
+                }
+                Err(Failure::Zk(zk::Error::BadVersion)) => changed("it was changed"),
+                Err(Failure::Zk(zk::Error::NoNode)) => changed("it was deleted"),
+                Err(failure) => Err(failure),
+            },
+            (None, Some(value)) => {
+                if self.namespace.path() != "/" {
+                    self.timed(client.mkdir(self.namespace.path(), &options)).await?;
+                }
+                match self.timed(client.create(path, value.as_bytes(), &options)).await {
+                    Ok((stat, _)) => {
+                        self.seen().learn(key, Some(&stat));
+                        Ok(Swap::Written)
+                    }
+                    Err(Failure::Zk(zk::Error::NodeExists)) => changed("it was created"),
+                    Err(failure) => Err(failure),
+                }
             }
-            rounds += 1;
-            match self.timed(client.create(path, value.as_bytes(), &options)).await {
-                Err(Failure::Zk(zk::Error::NodeExists)) if rounds < 3 => {}
-                other => return other.map(drop),
-            }
+            // Deleting what is absent: fine while it still is.
+            (None, None) => match self.timed(client.check_stat(path)).await? {
+                None => Ok(Swap::Written),
+                Some(_) => changed("it was created"),
+            },
         }
     }
+}
+
+/// What a compare-and-swap did.
+#[derive(Debug)]
+enum Swap {
+    Written,
+    /// The znode changed since it was last seen: how. Nothing was written.
+    Changed(String),
 }
 
 /// The next watch event; `None` if the watcher broke (the client never panics here once a terminal
@@ -390,16 +496,34 @@ impl Source for ZookeeperSource {
             return Err(SourceError::TooLarge { what: path, size, limit: MAX_VALUE_BYTES });
         }
         let client = self.client().await?;
-        let result = match value {
-            Some(value) => self.write(&client, &path, value).await.map_err(|f| self.error(f)),
-            None => match self.timed(client.delete(&path, None)).await {
-                Ok(()) | Err(Failure::Zk(zk::Error::NoNode)) => Ok(()),
-                Err(Failure::Zk(zk::Error::NotEmpty)) => Err(SourceError::Refused {
+        let known = self.seen().expected(key);
+        let expected = match known {
+            Some(expected) => Ok(expected),
+            // Not seen yet: as the store has it now.
+            None => self.timed(client.check_stat(&path)).await.map(|stat| stat.map(|s| s.version)),
+        };
+        let swapped = match expected {
+            Ok(expected) => self.swap(&client, key, &path, expected, value).await.map(|swap| (expected, swap)),
+            Err(failure) => Err(failure),
+        };
+        let result = match swapped {
+            Ok((_, Swap::Written)) => Ok(()),
+            Ok((expected, Swap::Changed(how))) => {
+                let was = match expected {
+                    Some(version) => format!("at data version {version}"),
+                    None => "absent".to_owned(),
+                };
+                tracing::warn!(store = %self.describe(), znode = %path, ?expected, "A write found the znode changed since it was last seen; nothing was written.");
+                Err(SourceError::Conflict {
                     store: self.describe(),
-                    message: format!("{path} has children (it holds a group's items); delete them first"),
-                }),
-                Err(failure) => Err(self.error(failure)),
-            },
+                    message: format!("znode {path} was {was} when last seen; since, {how}"),
+                })
+            }
+            Err(Failure::Zk(zk::Error::NotEmpty)) => Err(SourceError::Refused {
+                store: self.describe(),
+                message: format!("{path} has children (it holds a group's items); delete them first"),
+            }),
+            Err(failure) => Err(self.error(failure)),
         };
         if result.is_err() && client.state().is_terminated() {
             self.forget(&client).await;

@@ -1,6 +1,7 @@
 //! The etcd store against a real etcd (see `skyconf_testkit::servers::etcd`): the [`Source`] contract — load,
-//! snapshot then one update per change, put and delete, one failure per outage and a fresh
-//! snapshot after it, re-listing after compaction, authentication — and the OAP's key layout.
+//! snapshot then one update per change, put and delete as compare-and-swaps, one failure per
+//! outage and a fresh snapshot after it, re-listing after compaction, authentication — and the
+//! OAP's key layout.
 
 #![cfg(feature = "etcd")]
 
@@ -81,6 +82,72 @@ async fn reports_the_namespace_then_every_change() {
     // Bytes that are not UTF-8 are decoded as the OAP's JVM decodes them.
     admin.put(&key("test-module.default.testKey"), vec![b'x', 0xff]).await;
     assert_eq!(run.single().await.1.as_deref(), Some("x\u{fffd}"));
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn a_put_based_on_a_stale_revision_conflicts_and_writes_nothing() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    let agent = key(AGENT_CONFIGURATIONS_KEY);
+    admin.put(&agent, "v1").await;
+    let source = source(settings(&etcd));
+    assert_eq!(source.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("v1"));
+
+    // Another client changes the key after the source read it: mod_revision differs.
+    admin.put(&agent, "external").await;
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale")).await.unwrap_err();
+    assert!(matches!(&error, SourceError::Conflict { message, .. } if message.contains(&agent)), "{error}");
+    assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"external"[..]), "nothing was written");
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap_err();
+    assert!(matches!(error, SourceError::Conflict { .. }), "a delete is a compare-and-swap too: {error}");
+    assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"external"[..]));
+
+    // Another client deletes it.
+    source.load(&KeySet::oap()).await.unwrap();
+    admin.delete(&agent).await;
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale")).await.unwrap_err();
+    assert!(error.to_string().contains("deleted since"), "{error}");
+    assert_eq!(admin.get(&agent).await, None);
+
+    // A key the source saw absent (version == 0) that another client created meanwhile.
+    let absent = key("x.y.absent");
+    admin.put(&absent, "created elsewhere").await;
+    let error = source.put("x.y.absent", Some("mine")).await.unwrap_err();
+    assert!(error.to_string().contains("was absent when last seen"), "{error}");
+    assert_eq!(admin.get(&absent).await.as_deref(), Some(&b"created elsewhere"[..]));
+}
+
+#[tokio::test]
+async fn puts_in_a_row_and_after_a_change_the_watch_saw_succeed() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    let agent = key(AGENT_CONFIGURATIONS_KEY);
+    let source = std::sync::Arc::new(source(settings(&etcd)));
+    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
+    let mut content = run.snapshot().await;
+    assert_eq!(content.agent_configurations(), None);
+
+    // Creating (version == 0), then writes in a row, each expecting the last one before the
+    // watch echoes it, then a delete and a new creation.
+    for value in ["a", "b", "c"] {
+        source.put(AGENT_CONFIGURATIONS_KEY, Some(value)).await.unwrap();
+    }
+    source.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("d")).await.unwrap();
+    assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"d"[..]));
+    run.follow(&mut content, |c| c.agent_configurations() == Some("d")).await;
+
+    // An external change, once the watch reported it, is what the next write expects.
+    admin.put(&agent, "external").await;
+    run.follow(&mut content, |c| c.agent_configurations() == Some("external")).await;
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("after")).await.unwrap();
+    assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"after"[..]));
+    admin.delete(&agent).await;
+    run.follow(&mut content, |c| c.agent_configurations().is_none()).await;
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("again")).await.unwrap();
+    assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"again"[..]));
     run.stop().await;
 }
 

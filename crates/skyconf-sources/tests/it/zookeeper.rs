@@ -1,6 +1,6 @@
 //! The `Source` contract of the ZooKeeper store, against a real ZooKeeper (Debian's package):
 //! the OAP's znode layout, a snapshot after the watch, one update per change, one failure per
-//! outage followed by a fresh snapshot, and writes. Skips when ZooKeeper is not installed, unless
+//! outage followed by a fresh snapshot, and writes as compare-and-swaps. Skips when ZooKeeper is not installed, unless
 //! `SKYCONF_REQUIRE_ZOOKEEPER` is set.
 
 #![cfg(feature = "zookeeper")]
@@ -155,6 +155,71 @@ async fn put_writes_the_layout_and_refuses_what_it_cannot_write() {
     let huge = "x".repeat(2 << 20);
     assert!(matches!(source.put("k", Some(&huge)).await, Err(SourceError::TooLarge { .. })));
     delete_tree(&client, &root).await;
+}
+
+#[tokio::test]
+async fn a_put_based_on_a_stale_version_conflicts_and_writes_nothing() {
+    let Some((server, client, ns)) = shared_zookeeper("cas-stale").await else { return };
+    let source = source(&server.addr(), &ns);
+    let path = source.znode_of(AGENT_CONFIGURATIONS_KEY);
+    upsert(&client, &path, "v1").await;
+    assert_eq!(source.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some("v1"));
+
+    // Another client changes the znode after the source read it.
+    upsert(&client, &path, "external").await;
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale")).await.unwrap_err();
+    assert!(matches!(&error, SourceError::Conflict { message, .. } if message.contains(&path)), "{error}");
+    assert_eq!(client.get_data(&path).await.unwrap().0, b"external", "nothing was written");
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap_err();
+    assert!(matches!(error, SourceError::Conflict { .. }), "a delete is a compare-and-swap too: {error}");
+    assert_eq!(client.get_data(&path).await.unwrap().0, b"external");
+
+    // Another client deletes it.
+    source.load(&KeySet::oap()).await.unwrap();
+    client.delete(&path, None).await.unwrap();
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale")).await.unwrap_err();
+    assert!(error.to_string().contains("it was deleted"), "{error}");
+    assert!(matches!(client.get_data(&path).await, Err(zk::Error::NoNode)));
+
+    // A key the source saw absent that another client created meanwhile.
+    let absent = source.znode_of("x.y.absent");
+    upsert(&client, &absent, "created elsewhere").await;
+    let error = source.put("x.y.absent", Some("mine")).await.unwrap_err();
+    assert!(error.to_string().contains("was absent when last seen"), "{error}");
+    assert_eq!(client.get_data(&absent).await.unwrap().0, b"created elsewhere");
+    delete_tree(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn puts_in_a_row_and_after_a_change_the_watch_saw_succeed() {
+    let Some((server, client, ns)) = shared_zookeeper("cas-row").await else { return };
+    let (source, mut run) = watched(&server.addr(), &ns);
+    let path = source.znode_of(AGENT_CONFIGURATIONS_KEY);
+    let mut content = run.snapshot().await;
+    assert_eq!(content.agent_configurations(), None);
+
+    // Creating, writes in a row (each expecting the last one, before the watch reports it), a
+    // delete, and a new creation.
+    for value in ["a", "b", "c"] {
+        source.put(AGENT_CONFIGURATIONS_KEY, Some(value)).await.unwrap();
+    }
+    source.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, None).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("d")).await.unwrap();
+    assert_eq!(client.get_data(&path).await.unwrap().0, b"d");
+    run.follow(&mut content, |c| c.agent_configurations() == Some("d")).await;
+
+    // An external change, once the watch reported it, is what the next write expects.
+    upsert(&client, &path, "external").await;
+    run.follow(&mut content, |c| c.agent_configurations() == Some("external")).await;
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("after")).await.unwrap();
+    assert_eq!(client.get_data(&path).await.unwrap().0, b"after");
+    client.delete(&path, None).await.unwrap();
+    run.follow(&mut content, |c| c.agent_configurations().is_none()).await;
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("again")).await.unwrap();
+    assert_eq!(client.get_data(&path).await.unwrap().0, b"again");
+    run.stop().await;
+    delete_tree(&client, &ns).await;
 }
 
 #[tokio::test]
