@@ -103,9 +103,12 @@ async fn two_independent_clients_apply_and_a_stuck_one_shows() {
     for agent in after.iter().filter(|a| a.state == AgentState::Applied) {
         assert_eq!(agent.digest, new_digest.as_str());
         let before = at_change.iter().find(|(peer, _)| *peer == agent.peer).map_or(0, |(_, polls)| *polls);
-        // The poll that receives the change, then the one that echoes it (one more when the
-        // change landed between a poll's lookup and the snapshot of counts above).
-        assert!(agent.polls <= before + 3, "{} needed {} polls", agent.peer, agent.polls - before);
+        // The poll that receives the change, then the one that echoes it; one more when the
+        // change landed between a poll's lookup and the snapshot of counts above, and one more
+        // when the machine is so loaded that a client's poll is in flight while the snapshot is
+        // taken (seen once in CI next to a soak run). Following means a few polls, not a few
+        // dozen: a client that does not follow shows as stuck, which is asserted below.
+        assert!(agent.polls <= before + 4, "{} needed {} polls", agent.peer, agent.polls - before);
     }
     let stuck = after.iter().find(|a| a.state == AgentState::Stuck).unwrap();
     assert_ne!(stuck.digest, new_digest.as_str(), "the stuck client still echoes the old digest");
