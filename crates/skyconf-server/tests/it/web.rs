@@ -66,19 +66,7 @@ async fn the_page_confirms_a_held_change_in_a_real_browser() {
     skyconf_testkit::server::eventually("the wipe is held", || running.served.held().is_some()).await;
     assert!(cds.fetch(SERVICE, "").await.is_some(), "still served while held");
 
-    let script = repo_root().join("tests/web/page_test.py");
-    let url = format!("http://{}/", running.admin_addr);
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("python3").arg(script).args(["--url", &url, "--held", "confirm"]).output().unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("\"ok\": true"),
-        "the browser test failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    page_test(&running, strings(&["--held", "confirm"])).await;
     assert!(running.served.held().is_none());
     assert!(running.served.snapshot().table.is_empty(), "the held change is installed");
     running.stop().await.unwrap();
@@ -136,28 +124,12 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
         Some("20")
     );
 
-    let script = repo_root().join("tests/web/page_test.py");
-    let url = format!("http://{}/", running.admin_addr);
-    let token_args: Vec<String> = tokens
-        .map(|(read, write)| ["--read-token", read, "--write-token", write].map(String::from).to_vec())
-        .unwrap_or_default();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .arg(script)
-            .args(["--url", &url, "--service", SERVICE, "--key", "agent.sample_n_per_3_secs", "--value", "20"])
-            .args(["--rollback-to", &first_release.to_string(), "--expect", "10"])
-            .args(token_args)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("\"ok\": true"),
-        "the browser test failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let mut args = strings(&["--service", SERVICE, "--key", "agent.sample_n_per_3_secs", "--value", "20"]);
+    args.extend(strings(&["--rollback-to", &first_release.to_string(), "--expect", "10"]));
+    if let Some((read, write)) = tokens {
+        args.extend(strings(&["--read-token", read, "--write-token", write]));
+    }
+    let stdout = page_test(&running, args).await;
     if tokens.is_some() {
         assert!(stdout.contains("admin token (read or write role)") && stdout.contains("write role"), "{stdout}");
     }
