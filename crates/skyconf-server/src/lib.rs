@@ -11,6 +11,7 @@ mod app;
 pub mod cds;
 pub mod dcs;
 pub mod fleet;
+pub mod gateway;
 pub mod metrics;
 pub mod persist;
 pub mod persister;
@@ -36,7 +37,8 @@ use tokio_util::sync::CancellationToken;
 pub use admin::AdminOptions;
 pub use app::start_with;
 pub use cds::{CdsOptions, CdsService};
-pub use fleet::{Fleet, FleetOptions};
+pub use fleet::{Fleet, FleetOptions, InstanceIdentity};
+pub use gateway::GatewayConfig;
 pub use metrics::Metrics;
 pub use persist::LastGood;
 pub use persister::Persister;
@@ -77,6 +79,9 @@ pub struct ServeConfig {
     pub security: SecurityConfig,
     /// Holds store changes that would reset the fleet (see [`reload`]).
     pub reset_guard: reload::Guard,
+    /// Gateway mode: every call but CDS and DCS is forwarded to these OAPs; `None`: the server
+    /// answers `ManagementService` itself and refuses other calls (UNIMPLEMENTED).
+    pub gateway: Option<GatewayConfig>,
 }
 
 impl Default for ServeConfig {
@@ -94,6 +99,7 @@ impl Default for ServeConfig {
             admin: AdminOptions::default(),
             security: SecurityConfig::default(),
             reset_guard: reload::Guard::default(),
+            gateway: None,
         }
     }
 }

@@ -194,6 +194,22 @@ pub struct Fleet {
     next_victim_shard: AtomicUsize,
 }
 
+/// What one `ManagementService` call says about the instance behind a connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstanceIdentity {
+    /// The service the instance belongs to.
+    pub service: String,
+    /// The instance name.
+    pub instance: String,
+    /// `reportInstanceProperties`' properties, in the order sent (hostname, IPs, language, OS,
+    /// custom ones); empty for `keepAlive`, which keeps the properties already known.
+    pub properties: Vec<(String, String)>,
+    /// The call's `agent-version` metadata, if sent.
+    pub agent_version: Option<String>,
+    /// Whether the call was `reportInstanceProperties` (else `keepAlive`).
+    pub reported_properties: bool,
+}
+
 /// One agent as operators see it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct AgentStatus {
@@ -430,6 +446,12 @@ impl Fleet {
             let mut shard = self.shards[(start + i) % SHARDS].lock().unwrap_or_else(|p| p.into_inner());
             self.evict_from(&mut shard)
         })
+    }
+
+    /// Records what a `ManagementService` call on the connection from `peer` says about its
+    /// instance (a call answered here, or one the gateway forwards to the OAP).
+    pub fn observe_identity(&self, peer: SocketAddr, identity: &InstanceIdentity) {
+        self.observe_instance(&identity.service, &identity.instance, peer);
     }
 
     /// Records the instance name an agent at `peer` gave in a `ManagementService` call.
