@@ -116,7 +116,7 @@ struct HoldArgs {
 }
 
 /// Flags over `skyconf.holdPolls`.
-fn hold(args: HoldArgs, own: &HoldSection) -> HoldOptions {
+fn hold(args: &HoldArgs, own: &HoldSection) -> HoldOptions {
     let defaults = HoldOptions::default();
     HoldOptions {
         enabled: !args.no_hold_polls && own.enabled.unwrap_or(defaults.enabled),
@@ -360,7 +360,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
     };
     let security = security(args.security, own.security.clone(), &own.limits, file_config.as_ref())?;
     let gateway = gateway(args.gateway, own.gateway.clone())?;
-    let hold = hold(args.hold, &own.hold_polls);
+    let hold = hold(&args.hold, &own.hold_polls);
     let defaults = ServeConfig::default();
     let config = ServeConfig {
         grpc_addr: args.grpc_addr.or(own.grpc_addr).unwrap_or(defaults.grpc_addr),
