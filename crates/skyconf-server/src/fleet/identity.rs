@@ -224,6 +224,20 @@ impl Fleet {
         self.properties_cut.load(Ordering::Relaxed)
     }
 
+    /// (service, peer) pairs polling from a connection without an identity, where every agent is
+    /// expected to have one ([`super::FleetOptions::expect_identity`]; else 0, without a look).
+    pub fn anonymous_pollers(&self) -> usize {
+        if !self.options.expect_identity {
+            return 0;
+        }
+        let mut anonymous = 0;
+        for shard in &*self.shards {
+            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            anonymous += shard.peers.values().filter(|p| p.instance.is_none()).map(|p| p.services.len()).sum::<usize>();
+        }
+        anonymous
+    }
+
     /// Every identified instance with the services its connection polls for, and every pair
     /// polling from a connection without an identity; each judged with `current_of(service)`.
     pub fn instances(&self, current_of: impl Fn(&str) -> Digest) -> Instances {
