@@ -25,6 +25,9 @@ use super::{AgentState, Fleet, InstanceIdentity, MAX_KEPT_TEXT_BYTES, MAX_TRACKE
 /// The most properties kept per instance; later ones in a report are dropped (and counted).
 pub const MAX_PROPERTIES: usize = 64;
 
+/// Properties as kept: key and value, each cut.
+type Kept = Box<[(Box<str>, Box<str>)]>;
+
 /// The instance identity of one peer.
 #[derive(Debug, Clone)]
 pub(super) struct Instance {
@@ -34,7 +37,7 @@ pub(super) struct Instance {
     pub(super) seen: u64,
     /// The last `reportInstanceProperties` (`None`: only `keepAlive` so far).
     reported: Option<u64>,
-    properties: Box<[(Box<str>, Box<str>)]>,
+    properties: Kept,
     /// How many properties of the last report were dropped or shortened.
     properties_cut: u32,
     pub(super) agent_version: Option<Box<str>>,
@@ -189,7 +192,7 @@ impl Fleet {
 
     /// The properties of a report as kept: at most [`MAX_PROPERTIES`], each key and value cut;
     /// with how many were dropped or shortened (also added to [`Self::properties_cut`]).
-    fn keep_properties(&self, properties: &[(String, String)]) -> (Box<[(Box<str>, Box<str>)]>, u32) {
+    fn keep_properties(&self, properties: &[(String, String)]) -> (Kept, u32) {
         let mut shortened = 0usize;
         let kept = properties
             .iter()
