@@ -164,7 +164,7 @@ impl Fleet {
         let slot = &mut shard.peers.entry(peer).or_default().instance;
         let kept = match slot {
             Some(known) if &*known.name == name && *known.service == **service => known,
-            slot => slot.insert(Instance::new(service, name, now)),
+            slot => slot.insert(Box::new(Instance::new(service, name, now))),
         };
         kept.seen = now;
         if let Some((properties, dropped)) = report {

@@ -157,7 +157,8 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Peer {
     services: HashMap<Arc<str>, Entry>,
-    instance: Option<Instance>,
+    /// Boxed: most peers have none (behind a proxy), and the poll path walks these maps.
+    instance: Option<Box<Instance>>,
 }
 
 /// One poll, as [`Fleet::observe`] records it.
@@ -574,7 +575,7 @@ impl Fleet {
             service: service.to_owned(),
             peer: addr.to_string(),
             instance: instance.map(|i| i.name.to_string()),
-            properties: instance.map(Instance::properties).unwrap_or_default(),
+            properties: instance.map(|i| i.properties()).unwrap_or_default(),
             agent_version: instance.and_then(|i| i.agent_version.as_deref().map(str::to_owned)),
             first_seen_ms: self.unix_ms(entry.first_seen),
             last_seen_ms: self.unix_ms(entry.last_seen),
