@@ -225,6 +225,7 @@ fn count_fleet_on_scrape(metrics: &Metrics, fleet: &Arc<Fleet>, served: &Arc<Ser
             .collect();
         (per_digest, stuck)
     });
+    metrics.fleet().on_scrape_identities(Arc::clone(fleet));
     let fleet = Arc::clone(fleet);
     metrics.fleet().on_scrape_table(move || metrics::FleetTable {
         tracked: fleet.tracked() as u64,
