@@ -259,7 +259,7 @@ impl Fleet {
                             state: self.state(peer, entry, current),
                             digest: entry.echoed.as_str().to_owned(),
                             polls: entry.polls,
-                            last_seen_ms: self.unix_ms(entry.last_seen),
+                            last_seen_ms: self.unix_ms(entry.seen_at(self.now())),
                         }
                     })
                     .collect();
@@ -275,7 +275,8 @@ impl Fleet {
                     continue;
                 };
                 services.sort_by(|a, b| a.service.cmp(&b.service));
-                let last_poll = peer.services.values().map(|e| e.last_seen).max().unwrap_or(0);
+                let now = self.now();
+                let last_poll = peer.services.values().map(|e| e.seen_at(now)).max().unwrap_or(0);
                 out.instances.push(InstanceStatus {
                     service: instance.service.to_string(),
                     instance: instance.name.to_string(),

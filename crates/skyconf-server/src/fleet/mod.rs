@@ -152,6 +152,9 @@ struct Entry {
     polls_behind: u32,
     /// Whether the service had configuration at its last poll.
     configured: bool,
+    /// Its polls held now (see `crate::cds::hold`): a held agent is connected and waiting, so it
+    /// counts as seen now.
+    held: u16,
 }
 
 #[derive(Debug, Default)]
@@ -361,6 +364,18 @@ impl Fleet {
         self.shards[shard_of(peer)].lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Marks a poll of `peer` for `service` held (`true`) or answered (`false`). A held agent
+    /// is shown as seen now and is never forgotten while it waits; the end of a hold counts as
+    /// seen too.
+    pub fn set_holding(&self, service: &str, peer: SocketAddr, holding: bool) {
+        let now = self.now();
+        let mut shard = self.lock(&peer);
+        if let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service)) {
+            entry.held = if holding { entry.held.saturating_add(1) } else { entry.held.saturating_sub(1) };
+            entry.last_seen = now;
+        }
+    }
+
     /// Records one poll: `peer` asked for `service` (`configured`: it has configuration) echoing
     /// `uuid` and was served `current`.
     pub fn observe(&self, service: &str, uuid: &str, peer: SocketAddr, current: &Digest, configured: bool) {
@@ -437,6 +452,7 @@ impl Fleet {
             target: current.clone(),
             polls_behind: 0,
             configured,
+            held: 0,
         };
         entry.update(uuid, current, now);
         shard.peers.entry(peer).or_default().services.insert(service, entry);
@@ -492,7 +508,9 @@ impl Fleet {
                 let before = peer.services.len();
                 let identified = peer.instance.is_some();
                 peer.services.retain(|_, e| {
-                    let keep = if e.polls <= 1 && !identified {
+                    let keep = if e.held > 0 {
+                        true
+                    } else if e.polls <= 1 && !identified {
                         now.saturating_sub(e.last_seen) < one_off_horizon
                     } else {
                         fresh(e.last_seen)
@@ -578,7 +596,7 @@ impl Fleet {
             properties: instance.map(|i| i.properties()).unwrap_or_default(),
             agent_version: instance.and_then(|i| i.agent_version.as_deref().map(str::to_owned)),
             first_seen_ms: self.unix_ms(entry.first_seen),
-            last_seen_ms: self.unix_ms(entry.last_seen),
+            last_seen_ms: self.unix_ms(entry.seen_at(self.now())),
             polls: entry.polls,
             digest: entry.echoed.as_str().to_owned(),
             state: self.state(peer, entry, current),
@@ -625,6 +643,11 @@ impl Fleet {
 }
 
 impl Entry {
+    /// When it was last seen: now while one of its polls is held.
+    fn seen_at(&self, now: u64) -> u64 {
+        if self.held > 0 { now } else { self.last_seen }
+    }
+
     /// Seen once, from a connection that never said which instance it is: a new agent, or a
     /// one-off poll, not yet a fleet member.
     fn is_one_off(&self, peer: &Peer) -> bool {
@@ -688,6 +711,28 @@ mod tests {
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Applied);
         let agent = &fleet.agents_of("svc", &v2)[0];
         assert_eq!((agent.polls, agent.digest.as_str(), agent.polls_behind), (4, v2.as_str(), 0));
+    }
+
+    #[test]
+    fn a_held_agent_is_applied_seen_now_and_never_forgotten_while_it_waits() {
+        let fleet = Fleet::new(FleetOptions { expire_after: Duration::from_secs(600), ..FleetOptions::default() });
+        let v1 = Digest::of_text("v1");
+        fleet.observe("svc", "", peer(1), &v1, true);
+        fleet.observe("svc", v1.as_str(), peer(1), &v1, true);
+        fleet.set_holding("svc", peer(1), true);
+        fleet.advance(Duration::from_secs(700));
+        assert_eq!(fleet.sweep(), 0, "a held agent is connected and waiting");
+        let agent = &fleet.agents_of("svc", &v1)[0];
+        assert_eq!(agent.state, AgentState::Applied);
+        let now = fleet.unix_ms(fleet.now());
+        assert_eq!(agent.last_seen_ms, now, "seen now while held");
+        fleet.set_holding("svc", peer(1), false);
+        assert_eq!(fleet.agents_of("svc", &v1)[0].last_seen_ms, now, "the hold's end counts as seen");
+        fleet.advance(Duration::from_secs(700));
+        assert_eq!(fleet.sweep(), 1, "once answered, it expires as any agent does");
+        // Holding an agent that is not tracked changes nothing.
+        fleet.set_holding("svc", peer(2), true);
+        assert!(fleet.agents_of("svc", &v1).is_empty());
     }
 
     #[test]
