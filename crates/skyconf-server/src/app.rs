@@ -112,7 +112,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_fleet(Arc::clone(&fleet))
         .with_metrics(metrics.cds())
         .with_holding(config.hold, shutdown.clone());
-    metrics.cds().watch_held(&cds.held());
+    let held_polls = cds.held();
+    metrics.cds().watch_held(&held_polls);
     let cds = cds.into_server();
     // In gateway mode the OAP answers ManagementService (the gateway reads it in passing).
     let management = upstreams.is_none().then(|| fleet::management::Management::new(Arc::clone(&fleet)).into_server());
@@ -180,7 +181,12 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         }
     });
 
-    let admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store))
+    let mut admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store));
+    if let Some(upstreams) = &upstreams {
+        admin = admin.with_gateway(Arc::clone(upstreams));
+    }
+    let admin = admin
+        .with_held_polls(held_polls)
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
         .with_writer(source as Arc<dyn DynSource>)

@@ -76,6 +76,10 @@ pub struct Admin {
     options: AdminOptions,
     /// Writes are serialised: each one reads the current table, writes, and waits to be served.
     write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The OAPs behind the gateway, in gateway mode.
+    gateway: Option<Arc<crate::gateway::Upstreams>>,
+    /// The count of held polls.
+    held_polls: Option<Arc<crate::cds::hold::HeldCount>>,
 }
 
 impl fmt::Debug for Admin {
@@ -102,7 +106,21 @@ impl Admin {
             held: None,
             options: AdminOptions::default(),
             write_lock: Arc::default(),
+            gateway: None,
+            held_polls: None,
         }
+    }
+
+    /// Shows the state of the OAPs behind the gateway.
+    pub fn with_gateway(mut self, upstreams: Arc<crate::gateway::Upstreams>) -> Self {
+        self.gateway = Some(upstreams);
+        self
+    }
+
+    /// Shows how many polls are held now.
+    pub fn with_held_polls(mut self, held: Arc<crate::cds::hold::HeldCount>) -> Self {
+        self.held_polls = Some(held);
+        self
     }
 
     /// Uses this release log.

@@ -245,8 +245,33 @@ pub(crate) struct Status {
     /// A store change held by the fleet-reset guard.
     #[schema(required = true)]
     held: Option<Held>,
+    /// `fetchConfigurations` calls held now, waiting for a change.
+    held_polls: u64,
+    /// Gateway mode: the OAPs calls are forwarded to; `null` without it.
+    #[schema(required = true)]
+    gateway: Option<GatewayStatus>,
     /// The fleet table's size and settings.
     fleet: FleetStatus,
+}
+
+/// The gateway part of `GET /api/v1/status`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct GatewayStatus {
+    /// Whether the OAPs are reached over TLS.
+    tls: bool,
+    /// Every OAP, as configured.
+    upstreams: Vec<UpstreamStatus>,
+}
+
+/// One OAP behind the gateway.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct UpstreamStatus {
+    /// `host:port`.
+    addr: String,
+    /// Whether a connection to it is open.
+    up: bool,
+    /// Agent connections whose forwarded calls go to it.
+    agent_connections: u64,
 }
 
 /// A refused document, as `GET /api/v1/status` shows it.

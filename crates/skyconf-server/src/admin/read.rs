@@ -2,7 +2,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /api/v1/status` | served version, store status, newest release, the last refused document with its text, fleet settings |
+//! | `GET /api/v1/status` | served version, store status, newest release, the last refused document with its text, fleet settings, held polls, the gateway's OAPs |
 //! | `GET /api/v1/services` | every configured service: digest, key count, last change, agents seen, how many applied / behind / stuck; and the names agents poll that have no configuration |
 //! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, properties, agent version, last seen, digest held, state) |
 //! | `GET /api/v1/instances` | every instance agents said they are (`ManagementService` calls): service, name, peer, properties, agent version, and each service its connection polls with its state; and the anonymous pollers, whose connection never said (at most [`MAX_INSTANCES_LISTED`] and [`MAX_ANONYMOUS_LISTED`]) |
@@ -125,6 +125,15 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
         "unsaved_releases": admin.releases.unsaved(),
         "last_rejection": rejection,
         "held": admin.served.held(),
+        "held_polls": admin.held_polls.as_ref().map_or(0, |held| held.get()),
+        "gateway": admin.gateway.as_ref().map(|upstreams| json!({
+            "tls": upstreams.is_tls(),
+            "upstreams": upstreams.members().iter().map(|m| json!({
+                "addr": m.addr,
+                "up": m.is_healthy(),
+                "agent_connections": m.pinned(),
+            })).collect::<Vec<_>>(),
+        })),
         "fleet": {
             "tracked": admin.fleet.tracked(),
             "tracked_unconfigured": admin.fleet.tracked_unconfigured(),

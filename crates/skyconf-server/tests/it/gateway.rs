@@ -243,6 +243,10 @@ async fn with_every_oap_down_forwarded_calls_are_unavailable_and_configuration_d
     let admin = server.admin();
     let down = format!("skyconf_gateway_upstream_up{{upstream=\"{}\"}} 0", upstream.addr);
     eventually_async("the gateway sees the OAP gone", async || admin.get("/metrics").await.body.contains(&down)).await;
+    let status = admin.get_json("/api/v1/status").await;
+    assert_eq!(status["gateway"]["upstreams"][0]["addr"], upstream.addr.to_string(), "{status}");
+    assert_eq!(status["gateway"]["upstreams"][0]["up"], false);
+    assert_eq!(status["gateway"]["tls"], false);
 
     let mut client = connect(server.grpc_addr).await;
     let outcome = call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[], &framed(b"jvm")).await;
