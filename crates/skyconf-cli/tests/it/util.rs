@@ -96,6 +96,11 @@ impl Server {
         Self { child, grpc_addr, admin_addr, startup_log, log }
     }
 
+    /// The server's process id (for /proc/<pid>/status).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The log lines since the addresses (or since the last call).
     pub(crate) fn drain_log(&self) -> Vec<String> {
         self.log.try_iter().collect()
