@@ -297,6 +297,7 @@ fn check_agent_calls(target: &str, upstream: &Upstream) {
         ),
         (KEEP_ALIVE, vec!["keepalive", "--service", "mall-order-service", "--instance", "order-1"]),
     ];
+    let mut headers = Vec::new();
     for (path, command) in cases {
         let args: Vec<&str> = metadata.iter().map(String::as_str).chain(command).collect();
         let result = client(target, &args);
@@ -308,7 +309,10 @@ fn check_agent_calls(target: &str, upstream: &Upstream) {
         }
         // The default answer names the upstream: it came from there.
         assert_eq!(result["commands"][0][0]["args"][0], json!(["upstream", upstream.name]), "{result}");
+        headers.push((path, result["initial_metadata"].clone()));
     }
+    // The upstream sent no response headers of its own (checked last: see check_statuses).
+    assert!(headers.iter().all(|(_, h)| *h == json!([])), "response headers at the client: {headers:#?}");
 }
 
 fn status_scenario() -> Value {
@@ -363,13 +367,18 @@ fn check_statuses(target: &str, upstream: &Upstream) {
             None,
         ),
     ];
+    // Response headers are compared after every call has been checked, so that an added
+    // header does not hide what else passed or failed.
+    let mut headers = Vec::new();
     for (path, code, args, initial) in cases {
         let result = client(target, &args);
         assert_eq!(result["code"], code, "{path}: {result}");
         let call = upstream.ended_call(path);
         assert_passed_through(&result, &call, &[]);
-        assert_eq!(result["initial_metadata"], initial.unwrap_or(json!([])), "{path}: response headers");
+        headers.push((path, result["initial_metadata"].clone(), initial.unwrap_or(json!([]))));
     }
+    let differ: Vec<_> = headers.iter().filter(|(_, got, want)| got != want).collect();
+    assert!(differ.is_empty(), "response headers (path, at the client, from the upstream): {differ:#?}");
     let watched = client(target, &["raw", "--path", "/foo.Bar/watch", "--kind", "server_stream"]);
     assert_eq!(strings(&watched["responses"]).len(), 6, "every message before the error status: {watched}");
 }
@@ -551,6 +560,7 @@ fn a_stalled_oap_pushes_back_to_the_agent_and_skyconf_buffers_little() {
     // The forwarding path warmed up: a connection to the OAP exists.
     assert_eq!(client(&server.grpc_addr, &["jvm"])["code"], "OK");
     let before = status_kib(server.pid(), "VmRSS:");
+    let peak_before = status_kib(server.pid(), "VmHWM:");
 
     let mut held = HeldClient::start(&server.grpc_addr, &["flood", "--total", &TOTAL.to_string()]);
     // The client takes another MiB each time flow control lets it; it is blocked once no MiB
@@ -564,10 +574,14 @@ fn a_stalled_oap_pushes_back_to_the_agent_and_skyconf_buffers_little() {
     assert!(pushed > 0 && pushed < TOTAL, "{pushed} bytes taken");
     let peak = status_kib(server.pid(), "VmHWM:");
     let now = status_kib(server.pid(), "VmRSS:");
+    // A new peak since `before` is the most skyconf held; else the peak predates the flood.
+    let grown = if peak > peak_before { peak } else { now }.saturating_sub(before);
     assert!(
-        peak.saturating_sub(before) < BOUND_KIB,
-        "skyconf grew from {before} KiB to a peak of {peak} KiB (now {now} KiB) while the client pushed {pushed} bytes"
+        grown < BOUND_KIB,
+        "skyconf grew by {grown} KiB (from {before} KiB; peak {peak} KiB, now {now} KiB) while the client pushed \
+         {pushed} bytes into a stalled stream"
     );
+    eprintln!("stalled OAP: the client pushed {pushed} bytes; skyconf grew by {grown} KiB");
     upstream.wait_until("the stalled call is open", |calls| calls.iter().any(|c| c.path == TRACE_COLLECT));
     held.say("cancel");
     assert_eq!(held.result()["code"], "CANCELLED");
