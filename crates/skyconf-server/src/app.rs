@@ -108,7 +108,9 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let cds = CdsService::new(Arc::clone(&served), config.cds)
         .with_fleet(Arc::clone(&fleet))
         .with_metrics(metrics.cds())
-        .into_server();
+        .with_holding(config.hold, shutdown.clone());
+    metrics.cds().watch_held(&cds.held());
+    let cds = cds.into_server();
     // In gateway mode the OAP answers ManagementService (the gateway reads it in passing).
     let management = upstreams.is_none().then(|| fleet::management::Management::new(Arc::clone(&fleet)).into_server());
     let dcs = dcs::DcsService::new(Arc::clone(&store)).with_metrics(metrics.dcs()).into_server();
