@@ -148,7 +148,15 @@ impl ConfigurationDiscoveryService for CdsService {
         if let (Some(hold_for), Some(changes), true) = (hold_for, changes, holdable) {
             let held_polls = connection.as_ref().map(|c| &c.held_polls);
             if let Some(slot) = self.take_slot(held_polls) {
-                let (bytes, outcome) = self.hold(&request, hold_for, changes, slot).await.unwrap_or((bytes, outcome));
+                let holding = self.fleet.as_ref().zip(peer);
+                if let Some((fleet, peer)) = holding {
+                    fleet.set_holding(&request.service, peer, true);
+                }
+                let held = self.hold(&request, hold_for, changes, slot).await;
+                if let Some((fleet, peer)) = holding {
+                    fleet.set_holding(&request.service, peer, false);
+                }
+                let (bytes, outcome) = held.unwrap_or((bytes, outcome));
                 self.metrics.record(outcome, None);
                 return Ok(Response::new(EncodedCommands(bytes)));
             }

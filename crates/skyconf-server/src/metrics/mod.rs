@@ -36,7 +36,7 @@ pub use skyconf_core::answer::FetchOutcome;
 use crate::cds::hold::{HeldCount, Refusal, Release};
 
 pub use events::{AdminDenial, Events, GuardedService, OriginEvents};
-pub use fleet::{AgentsPerDigest, FleetGauges, FleetTable, StuckAgents};
+pub use fleet::{AgentsPerDigest, FleetGauges, FleetIdentities, FleetTable, StuckAgents};
 pub use gateway::GatewayMetrics;
 use histogram::{AtomicHistogram, FETCH_BUCKETS};
 
@@ -417,6 +417,24 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("skyconf_fleet_agents_stuck{service=\"b\"} 2"), "pulled at scrape time: {text}");
         assert!(!text.contains("skyconf_fleet_agents{"), "{text}");
+    }
+
+    #[test]
+    fn identity_gauges_are_read_from_the_fleet_at_scrape_time() {
+        let metrics = Metrics::default();
+        assert!(!metrics.encode().contains("skyconf_fleet_identified"), "no series before a fleet is given");
+        let options = crate::fleet::FleetOptions { expect_identity: true, ..Default::default() };
+        let fleet = Arc::new(crate::fleet::Fleet::new(options));
+        metrics.fleet().on_scrape_identities(Arc::clone(&fleet));
+        let digest = skyconf_core::Digest::of_text("v1");
+        fleet.observe_instance("a", "pod-1", "10.0.0.1:1".parse().unwrap());
+        fleet.observe("a", "", "10.0.0.1:1".parse().unwrap(), &digest, true);
+        fleet.observe("a", "", "10.0.0.1:2".parse().unwrap(), &digest, true);
+        fleet.observe("b", "", "10.0.0.1:2".parse().unwrap(), &digest, true);
+        let text = metrics.encode();
+        assert!(text.contains("skyconf_fleet_identified 1"), "{text}");
+        assert!(text.contains("skyconf_fleet_anonymous_pollers 2"), "{text}");
+        assert!(text.contains("skyconf_fleet_properties_cut_total 0"), "{text}");
     }
 
     #[test]
