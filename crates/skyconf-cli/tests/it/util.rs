@@ -86,7 +86,9 @@ impl Server {
         });
         let mut startup_log = Vec::new();
         let (grpc_addr, admin_addr) = loop {
-            let line = log.recv_timeout(Duration::from_secs(30)).expect("the server logs its addresses");
+            let line = log
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("the server logs its addresses ({e}); it logged: {startup_log:#?}"));
             startup_log.push(line.clone());
             let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
             if let (Some(g), Some(a)) = (json["fields"]["grpc_addr"].as_str(), json["fields"]["admin_addr"].as_str()) {
@@ -94,6 +96,11 @@ impl Server {
             }
         };
         Self { child, grpc_addr, admin_addr, startup_log, log }
+    }
+
+    /// The server's process id (for /proc/<pid>/status).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The log lines since the addresses (or since the last call).

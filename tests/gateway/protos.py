@@ -1,0 +1,66 @@
+"""The gateway tests' skywalking.v3 messages, compiled at run time with grpcio-tools from the
+.proto files in proto/ (skyconf's own, written from the published field numbers) into a
+temporary directory that is removed at exit. Shared by client.py and upstream.py."""
+import atexit
+import base64
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTO_ROOT = os.path.join(HERE, "proto")
+FILES = ["common", "tracing", "management", "jvm_metric", "configuration_discovery"]
+
+TRACE_COLLECT = "/skywalking.v3.TraceSegmentReportService/collect"
+JVM_COLLECT = "/skywalking.v3.JVMMetricReportService/collect"
+REPORT_PROPERTIES = "/skywalking.v3.ManagementService/reportInstanceProperties"
+KEEP_ALIVE = "/skywalking.v3.ManagementService/keepAlive"
+FETCH_CONFIGURATIONS = "/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations"
+
+
+class Messages:
+    """The compiled modules, by short name: common, tracing, management, jvm_metric,
+    configuration_discovery."""
+
+
+def load():
+    out = tempfile.mkdtemp(prefix="skyconf-gateway-pb-")
+    atexit.register(shutil.rmtree, out, True)
+    protos = [f"skywalking/v3/{name}.proto" for name in FILES]
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_ROOT, "--python_out=" + out] + protos)
+    sys.path.insert(0, out)
+    import importlib
+    m = Messages()
+    for name in FILES:
+        setattr(m, name, importlib.import_module(f"skywalking.v3.{name}_pb2"))
+    return m
+
+
+def b64(data):
+    return base64.b64encode(data).decode("ascii")
+
+
+def metadata_json(metadata):
+    """gRPC metadata as a JSON list of [key, value]; binary (`-bin`) values as base64."""
+    if metadata is None:
+        return None
+    out = []
+    for key, value in metadata:
+        out.append([key, b64(value) if isinstance(value, bytes) else value])
+    return out
+
+
+def metadata_from_json(pairs):
+    """The inverse of metadata_json: `-bin` values are base64 in JSON."""
+    return [(k, base64.b64decode(v) if k.endswith("-bin") else v) for k, v in pairs or []]
+
+
+def commands_json(m, data):
+    """A Commands message's bytes as JSON, or None when they are not one."""
+    try:
+        parsed = m.common.Commands.FromString(data)
+    except Exception:  # noqa: BLE001 - not a Commands message: report None
+        return None
+    return [{"command": c.command, "args": [[a.key, a.value] for a in c.args]} for c in parsed.commands]
