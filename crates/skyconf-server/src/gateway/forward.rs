@@ -185,7 +185,9 @@ impl http_body::Body for ResponseBody {
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        // Never exact: hyper would add a `content-length` the OAP did not send (and to a
+        // trailers-only answer, which gRPC clients then read as a trailer).
+        http_body::SizeHint::default()
     }
 }
 
