@@ -1,6 +1,8 @@
 //! `skyconf bench` without a subcommand: the load. Many HTTP/2 connections with many concurrent
 //! streams each, closed loop or, with `--rate`, a fixed-rate open loop; every answer checked
-//! against the [`Call`] planned for it.
+//! against the [`Call`] planned for it. With `--path` and `--body-file`, every call goes to that
+//! path with that body instead (a forwarded call through a gateway), and its answer must be an
+//! empty `Commands` (`--check full`) or any answer with grpc-status 0 (`--check status`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,7 +16,8 @@ use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 
-use super::{Client, Stats, Target, connect, exit_code, print_report, progress, runtime, service_name};
+use super::raw::Caller;
+use super::{Client, Stats, Target, connect_channel, exit_code, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
 /// What the load asks for.
@@ -72,6 +75,30 @@ pub(super) struct Args {
     /// How much of each answer to check.
     #[arg(long, value_enum, default_value = "full")]
     check: Check,
+    /// Call this gRPC path (e.g. `/skywalking.v3.JVMMetricReportService/collect`) instead of
+    /// fetchConfigurations, with the body of --body-file; --scenario and --services do not apply.
+    #[arg(long, requires = "body_file")]
+    path: Option<String>,
+    /// The framed request body for --path (the file h2load's `-d` takes): one message makes a
+    /// unary call, more a client stream.
+    #[arg(long, requires = "path")]
+    body_file: Option<std::path::PathBuf>,
+}
+
+/// One worker's client: fetchConfigurations, or any path with a fixed body.
+#[derive(Debug, Clone)]
+enum Worker {
+    Cds(Client),
+    Raw(Caller),
+}
+
+impl Worker {
+    async fn call(&mut self, call: &Call) -> Result<tonic::Response<skyconf_proto::v3::Commands>, tonic::Status> {
+        match self {
+            Self::Cds(client) => client.fetch_configurations(call.request.clone()).await,
+            Self::Raw(caller) => caller.call().await,
+        }
+    }
 }
 
 /// Asks once for every service with no uuid and remembers the digest each one is served.
@@ -161,18 +188,32 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
     };
     runtime(load.target.threads)?.block_on(async move {
         let target = &load.target;
+        let raw = match (&load.path, &load.body_file) {
+            (Some(path), Some(file)) => Some((path.as_str(), super::raw::read_body(file)?)),
+            _ => None,
+        };
         let mut clients = Vec::with_capacity(load.connections);
         for i in 0..load.connections {
-            clients.push(connect(target, i).await?);
+            let channel = connect_channel(target, i).await?;
+            clients.push(match &raw {
+                Some((path, messages)) => Worker::Raw(Caller::new(channel, path, messages.clone())?),
+                None => Worker::Cds(Client::new(channel)),
+            });
         }
-        let digests = discover(&mut clients[0], target).await?;
-        if load.check == Check::Full && load.scenario != Scenario::Mixed {
-            anyhow::ensure!(
-                digests.iter().all(Option::is_some),
-                "the server answered a first call without a command; use --check status for servers that answer canned content"
-            );
-        }
-        let calls: Arc<[Call]> = plan(&load, &digests).into();
+        let calls: Arc<[Call]> = match &mut clients[0] {
+            // One call, repeated: its answer must be an empty `Commands`.
+            Worker::Raw(_) => vec![Call { request: ConfigurationSyncRequest::default(), expect: None }].into(),
+            Worker::Cds(first) => {
+                let digests = discover(first, target).await?;
+                if load.check == Check::Full && load.scenario != Scenario::Mixed {
+                    anyhow::ensure!(
+                        digests.iter().all(Option::is_some),
+                        "the server answered a first call without a command; use --check status for servers that answer canned content"
+                    );
+                }
+                plan(&load, &digests).into()
+            }
+        };
         let stats = Arc::new(Stats::new());
         // Warm-up calls are checked apart: `outcome` counts exactly the `calls` measured.
         let warmup = Arc::new(Stats::new());
@@ -229,7 +270,7 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
                     }
                     let call = &calls[k % calls.len()];
                     k += workers;
-                    let result = client.fetch_configurations(call.request.clone()).await;
+                    let result = client.call(call).await;
                     // Only measured calls count, in the outcome as in `calls`: warm-up answers
                     // used to be counted as `ok` too, so `ok` exceeded `calls`.
                     let expect = (check == Check::Full).then_some(&call.expect);
@@ -275,7 +316,8 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
         let report = json!({
             "mode": "load",
             "addr": target.addr,
-            "scenario": format!("{:?}", load.scenario).to_lowercase(),
+            "scenario": if load.path.is_some() { "path".to_owned() } else { format!("{:?}", load.scenario).to_lowercase() },
+            "path": load.path,
             "check": format!("{:?}", load.check).to_lowercase(),
             "services": target.services,
             "connections": load.connections,
