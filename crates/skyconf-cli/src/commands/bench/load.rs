@@ -16,8 +16,8 @@ use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 
-use super::raw::Caller;
-use super::{Client, Stats, Target, connect_channel, exit_code, print_report, progress, runtime, service_name};
+use super::raw::RawArgs;
+use super::{Client, Stats, Target, Worker, exit_code, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
 /// What the load asks for.
@@ -75,30 +75,8 @@ pub(super) struct Args {
     /// How much of each answer to check.
     #[arg(long, value_enum, default_value = "full")]
     check: Check,
-    /// Call this gRPC path (e.g. `/skywalking.v3.JVMMetricReportService/collect`) instead of
-    /// fetchConfigurations, with the body of --body-file; --scenario and --services do not apply.
-    #[arg(long, requires = "body_file")]
-    path: Option<String>,
-    /// The framed request body for --path (the file h2load's `-d` takes): one message makes a
-    /// unary call, more a client stream.
-    #[arg(long, requires = "path")]
-    body_file: Option<std::path::PathBuf>,
-}
-
-/// One worker's client: fetchConfigurations, or any path with a fixed body.
-#[derive(Debug, Clone)]
-enum Worker {
-    Cds(Client),
-    Raw(Caller),
-}
-
-impl Worker {
-    async fn call(&mut self, call: &Call) -> Result<tonic::Response<skyconf_proto::v3::Commands>, tonic::Status> {
-        match self {
-            Self::Cds(client) => client.fetch_configurations(call.request.clone()).await,
-            Self::Raw(caller) => caller.call().await,
-        }
-    }
+    #[command(flatten)]
+    raw: RawArgs,
 }
 
 /// Asks once for every service with no uuid and remembers the digest each one is served.
@@ -188,17 +166,10 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
     };
     runtime(load.target.threads)?.block_on(async move {
         let target = &load.target;
-        let raw = match (&load.path, &load.body_file) {
-            (Some(path), Some(file)) => Some((path.as_str(), super::raw::read_body(file)?)),
-            _ => None,
-        };
+        let raw = load.raw.read()?;
         let mut clients = Vec::with_capacity(load.connections);
         for i in 0..load.connections {
-            let channel = connect_channel(target, i).await?;
-            clients.push(match &raw {
-                Some((path, messages)) => Worker::Raw(Caller::new(channel, path, messages.clone())?),
-                None => Worker::Cds(Client::new(channel)),
-            });
+            clients.push(Worker::open(target, i, raw.as_ref()).await?);
         }
         let calls: Arc<[Call]> = match &mut clients[0] {
             // One call, repeated: its answer must be an empty `Commands`.
@@ -270,7 +241,7 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
                     }
                     let call = &calls[k % calls.len()];
                     k += workers;
-                    let result = client.call(call).await;
+                    let result = client.call(&call.request).await;
                     // Only measured calls count, in the outcome as in `calls`: warm-up answers
                     // used to be counted as `ok` too, so `ok` exceeded `calls`.
                     let expect = (check == Check::Full).then_some(&call.expect);
@@ -316,8 +287,8 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
         let report = json!({
             "mode": "load",
             "addr": target.addr,
-            "scenario": if load.path.is_some() { "path".to_owned() } else { format!("{:?}", load.scenario).to_lowercase() },
-            "path": load.path,
+            "scenario": if raw.is_some() { "path".to_owned() } else { format!("{:?}", load.scenario).to_lowercase() },
+            "path": load.raw.path,
             "check": format!("{:?}", load.check).to_lowercase(),
             "services": target.services,
             "connections": load.connections,

@@ -165,6 +165,35 @@ async fn connect_channel(target: &Target, index: usize) -> anyhow::Result<Channe
     endpoint.connect().await.with_context(|| format!("cannot connect to {}", target.addr))
 }
 
+/// One connection's client: fetchConfigurations, or any path with a fixed body (`--path`).
+#[derive(Debug, Clone)]
+enum Worker {
+    Cds(Client),
+    Raw(raw::Caller),
+}
+
+impl Worker {
+    /// Opens connection number `index`, for `raw`'s path and messages if given, else for CDS.
+    async fn open(target: &Target, index: usize, raw: Option<&(String, Vec<bytes::Bytes>)>) -> anyhow::Result<Self> {
+        let channel = connect_channel(target, index).await?;
+        Ok(match raw {
+            Some((path, messages)) => Self::Raw(raw::Caller::new(channel, path, messages.clone())?),
+            None => Self::Cds(Client::new(channel)),
+        })
+    }
+
+    /// One call: `request` to fetchConfigurations, or the fixed body to the fixed path.
+    async fn call(
+        &mut self,
+        request: &skyconf_proto::v3::ConfigurationSyncRequest,
+    ) -> Result<tonic::Response<Commands>, tonic::Status> {
+        match self {
+            Self::Cds(client) => client.fetch_configurations(request.clone()).await,
+            Self::Raw(caller) => caller.call().await,
+        }
+    }
+}
+
 /// The `i`-th service name the load asks for.
 fn service_name(target: &Target, i: usize) -> String {
     format!("{}{i}", target.service_prefix)

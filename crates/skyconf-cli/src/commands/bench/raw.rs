@@ -13,6 +13,31 @@ use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+/// `--path` and `--body-file`, for the load and for `bench agents`.
+#[derive(Debug, Clone, clap::Args)]
+pub(super) struct RawArgs {
+    /// Call this gRPC path (e.g. `/skywalking.v3.JVMMetricReportService/collect`) instead of
+    /// fetchConfigurations, with the body of --body-file; the answer must be an empty `Commands`
+    /// (with `--check status`: any answer with grpc-status 0). --scenario and --services do not
+    /// apply.
+    #[arg(long, requires = "body_file")]
+    pub(super) path: Option<String>,
+    /// The framed request body for --path (the file h2load's `-d` takes): one message makes a
+    /// unary call, more a client stream.
+    #[arg(long, requires = "path")]
+    pub(super) body_file: Option<std::path::PathBuf>,
+}
+
+impl RawArgs {
+    /// The path and the messages to send, when --path is given.
+    pub(super) fn read(&self) -> anyhow::Result<Option<(String, Vec<Bytes>)>> {
+        match (&self.path, &self.body_file) {
+            (Some(path), Some(file)) => Ok(Some((path.clone(), read_body(file)?))),
+            _ => Ok(None),
+        }
+    }
+}
+
 /// Messages as bytes, both ways.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct RawCodec;
