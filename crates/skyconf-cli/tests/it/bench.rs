@@ -229,7 +229,11 @@ fn bench_sink_answers_a_client_stream_on_any_path_and_counts_every_message() {
     assert!(sink.wait().unwrap().success());
     assert_eq!(stopped["event"], "stopped", "{stopped}");
     // Every call checked: the warm-up is off, so 30 calls of 40 messages each.
-    assert_eq!((stopped["calls"].as_u64(), stopped["failed_calls"].as_u64()), (Some(30), Some(0)), "{stopped}");
+    assert_eq!(
+        (stopped["calls"].as_u64(), stopped["truncated_calls"].as_u64(), stopped["reset_calls"].as_u64()),
+        (Some(30), Some(0), Some(0)),
+        "{stopped}"
+    );
     assert_eq!(stopped["messages"], 30 * 40, "{stopped}");
     assert_eq!(stopped["bytes"], 30 * 40 * 1505, "{stopped}");
 }

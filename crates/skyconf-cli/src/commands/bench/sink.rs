@@ -5,7 +5,8 @@
 //! 0. It does no work per message beyond walking the gRPC framing, so a proxy in front of it is
 //! measured, not the sink. A request stream that ends inside a message (a proxy that lost or
 //! corrupted bytes) gets grpc-status 13 (INTERNAL) instead, which the load generators count as a
-//! failed call.
+//! failed call, and is counted apart from streams the client reset (h2load resets the calls in
+//! flight when its time is up).
 //!
 //! Plain hyper HTTP/2, no tonic router: the sink must not be what limits a run.
 //!
@@ -53,11 +54,13 @@ pub(super) struct Args {
 pub(super) struct Counters {
     /// Calls answered with grpc-status 0.
     calls: AtomicU64,
-    /// Calls answered with an error (a request stream cut inside a message, or reset).
-    failed: AtomicU64,
-    /// gRPC messages received.
+    /// Request streams that ended inside a message (answered grpc-status 13).
+    truncated: AtomicU64,
+    /// Request streams the client reset or whose connection broke before they ended.
+    reset: AtomicU64,
+    /// gRPC messages of the calls answered with grpc-status 0.
     messages: AtomicU64,
-    /// Request body bytes received (framing included).
+    /// Request body bytes of the calls answered with grpc-status 0 (framing included).
     bytes: AtomicU64,
     /// HTTP/2 connections accepted.
     connections: AtomicU64,
@@ -71,7 +74,8 @@ impl Counters {
             "addr": addr.to_string(),
             "connections": self.connections.load(Ordering::Relaxed),
             "calls": self.calls.load(Ordering::Relaxed),
-            "failed_calls": self.failed.load(Ordering::Relaxed),
+            "truncated_calls": self.truncated.load(Ordering::Relaxed),
+            "reset_calls": self.reset.load(Ordering::Relaxed),
             "messages": self.messages.load(Ordering::Relaxed),
             "bytes": self.bytes.load(Ordering::Relaxed),
         })
@@ -144,15 +148,15 @@ async fn answer(request: Request<Incoming>, counters: Arc<Counters>) -> Result<R
             }
         }
     }
-    counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-    counters.messages.fetch_add(framing.messages, Ordering::Relaxed);
     let status = if !complete {
-        counters.failed.fetch_add(1, Ordering::Relaxed);
+        counters.reset.fetch_add(1, Ordering::Relaxed);
         Some(("1", "the request stream was reset"))
     } else if !framing.at_boundary() {
-        counters.failed.fetch_add(1, Ordering::Relaxed);
+        counters.truncated.fetch_add(1, Ordering::Relaxed);
         Some(("13", "the request stream ended inside a gRPC message"))
     } else {
+        counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+        counters.messages.fetch_add(framing.messages, Ordering::Relaxed);
         counters.calls.fetch_add(1, Ordering::Relaxed);
         None
     };
@@ -310,6 +314,6 @@ mod tests {
         assert!(unary.call_bytes().await.unwrap().into_inner().is_empty());
         assert_eq!(counters.calls.load(Ordering::Relaxed), 4);
         assert_eq!(counters.messages.load(Ordering::Relaxed), 1501);
-        assert_eq!(counters.failed.load(Ordering::Relaxed), 0);
+        assert_eq!(counters.truncated.load(Ordering::Relaxed) + counters.reset.load(Ordering::Relaxed), 0);
     }
 }
