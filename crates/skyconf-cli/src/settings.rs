@@ -26,6 +26,9 @@
 //!     authentication: ${SW_AUTHENTICATION:""}
 //! ```
 //!
+//! Gateway mode lives under `skyconf.gateway` (`upstreams: [oap-0:11800]`, `tls: {ca, cert, key,
+//! serverName}`, `connectionsPerUpstream`).
+//!
 //! Security settings live under `skyconf.security` (tokens, TLS) and `skyconf.limits`; the agent
 //! token can also come from the OAP's own `receiver-sharing-server.default.authentication`.
 
@@ -59,6 +62,34 @@ pub(crate) struct SkyconfSection {
     pub(crate) security: SecuritySection,
     /// Connection limits of the gRPC port.
     pub(crate) limits: LimitsSection,
+    /// Gateway mode: the OAPs behind skyconf.
+    pub(crate) gateway: GatewaySection,
+}
+
+/// `skyconf.gateway`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub(crate) struct GatewaySection {
+    /// The OAPs, as `host:port`.
+    pub(crate) upstreams: Vec<String>,
+    /// HTTP/2 connections kept open to each OAP [default: 2].
+    pub(crate) connections_per_upstream: Option<usize>,
+    /// TLS towards the OAPs.
+    pub(crate) tls: UpstreamTlsSettings,
+}
+
+/// `skyconf.gateway.tls`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub(crate) struct UpstreamTlsSettings {
+    /// The CA bundle the OAPs' certificates chain to (turns TLS on).
+    pub(crate) ca: Option<PathBuf>,
+    /// skyconf's client certificate chain.
+    pub(crate) cert: Option<PathBuf>,
+    /// Its key.
+    pub(crate) key: Option<PathBuf>,
+    /// The name the OAPs' certificates are checked against.
+    pub(crate) server_name: Option<String>,
 }
 
 /// `skyconf.security`.

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::startup::initial_state;
 use crate::{
     CdsService, Fleet, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig, ServedTable,
-    ServerError, StoreTask, StoreView, admin, dcs, fleet, metrics, security,
+    ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, security,
 };
 
 /// Loads the configuration from `source` (or the persisted copy), then opens the ports and
@@ -24,6 +24,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     // Certificates and keys are checked before anything else: no port opens with half its security.
     let grpc_tls = config.security.grpc_tls.as_ref().map(security::tls::grpc_config).transpose()?;
     let admin_tls = config.security.admin_tls.as_ref().map(|f| security::tls::server_config(f, "admin")).transpose()?;
+    let upstreams = config.gateway.as_ref().map(gateway::Upstreams::new).transpose()?.map(Arc::new);
     let last_good = config.data_dir.as_deref().map(LastGood::in_dir);
     let start = initial_state(&source, &config, last_good.as_ref()).await?;
     let (connected, stale) = (start.connected(), start.stale());
@@ -93,6 +94,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         Ok(())
     });
 
+    if let Some(upstreams) = &upstreams {
+        upstreams.spawn(&mut tasks, &shutdown);
+        metrics.gateway().watch(upstreams);
+    }
     let fleet = Arc::new(Fleet::new(config.fleet));
     count_fleet_on_scrape(&metrics, &fleet, &served);
     tasks.spawn(sweep_fleet(Arc::clone(&fleet), shutdown.clone()));
@@ -100,28 +105,46 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_fleet(Arc::clone(&fleet))
         .with_metrics(metrics.cds())
         .into_server();
-    let management = fleet::management::Management::new(Arc::clone(&fleet)).into_server();
+    // In gateway mode the OAP answers ManagementService (the gateway reads it in passing).
+    let management = upstreams.is_none().then(|| fleet::management::Management::new(Arc::clone(&fleet)).into_server());
     let dcs = dcs::DcsService::new(Arc::clone(&store)).with_metrics(metrics.dcs()).into_server();
     // Each service is added either as it is or behind its token check (no cost when off).
     use security::auth::guard;
     let (agent_token, dcs_token, events) =
         (config.security.agent_token.as_ref(), config.security.dcs_token.as_ref(), metrics.events());
     let (cds, cds_guarded) = guard(cds, agent_token, metrics::GuardedService::Cds, &events);
-    let (management, management_guarded) = guard(management, agent_token, metrics::GuardedService::Management, &events);
+    let (management, management_guarded) = match management {
+        Some(management) => guard(management, agent_token, metrics::GuardedService::Management, &events),
+        None => (None, None),
+    };
     let (dcs, dcs_guarded) = guard(dcs, dcs_token, metrics::GuardedService::Dcs, &events);
     let limits = config.security.grpc_limits;
     let connections = config.security.connections;
     let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, connections.grpc_cap(), "gRPC");
-    let mut grpc = limits.apply(tonic::transport::Server::builder());
+    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some());
+    let mut routes = tonic::service::Routes::builder();
+    add_some(&mut routes, cds);
+    add_some(&mut routes, cds_guarded);
+    add_some(&mut routes, management);
+    add_some(&mut routes, management_guarded);
+    add_some(&mut routes, dcs);
+    add_some(&mut routes, dcs_guarded);
+    let mut routes = routes.routes();
+    if let Some(upstreams) = &upstreams {
+        let forwarder = gateway::Forwarder::new(Arc::clone(upstreams))
+            .with_fleet(Arc::clone(&fleet))
+            .with_metrics(metrics.gateway());
+        let router = routes.into_axum_router().fallback(move |request: axum::extract::Request| {
+            let forwarder = forwarder.clone();
+            async move { forwarder.forward(request).await }
+        });
+        routes = tonic::service::Routes::from(router);
+        let upstreams = upstreams.members().iter().map(|m| m.addr.as_str()).collect::<Vec<_>>().join(",");
+        tracing::info!(%upstreams, "Gateway mode: configuration discovery is answered here, every other call is forwarded to the OAPs.");
+    }
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        let router = grpc
-            .add_optional_service(cds)
-            .add_optional_service(cds_guarded)
-            .add_optional_service(management)
-            .add_optional_service(management_guarded)
-            .add_optional_service(dcs)
-            .add_optional_service(dcs_guarded);
+        let router = grpc.add_routes(routes.prepare());
         // TLS is terminated here, not by tonic: the preface deadline then counts bytes above TLS.
         let timeout = connections.handshake_timeout;
         match grpc_tls {
@@ -208,6 +231,23 @@ async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), S
                 }
             }
         }
+    }
+}
+
+/// Adds `service` to `routes` when there is one.
+fn add_some<S>(routes: &mut tonic::service::RoutesBuilder, service: Option<S>)
+where
+    S: tower::Service<http::Request<tonic::body::Body>, Error = std::convert::Infallible>
+        + tonic::server::NamedService
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Response: axum::response::IntoResponse,
+    S::Future: Send + 'static,
+{
+    if let Some(service) = service {
+        routes.add_service(service);
     }
 }
 

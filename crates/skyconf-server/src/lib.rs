@@ -145,6 +145,9 @@ pub enum ServerError {
     /// A token file, certificate or key cannot be used.
     #[error(transparent)]
     Security(#[from] SecurityError),
+    /// The gateway's settings cannot be used.
+    #[error(transparent)]
+    Gateway(#[from] gateway::GatewayError),
 }
 
 /// A started server.

@@ -7,14 +7,52 @@
 //! digest, the serial number) is a few hundred bytes, so reporting no vectored writes lets h2
 //! batch changed answers as it batches unchanged ones (BENCHMARKS.md has the syscall counts);
 //! larger answers are still chained.
+//!
+//! Each connection also carries an [`AgentConnection`] into its calls' extensions: the peer
+//! address (fleet status keys on it) and, in gateway mode, the OAP its forwarded calls are pinned
+//! to. [`peer_of`] reads it, with or without TLS.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
+
+use crate::gateway::upstream::Pin as UpstreamPin;
+
+/// What every call on one agent connection shares: its peer, and its pin to an OAP.
+#[derive(Debug, Clone)]
+pub struct AgentConnection {
+    /// The TCP peer.
+    pub tcp: TcpConnectInfo,
+    /// The OAP the connection's forwarded calls go to (gateway mode); unpinned when the
+    /// connection closes and its last call ends.
+    pub pin: Arc<UpstreamPin>,
+}
+
+impl AgentConnection {
+    /// The peer's address.
+    pub fn remote_addr(&self) -> Option<SocketAddr> {
+        self.tcp.remote_addr()
+    }
+}
+
+/// The connection a call came on, from the request's extensions (plaintext or TLS).
+pub fn connection_of(extensions: &http::Extensions) -> Option<&AgentConnection> {
+    extensions
+        .get::<AgentConnection>()
+        .or_else(|| extensions.get::<TlsConnectInfo<AgentConnection>>().map(TlsConnectInfo::get_ref))
+}
+
+/// The peer address of the connection a call came on.
+pub fn peer_of(extensions: &http::Extensions) -> Option<SocketAddr> {
+    connection_of(extensions)?.remote_addr()
+}
 
 /// A [`TcpStream`] that reports no vectored writes (see the module docs).
 #[derive(Debug)]
@@ -28,10 +66,10 @@ impl BatchedWrites {
 }
 
 impl Connected for BatchedWrites {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = AgentConnection;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.connect_info()
+        AgentConnection { tcp: self.0.connect_info(), pin: Arc::default() }
     }
 }
 

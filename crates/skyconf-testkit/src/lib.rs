@@ -8,6 +8,7 @@
 //!   ([`server::Cds`]) and an admin HTTP client ([`server::AdminClient`]);
 //! - [`fixtures`]: synthetic agent-configurations documents;
 //! - [`latency`]: percentiles of measured delays;
+//! - [`upstream::Upstream`]: a recording OAP stand-in for the gateway's tests;
 //! - [`conformance`]: the [`skyconf_sources::Source`] contract, checked once for every store.
 
 #![warn(missing_docs)]
@@ -18,6 +19,7 @@ pub mod latency;
 pub mod probe;
 pub mod server;
 pub mod servers;
+pub mod upstream;
 
 use std::time::Duration;
 

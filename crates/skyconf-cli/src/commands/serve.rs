@@ -11,13 +11,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use skyconf_server::gateway::{GatewayConfig, UpstreamTls};
 use skyconf_server::security::{AdminTokens, AllowedHosts, ClientAuth, Role, Secret, SecurityConfig};
 use skyconf_server::{AdminOptions, CdsOptions, FleetOptions, ServeConfig};
 use skyconf_sources::file::FileSettings;
 use skyconf_sources::{DynSource, KeySet, Limits, StoreConfig as _};
 
 use crate::settings::{
-    ConfigFile, LimitsSection, SecuritySection, SharingServerSection, SkyconfSection, TlsSettings, canonical_selector,
+    ConfigFile, GatewaySection, LimitsSection, SecuritySection, SharingServerSection, SkyconfSection, TlsSettings,
+    canonical_selector,
 };
 use crate::stores::{self, Layers};
 
@@ -85,6 +87,65 @@ pub(crate) struct Args {
     store_settings: Vec<(String, String)>,
     #[command(flatten)]
     security: SecurityArgs,
+    #[command(flatten)]
+    gateway: GatewayArgs,
+}
+
+/// Gateway mode: one address for agents, the OAP cluster behind skyconf.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Gateway mode")]
+struct GatewayArgs {
+    /// The OAPs to forward every call but configuration discovery to (`HOST:PORT`, repeatable or
+    /// comma-separated). With it, agents need one backend address: skyconf's.
+    #[arg(long = "upstream", env = "SKYCONF_UPSTREAM", value_delimiter = ',', value_name = "HOST:PORT")]
+    upstreams: Vec<String>,
+    /// PEM CA bundle the OAPs' certificates must chain to; turns TLS towards the OAPs on.
+    #[arg(long, env = "SKYCONF_UPSTREAM_TLS_CA")]
+    upstream_tls_ca: Option<PathBuf>,
+    /// PEM client certificate chain skyconf presents to the OAPs.
+    #[arg(long, env = "SKYCONF_UPSTREAM_TLS_CERT")]
+    upstream_tls_cert: Option<PathBuf>,
+    /// PEM private key of --upstream-tls-cert.
+    #[arg(long, env = "SKYCONF_UPSTREAM_TLS_KEY")]
+    upstream_tls_key: Option<PathBuf>,
+    /// The name the OAPs' certificates are checked against [default: each upstream's host].
+    #[arg(long, env = "SKYCONF_UPSTREAM_TLS_SERVER_NAME")]
+    upstream_tls_server_name: Option<String>,
+}
+
+/// Flags over `skyconf.gateway`: the gateway's settings, or `None` without upstreams.
+fn gateway(args: GatewayArgs, own: GatewaySection) -> anyhow::Result<Option<GatewayConfig>> {
+    let upstreams: Vec<String> = if args.upstreams.is_empty() { own.upstreams } else { args.upstreams };
+    let upstreams: Vec<String> = upstreams.iter().map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()).collect();
+    let ca = args.upstream_tls_ca.or(own.tls.ca);
+    let cert = args.upstream_tls_cert.or(own.tls.cert);
+    let key = args.upstream_tls_key.or(own.tls.key);
+    let server_name = args.upstream_tls_server_name.or(own.tls.server_name);
+    if upstreams.is_empty() {
+        if ca.is_some() || cert.is_some() || key.is_some() || server_name.is_some() {
+            bail!("--upstream-tls-* settings apply to gateway mode: give --upstream HOST:PORT too");
+        }
+        return Ok(None);
+    }
+    for upstream in &upstreams {
+        skyconf_server::gateway::upstream::split_host_port(upstream)?;
+    }
+    if cert.is_some() != key.is_some() {
+        bail!("a client certificate towards the OAPs needs both --upstream-tls-cert and --upstream-tls-key");
+    }
+    let tls = match ca {
+        Some(ca) => Some(UpstreamTls { ca, cert, key, server_name }),
+        None if cert.is_some() || server_name.is_some() => {
+            bail!("TLS towards the OAPs needs --upstream-tls-ca (the CA their certificates chain to)")
+        }
+        None => None,
+    };
+    let mut config = GatewayConfig::new(upstreams);
+    config.tls = tls;
+    if let Some(n) = own.connections_per_upstream {
+        config.connections_per_upstream = n.max(1);
+    }
+    Ok(Some(config))
 }
 
 /// Tokens and TLS. Token values never appear in `--help` or logs; prefer the environment or
@@ -257,6 +318,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         None => Discovery::default(),
     };
     let security = security(args.security, own.security.clone(), &own.limits, file_config.as_ref())?;
+    let gateway = gateway(args.gateway, own.gateway.clone())?;
     let defaults = ServeConfig::default();
     let config = ServeConfig {
         grpc_addr: args.grpc_addr.or(own.grpc_addr).unwrap_or(defaults.grpc_addr),
@@ -293,6 +355,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
                 .or(own.reset_grace_secs.map(Duration::from_secs))
                 .unwrap_or(defaults.reset_guard.grace),
         },
+        gateway,
         ..defaults
     };
     let limits = Limits {

@@ -103,7 +103,7 @@ impl ConfigurationDiscoveryService for CdsService {
         request: Request<ConfigurationSyncRequest>,
     ) -> Result<Response<EncodedCommands>, Status> {
         let started = self.metrics.start();
-        let peer = request.remote_addr();
+        let peer = crate::socket::peer_of(request.extensions());
         let request = request.into_inner();
         let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_from(&request, peer)));
         let bytes = match answered {

@@ -44,14 +44,14 @@ impl ManagementService for Management {
         &self,
         request: Request<InstanceProperties>,
     ) -> Result<Response<Commands>, Status> {
-        let peer = request.remote_addr();
+        let peer = crate::socket::peer_of(request.extensions());
         let properties = request.into_inner();
         self.observe(peer, &properties.service, &properties.service_instance);
         Ok(Response::new(Commands::default()))
     }
 
     async fn keep_alive(&self, request: Request<InstancePingPkg>) -> Result<Response<Commands>, Status> {
-        let peer = request.remote_addr();
+        let peer = crate::socket::peer_of(request.extensions());
         let ping = request.into_inner();
         self.observe(peer, &ping.service, &ping.service_instance);
         Ok(Response::new(Commands::default()))

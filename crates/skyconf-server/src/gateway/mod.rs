@@ -4,9 +4,76 @@
 //! (trace segments, metrics, logs, management, profiling, events, and paths skyconf has never
 //! heard of) is forwarded to an OAP unchanged: headers and metadata, every message, trailers,
 //! statuses, deadlines and cancellation, with HTTP/2 flow control end to end.
+//!
+//! - [`upstream`]: the connections to the OAPs, their health, and which agent connection is
+//!   pinned to which OAP;
+//! - [`forward`]: one call, forwarded as bytes, and how failures reach the agent;
+//! - [`identity`]: `ManagementService` calls read in passing, for fleet status by instance.
+//!
+//! The forwarder is the gRPC router's fallback: the locally answered services keep their routes,
+//! and any other path goes to the OAP. One difference from talking to the OAP remains: tonic's
+//! server applies the call's `grpc-timeout` to the wait for the OAP's response headers and ends
+//! the call CANCELLED when it passes, where the OAP would end it DEADLINE_EXCEEDED a moment
+//! later. A client has ended the call on its own deadline by then.
+
+pub mod forward;
+pub mod identity;
+pub mod upstream;
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+pub use forward::Forwarder;
+pub use upstream::Upstreams;
+
+/// Whether the call at `path` is answered by skyconf itself in gateway mode (configuration
+/// discovery and the DCS service); every other path is forwarded.
+pub fn is_answered_here(path: &str) -> bool {
+    use skyconf_proto::dcs::configuration_service_server::SERVICE_NAME as DCS;
+    use skyconf_proto::v3::configuration_discovery_service_server::SERVICE_NAME as CDS;
+    [CDS, DCS].iter().any(|service| {
+        path.strip_prefix('/').and_then(|p| p.strip_prefix(service)).is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+/// Why the gateway cannot start, or cannot reach an OAP.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// `--upstream` named no OAP.
+    #[error("the gateway needs at least one upstream OAP address")]
+    NoUpstream,
+    /// An upstream address is not `host:port`.
+    #[error("upstream `{addr}`: expected HOST:PORT")]
+    Address {
+        /// The address as given.
+        addr: String,
+    },
+    /// The name to check the OAPs' certificates against is not a DNS name or IP address.
+    #[error("`{name}` is not a valid TLS server name")]
+    ServerName {
+        /// The name.
+        name: String,
+    },
+    /// The TLS files cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::SecurityError),
+    /// A TCP connection or TLS handshake to an OAP failed.
+    #[error("cannot connect to {addr}: {cause}")]
+    Connect {
+        /// The OAP.
+        addr: String,
+        /// Why, in the message (not also its `source()`).
+        cause: std::io::Error,
+    },
+    /// The HTTP/2 handshake with an OAP failed.
+    #[error("HTTP/2 handshake with {addr}: {cause}")]
+    Handshake {
+        /// The OAP.
+        addr: String,
+        /// Why.
+        cause: hyper::Error,
+    },
+}
 
 /// Where the OAP cluster is and how to reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,4 +117,27 @@ pub struct UpstreamTls {
     pub key: Option<PathBuf>,
     /// The name the OAPs' certificates are checked against; `None`: the host of each upstream.
     pub server_name: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_configuration_discovery_and_dcs_are_answered_here() {
+        assert!(is_answered_here("/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations"));
+        assert!(is_answered_here("/ConfigurationService/call"));
+        assert!(is_answered_here("/ConfigurationService/callGroup"));
+        for forwarded in [
+            "/skywalking.v3.ManagementService/reportInstanceProperties",
+            "/skywalking.v3.TraceSegmentReportService/collect",
+            "/skywalking.v3.ConfigurationDiscoveryServiceX/fetchConfigurations",
+            "/ConfigurationServiceX/call",
+            "/foo.Bar/baz",
+            "/",
+            "",
+        ] {
+            assert!(!is_answered_here(forwarded), "{forwarded}");
+        }
+    }
 }

@@ -13,6 +13,7 @@
 
 pub mod events;
 mod fleet;
+mod gateway;
 mod histogram;
 mod state;
 
@@ -34,6 +35,7 @@ pub use skyconf_core::answer::FetchOutcome;
 
 pub use events::{AdminDenial, Events, GuardedService, OriginEvents};
 pub use fleet::{AgentsPerDigest, FleetGauges, FleetTable, StuckAgents};
+pub use gateway::GatewayMetrics;
 use histogram::{AtomicHistogram, FETCH_BUCKETS};
 
 use crate::served::ServedTable;
@@ -162,6 +164,7 @@ pub struct Metrics {
     dcs: DcsMetrics,
     events: Events,
     fleet: FleetGauges,
+    gateway: GatewayMetrics,
 }
 
 impl Default for Metrics {
@@ -188,7 +191,9 @@ impl Metrics {
             registry.register_collector(Box::new(state));
         }
         registry.register_collector(Box::new(fleet.clone()));
-        Self { registry, cds, dcs, events, fleet }
+        let gateway = GatewayMetrics::default();
+        gateway.register(&mut registry);
+        Self { registry, cds, dcs, events, fleet, gateway }
     }
 
     /// The CDS handler's handle.
@@ -209,6 +214,11 @@ impl Metrics {
     /// The fleet tracker's handle.
     pub fn fleet(&self) -> FleetGauges {
         self.fleet.clone()
+    }
+
+    /// The gateway's handle.
+    pub fn gateway(&self) -> GatewayMetrics {
+        self.gateway.clone()
     }
 
     /// The exposition, in the OpenMetrics text format.

@@ -51,17 +51,19 @@ impl Default for GrpcLimits {
 }
 
 impl GrpcLimits {
-    /// `server` with the HTTP/2 limits and the request message deadline.
+    /// `server` with the HTTP/2 limits and the request message deadline (on the calls answered
+    /// here only, when `forwarding`: a forwarded stream's messages come when the agent has them).
     pub fn apply<L>(
         &self,
         server: tonic::transport::Server<L>,
+        forwarding: bool,
     ) -> tonic::transport::Server<tower::layer::util::Stack<FirstMessageTimeout, L>> {
         server
             .http2_max_header_list_size(self.max_header_list_bytes)
             .max_concurrent_streams(self.max_concurrent_streams)
             .http2_keepalive_interval(self.keepalive_interval)
             .http2_keepalive_timeout(Some(self.keepalive_timeout))
-            .layer(FirstMessageTimeout(self.request_message_timeout))
+            .layer(FirstMessageTimeout { timeout: self.request_message_timeout, forwarding })
     }
 
     /// The accepted sockets of `acceptor` (capped, backing off on accept errors), with TCP
@@ -121,13 +123,18 @@ fn set_tcp_keepalive(stream: &tokio::net::TcpStream, time: Option<Duration>) {
 /// the stream is answered and closed instead of held. `DEADLINE_EXCEEDED` is not a status that
 /// makes an agent drop its channel.
 #[derive(Debug, Clone, Copy)]
-pub struct FirstMessageTimeout(pub Duration);
+pub struct FirstMessageTimeout {
+    /// How long the first message may take.
+    pub timeout: Duration,
+    /// Gateway mode: calls that are forwarded are left alone.
+    pub forwarding: bool,
+}
 
 impl<S> tower::Layer<S> for FirstMessageTimeout {
     type Service = FirstMessageTimeoutService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FirstMessageTimeoutService { inner, timeout: self.0 }
+        FirstMessageTimeoutService { inner, timeout: self.timeout, forwarding: self.forwarding }
     }
 }
 
@@ -136,6 +143,7 @@ impl<S> tower::Layer<S> for FirstMessageTimeout {
 pub struct FirstMessageTimeoutService<S> {
     inner: S,
     timeout: Duration,
+    forwarding: bool,
 }
 
 type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
@@ -155,6 +163,9 @@ where
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        if self.forwarding && !crate::gateway::is_answered_here(request.uri().path()) {
+            return Box::pin(self.inner.call(request));
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let request = request.map(|body| tonic::body::Body::new(FirstFrame { inner: body, arrived: Some(tx) }));
         let call = self.inner.call(request);

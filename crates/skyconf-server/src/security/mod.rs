@@ -81,9 +81,9 @@ pub enum SecurityError {
         message: String,
     },
     /// rustls refused the certificate, key or CA bundle.
-    #[error("TLS setup of the {what} port: {message}")]
+    #[error("TLS setup of {what}: {message}")]
     Tls {
-        /// `gRPC` or `admin`.
+        /// `the gRPC port`, `the admin port` or `the connections to the OAPs`.
         what: &'static str,
         /// rustls' or tonic's reason.
         message: String,

@@ -104,6 +104,7 @@ fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, Securi
 /// The rustls configuration of one port (`what`: `gRPC` or `admin`, for errors), offering
 /// HTTP/2 and HTTP/1.1 by ALPN.
 pub fn server_config(files: &TlsFiles, what: &'static str) -> Result<Arc<ServerConfig>, SecurityError> {
+    let what = if what == "gRPC" { "the gRPC port" } else { "the admin port" };
     let tls_error = |message: String| SecurityError::Tls { what, message };
     let chain = certificates(&files.cert, &read(&files.cert)?)?;
     let key = private_key(&files.key, &read(&files.key)?)?;
@@ -133,6 +134,35 @@ pub fn server_config(files: &TlsFiles, what: &'static str) -> Result<Arc<ServerC
 /// The rustls configuration of the gRPC port: [`server_config`], offering only HTTP/2 by ALPN.
 pub fn grpc_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, SecurityError> {
     let mut config = Arc::unwrap_or_clone(server_config(files, "gRPC")?);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The rustls client configuration of the gateway's connections to the OAPs: their certificates
+/// must chain to `tls.ca`; skyconf presents `tls.cert` when given. Offers only HTTP/2 by ALPN.
+pub fn upstream_client_config(
+    tls: &crate::gateway::UpstreamTls,
+) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, SecurityError> {
+    let what = "the connections to the OAPs";
+    let tls_error = |message: String| SecurityError::Tls { what, message };
+    let mut roots = RootCertStore::empty();
+    for ca in certificates(&tls.ca, &read(&tls.ca)?)? {
+        roots.add(ca).map_err(|e| SecurityError::Pem { path: tls.ca.clone(), message: e.to_string() })?;
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error(e.to_string()))?
+        .with_root_certificates(roots);
+    let mut config = match (&tls.cert, &tls.key) {
+        (None, None) => builder.with_no_client_auth(),
+        (Some(cert), Some(key)) => {
+            let chain = certificates(cert, &read(cert)?)?;
+            let key = private_key(key, &read(key)?)?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| tls_error(e.to_string()))?
+        }
+        _ => return Err(tls_error("a client certificate needs both its chain and its key".into())),
+    };
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }

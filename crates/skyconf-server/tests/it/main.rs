@@ -10,6 +10,7 @@ mod admin_rollback;
 mod dcs;
 mod etcd;
 mod fleet;
+mod gateway;
 mod metrics;
 mod nacos;
 mod security;
