@@ -17,6 +17,10 @@ use crate::{
     ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, security,
 };
 
+/// How long open gRPC calls (forwarded streams, in gateway mode) may take to end after shutdown
+/// begins, before their connections are closed.
+pub(crate) const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+
 /// Loads the configuration from `source` (or the persisted copy), then opens the ports and
 /// serves until shut down, applying every change the source reports.
 pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Running, ServerError> {
@@ -147,17 +151,28 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         let router = grpc.add_routes(routes.prepare());
         // TLS is terminated here, not by tonic: the preface deadline then counts bytes above TLS.
         let timeout = connections.handshake_timeout;
-        match grpc_tls {
-            Some(tls) => {
-                let incoming = limits.incoming_tls(grpc_acceptor, tls, timeout);
-                router.serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await
+        let serving = async {
+            match grpc_tls {
+                Some(tls) => {
+                    let incoming = limits.incoming_tls(grpc_acceptor, tls, timeout);
+                    router.serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned()).await
+                }
+                None => {
+                    let incoming = limits.incoming(grpc_acceptor, timeout);
+                    router.serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned()).await
+                }
             }
-            None => {
-                let incoming = limits.incoming(grpc_acceptor, timeout);
-                router.serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await
-            }
+        };
+        // tonic waits for every connection to end after the signal; a forwarded stream may not.
+        let drained = async {
+            stop.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_DRAIN).await;
+            tracing::warn!(drain = ?SHUTDOWN_DRAIN, "Calls were still open after the shutdown drain; closing their connections.");
+        };
+        tokio::select! {
+            served = serving => served.map_err(ServerError::Grpc),
+            () = drained => Ok(()),
         }
-        .map_err(ServerError::Grpc)
     });
 
     let admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store))

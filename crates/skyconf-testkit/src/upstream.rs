@@ -10,7 +10,9 @@
 //! - `stall`: never reads the request and never answers;
 //! - `reset`: resets the stream with `CANCEL` at once.
 //!
-//! [`Upstream::kill`] drops the listener and every connection at once, as a killed OAP would.
+//! [`Upstream::kill`] drops the listener and every connection at once, as a killed OAP would;
+//! [`Upstream::freeze`] keeps the connections open but stops serving them (no answers, no ping
+//! acknowledgements), as a hung OAP would.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -58,6 +60,7 @@ pub struct Upstream {
     pub name: String,
     shared: Arc<Shared>,
     tasks: JoinSet<()>,
+    frozen: tokio::sync::watch::Sender<bool>,
 }
 
 impl Upstream {
@@ -72,21 +75,35 @@ impl Upstream {
         let addr = listener.local_addr().expect("address");
         let shared = Arc::new(Shared::default());
         let mut tasks = JoinSet::new();
+        let (frozen, frozen_rx) = tokio::sync::watch::channel(false);
         let (accept_shared, name_owned) = (Arc::clone(&shared), name.to_owned());
         tasks.spawn(async move {
             let mut connections = JoinSet::new();
             while let Ok((socket, _)) = listener.accept().await {
-                let (shared, name) = (Arc::clone(&accept_shared), name_owned.clone());
+                let (shared, name, mut frozen) = (Arc::clone(&accept_shared), name_owned.clone(), frozen_rx.clone());
                 connections.spawn(async move {
                     let Ok(mut connection) = h2::server::handshake(socket).await else { return };
                     let mut calls = JoinSet::new();
-                    while let Some(Ok((request, respond))) = connection.accept().await {
-                        calls.spawn(answer(request, respond, Arc::clone(&shared), name.clone()));
+                    loop {
+                        tokio::select! {
+                            accepted = connection.accept() => match accepted {
+                                Some(Ok((request, respond))) => {
+                                    calls.spawn(answer(request, respond, Arc::clone(&shared), name.clone()));
+                                }
+                                _ => return,
+                            },
+                            frozen_now = async { frozen.wait_for(|f| *f).await.is_ok() } => {
+                                if frozen_now {
+                                    // The connection stays open and is never polled again.
+                                    std::future::pending::<()>().await;
+                                }
+                            }
+                        }
                     }
                 });
             }
         });
-        Self { addr, name: name.to_owned(), shared, tasks }
+        Self { addr, name: name.to_owned(), shared, tasks, frozen }
     }
 
     /// Every call received so far.
@@ -108,6 +125,11 @@ impl Upstream {
                 panic!("the upstream {} never saw {what}; calls: {:?}", self.name, self.calls());
             }
         }
+    }
+
+    /// Stops serving every connection while keeping it open, as a hung process would.
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
     }
 
     /// Drops the listener and every connection, as a killed process would.

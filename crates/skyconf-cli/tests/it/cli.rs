@@ -385,3 +385,32 @@ fn an_independent_grpcio_client_sees_exactly_the_oap_answers() {
     );
     assert!(String::from_utf8_lossy(&output.stdout).contains(r#""ok": true"#));
 }
+
+#[test]
+fn gateway_settings_that_cannot_work_stop_the_start_with_a_reason() {
+    let file = example_document();
+    let serve = |extra: &[&str], config: Option<&std::path::Path>| {
+        let mut command = assert_cmd::Command::from_std(skyconf());
+        command.args(["serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--file"]).arg(&file);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        command.args(extra).env_remove("SKYCONF_UPSTREAM").timeout(std::time::Duration::from_secs(30));
+        command.assert().failure().code(1)
+    };
+    serve(&["--upstream", "oap"], None).stderr(predicate::str::contains("upstream `oap`: expected HOST:PORT"));
+    serve(&["--upstream", "oap:11800,oap-1:port"], None)
+        .stderr(predicate::str::contains("upstream `oap-1:port`: expected HOST:PORT"));
+    serve(&["--upstream-tls-ca", "/ca.pem"], None)
+        .stderr(predicate::str::contains("--upstream-tls-* settings apply to gateway mode"));
+    serve(&["--upstream", "oap:11800", "--upstream-tls-cert", "/c.pem", "--upstream-tls-key", "/c.key"], None)
+        .stderr(predicate::str::contains("TLS towards the OAPs needs --upstream-tls-ca"));
+    serve(&["--upstream", "oap:11800", "--upstream-tls-ca", "/nowhere/ca.pem"], None)
+        .stderr(predicate::str::contains("cannot read /nowhere/ca.pem"));
+    // The same from skyconf.yaml; an unknown setting there is named.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(&dir, "skyconf.yaml", "skyconf:\n  gateway:\n    upstreams: [oap]\n");
+    serve(&[], Some(&config)).stderr(predicate::str::contains("upstream `oap`: expected HOST:PORT"));
+    let config = write(&dir, "skyconf.yaml", "skyconf:\n  gateway:\n    upstream: [oap:11800]\n");
+    serve(&[], Some(&config)).stderr(predicate::str::contains("unknown field `upstream`, expected one of `upstreams`"));
+}

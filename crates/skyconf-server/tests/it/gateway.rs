@@ -23,9 +23,14 @@ const DOC: &str = "configurations:\n  order:\n    agent.sample_n_per_3_secs: 10\
 
 /// A skyconf gateway in front of `upstreams`, once it is connected to all of them.
 async fn gateway(upstreams: &[&Upstream]) -> (tempfile::TempDir, Server) {
-    let (dir, path) = temp_file("agent-configurations.yaml", DOC);
     let config = GatewayConfig::new(upstreams.iter().map(|u| u.addr.to_string()).collect());
-    let server = Server::start(FileSource::new(path), ServeConfig { gateway: Some(config), ..loopback() }).await;
+    gateway_with(upstreams, ServeConfig { gateway: Some(config), ..loopback() }).await
+}
+
+/// A skyconf server with `config` (gateway mode), once it is connected to every one of `upstreams`.
+async fn gateway_with(upstreams: &[&Upstream], config: ServeConfig) -> (tempfile::TempDir, Server) {
+    let (dir, path) = temp_file("agent-configurations.yaml", DOC);
+    let server = Server::start(FileSource::new(path), config).await;
     let admin = server.admin();
     eventually_async("the gateway connects to every upstream", async || {
         let metrics = admin.get("/metrics").await.body;
@@ -319,4 +324,70 @@ async fn management_calls_are_forwarded_and_tell_the_fleet_which_instance_a_conn
     let agents = server.fleet.agents_of("order", &digest);
     assert_eq!(agents.len(), 1, "{agents:?}");
     assert_eq!(agents[0].instance.as_deref(), Some("pod-1@10.0.0.7"));
+}
+
+#[tokio::test]
+async fn a_hung_oap_is_found_by_pings_and_its_agents_go_to_another() {
+    let first = Upstream::start("oap-a").await;
+    let second = Upstream::start("oap-b").await;
+    let mut config = GatewayConfig::new(vec![first.addr.to_string(), second.addr.to_string()]);
+    config.keepalive_interval = Duration::from_millis(200);
+    config.keepalive_timeout = Duration::from_millis(300);
+    let (_dir, server) = gateway_with(&[&first, &second], ServeConfig { gateway: Some(config), ..loopback() }).await;
+    let mut client = connect(server.grpc_addr).await;
+    let outcome = call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[], &framed(b"jvm")).await;
+    assert_eq!(outcome.headers["x-upstream"], "oap-a");
+
+    // The OAP hangs: its connections stay open but nothing answers, not even a ping.
+    first.freeze();
+    let admin = server.admin();
+    let down = format!("skyconf_gateway_upstream_up{{upstream=\"{}\"}} 0", first.addr);
+    eventually_async("the unanswered pings", async || admin.get("/metrics").await.body.contains(&down)).await;
+    let outcome = call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[], &framed(b"jvm")).await;
+    assert_eq!(outcome.headers.get("x-upstream").map(|v| v.to_str().unwrap()), Some("oap-b"), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn the_agent_token_guards_configuration_discovery_only_and_dcs_is_answered_here() {
+    let upstream = Upstream::start("oap-a").await;
+    let security = skyconf_server::SecurityConfig {
+        agent_token: Some(skyconf_server::security::Secret::new("s3cret")),
+        ..Default::default()
+    };
+    let config =
+        ServeConfig { gateway: Some(GatewayConfig::new(vec![upstream.addr.to_string()])), security, ..loopback() };
+    let (_dir, server) = gateway_with(&[&upstream], config).await;
+    let mut cds = ConfigurationDiscoveryServiceClient::connect(format!("http://{}", server.grpc_addr)).await.unwrap();
+    let sync = ConfigurationSyncRequest { service: "order".into(), uuid: String::new() };
+    let status = cds.fetch_configurations(sync).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "CDS still checks the agent token");
+
+    // A forwarded call goes to the OAP with whatever token it carries: the OAP checks it.
+    let mut client = connect(server.grpc_addr).await;
+    let outcome =
+        call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[("authentication", "other")], &framed(b"j"))
+            .await;
+    assert_eq!(outcome.grpc_status().as_deref(), Some("0"));
+    assert_eq!(upstream.calls()[0].headers["authentication"], "other");
+
+    // DCS is answered by skyconf, not forwarded.
+    let answer = server.dcs().await.call(skyconf_testkit::server::dcs_request()).await.unwrap().into_inner();
+    assert!(!answer.uuid.is_empty());
+    assert!(upstream.calls().iter().all(|c| !c.path.starts_with("/ConfigurationService/")));
+}
+
+#[tokio::test]
+async fn shutdown_closes_forwarded_streams_that_do_not_end_within_the_drain() {
+    let upstream = Upstream::start("oap-a").await;
+    let (_dir, server) = gateway(&[&upstream]).await;
+    let client = connect(server.grpc_addr).await;
+    let mut client = client.ready().await.unwrap();
+    let (_response, mut send) =
+        client.send_request(request("/skywalking.v3.TraceSegmentReportService/stall", &[]), false).unwrap();
+    send.send_data(Bytes::from(framed(b"segment")), false).unwrap();
+    upstream.wait_for("the stream", |calls| !calls.is_empty()).await;
+    let started = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(30), server.stop()).await.expect("the server stops").unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(9), "the stream had its drain: {took:?}");
 }

@@ -300,3 +300,44 @@ async fn a_client_silent_after_tls_is_closed_and_an_idle_agent_is_not() {
     poll(client).await;
     running.stop().await.unwrap();
 }
+
+/// Gateway mode towards an OAP that requires TLS and a client certificate (here a second
+/// skyconf, which answers `ManagementService` itself): with the CA and skyconf's client
+/// certificate, forwarded calls go through; without the certificate, the OAP refuses the
+/// handshake and forwarded calls end UNAVAILABLE.
+#[tokio::test]
+async fn the_gateway_reaches_oaps_over_tls_with_its_client_certificate() {
+    use skyconf_proto::v3::InstancePingPkg;
+    use skyconf_proto::v3::management_service_client::ManagementServiceClient;
+    use skyconf_server::gateway::{GatewayConfig, UpstreamTls};
+
+    let pki = Pki::new();
+    let oap = start_tls(&pki, Some(ClientAuth::Require)).await;
+    std::fs::write(pki.path("client.pem"), &pki.client.0).unwrap();
+    std::fs::write(pki.path("client.key"), &pki.client.1).unwrap();
+    let gateway_to_oap = |cert: bool| {
+        let mut config = GatewayConfig::new(vec![oap.grpc_addr.to_string()]);
+        config.tls = Some(UpstreamTls {
+            ca: pki.path("ca.pem"),
+            cert: cert.then(|| pki.path("client.pem")),
+            key: cert.then(|| pki.path("client.key")),
+            server_name: Some("localhost".into()),
+        });
+        ServeConfig { gateway: Some(config), ..loopback() }
+    };
+    let ping = || InstancePingPkg { service: "svc".into(), service_instance: "pod-1".into(), ..Default::default() };
+
+    let (_dir, doc) = skyconf_testkit::fixtures::temp_file("agent-configurations.yaml", GOOD);
+    let gateway = Server::start(FileSource::new(&doc), gateway_to_oap(true)).await;
+    let channel = Channel::from_shared(format!("http://{}", gateway.grpc_addr)).unwrap().connect().await.unwrap();
+    let mut management = ManagementServiceClient::new(channel);
+    skyconf_testkit::server::eventually_async("a keepAlive through the gateway", async || {
+        management.keep_alive(ping()).await.is_ok()
+    })
+    .await;
+
+    let refused = Server::start(FileSource::new(&doc), gateway_to_oap(false)).await;
+    let channel = Channel::from_shared(format!("http://{}", refused.grpc_addr)).unwrap().connect().await.unwrap();
+    let status = ManagementServiceClient::new(channel).keep_alive(ping()).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+}
