@@ -430,6 +430,38 @@ if [ $GATEWAY = 1 ]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+if [ $GATEWAY = 1 ] && command -v strace >/dev/null; then
+  log "Syscalls per forwarded call (strace -c on each proxy; a count, not a time: strace slows the proxy)"
+  declare -A TRACE_PID=([nginx]=$NGINX_WORKER [skyconf]=$GW_PID)
+  for t in nginx skyconf; do
+    for spec in "segments $PATH_SEGMENTS segments.bin 1000 2" "unary $PATH_JVM jvm.bin 10000 16"; do
+      read -r workload path body n m <<<"$spec"
+      strace -c -f -o "$WORK/strace-$t-$workload.txt" -p "${TRACE_PID[$t]}" 2>/dev/null &
+      tracer=$!
+      sleep 1
+      taskset -c "$LOAD_CPU" h2load -n "$n" -c 32 -m "$m" -t 1 -H 'content-type: application/grpc' -H 'te: trailers' \
+        -d "$WORK/$body" "http://127.0.0.1:${PORT[$t]}$path" >"$WORK/h2load-strace-$t-$workload.txt" 2>&1
+      kill -INT "$tracer"
+      wait "$tracer" 2>/dev/null || true
+      json=$(python3 - "$WORK/strace-$t-$workload.txt" "$n" <<'EOF'
+import json, re, sys
+counts = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", line)
+    if m and m.group(2) != "total":
+        counts[m.group(2)] = int(m.group(1))
+n = int(sys.argv[2])
+per = {k: round(v / n, 2) for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v / n >= 0.05}
+print(json.dumps({"calls": n, "per_call": per, "total_per_call": round(sum(counts.values()) / n, 2)}))
+EOF
+)
+      echo "$t $workload: $json" >&2
+      record "{\"kind\": \"syscalls\", \"target\": \"$t\", \"workload\": \"$workload\", \"result\": $json}"
+    done
+  done
+fi
+
+# ---------------------------------------------------------------------------------------------
 cleanup
 PIDS=()
 BUSY_END=$(busy_pct)

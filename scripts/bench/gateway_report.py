@@ -260,6 +260,23 @@ def main():
         w(f"| with `--upstream` (gateway mode) | {fmt(best.get('skyconf-gateway'))} |")
         w("")
 
+    # Syscalls
+    sys_rows = kind("syscalls")
+    if sys_rows:
+        w("### System calls per forwarded call (`strace -c`)")
+        w("")
+        w("Each proxy under `strace -c -f` (nginx: its worker) while h2load sends 1,000 segment streams (32 × 2) or "
+          "10,000 unary calls (32 × 16): system calls per call, by kind (those above 0.05 a call). A count, not a "
+          "time: strace slows the proxy down. Reads and writes both ways (agent side and upstream side) are included.")
+        w("")
+        w("| proxy | workload | all | per kind |")
+        w("|---|---|---|---|")
+        for r in sys_rows:
+            res = r["result"]
+            kinds = ", ".join(f"{k} {v:g}" for k, v in res["per_call"].items())
+            w(f"| {r['target']} | {r['workload']} | {res['total_per_call']:g} | {kinds} |")
+        w("")
+
     # Targets
     w("### Gateway targets")
     w("")
