@@ -68,6 +68,36 @@ for _ in $(seq 100); do
 done
 curl -fsS -H "Authorization: Bearer $read_token" "$base/api/v1/openapi.json" -o "$work/openapi.json"
 
+# Rows for the fleet views, so their schemas are checked against real ones: a
+# reportInstanceProperties with `agent-version` metadata (an identified instance), and a poll on
+# another connection that never says who it is (an anonymous poller, forgotten after a minute as
+# a one-off poll is). Plain gRPC frames sent by
+# curl: a flag byte, the length, the protobuf message (written here by hand). One call per curl:
+# curl 7.88 fails a second POST on a reused prior-knowledge HTTP/2 connection, so the identity
+# and polls of one connection (InstanceService rows) are left to the Rust tests.
+python3 - "$work" <<'PY'
+import struct, sys
+def field(number, payload):
+    return bytes([number << 3 | 2, len(payload)]) + payload
+def frame(message):
+    return b"\0" + struct.pack(">I", len(message)) + message
+pairs = [("hostname", "contract-host"), ("ipv4", "10.0.0.9"), ("ipv4", "172.17.0.1"), ("language", "java")]
+report = field(1, b"mall-order-service") + field(2, b"contract-pod@10.0.0.9")
+report += b"".join(field(3, field(1, k.encode()) + field(2, v.encode())) for k, v in pairs)
+open(sys.argv[1] + "/report.bin", "wb").write(frame(report))
+open(sys.argv[1] + "/poll.bin", "wb").write(frame(field(1, b"mall-order-service")))
+PY
+grpc=(--http2-prior-knowledge -fsS -o /dev/null -H 'content-type: application/grpc' -H 'te: trailers')
+grpc_base="http://127.0.0.1:$grpc_port"
+curl "${grpc[@]}" -H 'agent-version: 9.4.0-contract' --data-binary "@$work/report.bin" \
+  "$grpc_base/skywalking.v3.ManagementService/reportInstanceProperties"
+curl "${grpc[@]}" --data-binary "@$work/poll.bin" "$grpc_base/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations"
+instances="$(curl -fsS -H "Authorization: Bearer $read_token" "$base/api/v1/instances")"
+case "$instances" in
+  *'"agent_version":"9.4.0-contract"'*'"anonymous":[{'*) ;;
+  *) echo "contract: the fed agent is not listed: $instances" >&2; exit 1 ;;
+esac
+
 started=$SECONDS
 status=0
 # From the temp folder: schemathesis leaves its .schemathesis/ cassettes in the working directory.

@@ -8,6 +8,8 @@ WebDriver HTTP API (no pip package: the protocol is plain JSON over HTTP).
     page_test.py --url URL --scenario editing --service NAME --key KEY --value NEW
     page_test.py --url URL --scenario refused --unconfigured NAME
     page_test.py --url URL --scenario browse --service NAME --key KEY --compare A B --services N --history N
+    page_test.py --url URL --scenario instances --service NAME --instance I --host H --ip IP [--ip IP2]
+                 --language L --agent-version V --anonymous-state S
     (any of them with --screenshot DIR: PNGs of the page, for the README, written into DIR)
 
 editing: opens NAME by its URL (#/services/NAME); the whole-document editor shows the served
@@ -24,6 +26,12 @@ browse: N services, paged 100 at a time; the filter and column sorting; NAME ope
 URL with its history (at least --history entries), its digest shortened with a copy button and no
 horizontal scroll at 1400 px; a history row opens its release (and the URL follows); the pasted
 URL #/releases/A/compare/B shows KEY's change, and "compare with" builds that URL.
+
+instances: the pasted URL #/instances opens the Instances view: instance I of service NAME with
+its host H, every IP, language L and agent version V, applied on NAME; its properties unfold (both
+IPs listed) and stay unfolded through a refresh; the filter finds it by IP and hides it for
+another text; the anonymous pollers are listed apart in state S; "close" hides the view and the
+header's link opens it again; NAME's row in the services table counts the anonymous poller.
 
 Loads the page, waits for the held-change notice, clicks its confirm (or discard) button and then
 the confirmation; waits for the page to report the change installed (or discarded) and the notice
@@ -448,6 +456,60 @@ def run_browse(a, driver):
             "digest": digest[0], "copied": copied}
 
 
+def cell(driver, row, css):
+    return driver.script("const e = document.querySelector(arguments[0] + ' ' + arguments[1]); return e ? e.textContent : null", row, css)
+
+
+def run_instances(a, driver):
+    loaded(driver, a.url + "#/instances")
+    driver.wait_for(lambda: shown(driver, "instances-view"), 10, "#/instances does not open the Instances view")
+    row = f'#instances tr[data-instance="{a.instance}"]'
+    driver.wait_for(lambda: driver.find(row), 10, f"instance {a.instance} is not listed")
+    seen = {name: cell(driver, row, "td." + name) for name in ["host", "ips", "language", "agent-version"]}
+    expected = {"host": a.host, "language": a.language, "agent-version": a.agent_version}
+    for name, want in expected.items():
+        if seen[name] != want:
+            raise Failure(f"the {name} cell shows {seen[name]!r}, not {want!r}")
+    if any(ip not in (seen["ips"] or "") for ip in a.ip):
+        raise Failure(f"the IPs cell shows {seen['ips']!r}, not all of {a.ip}")
+    applied = f'{row} td.fleet [data-service="{a.service}"][data-state="applied"]'
+    driver.wait_for(lambda: driver.find(applied), 5, f"{a.service} is not shown applied for {a.instance}")
+
+    # Properties: folded, unfolded on a click, still unfolded after a refresh.
+    driver.click(f"{row} details summary")
+    listed = lambda: driver.script("return [...document.querySelectorAll(arguments[0] + ' details[open] tr[data-key]')].map(t => t.textContent)", row)
+    driver.wait_for(lambda: len([t for t in listed() if t.startswith("ipv4")]) == len(a.ip), 5, f"the unfolded properties: {listed()}")
+    wait_refreshes(driver, 1, "with the properties unfolded")
+    if not listed():
+        raise Failure("a refresh folded the properties again")
+
+    anonymous = driver.script("return [...document.querySelectorAll('#anonymous tr[data-peer]')].map(t => t.dataset.state)")
+    if not anonymous or any(state != a.anonymous_state for state in anonymous) or not shown(driver, "anonymous-box"):
+        raise Failure(f"the anonymous pollers: {anonymous}")
+    no_horizontal_scroll(driver, "with the Instances view open")
+    shoot(a, driver, "page-instances.png")
+
+    # The filter: by an IP, then by a text nothing has.
+    driver.click("#instance-filter")
+    driver.send_keys("#instance-filter", a.ip[-1])
+    driver.wait_for(lambda: len(driver.find("#instances tr[data-instance]")) == 1 and driver.find(row), 5, "the filter by IP")
+    clear(driver, "instance-filter")
+    driver.send_keys("#instance-filter", "no-such-instance-anywhere")
+    driver.wait_for(lambda: not driver.find("#instances tr[data-instance]"), 5, "the filter hides what does not match")
+    clear(driver, "instance-filter")
+
+    driver.click("#instances-close")
+    driver.wait_for(lambda: not shown(driver, "instances-view"), 5, "close does not hide the view")
+    driver.click("#instances-link")
+    driver.wait_for(lambda: shown(driver, "instances-view") and driver.find(row), 5, "the header's link does not open the view")
+    services_row = f'#services tr[data-service="{a.service}"]'
+    driver.wait_for(lambda: driver.find(services_row), 10, f"{a.service} is not in the services table")
+    fleet = driver.text(driver.find(services_row)[0])
+    if "anonymous" not in fleet:
+        raise Failure(f"the services table does not count the anonymous poller: {fleet!r}")
+    return {"ok": True, "cells": seen, "anonymous": anonymous, "services_row": fleet}
+
+
 def run_held(a, driver):
     driver.go(a.url)
     driver.wait_for(lambda: driver.script("return document.body.dataset.loaded === 'true'"), 20, "the page never loaded its data")
@@ -477,7 +539,13 @@ def main():
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
     ap.add_argument("--held", choices=["confirm", "discard"])
-    ap.add_argument("--scenario", choices=["editing", "refused", "browse"])
+    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances"])
+    ap.add_argument("--instance")
+    ap.add_argument("--host")
+    ap.add_argument("--ip", action="append", default=[])
+    ap.add_argument("--language")
+    ap.add_argument("--agent-version")
+    ap.add_argument("--anonymous-state", default="anonymous")
     ap.add_argument("--unconfigured")
     ap.add_argument("--compare", nargs=2, type=int)
     ap.add_argument("--services", type=int)
@@ -492,7 +560,7 @@ def main():
     driver = None
     try:
         driver = Driver(chromium, chromedriver, profile)
-        scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse}
+        scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse, "instances": run_instances}
         chosen = run_held if a.held else scenarios[a.scenario] if a.scenario else run
         print(json.dumps(chosen(a, driver)), flush=True)
     except Failure as e:

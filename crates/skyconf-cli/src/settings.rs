@@ -26,6 +26,9 @@
 //!     authentication: ${SW_AUTHENTICATION:""}
 //! ```
 //!
+//! Held polls live under `skyconf.holdPolls` (`enabled`, `minDeadlineSecs`, `withoutDeadline`,
+//! `capSecs`, `maxHeld`, `maxHeldPerConnection`).
+//!
 //! Gateway mode lives under `skyconf.gateway` (`upstreams: [oap-0:11800]`, `tls: {ca, cert, key,
 //! serverName}`, `connectionsPerUpstream`).
 //!
@@ -64,6 +67,26 @@ pub(crate) struct SkyconfSection {
     pub(crate) limits: LimitsSection,
     /// Gateway mode: the OAPs behind skyconf.
     pub(crate) gateway: GatewaySection,
+    /// Held polls.
+    pub(crate) hold_polls: HoldSection,
+}
+
+/// `skyconf.holdPolls`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub(crate) struct HoldSection {
+    /// Whether unchanged polls are held [default: true].
+    pub(crate) enabled: Option<bool>,
+    /// The shortest deadline a poll must carry to be held, in seconds.
+    pub(crate) min_deadline_secs: Option<u64>,
+    /// `never`, `go-agents` or `all`.
+    pub(crate) without_deadline: Option<skyconf_server::cds::hold::NoDeadline>,
+    /// How long a poll without a deadline is held at most, in seconds.
+    pub(crate) cap_secs: Option<u64>,
+    /// Held polls at once, in all.
+    pub(crate) max_held: Option<usize>,
+    /// Held polls at once on one connection.
+    pub(crate) max_held_per_connection: Option<usize>,
 }
 
 /// `skyconf.gateway`.

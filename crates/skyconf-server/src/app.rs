@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::startup::initial_state;
 use crate::{
-    CdsService, Fleet, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig, ServedTable,
-    ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, security,
+    CdsService, Fleet, FleetOptions, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig,
+    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, security,
 };
 
 /// How long open gRPC calls (forwarded streams, in gateway mode) may take to end after shutdown
@@ -102,13 +102,18 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         upstreams.spawn(&mut tasks, &shutdown);
         metrics.gateway().watch(upstreams);
     }
-    let fleet = Arc::new(Fleet::new(config.fleet));
+    // In gateway mode every agent's management calls pass here: a poller without one is anonymous.
+    let fleet_options =
+        FleetOptions { expect_identity: config.fleet.expect_identity || upstreams.is_some(), ..config.fleet };
+    let fleet = Arc::new(Fleet::new(fleet_options));
     count_fleet_on_scrape(&metrics, &fleet, &served);
     tasks.spawn(sweep_fleet(Arc::clone(&fleet), shutdown.clone()));
     let cds = CdsService::new(Arc::clone(&served), config.cds)
         .with_fleet(Arc::clone(&fleet))
         .with_metrics(metrics.cds())
-        .into_server();
+        .with_holding(config.hold, shutdown.clone());
+    metrics.cds().watch_held(&cds.held());
+    let cds = cds.into_server();
     // In gateway mode the OAP answers ManagementService (the gateway reads it in passing).
     let management = upstreams.is_none().then(|| fleet::management::Management::new(Arc::clone(&fleet)).into_server());
     let dcs = dcs::DcsService::new(Arc::clone(&store)).with_metrics(metrics.dcs()).into_server();
@@ -223,6 +228,7 @@ fn count_fleet_on_scrape(metrics: &Metrics, fleet: &Arc<Fleet>, served: &Arc<Ser
             .collect();
         (per_digest, stuck)
     });
+    metrics.fleet().on_scrape_identities(Arc::clone(fleet));
     let fleet = Arc::clone(fleet);
     metrics.fleet().on_scrape_table(move || metrics::FleetTable {
         tracked: fleet.tracked() as u64,

@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use admin::AdminOptions;
 pub use app::start_with;
+pub use cds::hold::HoldOptions;
 pub use cds::{CdsOptions, CdsService};
 pub use fleet::{Fleet, FleetOptions, InstanceIdentity};
 pub use gateway::GatewayConfig;
@@ -58,6 +59,8 @@ pub struct ServeConfig {
     pub admin_addr: SocketAddr,
     /// CDS behaviour.
     pub cds: CdsOptions,
+    /// When unchanged polls are held until a change (see [`cds::hold`]).
+    pub hold: HoldOptions,
     /// Where the last good configuration is persisted; none: not persisted.
     pub data_dir: Option<PathBuf>,
     /// The keys to ask the store about.
@@ -90,6 +93,7 @@ impl Default for ServeConfig {
             grpc_addr: "0.0.0.0:11800".parse().expect("valid address"),
             admin_addr: "0.0.0.0:12800".parse().expect("valid address"),
             cds: CdsOptions::default(),
+            hold: HoldOptions::default(),
             data_dir: None,
             keys: KeySet::oap(),
             initial_load_timeout: Duration::from_secs(10),

@@ -25,14 +25,23 @@ use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
 
 use crate::gateway::upstream::Pin as UpstreamPin;
 
-/// What every call on one agent connection shares: its peer, and its pin to an OAP.
+/// What every call on one agent connection shares: its peer, and its state.
 #[derive(Debug, Clone)]
 pub struct AgentConnection {
     /// The TCP peer.
     pub tcp: TcpConnectInfo,
-    /// The OAP the connection's forwarded calls go to (gateway mode); unpinned when the
-    /// connection closes and its last call ends.
-    pub pin: Arc<UpstreamPin>,
+    /// Shared by the connection's calls; dropped when the connection closes and its last call
+    /// ends.
+    pub state: Arc<ConnectionState>,
+}
+
+/// The state of one agent connection.
+#[derive(Debug, Default)]
+pub struct ConnectionState {
+    /// The OAP the connection's forwarded calls go to (gateway mode).
+    pub pin: UpstreamPin,
+    /// Its polls held now (see `crate::cds::hold`).
+    pub held_polls: std::sync::atomic::AtomicUsize,
 }
 
 impl AgentConnection {
@@ -69,7 +78,7 @@ impl Connected for BatchedWrites {
     type ConnectInfo = AgentConnection;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        AgentConnection { tcp: self.0.connect_info(), pin: Arc::default() }
+        AgentConnection { tcp: self.0.connect_info(), state: Arc::default() }
     }
 }
 

@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use serde_json::json;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
+use skyconf_server::cds::hold::HOLD_HEADER;
 
 use crate::args::ClientArgs;
 
@@ -45,6 +46,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {addr}"))?;
         let mut client = ConfigurationDiscoveryServiceClient::new(channel);
         let mut request = tonic::Request::new(ConfigurationSyncRequest { service, uuid });
+        // An answer now, whatever the timeout: a held poll would wait for the next change.
+        request.metadata_mut().insert(HOLD_HEADER, tonic::metadata::MetadataValue::from_static("off"));
         if let Some(token) = &authentication {
             let token =
                 token.expose().parse().map_err(|_| anyhow::anyhow!("invalid --authentication: not ASCII text"))?;

@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use skyconf_server::HoldOptions;
+use skyconf_server::cds::hold::NoDeadline;
 use skyconf_server::gateway::{GatewayConfig, UpstreamTls};
 use skyconf_server::security::{AdminTokens, AllowedHosts, ClientAuth, Role, Secret, SecurityConfig};
 use skyconf_server::{AdminOptions, CdsOptions, FleetOptions, ServeConfig};
@@ -18,8 +20,8 @@ use skyconf_sources::file::FileSettings;
 use skyconf_sources::{DynSource, KeySet, Limits, StoreConfig as _};
 
 use crate::settings::{
-    ConfigFile, GatewaySection, LimitsSection, SecuritySection, SharingServerSection, SkyconfSection, TlsSettings,
-    canonical_selector,
+    ConfigFile, GatewaySection, HoldSection, LimitsSection, SecuritySection, SharingServerSection, SkyconfSection,
+    TlsSettings, canonical_selector,
 };
 use crate::stores::{self, Layers};
 
@@ -89,6 +91,45 @@ pub(crate) struct Args {
     security: SecurityArgs,
     #[command(flatten)]
     gateway: GatewayArgs,
+    #[command(flatten)]
+    hold: HoldArgs,
+}
+
+/// Held polls: an unchanged poll waits for the next change.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Held polls")]
+struct HoldArgs {
+    /// Answer every poll at once, as the OAP does (by default a poll whose answer is "unchanged"
+    /// is held until the service's configuration changes, within the client's deadline).
+    #[arg(long, env = "SKYCONF_NO_HOLD_POLLS")]
+    no_hold_polls: bool,
+    /// The shortest deadline a poll must carry to be held (`10s`) [default: 10s].
+    #[arg(long, env = "SKYCONF_HOLD_MIN_DEADLINE", value_parser = crate::args::parse_duration)]
+    hold_min_deadline: Option<Duration>,
+    /// Which polls without a deadline are held: `never`, `go-agents` (the SkyWalking Go agent) or
+    /// `all` [default: go-agents].
+    #[arg(long, env = "SKYCONF_HOLD_WITHOUT_DEADLINE")]
+    hold_without_deadline: Option<NoDeadline>,
+    /// How long a poll without a deadline is held at most [default: 30s].
+    #[arg(long, env = "SKYCONF_HOLD_CAP", value_parser = crate::args::parse_duration)]
+    hold_cap: Option<Duration>,
+}
+
+/// Flags over `skyconf.holdPolls`.
+fn hold(args: &HoldArgs, own: &HoldSection) -> HoldOptions {
+    let defaults = HoldOptions::default();
+    HoldOptions {
+        enabled: !args.no_hold_polls && own.enabled.unwrap_or(defaults.enabled),
+        min_deadline: args
+            .hold_min_deadline
+            .or(own.min_deadline_secs.map(Duration::from_secs))
+            .unwrap_or(defaults.min_deadline),
+        without_deadline: args.hold_without_deadline.or(own.without_deadline).unwrap_or(defaults.without_deadline),
+        cap: args.hold_cap.or(own.cap_secs.map(Duration::from_secs)).unwrap_or(defaults.cap),
+        max_held: own.max_held.unwrap_or(defaults.max_held),
+        max_held_per_connection: own.max_held_per_connection.unwrap_or(defaults.max_held_per_connection),
+        ..defaults
+    }
 }
 
 /// Gateway mode: one address for agents, the OAP cluster behind skyconf.
@@ -319,11 +360,13 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
     };
     let security = security(args.security, own.security.clone(), &own.limits, file_config.as_ref())?;
     let gateway = gateway(args.gateway, own.gateway.clone())?;
+    let hold = hold(&args.hold, &own.hold_polls);
     let defaults = ServeConfig::default();
     let config = ServeConfig {
         grpc_addr: args.grpc_addr.or(own.grpc_addr).unwrap_or(defaults.grpc_addr),
         admin_addr: args.admin_addr.or(own.admin_addr).unwrap_or(defaults.admin_addr),
         cds: CdsOptions { disable_message_digest: args.disable_message_digest || discovery.disable_message_digest },
+        hold,
         data_dir: args.data_dir.or(own.data_dir),
         keys: KeySet::oap_with(own.extra_keys),
         require_initial_load: entry.must_load_at_start,

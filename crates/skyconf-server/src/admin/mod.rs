@@ -6,7 +6,8 @@
 //!   is connected, whether the table is a persisted (stale) copy, the last refused document, and
 //!   a store change held by the fleet-reset guard (`held`, see [`crate::reload`]).
 //! - `GET /api/v1/...`: services with their digest and fleet status, one service's configuration
-//!   and agents, releases with their changes, the current document (see [`read`]).
+//!   and agents, the instances agents said they are, releases with their changes, the current
+//!   document (see [`read`]).
 //! - `PUT`/`DELETE`/`POST /api/v1/...`: writes, validated, written through to the store and
 //!   recorded as releases; rollback; confirming or discarding a held change (see [`write`](mod@write)).
 //! - `GET /api/v1/openapi.json`: the OpenAPI 3.1 description of every route here and
@@ -151,6 +152,7 @@ impl Admin {
             .route("/api/v1/status", get(read::status))
             .route("/api/v1/services", get(read::services))
             .route("/api/v1/services/{name}", get(read::service))
+            .route("/api/v1/instances", get(read::instances))
             .route("/api/v1/releases", get(read::releases))
             .route("/api/v1/releases/{id}", get(read::release))
             .route("/api/v1/releases/{id}/compare/{other}", get(read::compare))

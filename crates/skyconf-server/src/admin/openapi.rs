@@ -16,7 +16,7 @@ use skyconf_core::diff::{ChangeKind, KeyChange, ServiceChange};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
-use crate::fleet::{AgentState, AgentStatus, StateCounts};
+use crate::fleet::{AgentState, AgentStatus, AnonymousPoller, InstanceService, InstanceStatus, Property, StateCounts};
 use crate::releases::{ChangeSummary, Release, ReleaseSummary};
 use crate::served::{Held, Rejection};
 use crate::store_view::StoreStatus;
@@ -41,6 +41,7 @@ use crate::store_view::StoreStatus;
         super::read::status,
         super::read::services,
         super::read::service,
+        super::read::instances,
         super::read::releases,
         super::read::release,
         super::read::compare,
@@ -54,7 +55,19 @@ use crate::store_view::StoreStatus;
         super::write::confirm_held,
         super::write::discard_held,
     ),
-    components(schemas(ChangeKind, KeyChange, ServiceChange, AgentState, AgentStatus, StateCounts, ChangeSummary)),
+    components(schemas(
+        ChangeKind,
+        KeyChange,
+        ServiceChange,
+        AgentState,
+        AgentStatus,
+        StateCounts,
+        ChangeSummary,
+        Property,
+        InstanceStatus,
+        InstanceService,
+        AnonymousPoller
+    )),
     modifiers(&BearerAuth, &YamlDocument),
     tags(
         (name = "health", description = "Probes: open to anyone who can reach the port."),
@@ -267,6 +280,32 @@ pub(crate) struct FleetStatus {
     stuck_after_polls: u64,
     /// Seconds after which an agent that stopped polling is forgotten.
     expire_after_s: u64,
+    /// Whether every agent is expected to say which instance it is (gateway mode): pollers
+    /// that do not are `anonymous`.
+    expect_identity: bool,
+    /// Connections whose instance identity is known.
+    identified: u64,
+    /// `ManagementService` calls whose identity was not kept (the table was full).
+    unkept_identities: u64,
+    /// Reported properties dropped (over 64 per instance) or shortened, since start.
+    properties_cut: u64,
+}
+
+/// `GET /api/v1/instances`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct InstanceList {
+    /// Whether every agent is expected to say which instance it is (gateway mode).
+    expect_identity: bool,
+    /// Every connection that said which instance it is, by service, instance name, then peer
+    /// (at most 10000).
+    instances: Vec<InstanceStatus>,
+    /// How many there are in all.
+    instances_total: u64,
+    /// Every (service, peer) pair polling from a connection that never said, by service, then
+    /// peer (at most 1000).
+    anonymous: Vec<AnonymousPoller>,
+    /// How many there are in all.
+    anonymous_total: u64,
 }
 
 /// `GET /api/v1/services`.
@@ -305,6 +344,8 @@ pub(crate) struct ServiceRow {
     stuck: u64,
     /// Pollers seen once.
     new: u64,
+    /// Pollers that never said which instance they are, where every agent is expected to.
+    anonymous: u64,
 }
 
 /// A polled service without configuration in `GET /api/v1/services`.
@@ -324,6 +365,8 @@ pub(crate) struct UnconfiguredRow {
     stuck: u64,
     /// Pollers seen once.
     new: u64,
+    /// Pollers that never said which instance they are, where every agent is expected to.
+    anonymous: u64,
 }
 
 /// The release that last changed a service.

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `GET /api/v1/status` | served version, store status, newest release, the last refused document with its text, fleet settings |
 //! | `GET /api/v1/services` | every configured service: digest, key count, last change, agents seen, how many applied / behind / stuck; and the names agents poll that have no configuration |
-//! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, last seen, digest held, state) |
+//! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, properties, agent version, last seen, digest held, state) |
+//! | `GET /api/v1/instances` | every instance agents said they are (`ManagementService` calls): service, name, peer, properties, agent version, and each service its connection polls with its state; and the anonymous pollers, whose connection never said (at most [`MAX_INSTANCES_LISTED`] and [`MAX_ANONYMOUS_LISTED`]) |
 //! | `GET /api/v1/releases?limit=N&before=ID` | a page of release summaries, newest first: who, when, why, how many services changed and the first 20 of them (no digests, no key-level changes); `limit` defaults to 50, at most 500; `before` pages on (`next_before` of the previous page) |
 //! | `GET /api/v1/releases/{id}` | one release in full: every changed service with digests and key-level changes, and its document text (read from its file) |
 //! | `GET /api/v1/releases/{id}/compare/{other}` | what changed from release `id` to release `other` (any two kept releases, either order): every changed service with digests and key-level changes, at most 1000 services (`truncated` says when there were more) |
@@ -37,6 +38,12 @@ const PAGE: &str = include_str!("../../assets/index.html");
 
 /// How many names of unconfigured services polled by agents are listed at most.
 const MAX_UNCONFIGURED_LISTED: usize = 1000;
+
+/// How many identified instances `GET /api/v1/instances` lists at most.
+pub const MAX_INSTANCES_LISTED: usize = 10_000;
+
+/// How many anonymous (service, peer) pairs `GET /api/v1/instances` lists at most.
+pub const MAX_ANONYMOUS_LISTED: usize = 1000;
 
 pub(super) async fn page() -> impl IntoResponse {
     static CSP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -125,6 +132,10 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
             "untracked_polls": admin.fleet.untracked_polls(),
             "stuck_after_polls": fleet.stuck_after_polls,
             "expire_after_s": fleet.expire_after.as_secs(),
+            "expect_identity": fleet.expect_identity,
+            "identified": admin.fleet.identified(),
+            "unkept_identities": admin.fleet.unkept_identities(),
+            "properties_cut": admin.fleet.properties_cut(),
         },
     }))
 }
@@ -160,13 +171,14 @@ pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
                 "behind": c.behind,
                 "stuck": c.stuck,
                 "new": c.new,
+                "anonymous": c.anonymous,
             })
         })
         .collect();
     let unconfigured: Vec<Value> = counts
         .iter()
         .take(MAX_UNCONFIGURED_LISTED)
-        .map(|(name, c)| json!({ "name": name, "digest": Digest::empty().as_str(), "agents": c.agents, "applied": c.applied, "behind": c.behind, "stuck": c.stuck, "new": c.new }))
+        .map(|(name, c)| json!({ "name": name, "digest": Digest::empty().as_str(), "agents": c.agents, "applied": c.applied, "behind": c.behind, "stuck": c.stuck, "new": c.new, "anonymous": c.anonymous }))
         .collect();
     Json(json!({
         "version": snapshot.version,
@@ -225,6 +237,34 @@ pub(super) async fn service(
         "agents": agents,
     });
     Ok((etag(release), Json(body)))
+}
+
+/// `GET /api/v1/instances`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/instances",
+    tag = "read",
+    operation_id = "instances",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every identified instance, and the anonymous pollers.", body = super::openapi::InstanceList),
+        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+    ),
+)]
+pub(super) async fn instances(State(admin): State<Admin>) -> Json<Value> {
+    let snapshot = admin.served.snapshot();
+    let mut listed = admin.fleet.instances(|service| snapshot.answer(service).digest.clone());
+    let (instances_total, anonymous_total) = (listed.instances.len(), listed.anonymous.len());
+    listed.instances.truncate(MAX_INSTANCES_LISTED);
+    listed.anonymous.truncate(MAX_ANONYMOUS_LISTED);
+    Json(json!({
+        "expect_identity": admin.fleet.options().expect_identity,
+        "instances": listed.instances,
+        "instances_total": instances_total,
+        "anonymous": listed.anonymous,
+        "anonymous_total": anonymous_total,
+    }))
 }
 
 /// `?limit=N&before=ID`.

@@ -6,11 +6,15 @@
 //! what sits at the edge: the fleet record of who polled, the metrics, the request limit and the
 //! panic guard.
 //!
+//! A poll whose answer would be "unchanged" may be held until the service's answer changes
+//! ([`hold`]): a stock agent then gets a change in milliseconds.
+//!
 //! The call never fails with a status that makes a Java agent drop its channel (UNKNOWN,
 //! UNAVAILABLE, RESOURCE_EXHAUSTED, UNAUTHENTICATED, PERMISSION_DENIED): even a panic inside the
 //! handler becomes a "no change" answer, which every agent handles by keeping what it has.
 
 pub mod codec;
+pub mod hold;
 
 mod generated {
     #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
@@ -32,6 +36,8 @@ use codec::EncodedCommands;
 pub use generated::configuration_discovery_service_server::{
     ConfigurationDiscoveryService, ConfigurationDiscoveryServiceServer,
 };
+use hold::{HeldCount, HoldOptions, Release, Slot};
+use tokio_util::sync::CancellationToken;
 
 /// The largest request accepted. A real one is a service name and a 128-character digest; a
 /// larger message ends with OUT_OF_RANGE, which agents treat as an ordinary error.
@@ -48,12 +54,38 @@ pub struct CdsService {
     /// Where each poll is recorded (fleet status), if anywhere.
     fleet: Option<Arc<Fleet>>,
     metrics: CdsMetrics,
+    /// When polls are held (off until [`Self::with_holding`]).
+    hold: HoldOptions,
+    held: Arc<HeldCount>,
+    /// Releases every held poll ("unchanged") when cancelled.
+    shutdown: CancellationToken,
 }
 
 impl CdsService {
-    /// A service answering from `served`.
+    /// A service answering from `served`, holding no poll.
     pub fn new(served: Arc<ServedTable>, options: CdsOptions) -> Self {
-        Self { served, options, fleet: None, metrics: CdsMetrics::default() }
+        Self {
+            served,
+            options,
+            fleet: None,
+            metrics: CdsMetrics::default(),
+            hold: HoldOptions { enabled: false, ..HoldOptions::default() },
+            held: Arc::default(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    /// Holds unchanged polls as `hold` says, releasing them all ("unchanged") once `shutdown` is
+    /// cancelled. Never with `disable_message_digest`: every answer is a change then.
+    pub fn with_holding(mut self, hold: HoldOptions, shutdown: CancellationToken) -> Self {
+        self.hold = HoldOptions { enabled: hold.enabled && !self.options.disable_message_digest, ..hold };
+        self.shutdown = shutdown;
+        self
+    }
+
+    /// The count of polls held now.
+    pub fn held(&self) -> Arc<HeldCount> {
+        Arc::clone(&self.held)
     }
 
     /// Counts every answer, and its latency, in `metrics`.
@@ -103,20 +135,88 @@ impl ConfigurationDiscoveryService for CdsService {
         request: Request<ConfigurationSyncRequest>,
     ) -> Result<Response<EncodedCommands>, Status> {
         let started = self.metrics.start();
+        let hold_for = self.hold.hold_for(request.metadata());
+        let connection = crate::socket::connection_of(request.extensions()).map(|c| Arc::clone(&c.state));
         let peer = crate::socket::peer_of(request.extensions());
         let request = request.into_inner();
-        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_from(&request, peer)));
-        let bytes = match answered {
-            Ok((bytes, outcome)) => {
-                self.metrics.record(outcome, started);
-                bytes
+        // Subscribed before the lookup: a change between the two is not missed.
+        let changes = hold_for.map(|_| self.served.subscribe());
+        let Some((bytes, outcome)) = self.lookup(&request, peer) else {
+            return Ok(Response::new(EncodedCommands(Bytes::new())));
+        };
+        let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
+        if let (Some(hold_for), Some(changes), true) = (hold_for, changes, holdable) {
+            let held_polls = connection.as_ref().map(|c| &c.held_polls);
+            if let Some(slot) = self.take_slot(held_polls) {
+                let holding = self.fleet.as_ref().zip(peer);
+                if let Some((fleet, peer)) = holding {
+                    fleet.set_holding(&request.service, peer, true);
+                }
+                let held = self.hold(&request, hold_for, changes, slot).await;
+                if let Some((fleet, peer)) = holding {
+                    fleet.set_holding(&request.service, peer, false);
+                }
+                let (bytes, outcome) = held.unwrap_or((bytes, outcome));
+                self.metrics.record(outcome, None);
+                return Ok(Response::new(EncodedCommands(bytes)));
             }
-            Err(_) => {
-                tracing::error!(service = %request.service, "The configuration lookup panicked; answering \"no change\" so the agent keeps its configuration.");
-                Bytes::new()
+        }
+        self.metrics.record(outcome, started);
+        Ok(Response::new(EncodedCommands(bytes)))
+    }
+}
+
+impl CdsService {
+    /// [`Self::answer_from`], with a panic answered "no change" (`None`).
+    fn lookup(
+        &self,
+        request: &ConfigurationSyncRequest,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Option<(Bytes, FetchOutcome)> {
+        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_from(request, peer)));
+        if answered.is_err() {
+            tracing::error!(service = %request.service, "The configuration lookup panicked; answering \"no change\" so the agent keeps its configuration.");
+        }
+        answered.ok()
+    }
+
+    /// A place among the held polls, or `None` (counted) when a bound is reached.
+    fn take_slot<'a>(&'a self, connection: Option<&'a std::sync::atomic::AtomicUsize>) -> Option<Slot<'a>> {
+        let taken = Slot::take(&self.held, self.hold.max_held, connection, self.hold.max_held_per_connection);
+        taken.map_err(|refusal| self.metrics.hold_refused(refusal)).ok()
+    }
+
+    /// Waits up to `hold_for` for the answer to `request` to change; the new answer, or `None`
+    /// when the hold ends first (or the server shuts down).
+    async fn hold(
+        &self,
+        request: &ConfigurationSyncRequest,
+        hold_for: std::time::Duration,
+        mut changes: tokio::sync::watch::Receiver<u64>,
+        slot: Slot<'_>,
+    ) -> Option<(Bytes, FetchOutcome)> {
+        let expired = tokio::time::sleep(hold_for);
+        tokio::pin!(expired);
+        let (release, answer) = loop {
+            tokio::select! {
+                () = &mut expired => break (Release::Expired, None),
+                () = self.shutdown.cancelled() => break (Release::Shutdown, None),
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        break (Release::Shutdown, None);
+                    }
+                    // The poll was recorded in the fleet when it arrived; this is the same poll.
+                    match self.lookup(request, None) {
+                        Some((_, FetchOutcome::Unchanged | FetchOutcome::NotReady)) => {}
+                        Some(answer) => break (Release::Changed, Some(answer)),
+                        None => break (Release::Expired, None),
+                    }
+                }
             }
         };
-        Ok(Response::new(EncodedCommands(bytes)))
+        drop(slot);
+        self.metrics.hold_released(release);
+        answer
     }
 }
 
@@ -153,5 +253,226 @@ mod tests {
         assert!(ask(&svc, "svc", &digest).is_none());
         served.install(skyconf_core::AgentConfigurations::default());
         assert_eq!(ask(&svc, "svc", &digest).unwrap().uuid.as_deref(), Some(EMPTY_DIGEST));
+    }
+
+    // Held polls, in virtual time: the service is called as tonic calls it.
+    mod held {
+        use super::*;
+        use crate::socket::{AgentConnection, ConnectionState};
+        use std::time::Duration;
+        use tokio::time::Instant;
+
+        const V5: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
+        const OTHER: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n  other:\n    k: v\n";
+
+        fn holding(served: &Arc<ServedTable>, hold: HoldOptions) -> (Arc<CdsService>, CancellationToken) {
+            let stop = CancellationToken::new();
+            let svc = CdsService::new(Arc::clone(served), CdsOptions::default()).with_holding(hold, stop.clone());
+            (Arc::new(svc), stop)
+        }
+
+        fn request(
+            uuid: &str,
+            metadata: &[(&'static str, &'static str)],
+            connection: Option<&AgentConnection>,
+        ) -> Request<ConfigurationSyncRequest> {
+            let mut request = Request::new(ConfigurationSyncRequest { service: "svc".into(), uuid: uuid.into() });
+            for (k, v) in metadata {
+                request.metadata_mut().insert(*k, v.parse().unwrap());
+            }
+            if let Some(connection) = connection {
+                request.extensions_mut().insert(connection.clone());
+            }
+            request
+        }
+
+        /// Starts a call in a task; returns its handle once it is held (or answered).
+        async fn start(
+            svc: &Arc<CdsService>,
+            request: Request<ConfigurationSyncRequest>,
+        ) -> tokio::task::JoinHandle<Option<DiscoveryCommand>> {
+            let before = svc.held().get();
+            let svc2 = Arc::clone(svc);
+            let call = tokio::spawn(async move {
+                let bytes = svc2.fetch_configurations(request).await.unwrap().into_inner().0;
+                let commands = Commands::decode(bytes).unwrap();
+                commands.commands.first().map(|c| DiscoveryCommand::from_command(c).unwrap())
+            });
+            for _ in 0..100 {
+                if svc.held().get() > before || call.is_finished() {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            call
+        }
+
+        fn current(served: &ServedTable) -> String {
+            served.snapshot().answer("svc").digest.as_str().to_owned()
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_held_poll_gets_the_change_at_once_and_another_services_change_keeps_it_held() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let digest = current(&served);
+            let started = Instant::now();
+            let call = start(&svc, request(&digest, &[("grpc-timeout", "30S")], None)).await;
+            assert_eq!(svc.held().get(), 1, "an unchanged poll with a 30 s deadline is held");
+
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            served.install(skyconf_core::read(OTHER).unwrap());
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            assert!(!call.is_finished(), "svc's answer did not change");
+
+            served.install(skyconf_core::read(V5).unwrap());
+            let command = call.await.unwrap().expect("the new command");
+            assert_eq!(command.uuid.as_deref(), Some(current(&served).as_str()));
+            assert_eq!(command.config, [("agent.sample_n_per_3_secs".to_owned(), "20".to_owned())]);
+            assert_eq!(started.elapsed(), Duration::from_secs(10), "answered the moment it changed");
+            assert_eq!(svc.held().get(), 0);
+            assert_eq!(svc.metrics.fetches(FetchOutcome::Changed), 1);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_held_poll_is_answered_unchanged_the_margin_before_its_deadline() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let started = Instant::now();
+            let call = start(&svc, request(&current(&served), &[("grpc-timeout", "30S")], None)).await;
+            assert_eq!(call.await.unwrap(), None, "unchanged");
+            assert_eq!(started.elapsed(), Duration::from_secs(28), "2 s before the 30 s deadline");
+            assert_eq!(svc.metrics.fetches(FetchOutcome::Unchanged), 1);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn the_java_agents_timing_becomes_a_continuous_long_poll_that_never_meets_its_deadline() {
+            // Fixed rate of 20 s, a deadline of 30 s per call, as the Java agent schedules it.
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (interval, deadline) = (Duration::from_secs(20), Duration::from_secs(30));
+            let mut uuid = String::new();
+            let mut next = Instant::now();
+            let mut received = Vec::new();
+            let changes_at = [61u64, 95, 200, 333];
+            let mut changes = changes_at.iter().peekable();
+            let origin = Instant::now();
+            while origin.elapsed() < Duration::from_secs(400) {
+                tokio::time::sleep_until(next).await;
+                let started = Instant::now();
+                let timeout = format!("{}S", deadline.as_secs());
+                let call = Arc::clone(&svc);
+                let mut req = Request::new(ConfigurationSyncRequest { service: "svc".into(), uuid: uuid.clone() });
+                req.metadata_mut().insert("grpc-timeout", timeout.parse().unwrap());
+                let answer = tokio::spawn(async move { call.fetch_configurations(req).await });
+                // The store changes while calls are in flight.
+                let mut answer = std::pin::pin!(answer);
+                let bytes = loop {
+                    let at = changes.peek().map(|s| origin + Duration::from_secs(**s));
+                    tokio::select! {
+                        done = &mut answer => break done.unwrap().unwrap().into_inner().0,
+                        () = async { tokio::time::sleep_until(at.unwrap()).await }, if at.is_some() => {
+                            let value = 100 + changes.next().unwrap();
+                            let doc = format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {value}\n");
+                            served.install(skyconf_core::read(&doc).unwrap());
+                        }
+                    }
+                };
+                assert!(started.elapsed() < deadline, "no call meets its deadline");
+                if let Some(c) = Commands::decode(bytes).unwrap().commands.first() {
+                    let command = DiscoveryCommand::from_command(c).unwrap();
+                    uuid = command.uuid.unwrap();
+                    received.push(origin.elapsed().as_secs());
+                }
+                next = (started + interval).max(Instant::now());
+            }
+            // The first poll gets the configuration; every change made while a call was held
+            // arrives that same second.
+            assert_eq!(received, [0, 61, 95, 200, 333], "when each command arrived");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn without_a_deadline_only_the_go_agent_is_held_and_only_up_to_the_cap() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let digest = current(&served);
+            let started = Instant::now();
+            let call = start(&svc, request(&digest, &[("user-agent", "grpcurl/v1.9.1 grpc-go/1.61.0")], None)).await;
+            assert_eq!(call.await.unwrap(), None);
+            assert_eq!(started.elapsed(), Duration::ZERO, "a generic tool is answered at once");
+            let call = start(&svc, request(&digest, &[("user-agent", "grpc-go/1.71.0")], None)).await;
+            assert_eq!(call.await.unwrap(), None);
+            assert_eq!(started.elapsed(), Duration::from_secs(30), "the Go agent is held up to the cap");
+            let call = start(&svc, request(&digest, &[("grpc-timeout", "30S"), ("skyconf-hold", "off")], None)).await;
+            let before = Instant::now();
+            assert_eq!(call.await.unwrap(), None);
+            assert_eq!(before.elapsed(), Duration::ZERO, "skyconf-hold: off is answered at once");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn shutdown_releases_every_held_poll_unchanged() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let (svc, stop) = holding(&served, HoldOptions::default());
+            let digest = current(&served);
+            let mut calls = Vec::new();
+            for _ in 0..5 {
+                calls.push(start(&svc, request(&digest, &[("grpc-timeout", "30S")], None)).await);
+            }
+            assert_eq!(svc.held().get(), 5);
+            let started = Instant::now();
+            stop.cancel();
+            for call in calls {
+                assert_eq!(call.await.unwrap(), None);
+            }
+            assert_eq!(started.elapsed(), Duration::ZERO);
+            assert_eq!(svc.held().get(), 0);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn held_polls_are_bounded_per_connection_and_in_total() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let hold = HoldOptions { max_held: 3, max_held_per_connection: 2, ..HoldOptions::default() };
+            let (svc, _stop) = holding(&served, hold);
+            let digest = current(&served);
+            let connection = |port| AgentConnection {
+                tcp: tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], port))),
+                },
+                state: Arc::new(ConnectionState::default()),
+            };
+            let (a, b) = (connection(1), connection(2));
+            let held = [("grpc-timeout", "30S")];
+            let _a1 = start(&svc, request(&digest, &held, Some(&a))).await;
+            let _a2 = start(&svc, request(&digest, &held, Some(&a))).await;
+            let a3 = start(&svc, request(&digest, &held, Some(&a))).await;
+            assert_eq!(svc.held().get(), 2, "the connection's bound");
+            assert!(a3.await.unwrap().is_none());
+            let _b1 = start(&svc, request(&digest, &held, Some(&b))).await;
+            let b2 = start(&svc, request(&digest, &held, Some(&b))).await;
+            assert_eq!(svc.held().get(), 3, "the total bound");
+            assert!(b2.await.unwrap().is_none());
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_poll_before_any_table_is_held_until_the_first_one() {
+            let served = Arc::new(ServedTable::waiting());
+            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let call = start(&svc, request("", &[("grpc-timeout", "30S")], None)).await;
+            assert_eq!(svc.held().get(), 1);
+            served.install(skyconf_core::read(V4).unwrap());
+            assert!(call.await.unwrap().is_some(), "the first table reaches the held agent");
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn no_poll_is_held_when_every_answer_is_a_change() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let svc = CdsService::new(Arc::clone(&served), CdsOptions { disable_message_digest: true })
+                .with_holding(HoldOptions::default(), CancellationToken::new());
+            let svc = Arc::new(svc);
+            let call = start(&svc, request(&current(&served), &[("grpc-timeout", "30S")], None)).await;
+            assert!(call.await.unwrap().is_some(), "the whole configuration, at once");
+            assert_eq!(svc.held().get(), 0);
+        }
     }
 }

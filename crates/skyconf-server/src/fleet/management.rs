@@ -1,20 +1,25 @@
 //! `skywalking.v3.ManagementService` (`reportInstanceProperties`, `keepAlive`), answered with an
-//! empty `Commands` as the OAP answers it, so skyconf learns the instance name behind a peer
-//! address. Agents send these calls on the same gRPC channel as their configuration polls, so the
-//! peer address ties the two together. Nothing else is done with the properties.
+//! empty `Commands` as the OAP answers it, so skyconf learns the instance behind a peer address:
+//! its name, its reported properties and the agent version the call's metadata carries (the Java
+//! agent sends `Agent-Version`; gRPC metadata keys arrive lowercase). Agents send these calls on
+//! the same gRPC channel as their configuration polls, so the peer address ties the two together.
 
 use std::sync::Arc;
 
 use skyconf_proto::v3::management_service_server::{ManagementService, ManagementServiceServer};
 use skyconf_proto::v3::{Commands, InstancePingPkg, InstanceProperties};
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use super::Fleet;
+use super::{Fleet, InstanceIdentity};
+
+/// The metadata key agents put their version in.
+pub const AGENT_VERSION_KEY: &str = "agent-version";
 
 /// The largest management request accepted (properties of one instance).
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 
-/// Records instance names into a [`Fleet`].
+/// Records instance identities into a [`Fleet`].
 #[derive(Debug, Clone)]
 pub struct Management {
     fleet: Arc<Fleet>,
@@ -31,11 +36,16 @@ impl Management {
         ManagementServiceServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES)
     }
 
-    fn observe(&self, peer: Option<std::net::SocketAddr>, service: &str, instance: &str) {
+    fn observe(&self, peer: Option<std::net::SocketAddr>, identity: &InstanceIdentity) {
         if let Some(peer) = peer {
-            self.fleet.observe_instance(service, instance, peer);
+            self.fleet.observe_identity(peer, identity);
         }
     }
+}
+
+/// The `agent-version` a call's metadata carries, if it is printable text.
+pub fn agent_version(metadata: &MetadataMap) -> Option<String> {
+    metadata.get(AGENT_VERSION_KEY).and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
 
 #[tonic::async_trait]
@@ -45,15 +55,31 @@ impl ManagementService for Management {
         request: Request<InstanceProperties>,
     ) -> Result<Response<Commands>, Status> {
         let peer = crate::socket::peer_of(request.extensions());
-        let properties = request.into_inner();
-        self.observe(peer, &properties.service, &properties.service_instance);
+        let agent_version = agent_version(request.metadata());
+        let report = request.into_inner();
+        let identity = InstanceIdentity {
+            service: report.service,
+            instance: report.service_instance,
+            properties: report.properties.into_iter().map(|p| (p.key, p.value)).collect(),
+            agent_version,
+            reported_properties: true,
+        };
+        self.observe(peer, &identity);
         Ok(Response::new(Commands::default()))
     }
 
     async fn keep_alive(&self, request: Request<InstancePingPkg>) -> Result<Response<Commands>, Status> {
         let peer = crate::socket::peer_of(request.extensions());
+        let agent_version = agent_version(request.metadata());
         let ping = request.into_inner();
-        self.observe(peer, &ping.service, &ping.service_instance);
+        let identity = InstanceIdentity {
+            service: ping.service,
+            instance: ping.service_instance,
+            properties: Vec::new(),
+            agent_version,
+            reported_properties: false,
+        };
+        self.observe(peer, &identity);
         Ok(Response::new(Commands::default()))
     }
 }

@@ -30,8 +30,13 @@
 //!
 //! Agents are told apart by peer address (IP and port of their gRPC connection). Behind a proxy
 //! that pools connections, that is the proxy's connection, not the agent. Where agents also send
-//! `ManagementService` calls to skyconf (see [`management`]), the instance name is shown too.
+//! `ManagementService` calls to skyconf (answered here, see [`management`], or forwarded by the
+//! gateway), the connection's instance identity is kept too: name, properties, agent version
+//! (see [`identity`]). In gateway mode every agent sends them, so
+//! [`FleetOptions::expect_identity`] marks a connection that polls without one
+//! [`AgentState::Anonymous`] instead of counting it as a fleet member.
 
+pub mod identity;
 pub mod management;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -41,6 +46,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use skyconf_core::Digest;
+
+use identity::Instance;
+pub use identity::{AnonymousPoller, InstanceService, InstanceStatus, Instances, MAX_PROPERTIES, Property};
 
 /// How many independently locked shards the table has.
 pub const SHARDS: usize = 64;
@@ -68,6 +76,11 @@ pub struct FleetOptions {
     /// At most this many of them are of services without configuration; beyond it, the least
     /// recently seen of those is evicted.
     pub max_unconfigured: usize,
+    /// Every agent is expected to say which instance it is (`ManagementService` calls on its
+    /// connection, as in gateway mode): a connection that polls without having done so is
+    /// [`AgentState::Anonymous`], not a fleet member. Off where skyconf sees only the polls
+    /// (behind a proxy that sends the rest to the OAP).
+    pub expect_identity: bool,
 }
 
 impl Default for FleetOptions {
@@ -77,6 +90,7 @@ impl Default for FleetOptions {
             expire_after: Duration::from_secs(600),
             max_agents: 100_000,
             max_unconfigured: 10_000,
+            expect_identity: false,
         }
     }
 }
@@ -94,6 +108,10 @@ pub enum AgentState {
     Behind,
     /// It still echoes another digest N polls after the change: its apply failed.
     Stuck,
+    /// Its connection polls but never said which instance it is, where every agent is expected
+    /// to ([`FleetOptions::expect_identity`]): a client that is not a SkyWalking agent, or one
+    /// whose other calls do not come here. Shown, not counted as a fleet member.
+    Anonymous,
 }
 
 /// What an agent last echoed.
@@ -134,19 +152,16 @@ struct Entry {
     polls_behind: u32,
     /// Whether the service had configuration at its last poll.
     configured: bool,
+    /// Its polls held now (see `crate::cds::hold`): a held agent is connected and waiting, so it
+    /// counts as seen now.
+    held: u16,
 }
 
 #[derive(Debug, Default)]
 struct Peer {
     services: HashMap<Arc<str>, Entry>,
-    instance: Option<Instance>,
-}
-
-#[derive(Debug, Clone)]
-struct Instance {
-    service: Arc<str>,
-    name: Arc<str>,
-    seen: u64,
+    /// Boxed: most peers have none (behind a proxy), and the poll path walks these maps.
+    instance: Option<Box<Instance>>,
 }
 
 /// One poll, as [`Fleet::observe`] records it.
@@ -192,6 +207,12 @@ pub struct Fleet {
     evicted: AtomicU64,
     /// Where the next search for an evictable pair in another shard starts.
     next_victim_shard: AtomicUsize,
+    /// Peers with a known instance identity (bounded by [`FleetOptions::max_agents`] too).
+    identified: AtomicUsize,
+    /// Identities not kept because that bound was reached.
+    unkept_identities: AtomicU64,
+    /// Properties dropped over [`MAX_PROPERTIES`] or shortened, over all reports.
+    properties_cut: AtomicU64,
 }
 
 /// What one `ManagementService` call says about the instance behind a connection.
@@ -217,8 +238,14 @@ pub struct AgentStatus {
     pub service: String,
     /// Its gRPC peer address.
     pub peer: String,
-    /// Its instance name, once it sent a `ManagementService` call to this server.
+    /// Its instance name, once its connection carried a `ManagementService` call for this
+    /// service.
     pub instance: Option<String>,
+    /// The instance's reported properties, in the order sent (empty until reported).
+    pub properties: Vec<Property>,
+    /// The agent version its connection sent as `agent-version` metadata.
+    #[schema(required = true)]
+    pub agent_version: Option<String>,
     /// First poll seen (Unix milliseconds).
     pub first_seen_ms: u64,
     /// Last poll seen (Unix milliseconds).
@@ -227,7 +254,7 @@ pub struct AgentStatus {
     pub polls: u64,
     /// The digest it echoed last ("" for none).
     pub digest: String,
-    /// Applied, behind or stuck.
+    /// Applied, behind, stuck, new or anonymous.
     pub state: AgentState,
     /// Polls since the current digest was first served to it that did not echo it.
     pub polls_behind: u32,
@@ -236,7 +263,8 @@ pub struct AgentStatus {
 /// Counts per state for one service.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct StateCounts {
-    /// Agents seen: applied, behind or stuck (pollers seen once are counted in `new` only).
+    /// Agents seen: applied, behind or stuck (pollers seen once are counted in `new` only, and
+    /// anonymous ones in `anonymous` only).
     pub agents: usize,
     /// Agents holding the current digest.
     pub applied: usize,
@@ -246,21 +274,24 @@ pub struct StateCounts {
     pub stuck: usize,
     /// Pollers seen once so far: new agents, or one-off polls.
     pub new: usize,
+    /// Pollers that never said which instance they are, where every agent is expected to.
+    pub anonymous: usize,
 }
 
 impl StateCounts {
     /// Counts one agent in `state`.
     pub fn add(&mut self, state: AgentState) {
-        if state == AgentState::New {
-            self.new += 1;
-            return;
-        }
-        self.agents += 1;
-        match state {
-            AgentState::New => {}
-            AgentState::Applied => self.applied += 1,
-            AgentState::Behind => self.behind += 1,
-            AgentState::Stuck => self.stuck += 1,
+        // New and anonymous pollers are shown apart, not counted as fleet members.
+        let count = match state {
+            AgentState::New => &mut self.new,
+            AgentState::Anonymous => &mut self.anonymous,
+            AgentState::Applied => &mut self.applied,
+            AgentState::Behind => &mut self.behind,
+            AgentState::Stuck => &mut self.stuck,
+        };
+        *count += 1;
+        if !matches!(state, AgentState::New | AgentState::Anonymous) {
+            self.agents += 1;
         }
     }
 }
@@ -304,6 +335,9 @@ impl Fleet {
             untracked: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
             next_victim_shard: AtomicUsize::new(0),
+            identified: AtomicUsize::new(0),
+            unkept_identities: AtomicU64::new(0),
+            properties_cut: AtomicU64::new(0),
         }
     }
 
@@ -328,6 +362,18 @@ impl Fleet {
 
     fn lock(&self, peer: &SocketAddr) -> MutexGuard<'_, Shard> {
         self.shards[shard_of(peer)].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks a poll of `peer` for `service` held (`true`) or answered (`false`). A held agent
+    /// is shown as seen now and is never forgotten while it waits; the end of a hold counts as
+    /// seen too.
+    pub fn set_holding(&self, service: &str, peer: SocketAddr, holding: bool) {
+        let now = self.now();
+        let mut shard = self.lock(&peer);
+        if let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service)) {
+            entry.held = if holding { entry.held.saturating_add(1) } else { entry.held.saturating_sub(1) };
+            entry.last_seen = now;
+        }
     }
 
     /// Records one poll: `peer` asked for `service` (`configured`: it has configuration) echoing
@@ -406,6 +452,7 @@ impl Fleet {
             target: current.clone(),
             polls_behind: 0,
             configured,
+            held: 0,
         };
         entry.update(uuid, current, now);
         shard.peers.entry(peer).or_default().services.insert(service, entry);
@@ -448,48 +495,22 @@ impl Fleet {
         })
     }
 
-    /// Records what a `ManagementService` call on the connection from `peer` says about its
-    /// instance (a call answered here, or one the gateway forwards to the OAP).
-    pub fn observe_identity(&self, peer: SocketAddr, identity: &InstanceIdentity) {
-        self.observe_instance(&identity.service, &identity.instance, peer);
-    }
-
-    /// Records the instance name an agent at `peer` gave in a `ManagementService` call.
-    pub fn observe_instance(&self, service: &str, instance: &str, peer: SocketAddr) {
-        if instance.is_empty() || service.len() > MAX_TRACKED_NAME_BYTES {
-            return;
-        }
-        let now = self.now();
-        let mut shard = self.lock(&peer);
-        let peer_entry = match shard.peers.get_mut(&peer) {
-            Some(p) => p,
-            None => {
-                if self.tracked.load(Ordering::Relaxed) >= self.options.max_agents {
-                    return;
-                }
-                shard.peers.entry(peer).or_default()
-            }
-        };
-        match &mut peer_entry.instance {
-            Some(known) if &*known.name == cut(instance) && &*known.service == service => known.seen = now,
-            slot => *slot = Some(Instance { service: Arc::from(service), name: Arc::from(cut(instance)), seen: now }),
-        }
-    }
-
-    /// Forgets agents (and instance names) not seen for [`FleetOptions::expire_after`].
+    /// Forgets agents (and instance identities) not seen for [`FleetOptions::expire_after`].
     pub fn sweep(&self) -> usize {
         let now = self.now();
         let horizon = self.options.expire_after.as_millis() as u64;
         let one_off_horizon = horizon.min(ONE_OFF_EXPIRY.as_millis() as u64);
         let fresh = |seen: u64| now.saturating_sub(seen) < horizon;
-        let (mut removed, mut removed_unconfigured) = (0, 0);
+        let (mut removed, mut removed_unconfigured, mut forgotten) = (0, 0, 0);
         for shard in &*self.shards {
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
             shard.peers.retain(|_, peer| {
                 let before = peer.services.len();
                 let identified = peer.instance.is_some();
                 peer.services.retain(|_, e| {
-                    let keep = if e.polls <= 1 && !identified {
+                    let keep = if e.held > 0 {
+                        true
+                    } else if e.polls <= 1 && !identified {
                         now.saturating_sub(e.last_seen) < one_off_horizon
                     } else {
                         fresh(e.last_seen)
@@ -502,6 +523,7 @@ impl Fleet {
                 removed += before - peer.services.len();
                 if peer.instance.as_ref().is_some_and(|i| !fresh(i.seen)) {
                     peer.instance = None;
+                    forgotten += 1;
                 }
                 !peer.services.is_empty() || peer.instance.is_some()
             });
@@ -512,6 +534,7 @@ impl Fleet {
         }
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
         self.tracked_unconfigured.fetch_sub(removed_unconfigured, Ordering::Relaxed);
+        self.identified.fetch_sub(forgotten, Ordering::Relaxed);
         removed
     }
 
@@ -536,7 +559,9 @@ impl Fleet {
     }
 
     fn state(&self, peer: &Peer, entry: &Entry, current: &Digest) -> AgentState {
-        if entry.is_one_off(peer) {
+        if self.options.expect_identity && peer.instance.is_none() {
+            AgentState::Anonymous
+        } else if entry.is_one_off(peer) {
             AgentState::New
         } else if entry.echoed.as_str() == current.as_str() {
             AgentState::Applied
@@ -563,12 +588,15 @@ impl Fleet {
     }
 
     fn status(&self, service: &str, addr: SocketAddr, peer: &Peer, entry: &Entry, current: &Digest) -> AgentStatus {
+        let instance = peer.instance.as_ref().filter(|i| &*i.service == service);
         AgentStatus {
             service: service.to_owned(),
             peer: addr.to_string(),
-            instance: peer.instance.as_ref().filter(|i| &*i.service == service).map(|i| i.name.to_string()),
+            instance: instance.map(|i| i.name.to_string()),
+            properties: instance.map(|i| i.properties()).unwrap_or_default(),
+            agent_version: instance.and_then(|i| i.agent_version.as_deref().map(str::to_owned)),
             first_seen_ms: self.unix_ms(entry.first_seen),
-            last_seen_ms: self.unix_ms(entry.last_seen),
+            last_seen_ms: self.unix_ms(entry.seen_at(self.now())),
             polls: entry.polls,
             digest: entry.echoed.as_str().to_owned(),
             state: self.state(peer, entry, current),
@@ -615,6 +643,11 @@ impl Fleet {
 }
 
 impl Entry {
+    /// When it was last seen: now while one of its polls is held.
+    fn seen_at(&self, now: u64) -> u64 {
+        if self.held > 0 { now } else { self.last_seen }
+    }
+
     /// Seen once, from a connection that never said which instance it is: a new agent, or a
     /// one-off poll, not yet a fleet member.
     fn is_one_off(&self, peer: &Peer) -> bool {
@@ -681,6 +714,28 @@ mod tests {
     }
 
     #[test]
+    fn a_held_agent_is_applied_seen_now_and_never_forgotten_while_it_waits() {
+        let fleet = Fleet::new(FleetOptions { expire_after: Duration::from_secs(600), ..FleetOptions::default() });
+        let v1 = Digest::of_text("v1");
+        fleet.observe("svc", "", peer(1), &v1, true);
+        fleet.observe("svc", v1.as_str(), peer(1), &v1, true);
+        fleet.set_holding("svc", peer(1), true);
+        fleet.advance(Duration::from_secs(700));
+        assert_eq!(fleet.sweep(), 0, "a held agent is connected and waiting");
+        let agent = &fleet.agents_of("svc", &v1)[0];
+        assert_eq!(agent.state, AgentState::Applied);
+        let now = fleet.unix_ms(fleet.now());
+        assert_eq!(agent.last_seen_ms, now, "seen now while held");
+        fleet.set_holding("svc", peer(1), false);
+        assert_eq!(fleet.agents_of("svc", &v1)[0].last_seen_ms, now, "the hold's end counts as seen");
+        fleet.advance(Duration::from_secs(700));
+        assert_eq!(fleet.sweep(), 1, "once answered, it expires as any agent does");
+        // Holding an agent that is not tracked changes nothing.
+        fleet.set_holding("svc", peer(2), true);
+        assert!(fleet.agents_of("svc", &v1).is_empty());
+    }
+
+    #[test]
     fn a_one_off_poll_is_new_not_a_member_and_forgotten_within_a_minute() {
         let fleet = fleet();
         let v1 = Digest::of_text("v1");
@@ -692,7 +747,7 @@ mod tests {
         fleet.observe_instance("svc", "pod-3", peer(3));
         fleet.observe("svc", "", peer(3), &v1, true);
         let counts = fleet.counts(|_| v1.clone());
-        assert_eq!(counts["svc"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0, new: 1 });
+        assert_eq!(counts["svc"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0, new: 1, anonymous: 0 });
         assert_eq!(state(&fleet, "svc", 1, &v1), AgentState::New);
 
         fleet.advance(ONE_OFF_EXPIRY + Duration::from_secs(1));
@@ -731,7 +786,7 @@ mod tests {
         assert_eq!(fleet.tracked(), 3);
         assert_eq!(fleet.untracked_polls(), 1);
         let counts = fleet.counts(|_| v1.clone());
-        assert_eq!(counts["a"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0, new: 0 });
+        assert_eq!(counts["a"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0, new: 0, anonymous: 0 });
         assert_eq!(counts["b"].agents, 1);
         assert!(!counts.contains_key("c"));
         assert_eq!(fleet.per_digest()[&("a".to_owned(), v1.to_string())], 1);
@@ -779,6 +834,178 @@ mod tests {
         let v6 = SocketAddr::from(([0xfe80, 0, 0, 0, 0, 0, 0, 1], 5));
         fleet.observe("a", "", v6, &v1, true);
         assert_eq!(fleet.agents_of("a", &v1).len(), 2);
+    }
+
+    fn report(service: &str, instance: &str, properties: &[(&str, &str)], version: Option<&str>) -> InstanceIdentity {
+        InstanceIdentity {
+            service: service.into(),
+            instance: instance.into(),
+            properties: properties.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            agent_version: version.map(str::to_owned),
+            reported_properties: true,
+        }
+    }
+
+    fn keep_alive(service: &str, instance: &str) -> InstanceIdentity {
+        InstanceIdentity { service: service.into(), instance: instance.into(), ..InstanceIdentity::default() }
+    }
+
+    fn pairs(properties: &[Property]) -> Vec<(&str, &str)> {
+        properties.iter().map(|p| (p.key.as_str(), p.value.as_str())).collect()
+    }
+
+    #[test]
+    fn a_keep_alive_keeps_the_reported_properties_and_a_new_report_replaces_them() {
+        let fleet = fleet();
+        let v1 = Digest::of_text("v1");
+        let java = [("hostname", "pod-7"), ("ipv4", "10.0.0.7"), ("ipv4", "172.17.0.1"), ("language", "java")];
+        fleet.observe_identity(peer(1), &report("svc", "pod-7@10.0.0.7", &java, Some("9.4.0")));
+        fleet.observe("svc", "", peer(1), &v1, true);
+        fleet.advance(Duration::from_secs(30));
+        fleet.observe_identity(peer(1), &keep_alive("svc", "pod-7@10.0.0.7"));
+        let listed = fleet.instances(|_| v1.clone());
+        let instance = &listed.instances[0];
+        assert_eq!(pairs(&instance.properties), java, "in order, the repeated key kept");
+        assert_eq!(instance.agent_version.as_deref(), Some("9.4.0"), "a keepAlive without metadata keeps it");
+        assert!(instance.last_seen_ms >= instance.reported_ms.unwrap() + 30_000, "the keepAlive refreshed it");
+        let agent = &fleet.agents_of("svc", &v1)[0];
+        assert_eq!((pairs(&agent.properties), agent.agent_version.as_deref()), (java.to_vec(), Some("9.4.0")));
+
+        fleet.observe_identity(peer(1), &report("svc", "pod-7@10.0.0.7", &[("hostname", "pod-7b")], Some("9.5.0")));
+        let instance = &fleet.instances(|_| v1.clone()).instances[0];
+        assert_eq!(pairs(&instance.properties), [("hostname", "pod-7b")]);
+        assert_eq!(instance.agent_version.as_deref(), Some("9.5.0"));
+        assert_eq!(fleet.identified(), 1);
+    }
+
+    #[test]
+    fn another_instance_on_the_same_connection_does_not_inherit_the_properties() {
+        let fleet = fleet();
+        fleet.observe_identity(peer(1), &report("svc", "old", &[("hostname", "a")], Some("9.4.0")));
+        fleet.observe_identity(peer(1), &keep_alive("svc", "new"));
+        let instance = &fleet.instances(|_| Digest::empty()).instances[0];
+        assert_eq!((instance.instance.as_str(), instance.properties.len()), ("new", 0));
+        assert_eq!((instance.agent_version.as_deref(), instance.reported_ms), (None, None));
+        assert_eq!(fleet.identified(), 1);
+    }
+
+    #[test]
+    fn properties_are_capped_and_cut_and_what_was_cut_is_counted() {
+        let fleet = fleet();
+        let long = "é".repeat(200); // 400 bytes
+        let mut many: Vec<(String, String)> = (0..MAX_PROPERTIES + 6).map(|i| (format!("k{i}"), "v".into())).collect();
+        many[0].1 = long.clone();
+        many[1].0 = long.clone();
+        let identity = InstanceIdentity {
+            service: "svc".into(),
+            instance: "i".into(),
+            properties: many,
+            agent_version: Some("x".repeat(1000)),
+            reported_properties: true,
+        };
+        fleet.observe_identity(peer(1), &identity);
+        let instance = &fleet.instances(|_| Digest::empty()).instances[0];
+        assert_eq!(instance.properties.len(), MAX_PROPERTIES);
+        assert_eq!(instance.properties_cut, 6 + 2, "six dropped, two shortened");
+        assert_eq!(fleet.properties_cut(), 8);
+        assert!(
+            instance.properties[0].value.len() <= MAX_KEPT_TEXT_BYTES
+                && long.starts_with(&instance.properties[0].value)
+        );
+        assert!(instance.properties[1].key.len() <= MAX_KEPT_TEXT_BYTES);
+        assert_eq!(
+            instance.properties[MAX_PROPERTIES - 1].key,
+            format!("k{}", MAX_PROPERTIES - 1),
+            "the first ones are kept"
+        );
+        assert_eq!(instance.agent_version.as_ref().map(String::len), Some(MAX_KEPT_TEXT_BYTES));
+    }
+
+    #[test]
+    fn identities_are_bounded_by_max_agents() {
+        let fleet = Fleet::new(FleetOptions { max_agents: 2, ..FleetOptions::default() });
+        for port in 1..=3 {
+            fleet.observe_identity(peer(port), &report("svc", &format!("i{port}"), &[("hostname", "h")], None));
+        }
+        assert_eq!((fleet.identified(), fleet.unkept_identities()), (2, 1));
+        fleet.observe_identity(peer(1), &keep_alive("svc", "i1"));
+        assert_eq!(fleet.identified(), 2, "a known identity is refreshed, not counted again");
+        assert_eq!(fleet.instances(|_| Digest::empty()).instances.len(), 2);
+    }
+
+    #[test]
+    fn with_identities_expected_a_connection_that_never_sent_one_is_anonymous_not_a_member() {
+        let v1 = Digest::of_text("v1");
+        let feed = |fleet: &Fleet| {
+            fleet.observe_identity(peer(1), &report("svc", "pod-1", &[("hostname", "pod-1")], Some("9.4.0")));
+            for _ in 0..2 {
+                fleet.observe("svc", v1.as_str(), peer(1), &v1, true);
+                fleet.observe("svc", v1.as_str(), peer(2), &v1, true);
+            }
+            fleet.observe("svc", "", peer(3), &v1, true);
+        };
+        let gateway = Fleet::new(FleetOptions { expect_identity: true, ..FleetOptions::default() });
+        feed(&gateway);
+        let counts = gateway.counts(|_| v1.clone());
+        assert_eq!(counts["svc"], StateCounts { agents: 1, applied: 1, behind: 0, stuck: 0, new: 0, anonymous: 2 });
+        assert_eq!(state(&gateway, "svc", 2, &v1), AgentState::Anonymous);
+        assert_eq!(state(&gateway, "svc", 3, &v1), AgentState::Anonymous, "a one-off poll is anonymous too");
+        let listed = gateway.instances(|_| v1.clone());
+        assert_eq!(listed.instances.len(), 1);
+        assert_eq!(listed.instances[0].services[0].state, AgentState::Applied);
+        let anonymous: Vec<_> = listed.anonymous.iter().map(|a| (a.peer.as_str(), a.state)).collect();
+        assert_eq!(anonymous, [("10.0.0.1:2", AgentState::Anonymous), ("10.0.0.1:3", AgentState::Anonymous)]);
+        // It says who it is: a member from then on.
+        gateway.observe_identity(peer(2), &keep_alive("svc", "pod-2"));
+        assert_eq!(state(&gateway, "svc", 2, &v1), AgentState::Applied);
+
+        // Without the expectation (behind a proxy): exactly as before.
+        let plain = fleet();
+        feed(&plain);
+        let counts = plain.counts(|_| v1.clone());
+        assert_eq!(counts["svc"], StateCounts { agents: 2, applied: 2, behind: 0, stuck: 0, new: 1, anonymous: 0 });
+        let listed = plain.instances(|_| v1.clone());
+        let states: Vec<_> = listed.anonymous.iter().map(|a| a.state).collect();
+        assert_eq!(states, [AgentState::Applied, AgentState::New], "unidentified, in their usual states");
+    }
+
+    #[test]
+    fn sweeping_forgets_identities_not_refreshed() {
+        let fleet = fleet();
+        let v1 = Digest::of_text("v1");
+        fleet.observe_identity(peer(1), &report("svc", "gone", &[("hostname", "a")], None));
+        fleet.observe_identity(peer(2), &report("svc", "alive", &[("hostname", "b")], None));
+        fleet.observe("svc", "", peer(2), &v1, true);
+        fleet.advance(Duration::from_secs(599));
+        fleet.observe_identity(peer(2), &keep_alive("svc", "alive"));
+        fleet.observe("svc", "", peer(2), &v1, true);
+        fleet.advance(Duration::from_secs(2));
+        fleet.sweep();
+        let listed = fleet.instances(|_| v1.clone());
+        assert_eq!(listed.instances.iter().map(|i| i.instance.as_str()).collect::<Vec<_>>(), ["alive"]);
+        assert_eq!(pairs(&listed.instances[0].properties), [("hostname", "b")], "kept through the keepAlive");
+        assert_eq!(fleet.identified(), 1);
+        fleet.advance(Duration::from_secs(601));
+        assert_eq!(fleet.sweep(), 1);
+        assert_eq!((fleet.identified(), fleet.instances(|_| v1.clone()).instances.len()), (0, 0));
+    }
+
+    #[test]
+    fn instances_are_listed_in_a_stable_order_with_their_services() {
+        let fleet = fleet();
+        let v1 = Digest::of_text("v1");
+        fleet.observe_identity(peer(3), &keep_alive("b-svc", "x"));
+        fleet.observe_identity(peer(2), &keep_alive("a-svc", "y"));
+        fleet.observe_identity(peer(1), &keep_alive("a-svc", "x"));
+        fleet.observe("z", "", peer(1), &v1, true);
+        fleet.observe("a-svc", "", peer(1), &v1, true);
+        let listed = fleet.instances(|_| v1.clone());
+        let order: Vec<_> = listed.instances.iter().map(|i| (i.service.as_str(), i.instance.as_str())).collect();
+        assert_eq!(order, [("a-svc", "x"), ("a-svc", "y"), ("b-svc", "x")]);
+        let services: Vec<_> = listed.instances[0].services.iter().map(|s| s.service.as_str()).collect();
+        assert_eq!(services, ["a-svc", "z"]);
+        assert!(listed.instances[1].services.is_empty(), "identified but not polling");
+        assert_eq!(fleet.agents_of("z", &v1)[0].instance, None, "named only for its own service");
     }
 
     fn limited(max_agents: usize, max_unconfigured: usize) -> Fleet {

@@ -30,7 +30,7 @@ use http_body::Frame;
 use tonic::Status;
 
 use super::identity::IdentityTap;
-use super::upstream::{Pin as UpstreamPin, Upstreams};
+use super::upstream::Upstreams;
 use crate::fleet::Fleet;
 use crate::metrics::GatewayMetrics;
 
@@ -64,8 +64,8 @@ impl Forwarder {
     pub async fn forward(&self, request: Request<Body>) -> Response<Body> {
         let connection = crate::socket::connection_of(request.extensions()).cloned();
         // A call without a connection record (not through the gRPC port) is pinned on its own.
-        let pin = connection.as_ref().map_or_else(|| Arc::new(UpstreamPin::default()), |c| Arc::clone(&c.pin));
-        let Some((mut sender, member)) = self.upstreams.wait_for_sender(&pin).await else {
+        let state = connection.as_ref().map_or_else(Arc::default, |c| Arc::clone(&c.state));
+        let Some((mut sender, member)) = self.upstreams.wait_for_sender(&state.pin).await else {
             self.metrics.no_upstream();
             return status_response(&Status::unavailable("no OAP is reachable from the gateway"));
         };

@@ -33,8 +33,10 @@ use prometheus_client::registry::Registry;
 
 pub use skyconf_core::answer::FetchOutcome;
 
+use crate::cds::hold::{HeldCount, Refusal, Release};
+
 pub use events::{AdminDenial, Events, GuardedService, OriginEvents};
-pub use fleet::{AgentsPerDigest, FleetGauges, FleetTable, StuckAgents};
+pub use fleet::{AgentsPerDigest, FleetGauges, FleetIdentities, FleetTable, StuckAgents};
 pub use gateway::GatewayMetrics;
 use histogram::{AtomicHistogram, FETCH_BUCKETS};
 
@@ -55,6 +57,16 @@ struct DcsLabels {
     outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    limit: &'static str,
+}
+
 /// One call in this many (per thread) is timed for `skyconf_fetch_duration_seconds`.
 pub const LATENCY_SAMPLE_EVERY: u32 = 8;
 
@@ -66,13 +78,34 @@ pub struct CdsMetrics {
     /// Indexed by `FetchOutcome as usize`; the same atomics as the family's children.
     by_outcome: [Counter; 4],
     latency: AtomicHistogram,
+    /// Held polls by how they ended (indexed by `Release as usize`).
+    released: Family<ReasonLabels, Counter>,
+    by_release: [Counter; 3],
+    /// Polls answered at once because a bound on held polls was reached.
+    refused: Family<LimitLabels, Counter>,
+    by_refusal: [Counter; 2],
+    /// The count of held polls, read at scrape time.
+    held: Arc<std::sync::OnceLock<Arc<HeldCount>>>,
 }
 
 impl Default for CdsMetrics {
     fn default() -> Self {
         let fetches = Family::<OutcomeLabels, Counter>::default();
         let by_outcome = FetchOutcome::ALL.map(|o| fetches.get_or_create_owned(&OutcomeLabels { outcome: o.as_str() }));
-        Self { fetches, by_outcome, latency: AtomicHistogram::new(&FETCH_BUCKETS) }
+        let released = Family::<ReasonLabels, Counter>::default();
+        let by_release = Release::ALL.map(|r| released.get_or_create_owned(&ReasonLabels { reason: r.as_str() }));
+        let refused = Family::<LimitLabels, Counter>::default();
+        let by_refusal = ["connection", "total"].map(|limit| refused.get_or_create_owned(&LimitLabels { limit }));
+        Self {
+            fetches,
+            by_outcome,
+            latency: AtomicHistogram::new(&FETCH_BUCKETS),
+            released,
+            by_release,
+            refused,
+            by_refusal,
+            held: Arc::default(),
+        }
     }
 }
 
@@ -108,7 +141,33 @@ impl CdsMetrics {
         self.by_outcome[outcome as usize].get()
     }
 
+    /// Counts a held poll's end.
+    pub fn hold_released(&self, release: Release) {
+        self.by_release[release as usize].inc();
+    }
+
+    /// Counts a poll answered at once because a bound on held polls was reached.
+    pub fn hold_refused(&self, refusal: Refusal) {
+        self.by_refusal[refusal as usize].inc();
+    }
+
+    /// Exposes `held` as `skyconf_held_polls`.
+    pub fn watch_held(&self, held: &Arc<HeldCount>) {
+        let _ = self.held.set(Arc::clone(held));
+    }
+
     fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "skyconf_held_polls_released",
+            "Held fetchConfigurations calls, by how they ended: changed (the new command was sent), expired (the hold ended: unchanged), shutdown (unchanged)",
+            self.released.clone(),
+        );
+        registry.register(
+            "skyconf_held_polls_refused",
+            "Polls answered at once although they could have been held, because the connection's or the server's bound on held polls was reached",
+            self.refused.clone(),
+        );
+        registry.register_collector(Box::new(HeldGauge(Arc::clone(&self.held))));
         registry.register(
             "skyconf_fetches",
             "fetchConfigurations calls answered, by outcome: changed (the service's command), unchanged (empty Commands), empty (the EMPTY command), not_ready (no table yet)",
@@ -119,6 +178,24 @@ impl CdsMetrics {
             "Time the server spent answering one fetchConfigurations call (lookup, digest comparison, serial number), excluding network and HTTP/2; one call in 8 per thread is timed",
             self.latency.clone(),
         );
+    }
+}
+
+/// `skyconf_held_polls`, read from the CDS service's count at scrape time.
+#[derive(Debug)]
+struct HeldGauge(Arc<std::sync::OnceLock<Arc<HeldCount>>>);
+
+impl prometheus_client::collector::Collector for HeldGauge {
+    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let held = self.0.get().map_or(0, |count| count.get() as u64);
+        encoder
+            .encode_descriptor(
+                "skyconf_held_polls",
+                "fetchConfigurations calls held now, waiting for a change",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?
+            .encode_gauge(&held)
     }
 }
 
@@ -340,6 +417,24 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("skyconf_fleet_agents_stuck{service=\"b\"} 2"), "pulled at scrape time: {text}");
         assert!(!text.contains("skyconf_fleet_agents{"), "{text}");
+    }
+
+    #[test]
+    fn identity_gauges_are_read_from_the_fleet_at_scrape_time() {
+        let metrics = Metrics::default();
+        assert!(!metrics.encode().contains("skyconf_fleet_identified"), "no series before a fleet is given");
+        let options = crate::fleet::FleetOptions { expect_identity: true, ..Default::default() };
+        let fleet = Arc::new(crate::fleet::Fleet::new(options));
+        metrics.fleet().on_scrape_identities(Arc::clone(&fleet));
+        let digest = skyconf_core::Digest::of_text("v1");
+        fleet.observe_instance("a", "pod-1", "10.0.0.1:1".parse().unwrap());
+        fleet.observe("a", "", "10.0.0.1:1".parse().unwrap(), &digest, true);
+        fleet.observe("a", "", "10.0.0.1:2".parse().unwrap(), &digest, true);
+        fleet.observe("b", "", "10.0.0.1:2".parse().unwrap(), &digest, true);
+        let text = metrics.encode();
+        assert!(text.contains("skyconf_fleet_identified 1"), "{text}");
+        assert!(text.contains("skyconf_fleet_anonymous_pollers 2"), "{text}");
+        assert!(text.contains("skyconf_fleet_properties_cut_total 0"), "{text}");
     }
 
     #[test]

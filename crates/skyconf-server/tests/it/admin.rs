@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use skyconf_core::Digest;
 use skyconf_core::store::StoreContent;
 use skyconf_server::admin::Admin;
-use skyconf_server::{Fleet, FleetOptions, ReleaseLog, Reloader, ServedTable, StoreTask, StoreView};
+use skyconf_server::{Fleet, FleetOptions, InstanceIdentity, ReleaseLog, Reloader, ServedTable, StoreTask, StoreView};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, Update};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -80,6 +80,10 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(FleetOptions::default())
+}
+
+fn setup_with(fleet: FleetOptions) -> Setup {
     let table = skyconf_core::read(V1).unwrap();
     let served = Arc::new(ServedTable::new(table.clone()));
     let mut content = StoreContent::default();
@@ -90,7 +94,7 @@ fn setup() -> Setup {
     let reloader = Reloader::new(Arc::clone(&served), "memory", Some(V1)).with_releases(Arc::clone(&releases));
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(StoreTask::new(Arc::clone(&store), reloader, None).run(rx));
-    let fleet = Arc::new(Fleet::new(FleetOptions::default()));
+    let fleet = Arc::new(Fleet::new(fleet));
     let mode = Arc::new(AtomicU8::new(0));
     let writer = Arc::new(MemoryStore {
         updates: tx,
@@ -210,6 +214,87 @@ async fn shows_one_service_with_its_config_and_agents() {
     assert_eq!(status, 404, "control characters in a name");
     let (status, _) = call(&s.router, get(&format!("/api/v1/services/{}", "x".repeat(600)))).await;
     assert_eq!(status, 404, "too long a name");
+}
+
+fn java_report(instance: &str, version: Option<&str>) -> InstanceIdentity {
+    let properties = [("hostname", "pod-1"), ("ipv4", "10.1.2.3"), ("ipv4", "172.17.0.1"), ("language", "java")];
+    InstanceIdentity {
+        service: "order".into(),
+        instance: instance.into(),
+        properties: properties.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        agent_version: version.map(str::to_owned),
+        reported_properties: true,
+    }
+}
+
+#[tokio::test]
+async fn lists_instances_with_their_properties_and_the_pollers_that_never_said_who_they_are() {
+    let s = setup();
+    let order = s.digest("order");
+    s.fleet.observe_identity(peer(1), &java_report("pod-1@10.1.2.3", Some("9.4.0")));
+    s.fleet.observe_identity(peer(5), &java_report("pod-0@10.1.2.5", None));
+    for _ in 0..2 {
+        s.fleet.observe("order", order.as_str(), peer(1), &order, true);
+        s.fleet.observe("pay", "", peer(1), &s.digest("pay"), true);
+        s.fleet.observe("order", "", peer(2), &order, true);
+    }
+
+    let body = s.ok(get("/api/v1/instances")).await;
+    assert_eq!(body["expect_identity"], false);
+    assert_eq!((body["instances_total"].as_u64(), body["anonymous_total"].as_u64()), (Some(2), Some(1)));
+    let names: Vec<_> = body["instances"].as_array().unwrap().iter().map(|i| i["instance"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pod-0@10.1.2.5", "pod-1@10.1.2.3"], "by service, then name");
+    let pod = &body["instances"][1];
+    assert_eq!(pod["service"], "order");
+    assert_eq!(pod["peer"], "10.1.2.3:1");
+    assert_eq!(pod["agent_version"], "9.4.0");
+    assert_eq!(pod["properties"][1], json!({"key": "ipv4", "value": "10.1.2.3"}));
+    assert_eq!(pod["properties"][2], json!({"key": "ipv4", "value": "172.17.0.1"}), "a repeated key is kept");
+    assert!(pod["reported_ms"].as_u64().unwrap() <= pod["last_seen_ms"].as_u64().unwrap());
+    let services: Vec<_> = pod["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["service"].as_str().unwrap(), s["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(services, [("order", "applied"), ("pay", "behind")]);
+    assert_eq!(body["instances"][0]["agent_version"], Value::Null);
+    assert_eq!(body["instances"][0]["services"], json!([]), "identified, not polling");
+    let anonymous = &body["anonymous"][0];
+    assert_eq!((anonymous["peer"].as_str(), anonymous["service"].as_str()), (Some("10.1.2.3:2"), Some("order")));
+    assert_eq!(anonymous["state"], "behind", "without the expectation, its usual state");
+
+    // The service's agents carry the identity too.
+    let body = s.ok(get("/api/v1/services/order")).await;
+    let agents = body["agents"].as_array().unwrap();
+    assert_eq!(agents[0]["agent_version"], "9.4.0");
+    assert_eq!(agents[0]["properties"][0], json!({"key": "hostname", "value": "pod-1"}));
+    assert_eq!((agents[1]["properties"].clone(), agents[1]["agent_version"].clone()), (json!([]), Value::Null));
+}
+
+#[tokio::test]
+async fn with_identities_expected_anonymous_pollers_are_counted_apart() {
+    let s = setup_with(FleetOptions { expect_identity: true, ..FleetOptions::default() });
+    let order = s.digest("order");
+    s.fleet.observe_identity(peer(1), &java_report("pod-1@10.1.2.3", Some("9.4.0")));
+    for _ in 0..2 {
+        s.fleet.observe("order", order.as_str(), peer(1), &order, true);
+        s.fleet.observe("order", "", peer(2), &order, true);
+    }
+    let body = s.ok(get("/api/v1/services")).await;
+    let row = &body["services"][0];
+    assert_eq!(
+        (row["agents"].as_u64(), row["behind"].as_u64(), row["anonymous"].as_u64()),
+        (Some(1), Some(0), Some(1))
+    );
+    let body = s.ok(get("/api/v1/services/order")).await;
+    assert_eq!(body["counts"]["anonymous"], 1);
+    assert_eq!(body["agents"][1]["state"], "anonymous");
+    let body = s.ok(get("/api/v1/instances")).await;
+    assert_eq!(body["anonymous"][0]["state"], "anonymous");
+    let status = s.ok(get("/api/v1/status")).await;
+    assert_eq!(status["fleet"]["expect_identity"], true);
+    assert_eq!(status["fleet"]["identified"], 1);
 }
 
 /// Found by the contract test: agents may poll names a write refuses (control characters, up to

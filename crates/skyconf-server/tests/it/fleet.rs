@@ -1,14 +1,14 @@
 //! Fleet status end to end over real sockets: tonic clients poll as agents do (each on its own
 //! connection, so each has its own peer address), one of them fails to apply a change; the admin
-//! API shows who applied, who is behind and who is stuck, and the instance name an agent gave in
-//! a `ManagementService.keepAlive` on the same channel.
+//! API shows who applied, who is behind and who is stuck, and the instance identity an agent gave
+//! in `ManagementService` calls on the same channel (name, properties, agent version).
 
 use std::time::{Duration, Instant};
 
 use skyconf_core::codec::DiscoveryCommand;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
 use skyconf_proto::v3::management_service_client::ManagementServiceClient;
-use skyconf_proto::v3::{ConfigurationSyncRequest, InstancePingPkg};
+use skyconf_proto::v3::{ConfigurationSyncRequest, InstancePingPkg, InstanceProperties, KeyStringValuePair};
 use skyconf_server::{FleetOptions, Running, ServeConfig};
 use skyconf_sources::file::FileSource;
 use skyconf_testkit::fixtures::temp_file;
@@ -150,5 +150,61 @@ async fn a_flood_of_fake_service_names_does_not_push_real_agents_out() {
     let metrics = running.admin().get("/metrics").await.body;
     assert!(metrics.contains("skyconf_fleet_evictions_total 190"), "{metrics}");
     assert!(metrics.contains("skyconf_fleet_tracked{kind=\"unconfigured\"} 10"), "{metrics}");
+    running.stop().await.unwrap();
+}
+
+/// What a Java agent sends at start: `reportInstanceProperties` with its properties (`ipv4`
+/// twice) and its version as `Agent-Version` metadata; then `keepAlive`s, which keep them. With
+/// identities expected (gateway mode), a connection that only polls is anonymous.
+#[tokio::test]
+async fn the_management_calls_identify_an_agent_and_a_poller_without_them_is_anonymous() {
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let fleet = FleetOptions { expect_identity: true, ..FleetOptions::default() };
+    let running = Server::start(FileSource::new(&path), ServeConfig { fleet, ..loopback() }).await;
+    let mut agent = Agent::connect(&running, false).await;
+    let mut anonymous = Agent::connect(&running, false).await;
+    let pairs = [("hostname", "pod-7"), ("ipv4", "10.0.0.7"), ("ipv4", "172.17.0.1"), ("language", "java")];
+    let mut report = tonic::Request::new(InstanceProperties {
+        service: "svc".into(),
+        service_instance: "pod-7@10.0.0.7".into(),
+        properties: pairs.iter().map(|(k, v)| KeyStringValuePair { key: (*k).into(), value: (*v).into() }).collect(),
+        layer: String::new(),
+    });
+    // A client writes the key in any case; it arrives lowercase.
+    report.metadata_mut().insert("agent-version", "9.4.0-test".parse().unwrap());
+    let mut management = ManagementServiceClient::new(agent.channel.clone());
+    management.report_instance_properties(report).await.unwrap();
+    let ping =
+        InstancePingPkg { service: "svc".into(), service_instance: "pod-7@10.0.0.7".into(), layer: String::new() };
+    management.keep_alive(ping).await.unwrap();
+    for _ in 0..2 {
+        agent.poll().await;
+        anonymous.poll().await;
+    }
+
+    let body = running.admin().get_json("/api/v1/instances").await;
+    assert_eq!(body["expect_identity"], true);
+    let instance = &body["instances"][0];
+    assert_eq!(instance["instance"], "pod-7@10.0.0.7");
+    let got: Vec<(&str, &str)> = instance["properties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["key"].as_str().unwrap(), p["value"].as_str().unwrap()))
+        .collect();
+    assert_eq!(got, pairs, "kept through the keepAlive, in order");
+    assert_eq!(instance["agent_version"], "9.4.0-test");
+    assert_eq!(instance["services"][0]["state"], "applied");
+    assert_eq!(body["anonymous"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(body["anonymous"][0]["state"], "anonymous");
+
+    let list = running.admin().get_json("/api/v1/services").await;
+    let svc = &list["services"][0];
+    assert_eq!((svc["agents"].as_u64(), svc["anonymous"].as_u64()), (Some(1), Some(1)), "{svc}");
+    let status = running.admin().get_json("/api/v1/status").await;
+    assert_eq!(
+        (status["fleet"]["identified"].as_u64(), status["fleet"]["expect_identity"].as_bool()),
+        (Some(1), Some(true))
+    );
     running.stop().await.unwrap();
 }

@@ -319,11 +319,30 @@ async fn management_calls_are_forwarded_and_tell_the_fleet_which_instance_a_conn
     assert_eq!(calls[0].body, framed(&prost::Message::encode_to_vec(&properties)), "forwarded unchanged");
 
     let sync = ConfigurationSyncRequest { service: "order".into(), uuid: String::new() };
-    ConfigurationDiscoveryServiceClient::new(channel).fetch_configurations(sync).await.unwrap();
+    ConfigurationDiscoveryServiceClient::new(channel).fetch_configurations(sync.clone()).await.unwrap();
     let digest = server.served.snapshot().answer("order").digest.clone();
     let agents = server.fleet.agents_of("order", &digest);
     assert_eq!(agents.len(), 1, "{agents:?}");
     assert_eq!(agents[0].instance.as_deref(), Some("pod-1@10.0.0.7"));
+
+    // A connection that polls twice and never says which instance it is: an anonymous poller,
+    // not an agent that is behind.
+    let anonymous = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        ConfigurationDiscoveryServiceClient::new(anonymous.clone()).fetch_configurations(sync.clone()).await.unwrap();
+    }
+    let instances = server.admin().get_json("/api/v1/instances").await;
+    let instance = &instances["instances"][0];
+    assert_eq!(instance["instance"], "pod-1@10.0.0.7", "{instances}");
+    assert_eq!(instance["agent_version"], "9.3.0");
+    assert_eq!(instance["properties"][0]["key"], "hostname");
+    assert_eq!(instance["properties"][0]["value"], "pod-1");
+    assert_eq!(instances["anonymous"].as_array().map(Vec::len), Some(1), "{instances}");
+    assert_eq!(instances["anonymous"][0]["state"], "anonymous");
 }
 
 #[tokio::test]

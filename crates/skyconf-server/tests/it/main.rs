@@ -11,6 +11,7 @@ mod dcs;
 mod etcd;
 mod fleet;
 mod gateway;
+mod held;
 mod metrics;
 mod nacos;
 mod security;

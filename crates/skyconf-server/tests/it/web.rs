@@ -3,7 +3,7 @@
 //! button restores exactly what an agent fetched before — checked over gRPC with a tonic client.
 //! It keeps unsaved edits through its periodic refresh and saves what was typed, says when the
 //! store's document is refused, pages, sorts and filters the services, opens services and
-//! releases by URL, and compares any two releases.
+//! releases by URL, compares any two releases, and shows the instances agents said they are.
 //!
 //! `SKYCONF_SCREENSHOTS=DIR` makes the browse and editing tests write the README's screenshots
 //! (`docs/page-*.png`) into DIR.
@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use skyconf_server::ServeConfig;
 use skyconf_server::security::{Role, Secret};
+use skyconf_server::{FleetOptions, InstanceIdentity, ServeConfig};
 use skyconf_sources::file::FileSource;
 use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{Server, loopback};
@@ -290,5 +290,73 @@ async fn the_page_pages_sorts_filters_links_and_compares_releases() {
     )
     .await;
     assert!(out.contains("10 + 30"), "the comparison shows 10 → 30: {out}");
+    running.stop().await.unwrap();
+}
+
+/// The Instances view (`#/instances`) in gateway mode: an instance fed as the gateway feeds it
+/// (its properties, two IPs, its agent version) polling the service, and a connection that polls
+/// without ever saying which instance it is, listed apart as anonymous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_instances_and_the_anonymous_pollers() {
+    if !browser_available() {
+        return;
+    }
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let fleet = FleetOptions { expect_identity: true, ..FleetOptions::default() };
+    let running = Server::start(FileSource::new(&path), ServeConfig { fleet, ..loopback() }).await;
+    // A poller that never says who it is: two polls over one connection.
+    let cds = running.cds().await;
+    cds.fetch(SERVICE, "").await;
+    cds.fetch(SERVICE, "").await;
+    // An agent, as the gateway sees it pass: a report, then polls echoing what it applied.
+    let peer: std::net::SocketAddr = "10.20.30.40:41234".parse().unwrap();
+    let properties = [
+        ("OS Name", "Linux"),
+        ("hostname", "order-7d9f-x2k"),
+        ("ipv4", "10.20.30.40"),
+        ("ipv4", "172.17.0.1"),
+        ("Process No.", "1"),
+        ("language", "java"),
+    ];
+    running.fleet.observe_identity(
+        peer,
+        &InstanceIdentity {
+            service: SERVICE.into(),
+            instance: "order-7d9f-x2k@10.20.30.40".into(),
+            properties: properties.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            agent_version: Some("9.4.0".into()),
+            reported_properties: true,
+        },
+    );
+    let current = running.served.snapshot().answer(SERVICE).digest.clone();
+    for _ in 0..2 {
+        running.fleet.observe(SERVICE, current.as_str(), peer, &current, true);
+    }
+
+    let out = page_test(
+        &running,
+        strings(&[
+            "--scenario",
+            "instances",
+            "--service",
+            SERVICE,
+            "--instance",
+            "order-7d9f-x2k@10.20.30.40",
+            "--host",
+            "order-7d9f-x2k",
+            "--ip",
+            "10.20.30.40",
+            "--ip",
+            "172.17.0.1",
+            "--language",
+            "java",
+            "--agent-version",
+            "9.4.0",
+            "--anonymous-state",
+            "anonymous",
+        ]),
+    )
+    .await;
+    assert!(out.contains("1 anonymous"), "the services row counts it: {out}");
     running.stop().await.unwrap();
 }

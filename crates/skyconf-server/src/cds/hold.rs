@@ -1,0 +1,304 @@
+//! Held polls: a poll whose answer would be "unchanged" waits until the service's answer
+//! changes, so a stock agent gets a change in milliseconds instead of at its next poll.
+//!
+//! A call is held only when the client can wait:
+//! - **with a deadline** (`grpc-timeout`) of at least [`HoldOptions::min_deadline`]: until
+//!   [`HoldOptions::margin`] before it. The Java agent sends 30 s
+//!   (`collector.grpc_upstream_timeout`) and polls at a fixed rate of 20 s, so a held call ends
+//!   after 28 s and the next one starts at once: a continuous long poll that never reaches the
+//!   deadline. A one-off client's 5 s is answered at once.
+//! - **without a deadline**: only the SkyWalking Go agent, or every client when
+//!   [`NoDeadline::All`] is set, for at most [`HoldOptions::cap`]. The Go agent calls with
+//!   `context.Background()` and then sleeps its interval. It is recognised by its `user-agent`:
+//!   grpc-go's own `grpc-go/<version>`, which a program that does not name itself sends. Tools built
+//!   on grpc-go name themselves first (`grpcurl/1.9 grpc-go/1.6`), and h2load, curl, grpcio and
+//!   grpc-java send other names, so throughput benchmarks and one-off tools keep getting an
+//!   immediate answer.
+//! - never when the client sends `skyconf-hold: off` (`skyconf fetch` does), nor with
+//!   `--disable-message-digest` (every answer is then a change anyway).
+//!
+//! A held call ends with the service's new command as soon as the table changes its answer, and
+//! with "unchanged" at the end of its hold or when the server shuts down (before the port closes).
+//! Held calls are bounded per connection and in total; a call over either bound is answered at
+//! once, as without holding.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tonic::metadata::MetadataMap;
+
+/// Which clients without a deadline are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NoDeadline {
+    /// None.
+    Never,
+    /// The SkyWalking Go agent (recognised by its `user-agent`).
+    #[default]
+    GoAgents,
+    /// Every client.
+    All,
+}
+
+impl<'de> serde::Deserialize<'de> for NoDeadline {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::str::FromStr for NoDeadline {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "never" => Ok(Self::Never),
+            "go-agents" => Ok(Self::GoAgents),
+            "all" => Ok(Self::All),
+            other => Err(format!("`{other}`: expected `never`, `go-agents` or `all`")),
+        }
+    }
+}
+
+/// When polls are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldOptions {
+    /// Whether unchanged polls are held at all.
+    pub enabled: bool,
+    /// The shortest deadline a call must carry to be held.
+    pub min_deadline: Duration,
+    /// How long before its deadline a held call is answered "unchanged".
+    pub margin: Duration,
+    /// Which clients without a deadline are held.
+    pub without_deadline: NoDeadline,
+    /// How long a call without a deadline is held at most.
+    pub cap: Duration,
+    /// Held calls at once, in all.
+    pub max_held: usize,
+    /// Held calls at once on one connection (a proxy may carry many agents on one).
+    pub max_held_per_connection: usize,
+}
+
+impl Default for HoldOptions {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            min_deadline: Duration::from_secs(10),
+            margin: Duration::from_secs(2),
+            without_deadline: NoDeadline::GoAgents,
+            cap: Duration::from_secs(30),
+            max_held: 100_000,
+            max_held_per_connection: 1024,
+        }
+    }
+}
+
+/// The metadata key a client sends (`off`) to be answered at once.
+pub const HOLD_HEADER: &str = "skyconf-hold";
+
+impl HoldOptions {
+    /// How long a call with `metadata` may be held; `None`: answer at once.
+    pub fn hold_for(&self, metadata: &MetadataMap) -> Option<Duration> {
+        if !self.enabled || metadata.get(HOLD_HEADER).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off")) {
+            return None;
+        }
+        match metadata.get("grpc-timeout") {
+            Some(timeout) => {
+                let deadline = parse_grpc_timeout(timeout.as_bytes())?;
+                (deadline >= self.min_deadline).then(|| deadline.saturating_sub(self.margin))
+            }
+            None => {
+                let held = match self.without_deadline {
+                    NoDeadline::Never => false,
+                    NoDeadline::GoAgents => metadata.get("user-agent").is_some_and(|ua| is_go_agent(ua.as_bytes())),
+                    NoDeadline::All => true,
+                };
+                held.then_some(self.cap)
+            }
+        }
+    }
+}
+
+/// Whether `user_agent` is grpc-go's own, unnamed (see the module docs).
+fn is_go_agent(user_agent: &[u8]) -> bool {
+    user_agent.starts_with(b"grpc-go/")
+}
+
+/// A `grpc-timeout` value: at most 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
+pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The count of held calls, within the total bound.
+#[derive(Debug, Default)]
+pub struct HeldCount(AtomicUsize);
+
+impl HeldCount {
+    /// Held calls now.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a poll was not held although it could have been.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its connection holds the most it may.
+    Connection,
+    /// The server holds the most it may.
+    Total,
+}
+
+/// One held call's place in both bounds; given back when dropped.
+#[derive(Debug)]
+pub struct Slot<'a> {
+    total: &'a AtomicUsize,
+    connection: Option<&'a AtomicUsize>,
+}
+
+impl<'a> Slot<'a> {
+    /// Takes a place in `total` (at most `max_total`) and in `connection` (at most
+    /// `max_connection`), or says which is full.
+    pub fn take(
+        total: &'a HeldCount,
+        max_total: usize,
+        connection: Option<&'a AtomicUsize>,
+        max_connection: usize,
+    ) -> Result<Self, Refusal> {
+        if !increment_below(&total.0, max_total) {
+            return Err(Refusal::Total);
+        }
+        if let Some(connection) = connection
+            && !increment_below(connection, max_connection)
+        {
+            total.0.fetch_sub(1, Ordering::Relaxed);
+            return Err(Refusal::Connection);
+        }
+        Ok(Self { total: &total.0, connection })
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.total.fetch_sub(1, Ordering::Relaxed);
+        if let Some(connection) = self.connection {
+            connection.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn increment_below(counter: &AtomicUsize, max: usize) -> bool {
+    counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1)).is_ok()
+}
+
+/// How a held call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// The service's answer changed: the new command was sent.
+    Changed,
+    /// The hold ended (the deadline's margin, or the cap): "unchanged".
+    Expired,
+    /// The server is shutting down: "unchanged".
+    Shutdown,
+}
+
+impl Release {
+    /// Every release, in a fixed order.
+    pub const ALL: [Self; 3] = [Self::Changed, Self::Expired, Self::Shutdown];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Changed => "changed",
+            Self::Expired => "expired",
+            Self::Shutdown => "shutdown",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata(pairs: &[(&'static str, &'static str)]) -> MetadataMap {
+        let mut map = MetadataMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, v.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn grpc_timeouts_are_read_in_every_unit() {
+        assert_eq!(parse_grpc_timeout(b"30S"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_grpc_timeout(b"29999m"), Some(Duration::from_millis(29_999)));
+        assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout(b"2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout(b"5000000u"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_grpc_timeout(b"7n"), Some(Duration::from_nanos(7)));
+        for bad in [&b""[..], b"S", b"30", b"30s", b"123456789S", b"-1S", b"3 S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn a_long_enough_deadline_is_held_until_the_margin_before_it() {
+        let options = HoldOptions::default();
+        assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "30S")])), Some(Duration::from_secs(28)));
+        assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "10S")])), Some(Duration::from_secs(8)));
+        assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "9999m")])), None, "a one-off client's deadline");
+        assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "5S")])), None);
+        assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "nonsense")])), None);
+        let off = metadata(&[("grpc-timeout", "30S"), ("skyconf-hold", "OFF")]);
+        assert_eq!(options.hold_for(&off), None, "skyconf fetch asks for an immediate answer");
+        let disabled = HoldOptions { enabled: false, ..options };
+        assert_eq!(disabled.hold_for(&metadata(&[("grpc-timeout", "30S")])), None);
+    }
+
+    #[test]
+    fn without_a_deadline_only_the_go_agent_is_held_by_default() {
+        let options = HoldOptions::default();
+        let go = metadata(&[("user-agent", "grpc-go/1.71.0")]);
+        assert_eq!(options.hold_for(&go), Some(Duration::from_secs(30)));
+        for tool in [
+            "grpcurl/v1.9.1 grpc-go/1.61.0",
+            "h2load nghttp2/1.64.0",
+            "grpc-python/1.76.0 grpc-c/49.0.0",
+            "grpc-java-netty/1.68.1",
+        ] {
+            let mut map = MetadataMap::new();
+            map.insert("user-agent", tool.parse().unwrap());
+            assert_eq!(options.hold_for(&map), None, "{tool}");
+        }
+        assert_eq!(options.hold_for(&MetadataMap::new()), None);
+        let all = HoldOptions { without_deadline: NoDeadline::All, ..options };
+        assert_eq!(all.hold_for(&MetadataMap::new()), Some(Duration::from_secs(30)));
+        let never = HoldOptions { without_deadline: NoDeadline::Never, ..options };
+        assert_eq!(never.hold_for(&go), None);
+    }
+
+    #[test]
+    fn slots_are_bounded_per_connection_and_in_total_and_given_back() {
+        let total = HeldCount::default();
+        let (a, b) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let first = Slot::take(&total, 3, Some(&a), 2).unwrap();
+        let second = Slot::take(&total, 3, Some(&a), 2).unwrap();
+        assert_eq!(Slot::take(&total, 3, Some(&a), 2).unwrap_err(), Refusal::Connection);
+        assert_eq!(total.get(), 2, "a refused slot takes nothing");
+        let third = Slot::take(&total, 3, Some(&b), 2).unwrap();
+        assert_eq!(Slot::take(&total, 3, Some(&b), 2).unwrap_err(), Refusal::Total);
+        drop((first, second, third));
+        assert_eq!((total.get(), a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)), (0, 0, 0));
+    }
+}
