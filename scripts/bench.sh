@@ -19,7 +19,8 @@
 # Environment: ROUNDS (3), DURATION (seconds per h2load run, 8), SERVER_CPU, LOAD_CPU,
 # CARGO_TARGET_DIR (target/), BENCH_OUT (BENCHMARKS.md), SHARED_BENCH (../shared/bench), BENCH_NOTE (a
 # sentence for the top of BENCHMARKS.md),
-# SKIP_PROFILE=1, SKIP_SCALE=1.
+# SKIP_PROFILE=1, SKIP_SCALE=1, SKIP_GATEWAY=1 (no scripts/bench/gateway.sh at the end: gateway mode's
+# forwarding against nginx and a direct connection; it can also run alone).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -31,7 +32,7 @@ QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 # The exact command, with the settings that were overridden from the environment.
 COMMAND=""
-for v in ROUNDS DURATION WARMUP SERVER_CPU LOAD_CPU SKIP_PROFILE SKIP_SCALE; do
+for v in ROUNDS DURATION WARMUP SERVER_CPU LOAD_CPU SKIP_PROFILE SKIP_SCALE SKIP_GATEWAY; do
   [ -n "${!v:-}" ] && COMMAND="$COMMAND$v=${!v} "
 done
 COMMAND="${COMMAND}scripts/bench.sh${1:+ $1}"
@@ -84,6 +85,7 @@ HAVE_REFS=0
 if [ -d "$SHARED" ]; then
   HAVE_REFS=1
   # The Debian packages javaref/build.sh lists at its top.
+  # shellcheck disable=SC1003 # tr deletes the backslashes of continued lines
   JAVA_PKGS=$(sed -n 's/^#   apt-get install -y //p; s/^#     //p' "$SHARED/javaref/build.sh" | tr -d '\\' | tr ' ' '\n' | grep -v '^$' || true)
   for p in $JAVA_PKGS; do
     dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
@@ -156,8 +158,8 @@ for s in "${SERVERS[@]}"; do wait_port "${PORT[$s]}"; done
 sleep 1
 record "{\"kind\": \"rss_idle_loaded\", \"server\": \"skyconf\", \"kb\": $(rss_kb $SKY_PID)}"
 if [ $HAVE_REFS = 1 ]; then
-  record "{\"kind\": \"rss_idle_loaded\", \"server\": \"javaref\", \"kb\": $(rss_kb $JAVA_PID)}"
-  record "{\"kind\": \"rss_idle_loaded\", \"server\": \"nullserver\", \"kb\": $(rss_kb $NULL_PID)}"
+  record "{\"kind\": \"rss_idle_loaded\", \"server\": \"javaref\", \"kb\": $(rss_kb "$JAVA_PID")}"
+  record "{\"kind\": \"rss_idle_loaded\", \"server\": \"nullserver\", \"kb\": $(rss_kb "$NULL_PID")}"
   # Same document, same digest: the comparison is like for like.
   JDIGEST=$("$SKY" fetch --addr 127.0.0.1:$P_JAVA --service bench-svc-0 | python3 -c \
     'import json,sys; a=dict(json.load(sys.stdin)["commands"][0]["args"]); print(a["UUID"])')
@@ -270,7 +272,7 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   taskset -c "$SERVER_CPU" "$SKY" serve --file examples/agent-configurations.yaml \
     --grpc-addr 127.0.0.1:$P_SCALE --admin-addr 127.0.0.1:$P_SCALE_ADMIN >"$WORK/scale-idle.log" 2>&1 &
   pid=$!
-  PIDS+=($pid)
+  PIDS+=("$pid")
   wait_port $P_SCALE
   sleep 2
   record "{\"kind\": \"rss_idle\", \"server\": \"skyconf\", \"kb\": $(rss_kb $pid)}"
@@ -285,7 +287,7 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   taskset -c "$SERVER_CPU" "$SKY" serve --file "$SCALE_DOC" \
     --grpc-addr 127.0.0.1:$P_SCALE --admin-addr 127.0.0.1:$P_SCALE_ADMIN >"$WORK/scale.log" 2>&1 &
   pid=$!
-  PIDS+=($pid)
+  PIDS+=("$pid")
   wait_port $P_SCALE
   sleep 2
   record "{\"kind\": \"rss_10k_services\", \"server\": \"skyconf\", \"kb\": $(rss_kb $pid)}"
@@ -307,7 +309,7 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
     sleep 0.5
   done
   steady=$(rss_kb $pid)
-  conns=$(ls /proc/$pid/fd | wc -l)
+  conns=$(find "/proc/$pid/fd" -mindepth 1 | wc -l)
   wait $agents || { cat "$WORK/agents.err" >&2; echo "bench.sh: the agents run failed" >&2; exit 1; }
   record "{\"kind\": \"agents\", \"server\": \"skyconf\", \"agents\": $AGENTS, \"rss_before_kb\": $before, \"rss_steady_kb\": $steady, \"fds\": $conns, \"result\": $(tail -1 "$WORK/agents.out")}"
 
@@ -324,7 +326,7 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   taskset -c "$SERVER_CPU" "$SKY" serve --file "$SCALE_DOC" \
     --grpc-addr 127.0.0.1:$P_SCALE --admin-addr 127.0.0.1:$P_SCALE_ADMIN >"$WORK/scale-1k.log" 2>&1 &
   pid=$!
-  PIDS+=($pid)
+  PIDS+=("$pid")
   wait_port $P_SCALE
   json=$(taskset -c "$LOAD_CPU" "$SKY" bench propagation --addr 127.0.0.1:$P_SCALE --file "$SCALE_DOC" \
     --services 1000 --keys 6 --edits "$([ $QUICK = 1 ] && echo 10 || echo 40)" --pause 300ms --json --quiet)
@@ -378,3 +380,11 @@ python3 scripts/bench/report.py "$RESULTS" "$BENCH_OUT" "$PLOT_DIR" \
   --tools "$(rustc --version); $(h2load --version | head -1); $( [ $HAVE_REFS = 1 ] && java -version 2>&1 | head -1 || echo 'no java')"
 cp "$RESULTS" "$PLOT_DIR/results.jsonl"
 echo "bench.sh: wrote $BENCH_OUT (raw results: $PLOT_DIR/results.jsonl, work files: $WORK)" >&2
+
+# ---------------------------------------------------------------------------------------------
+if [ "${SKIP_GATEWAY:-0}" != 1 ]; then
+  log "Gateway: forwarding against nginx and a direct connection (scripts/bench/gateway.sh)"
+  # Its own servers and ports; it replaces the Gateway section of BENCH_OUT that report.py kept.
+  SKY="$SKY" BENCH_OUT="$BENCH_OUT" SERVER_CPU="$SERVER_CPU" LOAD_CPU="$LOAD_CPU" WARMUP="$WARMUP" \
+    scripts/bench/gateway.sh ${1:+"$1"}
+fi

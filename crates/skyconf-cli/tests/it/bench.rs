@@ -171,3 +171,69 @@ fn bench_counts_measured_calls_only_prints_plain_values_and_plain_progress_when_
     assert!(stderr.lines().any(|l| l.starts_with("bench: calls 50/50 after") && l.ends_with(", done")), "{stderr}");
     assert!(!stderr.contains('\r') && !stderr.contains('\u{1b}'), "plain lines: {stderr:?}");
 }
+
+#[test]
+fn bench_sink_answers_a_client_stream_on_any_path_and_counts_every_message() {
+    // The gateway benchmark's upstream: `bench sink` answers every call with grpc-status 0 and an
+    // empty `Commands` after the whole request stream; `bench --path --body-file` sends it.
+    use std::io::{BufRead as _, BufReader};
+
+    let mut sink = skyconf()
+        .args(["bench", "sink", "--addr", "127.0.0.1:0", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(sink.stdout.take().unwrap()).lines();
+    let listening: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!((listening["mode"].as_str(), listening["event"].as_str()), (Some("sink"), Some("listening")));
+    let addr = listening["addr"].as_str().unwrap().to_owned();
+
+    // A client stream of 40 messages of 1,500 bytes, like a batch of trace segments.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("segments.bin");
+    let mut body = Vec::new();
+    for i in 0..40u8 {
+        body.push(0);
+        body.extend_from_slice(&1500u32.to_be_bytes());
+        body.extend(std::iter::repeat_n(i, 1500));
+    }
+    std::fs::write(&file, &body).unwrap();
+    let path = "/skywalking.v3.TraceSegmentReportService/collect";
+    let report = bench(&[
+        "--addr",
+        &addr,
+        "--path",
+        path,
+        "--body-file",
+        file.to_str().unwrap(),
+        "-n",
+        "30",
+        "-c",
+        "1",
+        "-m",
+        "2",
+        "--warmup",
+        "0s",
+    ]);
+    assert_all_right(&report);
+    assert_eq!(
+        (report["calls"].as_u64(), report["outcome"]["empty_answers"].as_u64()),
+        (Some(30), Some(30)),
+        "{report}"
+    );
+    assert_eq!(report["path"], path);
+
+    let _ = std::process::Command::new("kill").args(["-TERM", &sink.id().to_string()]).status();
+    let stopped: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(sink.wait().unwrap().success());
+    assert_eq!(stopped["event"], "stopped", "{stopped}");
+    // Every call checked: the warm-up is off, so 30 calls of 40 messages each.
+    assert_eq!(
+        (stopped["calls"].as_u64(), stopped["truncated_calls"].as_u64(), stopped["reset_calls"].as_u64()),
+        (Some(30), Some(0), Some(0)),
+        "{stopped}"
+    );
+    assert_eq!(stopped["messages"], 30 * 40, "{stopped}");
+    assert_eq!(stopped["bytes"], 30 * 40 * 1505, "{stopped}");
+}

@@ -11,7 +11,8 @@ use serde_json::json;
 use skyconf_core::backoff::Rng;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 
-use super::{Stats, Target, connect, exit_code, print_report, progress, runtime, service_name};
+use super::raw::RawArgs;
+use super::{Stats, Target, Worker, exit_code, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
 /// Arguments of `skyconf bench agents`.
@@ -31,6 +32,8 @@ pub(super) struct Args {
     /// Connections opened at once while ramping up.
     #[arg(long, default_value_t = 200)]
     connect_batch: usize,
+    #[command(flatten)]
+    raw: RawArgs,
 }
 
 /// Connects the agents, lets them poll for --duration and prints the report.
@@ -38,13 +41,15 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.connections > 0, "--connections must be > 0");
     runtime(args.target.threads)?.block_on(async move {
         let target = Arc::new(args.target.clone());
+        let raw = Arc::new(args.raw.read()?);
         let bar = progress(target.quiet, args.connections as u64, "connecting");
         let ramp = Instant::now();
         let mut clients = Vec::with_capacity(args.connections);
         let mut pending = tokio::task::JoinSet::new();
         for i in 0..args.connections {
             let target = Arc::clone(&target);
-            pending.spawn(async move { connect(&target, i).await });
+            let raw = Arc::clone(&raw);
+            pending.spawn(async move { Worker::open(&target, i, raw.as_ref().as_ref()).await });
             if pending.len() >= args.connect_batch.max(1) || i + 1 == args.connections {
                 while let Some(joined) = pending.join_next().await {
                     clients.push(joined.context("a connect task panicked")??);
@@ -73,9 +78,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 while at < end {
                     tokio::time::sleep_until(at.into()).await;
                     let sent = Instant::now();
-                    let result = client
-                        .fetch_configurations(ConfigurationSyncRequest { service: service.clone(), uuid: uuid.clone() })
-                        .await;
+                    let result =
+                        client.call(&ConfigurationSyncRequest { service: service.clone(), uuid: uuid.clone() }).await;
                     // Like the agent: keep the digest of the last command; no command = no change.
                     if let Some(digest) = stats.check(result, None) {
                         uuid = digest;

@@ -1,6 +1,8 @@
 //! `skyconf bench` without a subcommand: the load. Many HTTP/2 connections with many concurrent
 //! streams each, closed loop or, with `--rate`, a fixed-rate open loop; every answer checked
-//! against the [`Call`] planned for it.
+//! against the [`Call`] planned for it. With `--path` and `--body-file`, every call goes to that
+//! path with that body instead (a forwarded call through a gateway), and its answer must be an
+//! empty `Commands` (`--check full`) or any answer with grpc-status 0 (`--check status`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,7 +16,8 @@ use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 
-use super::{Client, Stats, Target, connect, exit_code, print_report, progress, runtime, service_name};
+use super::raw::RawArgs;
+use super::{Client, Stats, Target, Worker, exit_code, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
 /// What the load asks for.
@@ -72,6 +75,8 @@ pub(super) struct Args {
     /// How much of each answer to check.
     #[arg(long, value_enum, default_value = "full")]
     check: Check,
+    #[command(flatten)]
+    raw: RawArgs,
 }
 
 /// Asks once for every service with no uuid and remembers the digest each one is served.
@@ -161,18 +166,25 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
     };
     runtime(load.target.threads)?.block_on(async move {
         let target = &load.target;
+        let raw = load.raw.read()?;
         let mut clients = Vec::with_capacity(load.connections);
         for i in 0..load.connections {
-            clients.push(connect(target, i).await?);
+            clients.push(Worker::open(target, i, raw.as_ref()).await?);
         }
-        let digests = discover(&mut clients[0], target).await?;
-        if load.check == Check::Full && load.scenario != Scenario::Mixed {
-            anyhow::ensure!(
-                digests.iter().all(Option::is_some),
-                "the server answered a first call without a command; use --check status for servers that answer canned content"
-            );
-        }
-        let calls: Arc<[Call]> = plan(&load, &digests).into();
+        let calls: Arc<[Call]> = match &mut clients[0] {
+            // One call, repeated: its answer must be an empty `Commands`.
+            Worker::Raw(_) => vec![Call { request: ConfigurationSyncRequest::default(), expect: None }].into(),
+            Worker::Cds(first) => {
+                let digests = discover(first, target).await?;
+                if load.check == Check::Full && load.scenario != Scenario::Mixed {
+                    anyhow::ensure!(
+                        digests.iter().all(Option::is_some),
+                        "the server answered a first call without a command; use --check status for servers that answer canned content"
+                    );
+                }
+                plan(&load, &digests).into()
+            }
+        };
         let stats = Arc::new(Stats::new());
         // Warm-up calls are checked apart: `outcome` counts exactly the `calls` measured.
         let warmup = Arc::new(Stats::new());
@@ -229,7 +241,7 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
                     }
                     let call = &calls[k % calls.len()];
                     k += workers;
-                    let result = client.fetch_configurations(call.request.clone()).await;
+                    let result = client.call(&call.request).await;
                     // Only measured calls count, in the outcome as in `calls`: warm-up answers
                     // used to be counted as `ok` too, so `ok` exceeded `calls`.
                     let expect = (check == Check::Full).then_some(&call.expect);
@@ -275,7 +287,8 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
         let report = json!({
             "mode": "load",
             "addr": target.addr,
-            "scenario": format!("{:?}", load.scenario).to_lowercase(),
+            "scenario": if raw.is_some() { "path".to_owned() } else { format!("{:?}", load.scenario).to_lowercase() },
+            "path": load.raw.path,
             "check": format!("{:?}", load.check).to_lowercase(),
             "services": target.services,
             "connections": load.connections,

@@ -15,6 +15,8 @@
 //! - `skyconf bench reload`: parses a document and builds its served table in process (digests and
 //!   pre-encoded answers included), as a reload does.
 //! - `skyconf bench document`: prints a synthetic document (`--services` × `--keys`).
+//! - `skyconf bench sink`: an OAP stand-in answering any gRPC path with an empty `Commands` after
+//!   reading the whole request stream (the upstream of `scripts/bench/gateway.sh`).
 //! - `skyconf bench soak`: agents polling for a long time while documents, good and bad, are
 //!   written through the admin API; every answer and every write is checked (`scripts/soak.sh`).
 //!
@@ -23,14 +25,17 @@
 //! terminal, a plain line every few seconds when it is not (a pipe, a CI log).
 //!
 //! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`,
-//! `propagation.rs`, `reload.rs`, `document.rs` and `soak.rs`. This file holds what they share: the
+//! `propagation.rs`, `reload.rs`, `document.rs`, `soak.rs` and `sink.rs`; `raw.rs` holds the calls
+//! to any path (`--path`, `--body-file`). This file holds what they share: the
 //! [`Target`] flags, connecting, the outcome counters ([`Stats`]) and the report.
 
 mod agents;
 mod document;
 mod load;
 mod propagation;
+mod raw;
 mod reload;
+mod sink;
 mod soak;
 
 use std::collections::BTreeMap;
@@ -86,6 +91,8 @@ enum Mode {
     Document(document::Args),
     /// Agents polling while documents churn through the admin API; checks every answer and write.
     Soak(soak::Args),
+    /// An OAP stand-in: answers any gRPC path with an empty `Commands` after the whole request.
+    Sink(sink::Args),
 }
 
 /// Where to send, and which services to ask for.
@@ -127,6 +134,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(Mode::Reload(a)) => reload::run(&a),
         Some(Mode::Document(a)) => document::run(&a),
         Some(Mode::Soak(a)) => soak::run(a),
+        Some(Mode::Sink(a)) => sink::run(&a),
     }
 }
 
@@ -144,13 +152,46 @@ type Client = ConfigurationDiscoveryServiceClient<Channel>;
 
 /// Opens connection number `index` to the target, from its next --local-addr if any.
 async fn connect(target: &Target, index: usize) -> anyhow::Result<Client> {
+    Ok(ConfigurationDiscoveryServiceClient::new(connect_channel(target, index).await?))
+}
+
+/// [`connect`], for any service.
+async fn connect_channel(target: &Target, index: usize) -> anyhow::Result<Channel> {
     let mut endpoint =
         target.addr.endpoint()?.timeout(target.timeout).connect_timeout(target.timeout).tcp_nodelay(true);
     if !target.local_addr.is_empty() {
         endpoint = endpoint.local_address(Some(target.local_addr[index % target.local_addr.len()]));
     }
-    let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {}", target.addr))?;
-    Ok(ConfigurationDiscoveryServiceClient::new(channel))
+    endpoint.connect().await.with_context(|| format!("cannot connect to {}", target.addr))
+}
+
+/// One connection's client: fetchConfigurations, or any path with a fixed body (`--path`).
+#[derive(Debug, Clone)]
+enum Worker {
+    Cds(Client),
+    Raw(raw::Caller),
+}
+
+impl Worker {
+    /// Opens connection number `index`, for `raw`'s path and messages if given, else for CDS.
+    async fn open(target: &Target, index: usize, raw: Option<&(String, Vec<bytes::Bytes>)>) -> anyhow::Result<Self> {
+        let channel = connect_channel(target, index).await?;
+        Ok(match raw {
+            Some((path, messages)) => Self::Raw(raw::Caller::new(channel, path, messages.clone())?),
+            None => Self::Cds(Client::new(channel)),
+        })
+    }
+
+    /// One call: `request` to fetchConfigurations, or the fixed body to the fixed path.
+    async fn call(
+        &mut self,
+        request: &skyconf_proto::v3::ConfigurationSyncRequest,
+    ) -> Result<tonic::Response<Commands>, tonic::Status> {
+        match self {
+            Self::Cds(client) => client.fetch_configurations(request.clone()).await,
+            Self::Raw(caller) => caller.call().await,
+        }
+    }
 }
 
 /// The `i`-th service name the load asks for.
