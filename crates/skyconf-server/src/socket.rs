@@ -1,4 +1,5 @@
-//! The gRPC port's sockets: TCP streams that tell h2 they take no vectored writes.
+//! The gRPC port's sockets: TCP streams that tell h2 they take no vectored writes, and that read
+//! ahead while a client streams.
 //!
 //! h2 copies a DATA frame into its write buffer only when the payload is small: up to 256 bytes
 //! when the socket takes vectored writes, up to 1 KiB when it does not. A larger payload is
@@ -7,6 +8,13 @@
 //! digest, the serial number) is a few hundred bytes, so reporting no vectored writes lets h2
 //! batch changed answers as it batches unchanged ones (BENCHMARKS.md has the syscall counts);
 //! larger answers are still chained.
+//!
+//! Reads: h2 reads into a buffer sized for the frame it is decoding (8 to 16 KiB), so a client
+//! streaming large messages (trace segments through the gateway) costs a `recvfrom` per 8 KiB.
+//! Once a read fills h2's whole buffer (more is likely waiting), the socket reads up to
+//! [`READ_AHEAD`] at once into a buffer of its own and hands it out from there; the buffer is
+//! freed as soon as it is drained, so an idle connection holds none, and a small request (a CDS
+//! poll) is read straight into h2's buffer as before.
 //!
 //! Each connection also carries an [`AgentConnection`] into its calls' extensions: the peer
 //! address (fleet status keys on it) and, in gateway mode, the OAP its forwarded calls are pinned
@@ -63,14 +71,37 @@ pub fn peer_of(extensions: &http::Extensions) -> Option<SocketAddr> {
     connection_of(extensions)?.remote_addr()
 }
 
-/// A [`TcpStream`] that reports no vectored writes (see the module docs).
+/// How much a streaming connection reads at once.
+pub const READ_AHEAD: usize = 64 * 1024;
+
+/// A [`TcpStream`] that reports no vectored writes and reads ahead while a client streams (see
+/// the module docs).
 #[derive(Debug)]
-pub struct BatchedWrites(TcpStream);
+pub struct BatchedWrites {
+    stream: TcpStream,
+    /// Read but not yet handed out: `ahead[start..end]`; `None` when drained.
+    ahead: Option<Box<[u8]>>,
+    start: usize,
+    end: usize,
+    /// Whether the last read filled the caller's buffer: more is likely waiting.
+    streaming: bool,
+}
 
 impl BatchedWrites {
     /// Wraps an accepted stream.
     pub fn new(stream: TcpStream) -> Self {
-        Self(stream)
+        Self { stream, ahead: None, start: 0, end: 0, streaming: false }
+    }
+
+    /// Hands out what was read ahead; frees the buffer once it is drained.
+    fn hand_out(&mut self, buf: &mut ReadBuf<'_>) {
+        let Some(ahead) = &self.ahead else { return };
+        let n = (self.end - self.start).min(buf.remaining());
+        buf.put_slice(&ahead[self.start..self.start + n]);
+        self.start += n;
+        if self.start == self.end {
+            self.ahead = None;
+        }
     }
 }
 
@@ -78,19 +109,47 @@ impl Connected for BatchedWrites {
     type ConnectInfo = AgentConnection;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        AgentConnection { tcp: self.0.connect_info(), state: Arc::default() }
+        AgentConnection { tcp: self.stream.connect_info(), state: Arc::default() }
     }
 }
 
 impl AsyncRead for BatchedWrites {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        let this = &mut *self;
+        if this.ahead.is_some() {
+            this.hand_out(buf);
+            return Poll::Ready(Ok(()));
+        }
+        let wanted = buf.remaining();
+        if !this.streaming || wanted >= READ_AHEAD {
+            let before = buf.filled().len();
+            let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+            if polled.is_ready() {
+                this.streaming = wanted > 0 && buf.filled().len() - before == wanted;
+            }
+            return polled;
+        }
+        let mut ahead = vec![0; READ_AHEAD].into_boxed_slice();
+        let mut into = ReadBuf::new(&mut ahead);
+        match Pin::new(&mut this.stream).poll_read(cx, &mut into) {
+            Poll::Ready(Ok(())) => {
+                let n = into.filled().len();
+                // A short read drained the socket: back to reading straight into h2's buffer.
+                this.streaming = n == READ_AHEAD;
+                if n > 0 {
+                    (this.ahead, this.start, this.end) = (Some(ahead), 0, n);
+                    this.hand_out(buf);
+                }
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
     }
 }
 
 impl AsyncWrite for BatchedWrites {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -99,7 +158,7 @@ impl AsyncWrite for BatchedWrites {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         // Still correct if a caller asks anyway.
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -107,11 +166,11 @@ impl AsyncWrite for BatchedWrites {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        Pin::new(&mut self.stream).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
@@ -142,5 +201,41 @@ mod tests {
         let mut answer = vec![0; 6 + written];
         client.read_exact(&mut answer).await.unwrap();
         assert!(answer.starts_with(b"answer and"), "{answer:?}");
+    }
+
+    #[tokio::test]
+    async fn a_streaming_client_is_read_ahead_in_large_reads_and_every_byte_arrives_in_order() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let mut server = BatchedWrites::new(listener.accept().await.unwrap().0);
+        let sent: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+        let writer = tokio::spawn({
+            let sent = sent.clone();
+            async move { client.write_all(&sent).await.unwrap() }
+        });
+        // h2's small reads: 8 KiB at a time.
+        let (mut got, mut reads, mut large) = (Vec::new(), 0, 0);
+        while got.len() < sent.len() {
+            let mut chunk = vec![0; 8 * 1024];
+            let n = server.read(&mut chunk).await.unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&chunk[..n]);
+            reads += 1;
+            if server.end > 8 * 1024 {
+                large += 1;
+            }
+        }
+        writer.await.unwrap();
+        assert_eq!(got, sent, "every byte, in order");
+        assert!(large > 0, "the socket read ahead ({reads} reads)");
+        assert!(server.ahead.is_none(), "a drained read-ahead buffer is freed");
+
+        // A small request alone is read straight in, holding no buffer.
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let mut server = BatchedWrites::new(listener.accept().await.unwrap().0);
+        client.write_all(b"poll").await.unwrap();
+        let mut chunk = vec![0; 8 * 1024];
+        assert_eq!(server.read(&mut chunk).await.unwrap(), 4);
+        assert!(!server.streaming && server.ahead.is_none());
     }
 }
