@@ -6,6 +6,7 @@ mod bench;
 mod cli;
 mod conventions;
 mod fleet;
+mod held;
 mod logging;
 mod security;
 mod util;
