@@ -97,6 +97,19 @@ def svg_plot(sweep, path):
         f.write("\n".join(out) + "\n")
 
 
+def held_section(path):
+    """The "## Held polls" section of the report at `path` (up to the next "## " heading), or ""."""
+    try:
+        text = open(path).read()
+    except OSError:
+        return ""
+    start = text.find("\n## Held polls\n")
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + 1)
+    return text[start + 1:end if end >= 0 else len(text)].rstrip("\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -399,6 +412,11 @@ def main():
           f"{fmt(p99 / 1000, 1)} ms | {met(p99 <= 100_000 and p['result']['timed_out'] == 0)} |")
     w("")
     w("Raw results of this run: [docs/benchmarks/results.jsonl](docs/benchmarks/results.jsonl).")
+    # The "Held polls" section comes from scripts/bench/held.sh, a run of its own: kept as it is.
+    held = held_section(a.out)
+    if held:
+        w("")
+        w(held)
     with open(a.out, "w") as f:
         f.write("\n".join(md) + "\n")
 
