@@ -16,6 +16,9 @@
 # The references come from ../shared/bench next to this checkout. Where it is absent (a user's
 # clone), skyconf is measured alone and BENCHMARKS.md says so.
 #
+# Held polls at 10,000 agents are measured by scripts/bench/held.sh, a run of its own (about 8
+# minutes); the "Held polls" section it feeds is kept when this script rewrites BENCHMARKS.md.
+#
 # Environment: ROUNDS (3), DURATION (seconds per h2load run, 8), SERVER_CPU, LOAD_CPU,
 # CARGO_TARGET_DIR (target/), BENCH_OUT (BENCHMARKS.md), SHARED_BENCH (../shared/bench), BENCH_NOTE (a
 # sentence for the top of BENCHMARKS.md),

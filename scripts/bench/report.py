@@ -97,6 +97,19 @@ def svg_plot(sweep, path):
         f.write("\n".join(out) + "\n")
 
 
+def kept_section(path, title):
+    """The "## {title}" section of the report at `path` (up to the next "## " heading), or ""."""
+    try:
+        text = open(path).read()
+    except OSError:
+        return ""
+    start = text.find(f"\n## {title}\n")
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + 1)
+    return text[start + 1:end if end >= 0 else len(text)].rstrip("\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
@@ -399,16 +412,13 @@ def main():
           f"{fmt(p99 / 1000, 1)} ms | {met(p99 <= 100_000 and p['result']['timed_out'] == 0)} |")
     w("")
     w("Raw results of this run: [docs/benchmarks/results.jsonl](docs/benchmarks/results.jsonl).")
-    # The Gateway section belongs to scripts/bench/gateway.sh (run after this report, or alone):
-    # kept as it was until that script replaces it.
-    if os.path.exists(a.out):
-        old = open(a.out).read().split("\n")
-        start = next((i for i, l in enumerate(old) if l.strip() == "## Gateway"), None)
-        if start is not None:
-            end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
-            md += [""] + [l for l in old[start:end]]
-            while md and not md[-1].strip():
-                md.pop()
+    # Sections written by runs of their own (scripts/bench/gateway.sh, scripts/bench/held.sh)
+    # are kept as they are until those scripts replace them.
+    for title in ("Gateway", "Held polls"):
+        section = kept_section(a.out, title)
+        if section:
+            w("")
+            w(section)
     with open(a.out, "w") as f:
         f.write("\n".join(md) + "\n")
 

@@ -8,6 +8,13 @@ skyconf's interop tests. Stubs are generated at run time from skyconf's own .pro
     cds_client.py poll --addr HOST:PORT --service NAME [--interval S] [--seconds S] [--stuck]
                                                                      poll like an agent, one JSON
                                                                      line per applied change
+    cds_client.py java-poll --addr HOST:PORT --service NAME [--interval S] [--timeout S]
+                                                                     poll as the Java agent times
+                                                                     it (30 s deadline, fixed
+                                                                     rate), one JSON line per answer
+                                                                     and per error
+
+`fetch --timeout 0` makes the call without a deadline (no grpc-timeout), as generic tools do.
 """
 import argparse
 import json
@@ -35,10 +42,11 @@ def load_stubs():
     return pb, rpc
 
 
-def call(stub, pb, service, uuid=""):
+def call(stub, pb, service, uuid="", timeout=10.0):
     import grpc
     try:
-        return stub.fetchConfigurations(pb.ConfigurationSyncRequest(service=service, uuid=uuid), timeout=10)
+        return stub.fetchConfigurations(pb.ConfigurationSyncRequest(service=service, uuid=uuid),
+                                        timeout=timeout if timeout > 0 else None)
     except grpc.RpcError as e:
         raise SystemExit(f"fetchConfigurations({service!r}) failed: {e.code().name} {e.details()}")
 
@@ -113,14 +121,57 @@ def poll(stub, pb, service, interval, seconds, stuck):
         time.sleep(interval)
 
 
+def java_poll(stub, pb, service, interval, timeout, seconds):
+    """Polls with the Java agent's timing against a server that may hold a call: every call
+    carries a deadline of `timeout` (the agent's `collector.grpc_upstream_timeout`, 30 s), calls
+    start at a fixed rate of `interval` (`scheduleAtFixedRate`, 20 s), and a call that outlasts
+    the interval is followed at once, never overlapped. The digest of the last received command
+    is echoed.
+
+    One JSON line per answer, `t` the wall-clock time it arrived and `elapsed` the call's
+    duration: `{"t", "elapsed", "uuid", "serial", "config"}` for a command,
+    `{"t", "elapsed", "unchanged": true}` for an empty answer, and
+    `{"t", "elapsed", "error": CODE, "details"}` for a failed call."""
+    import grpc
+    uuid = ""
+    stop_at = time.monotonic() + seconds if seconds > 0 else None
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    next_at = time.monotonic()
+    while stop_at is None or time.monotonic() < stop_at:
+        pause = next_at - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        started = time.monotonic()
+        next_at = started + interval
+        line = {}
+        try:
+            commands = stub.fetchConfigurations(pb.ConfigurationSyncRequest(service=service, uuid=uuid),
+                                                timeout=timeout)
+            found = [c for c in commands.commands if c.command == "ConfigurationDiscoveryCommand"]
+            if found:
+                args = [(a.key, a.value) for a in found[0].args]
+                keyed = dict(args)
+                uuid = keyed.get("UUID", uuid)
+                line = {"uuid": keyed.get("UUID"), "serial": keyed.get("SerialNumber"),
+                        "config": {k: v for k, v in args if k not in ("SerialNumber", "UUID")}}
+            else:
+                line = {"unchanged": True}
+        except grpc.RpcError as e:
+            line = {"error": e.code().name, "details": e.details()}
+        line = {"t": time.time(), "elapsed": round(time.monotonic() - started, 6), **line}
+        print(json.dumps(line), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["fetch", "check", "poll"])
+    ap.add_argument("mode", choices=["fetch", "check", "poll", "java-poll"])
     ap.add_argument("--addr", required=True)
     ap.add_argument("--service")
     ap.add_argument("--uuid", default="")
     ap.add_argument("--golden")
     ap.add_argument("--interval", type=float, default=20.0, help="seconds between polls (agents: 20)")
+    ap.add_argument("--timeout", type=float,
+                    help="deadline of each call in seconds, 0 for none (fetch: 10, java-poll: 30)")
     ap.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: until SIGTERM)")
     ap.add_argument("--stuck", action="store_true", help="apply the first configuration only")
     a = ap.parse_args()
@@ -128,7 +179,9 @@ def main():
     pb, rpc = load_stubs()
     stub = rpc.ConfigurationDiscoveryServiceStub(grpc.insecure_channel(a.addr))
     if a.mode == "fetch":
-        print(json.dumps(as_json(call(stub, pb, a.service, a.uuid))))
+        print(json.dumps(as_json(call(stub, pb, a.service, a.uuid, 10.0 if a.timeout is None else a.timeout))))
+    elif a.mode == "java-poll":
+        java_poll(stub, pb, a.service, a.interval, 30.0 if a.timeout is None else a.timeout, a.seconds)
     elif a.mode == "poll":
         poll(stub, pb, a.service, a.interval, a.seconds, a.stuck)
     else:

@@ -7,6 +7,7 @@ mod cli;
 mod conventions;
 mod fleet;
 mod gateway;
+mod held;
 mod logging;
 mod security;
 mod util;

@@ -52,14 +52,24 @@ const KEYS: [(&str, &str); 12] = [
 
 /// `configurations:` with `services` services of `keys` settings each.
 pub(super) fn document(prefix: &str, services: usize, keys: usize, revision: u64) -> String {
+    generate(prefix, services, keys, revision, false)
+}
+
+/// [`document`] with the revision in every service, so each revision changes every digest.
+pub(super) fn document_every_service(prefix: &str, services: usize, keys: usize, revision: u64) -> String {
+    generate(prefix, services, keys, revision, true)
+}
+
+fn generate(prefix: &str, services: usize, keys: usize, revision: u64, every_service: bool) -> String {
     let keys = keys.min(KEYS.len());
     let mut out = String::with_capacity(services * (keys * 48 + 32) + 32);
     out.push_str("configurations:\n");
     for i in 0..services {
         let _ = writeln!(out, "  {prefix}{i}:");
         for (key, value) in &KEYS[..keys] {
-            // The first service carries the revision, so every revision has its own digest.
-            let n = if i == 0 { 10 + revision } else { 10 + (i as u64 % 7) };
+            // The first service (or every one) carries the revision, so every revision has its
+            // own digest.
+            let n = if i == 0 || every_service { 10 + revision } else { 10 + (i as u64 % 7) };
             let _ = writeln!(out, "    {key}: {}", value.replace("{n}", &n.to_string()));
         }
     }
@@ -78,5 +88,10 @@ mod tests {
         assert_eq!(a.get("s0").unwrap().entries().len(), 12);
         assert_ne!(a.get("s0").unwrap().digest(), b.get("s0").unwrap().digest());
         assert_eq!(a.get("s1").unwrap().digest(), b.get("s1").unwrap().digest());
+        let c = skyconf_core::read(&document_every_service("s", 3, 12, 1)).unwrap();
+        let d = skyconf_core::read(&document_every_service("s", 3, 12, 2)).unwrap();
+        for s in ["s0", "s1", "s2"] {
+            assert_ne!(c.get(s).unwrap().digest(), d.get(s).unwrap().digest(), "{s}");
+        }
     }
 }

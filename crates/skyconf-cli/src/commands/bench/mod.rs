@@ -10,6 +10,9 @@
 //!   the digest and a 36-character serial number.
 //! - `skyconf bench agents`: thousands of idle agents, each on its own connection and polling every
 //!   `--interval` like a stock agent (memory per connection, connection scale).
+//! - `skyconf bench held`: thousands of agents with the Java agent's timing (30 s deadline, 20 s
+//!   fixed rate), each on its own connection, against a server that holds unchanged polls (or
+//!   not): write → all agents hold the new digest, memory per agent, idle CPU.
 //! - `skyconf bench propagation`: rewrites a served file and times how long until the new digest
 //!   is answered.
 //! - `skyconf bench reload`: parses a document and builds its served table in process (digests and
@@ -24,13 +27,14 @@
 //! every call succeeded and every answer was right. A progress bar goes to stderr when it is a
 //! terminal, a plain line every few seconds when it is not (a pipe, a CI log).
 //!
-//! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`,
+//! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`, `held.rs`,
 //! `propagation.rs`, `reload.rs`, `document.rs`, `soak.rs` and `sink.rs`; `raw.rs` holds the calls
 //! to any path (`--path`, `--body-file`). This file holds what they share: the
 //! [`Target`] flags, connecting, the outcome counters ([`Stats`]) and the report.
 
 mod agents;
 mod document;
+mod held;
 mod load;
 mod propagation;
 mod raw;
@@ -83,6 +87,8 @@ pub(crate) struct Args {
 enum Mode {
     /// Many idle agents, one connection each, polling every --interval like a stock agent.
     Agents(agents::Args),
+    /// Agents timed like the Java agent against a server holding polls: write → every agent, memory, CPU.
+    Held(held::Args),
     /// Rewrites a served document and times each edit until its new digest is answered.
     Propagation(propagation::Args),
     /// Times parsing a document and building its served table (digests, pre-encoded answers).
@@ -130,6 +136,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.mode {
         None => load::run(args.load),
         Some(Mode::Agents(a)) => agents::run(a),
+        Some(Mode::Held(a)) => held::run(a),
         Some(Mode::Propagation(a)) => propagation::run(a),
         Some(Mode::Reload(a)) => reload::run(&a),
         Some(Mode::Document(a)) => document::run(&a),

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Held polls at fleet scale (issue 13): N agents (default 10,000), each on its own HTTP/2
+# connection and timed like the Java agent (a 30 s deadline per call, a fixed rate of 20 s), first
+# against `skyconf serve` (which holds unchanged polls), then against `skyconf serve
+# --no-hold-polls` (the same agents then simply poll every 20 s), one server at a time, in one run.
+# For each, `skyconf bench held` reports: a file write (a new file renamed over the served one,
+# every service changed) until all N hold the new digest, p50/p99/max over the writes; the
+# server's VmRSS before the agents connect and with all N connected (held, or polled once), per
+# agent; the server's CPU (utime + stime) while nothing changes.
+#
+#   scripts/bench/held.sh [OUT.json]     # about 8 minutes on 2 cores, after the release build
+#
+# Prints one JSON object ({"held": ..., "plain": ...}, with the command and the machine) on stdout
+# and into OUT.json (default docs/benchmarks/held.json), and a Markdown summary on stderr.
+# The server runs on CPU $SERVER_CPU (0) and the agents on CPU $LOAD_CPU (1), pinned with taskset.
+# Environment: AGENTS (10000), SERVICES (1000), WRITES (5), IDLE (30s), SERVER_CPU, LOAD_CPU,
+# CARGO_TARGET_DIR (target/), SKIP_BUILD=1 (use the release binary as it is).
+# The agents connect from 127.0.0.2-5 so ports never run short; each process needs about N + 100
+# descriptors (the script raises its soft limit to the hard one).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
+COMMAND=""
+for v in AGENTS SERVICES WRITES IDLE SERVER_CPU LOAD_CPU SKIP_BUILD; do
+  [ -n "${!v:-}" ] && COMMAND="$COMMAND$v=${!v} "
+done
+COMMAND="${COMMAND}scripts/bench/held.sh${1:+ $1}"
+OUT=${1:-$ROOT/docs/benchmarks/held.json}
+AGENTS=${AGENTS:-10000}
+SERVICES=${SERVICES:-1000}
+WRITES=${WRITES:-5}
+IDLE=${IDLE:-30s}
+SERVER_CPU=${SERVER_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/skyconf-held.XXXXXX")
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_ready() {
+  for _ in $(seq 1 300); do
+    curl -fs "127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "held.sh: the server never became ready on admin port $1" >&2
+  return 1
+}
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  log "Build (release)"
+  cargo build --release -q -p skyconf-cli
+fi
+SKY=$TARGET/release/skyconf
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+[ "$(ulimit -n)" -ge $((AGENTS + 200)) ] || { echo "held.sh: $AGENTS agents need at least $((AGENTS + 200)) descriptors (ulimit -n is $(ulimit -n))" >&2; exit 1; }
+
+# run MODE [SERVE FLAGS...]: one server, the agents against it; the report in $WORK/MODE.json.
+run() {
+  local mode=$1 grpc admin pid doc
+  shift
+  grpc=$(free_port) admin=$(free_port)
+  doc=$WORK/$mode.yaml
+  "$SKY" bench document --services "$SERVICES" --keys 6 >"$doc"
+  log "$mode: skyconf serve $* on CPU $SERVER_CPU, $AGENTS agents on CPU $LOAD_CPU"
+  taskset -c "$SERVER_CPU" "$SKY" serve --file "$doc" --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
+    "$@" >"$WORK/$mode-serve.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_ready "$admin"
+  taskset -c "$LOAD_CPU" "$SKY" bench held --mode "$mode" --addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
+    --server-pid "$pid" --file "$doc" -c "$AGENTS" --services "$SERVICES" --keys 6 --writes "$WRITES" --idle "$IDLE" \
+    --local-addr 127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5 --json --quiet >"$WORK/$mode.json" \
+    || { cat "$WORK/$mode.json" "$WORK/$mode-serve.log" >&2; echo "held.sh: the $mode run failed" >&2; exit 1; }
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  PIDS=()
+}
+
+run held
+run plain --no-hold-polls
+
+log "Report"
+mkdir -p "$(dirname "$OUT")"
+python3 - "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
+  "$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB, Linux $(uname -r)" \
+  "$SERVER_CPU" "$LOAD_CPU" <<'EOF'
+import datetime, json, sys
+work, out, command, commit, machine, server_cpu, load_cpu = sys.argv[1:]
+held = json.load(open(f"{work}/held.json"))
+plain = json.load(open(f"{work}/plain.json"))
+report = {"command": command, "commit": commit, "machine": machine, "server_cpu": server_cpu, "load_cpu": load_cpu,
+          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+          "held": held, "plain": plain}
+with open(out, "w") as f:
+    json.dump(report, f, indent=1)
+    f.write("\n")
+print(json.dumps(report))
+
+def row(name, r):
+    p, cpu = r["propagation_all_ms"], r["idle"]["cpu"] or {}
+    return (f"| {name} | {p['p50']:,.0f} | {p['p99']:,.0f} | {p['max']:,.0f} | "
+            f"{r['rss_kb']['before'] / 1024:.1f} → {r['rss_kb']['steady'] / 1024:.1f} MB | "
+            f"{r['rss_per_agent_kb']:.1f} KB | {cpu.get('seconds', 0):.2f} s in {r['idle']['seconds']:.0f} s "
+            f"({cpu.get('percent_of_one_core', 0):.1f} % of a core), {r['idle']['calls']:,} calls |")
+lines = ["| server | write → all agents p50 ms | p99 ms | max ms | RSS before → with all agents | RSS per agent | CPU while nothing changes |",
+         "|---|---|---|---|---|---|---|",
+         row("skyconf (held polls)", held), row("skyconf --no-hold-polls (20 s polls)", plain)]
+print("\n".join(lines), file=sys.stderr)
+EOF
+echo "held.sh: wrote $OUT (work files: $WORK)" >&2
