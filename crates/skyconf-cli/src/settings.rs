@@ -81,7 +81,7 @@ pub(crate) struct HoldSection {
     pub(crate) min_deadline_secs: Option<u64>,
     /// `never`, `go-agents` or `all`.
     pub(crate) without_deadline: Option<skyconf_server::cds::hold::NoDeadline>,
-    /// How long a poll without a deadline is held at most, in seconds.
+    /// How long a poll is held at most, with or without a deadline, in seconds.
     pub(crate) cap_secs: Option<u64>,
     /// Held polls at once, in all.
     pub(crate) max_held: Option<usize>,

@@ -111,7 +111,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let cds = CdsService::new(Arc::clone(&served), config.cds)
         .with_fleet(Arc::clone(&fleet))
         .with_metrics(metrics.cds())
-        .with_holding(config.hold, shutdown.clone());
+        .with_holding(hold_options(&config), shutdown.clone());
     let held_polls = cds.held();
     metrics.cds().watch_held(&held_polls);
     let cds = cds.into_server();
@@ -259,6 +259,14 @@ async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), S
             }
         }
     }
+}
+
+/// The hold settings, with the per-connection bound below half the connection's stream limit:
+/// held polls must never take every stream a connection has.
+fn hold_options(config: &ServeConfig) -> crate::HoldOptions {
+    let streams = config.security.grpc_limits.max_concurrent_streams as usize;
+    let per_connection = config.hold.max_held_per_connection.min(streams / 2).max(1);
+    crate::HoldOptions { max_held_per_connection: per_connection, ..config.hold }
 }
 
 /// Adds `service` to `routes` when there is one.

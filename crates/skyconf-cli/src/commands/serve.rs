@@ -110,7 +110,7 @@ struct HoldArgs {
     /// `all` [default: go-agents].
     #[arg(long, env = "SKYCONF_HOLD_WITHOUT_DEADLINE")]
     hold_without_deadline: Option<NoDeadline>,
-    /// How long a poll without a deadline is held at most [default: 30s].
+    /// How long a poll is held at most, with or without a deadline [default: 30s].
     #[arg(long, env = "SKYCONF_HOLD_CAP", value_parser = crate::args::parse_duration)]
     hold_cap: Option<Duration>,
 }

@@ -3,7 +3,8 @@
 //!
 //! A call is held only when the client can wait:
 //! - **with a deadline** (`grpc-timeout`) of at least [`HoldOptions::min_deadline`]: until
-//!   [`HoldOptions::margin`] before it. The Java agent sends 30 s
+//!   [`HoldOptions::margin`] before it, and at most [`HoldOptions::cap`] (30 s), so a long
+//!   deadline never outlasts a proxy's read timeout. The Java agent sends 30 s
 //!   (`collector.grpc_upstream_timeout`) and polls at a fixed rate of 20 s, so a held call ends
 //!   after 28 s and the next one starts at once: a continuous long poll that never reaches the
 //!   deadline. A one-off client's 5 s is answered at once.
@@ -19,6 +20,8 @@
 //!
 //! A held call ends with the service's new command as soon as the table changes its answer, and
 //! with "unchanged" at the end of its hold or when the server shuts down (before the port closes).
+//! A hold is shortened by a random tenth at most ([`jittered`]): a change restarts every agent's
+//! hold at once, and without it the whole fleet's holds would end in one burst 28 s later.
 //! Held calls are bounded per connection and in total; a call over either bound is answered at
 //! once, as without holding.
 
@@ -69,11 +72,13 @@ pub struct HoldOptions {
     pub margin: Duration,
     /// Which clients without a deadline are held.
     pub without_deadline: NoDeadline,
-    /// How long a call without a deadline is held at most.
+    /// How long a call is held at most, whatever its deadline: holds must end before a proxy's
+    /// read timeout (nginx: 60 s) would cut them.
     pub cap: Duration,
     /// Held calls at once, in all.
     pub max_held: usize,
-    /// Held calls at once on one connection (a proxy may carry many agents on one).
+    /// Held calls at once on one connection (a proxy may carry many agents on one). Kept below
+    /// the connection's stream limit, so held polls never take every stream of a connection.
     pub max_held_per_connection: usize,
 }
 
@@ -86,7 +91,7 @@ impl Default for HoldOptions {
             without_deadline: NoDeadline::GoAgents,
             cap: Duration::from_secs(30),
             max_held: 100_000,
-            max_held_per_connection: 1024,
+            max_held_per_connection: 256,
         }
     }
 }
@@ -103,7 +108,7 @@ impl HoldOptions {
         match metadata.get("grpc-timeout") {
             Some(timeout) => {
                 let deadline = parse_grpc_timeout(timeout.as_bytes())?;
-                (deadline >= self.min_deadline).then(|| deadline.saturating_sub(self.margin))
+                (deadline >= self.min_deadline).then(|| deadline.saturating_sub(self.margin).min(self.cap))
             }
             None => {
                 let held = match self.without_deadline {
@@ -138,6 +143,16 @@ pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
         b'n' => Duration::from_nanos(n),
         _ => return None,
     })
+}
+
+/// `hold` shortened by up to a tenth, at random.
+pub fn jittered(hold: Duration) -> Duration {
+    let tenth = hold.as_millis() as u64 / 10;
+    if tenth == 0 {
+        return hold;
+    }
+    let random = uuid::Uuid::new_v4().as_u128() as u64;
+    hold.saturating_sub(Duration::from_millis(random % (tenth + 1)))
 }
 
 /// The count of held calls, within the total bound.
@@ -211,11 +226,13 @@ pub enum Release {
     Expired,
     /// The server is shutting down: "unchanged".
     Shutdown,
+    /// The client cancelled the call (or its connection went) while it was held.
+    Cancelled,
 }
 
 impl Release {
     /// Every release, in a fixed order.
-    pub const ALL: [Self; 3] = [Self::Changed, Self::Expired, Self::Shutdown];
+    pub const ALL: [Self; 4] = [Self::Changed, Self::Expired, Self::Shutdown, Self::Cancelled];
 
     /// The metric label value.
     pub fn as_str(self) -> &'static str {
@@ -223,6 +240,7 @@ impl Release {
             Self::Changed => "changed",
             Self::Expired => "expired",
             Self::Shutdown => "shutdown",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -256,6 +274,7 @@ mod tests {
     fn a_long_enough_deadline_is_held_until_the_margin_before_it() {
         let options = HoldOptions::default();
         assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "30S")])), Some(Duration::from_secs(28)));
+        assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "1H")])), Some(Duration::from_secs(30)), "capped");
         assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "10S")])), Some(Duration::from_secs(8)));
         assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "9999m")])), None, "a one-off client's deadline");
         assert_eq!(options.hold_for(&metadata(&[("grpc-timeout", "5S")])), None);
@@ -286,6 +305,15 @@ mod tests {
         assert_eq!(all.hold_for(&MetadataMap::new()), Some(Duration::from_secs(30)));
         let never = HoldOptions { without_deadline: NoDeadline::Never, ..options };
         assert_eq!(never.hold_for(&go), None);
+    }
+
+    #[test]
+    fn a_jittered_hold_loses_at_most_a_tenth() {
+        let hold = Duration::from_secs(28);
+        let holds: Vec<_> = (0..200).map(|_| jittered(hold)).collect();
+        assert!(holds.iter().all(|h| *h <= hold && *h >= hold - hold / 10), "{holds:?}");
+        assert!(holds.iter().any(|h| *h != holds[0]), "spread, not one value");
+        assert_eq!(jittered(Duration::from_millis(5)), Duration::from_millis(5));
     }
 
     #[test]

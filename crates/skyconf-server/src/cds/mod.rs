@@ -195,8 +195,10 @@ impl CdsService {
         mut changes: tokio::sync::watch::Receiver<u64>,
         slot: Slot<'_>,
     ) -> Option<(Bytes, FetchOutcome)> {
-        let expired = tokio::time::sleep(hold_for);
+        let expired = tokio::time::sleep(hold::jittered(hold_for));
         tokio::pin!(expired);
+        // Counts the release however the hold ends, a cancelled call (this future dropped) too.
+        let mut released = ReleaseCount { metrics: &self.metrics, release: Release::Cancelled };
         let (release, answer) = loop {
             tokio::select! {
                 () = &mut expired => break (Release::Expired, None),
@@ -215,8 +217,20 @@ impl CdsService {
             }
         };
         drop(slot);
-        self.metrics.hold_released(release);
+        released.release = release;
         answer
+    }
+}
+
+/// Counts one held call's release when dropped: [`Release::Cancelled`] unless told otherwise.
+struct ReleaseCount<'a> {
+    metrics: &'a CdsMetrics,
+    release: Release,
+}
+
+impl Drop for ReleaseCount<'_> {
+    fn drop(&mut self) {
+        self.metrics.hold_released(self.release);
     }
 }
 
@@ -341,7 +355,9 @@ mod tests {
             let started = Instant::now();
             let call = start(&svc, request(&current(&served), &[("grpc-timeout", "30S")], None)).await;
             assert_eq!(call.await.unwrap(), None, "unchanged");
-            assert_eq!(started.elapsed(), Duration::from_secs(28), "2 s before the 30 s deadline");
+            let held = started.elapsed();
+            let (end, tenth) = (Duration::from_secs(28), Duration::from_millis(2_800));
+            assert!(held <= end && held >= end - tenth, "2 s before the 30 s deadline, less a random tenth: {held:?}");
             assert_eq!(svc.metrics.fetches(FetchOutcome::Unchanged), 1);
         }
 
@@ -402,7 +418,11 @@ mod tests {
             assert_eq!(started.elapsed(), Duration::ZERO, "a generic tool is answered at once");
             let call = start(&svc, request(&digest, &[("user-agent", "grpc-go/1.71.0")], None)).await;
             assert_eq!(call.await.unwrap(), None);
-            assert_eq!(started.elapsed(), Duration::from_secs(30), "the Go agent is held up to the cap");
+            let held = started.elapsed();
+            assert!(
+                held <= Duration::from_secs(30) && held >= Duration::from_secs(27),
+                "the Go agent is held up to the cap: {held:?}"
+            );
             let call = start(&svc, request(&digest, &[("grpc-timeout", "30S"), ("skyconf-hold", "off")], None)).await;
             let before = Instant::now();
             assert_eq!(call.await.unwrap(), None);
@@ -426,6 +446,19 @@ mod tests {
             }
             assert_eq!(started.elapsed(), Duration::ZERO);
             assert_eq!(svc.held().get(), 0);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_held_poll_the_client_cancels_is_counted_and_gives_its_place_back() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let call = start(&svc, request(&current(&served), &[("grpc-timeout", "30S")], None)).await;
+            assert_eq!(svc.held().get(), 1);
+            call.abort();
+            let _ = call.await;
+            assert_eq!(svc.held().get(), 0);
+            assert_eq!(svc.metrics.held_released(Release::Cancelled), 1);
+            assert_eq!(svc.metrics.held_released(Release::Expired), 0);
         }
 
         #[tokio::test(start_paused = true)]

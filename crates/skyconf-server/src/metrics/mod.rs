@@ -80,7 +80,7 @@ pub struct CdsMetrics {
     latency: AtomicHistogram,
     /// Held polls by how they ended (indexed by `Release as usize`).
     released: Family<ReasonLabels, Counter>,
-    by_release: [Counter; 3],
+    by_release: [Counter; 4],
     /// Polls answered at once because a bound on held polls was reached.
     refused: Family<LimitLabels, Counter>,
     by_refusal: [Counter; 2],
@@ -146,6 +146,11 @@ impl CdsMetrics {
         self.by_release[release as usize].inc();
     }
 
+    /// Held polls released with `release` so far.
+    pub fn held_released(&self, release: Release) -> u64 {
+        self.by_release[release as usize].get()
+    }
+
     /// Counts a poll answered at once because a bound on held polls was reached.
     pub fn hold_refused(&self, refusal: Refusal) {
         self.by_refusal[refusal as usize].inc();
@@ -159,7 +164,7 @@ impl CdsMetrics {
     fn register(&self, registry: &mut Registry) {
         registry.register(
             "skyconf_held_polls_released",
-            "Held fetchConfigurations calls, by how they ended: changed (the new command was sent), expired (the hold ended: unchanged), shutdown (unchanged)",
+            "Held fetchConfigurations calls, by how they ended: changed (the new command was sent), expired (the hold ended: unchanged), shutdown (unchanged), cancelled (by the client, or its connection went)",
             self.released.clone(),
         );
         registry.register(
