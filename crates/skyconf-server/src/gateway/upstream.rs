@@ -344,10 +344,11 @@ mod tests {
         }
     }
 
+    /// Pinning to a live OAP, re-pinning when it goes and unpinning are tested over real
+    /// sockets (`tests/it/gateway.rs`); here, the case without any connection.
     #[test]
-    fn agent_connections_are_pinned_to_the_least_loaded_healthy_oap_and_unpinned_when_dropped() {
+    fn without_an_open_connection_nothing_is_pinned() {
         let upstreams = Arc::new(Upstreams::new(&GatewayConfig::new(vec!["a:1".into(), "b:1".into()])).unwrap());
-        // No connection is open: nothing to pin to.
         let pin = Pin::default();
         assert!(upstreams.sender_for(&pin).is_none());
         assert_eq!(pin.member.load(Ordering::Relaxed), 0);
