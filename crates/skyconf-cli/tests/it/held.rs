@@ -203,8 +203,8 @@ fn a_grpcio_poller_with_the_java_timing_gets_every_write_within_a_second_and_an_
     assert!(stopped.elapsed() < Duration::from_secs(10), "the stop waited for the hold");
 }
 
-/// A hold that sees no change ends OK and empty 2 s before the 30 s deadline (never
-/// DEADLINE_EXCEEDED), and the Java agent's next poll, due since, is held at once.
+/// A hold that sees no change ends OK and empty 2 s before the 30 s deadline, less up to a random
+/// tenth (never DEADLINE_EXCEEDED), and the Java agent's next poll, due since, is held at once.
 #[test]
 fn an_unchanged_grpcio_poll_ends_ok_before_its_30s_deadline_and_the_next_one_is_held() {
     if !grpcio_available() {
@@ -220,9 +220,10 @@ fn an_unchanged_grpcio_poll_ends_ok_before_its_30s_deadline_and_the_next_one_is_
     let line = grpcio.next_answer("the held poll", Duration::from_secs(40));
     assert_eq!(line["unchanged"], true, "{line}");
     let elapsed = line["elapsed"].as_f64().unwrap();
-    assert!((27.0..30.0).contains(&elapsed), "held {elapsed} s: until 2 s before the deadline");
+    // 28 s, shortened by up to 2.8 s so a fleet's holds do not all end together.
+    assert!((25.0..30.0).contains(&elapsed), "held {elapsed} s: until 2 s before the deadline, less the jitter");
     assert_eq!(metric(&admin, EXPIRED), format!("{EXPIRED} 1"));
-    // 28 s outlast the 20 s interval: the next poll starts at once and is held again.
+    // 25-28 s outlast the 20 s interval: the next poll starts at once and is held again.
     wait_for_metric(&admin, HELD, 1, Duration::from_secs(10));
     assert_eq!(metric(&admin, SHUTDOWN), format!("{SHUTDOWN} 0"));
 }
