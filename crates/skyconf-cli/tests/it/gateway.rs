@@ -10,7 +10,7 @@
 //! SKYCONF_REQUIRE_INTEROP=1 so a missing dependency fails instead of skipping.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use skyconf_testkit::server::AdminClient;
 
-use crate::util::{Server, example_document, grpcio_available, repo_root, serve_command};
+use crate::util::{Server, example_document, grpcio_available, json_line, read_lines, repo_root, serve_command};
 
 const TRACE_COLLECT: &str = "/skywalking.v3.TraceSegmentReportService/collect";
 const JVM_COLLECT: &str = "/skywalking.v3.JVMMetricReportService/collect";
@@ -88,13 +88,7 @@ impl Upstream {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let rx = read_lines(child.stdout.take().unwrap(), |line| line);
         let line = rx.recv_timeout(PATIENCE).expect("upstream.py prints LISTENING <port>");
         let port = line.strip_prefix("LISTENING ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{line}"));
         Self { child, name: name.to_owned(), port, record, _dir: dir }
@@ -192,13 +186,7 @@ impl HeldClient {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let _ = tx.send(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
-            }
-        });
+        let lines = read_lines(child.stdout.take().unwrap(), |line| json_line(&line));
         Self { stdin: child.stdin.take(), child, lines }
     }
 

@@ -12,7 +12,6 @@
 //! The grpcio client needs python3 with grpcio and grpcio-tools: `scripts/test.sh` installs them
 //! and sets SKYCONF_REQUIRE_INTEROP=1 so a missing dependency fails instead of skipping.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -22,7 +21,7 @@ use serde_json::Value;
 use skyconf_testkit::latency::percentiles;
 use skyconf_testkit::server::AdminClient;
 
-use crate::util::{Server, example_document, grpcio_available, repo_root};
+use crate::util::{Server, example_document, grpcio_available, json_line, read_lines, repo_root};
 
 const SERVICE: &str = "mall-order-service";
 const WRITES: u32 = 20;
@@ -45,16 +44,7 @@ impl Grpcio {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
-                if tx.send(value).is_err() {
-                    return;
-                }
-            }
-        });
+        let lines = read_lines(child.stdout.take().unwrap(), |line| json_line(&line));
         Self { child, lines }
     }
 

@@ -41,6 +41,26 @@ pub(crate) fn grpcio_available() -> bool {
     has_grpcio
 }
 
+/// The lines of a child's output, each mapped by `map`, read on a thread of their own that keeps
+/// draining the pipe (so the child never blocks on a full one) until the output ends.
+pub(crate) fn read_lines<T: Send + 'static>(
+    output: impl std::io::Read + Send + 'static,
+    map: impl Fn(String) -> T + Send + 'static,
+) -> mpsc::Receiver<T> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            let _ = tx.send(map(line));
+        }
+    });
+    lines
+}
+
+/// A line of JSON a test tool printed.
+pub(crate) fn json_line(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
 /// `skyconf --log-format json serve` on ephemeral loopback ports, as a command to add the store
 /// (and anything else) to; [`Server::spawn`] runs it.
 pub(crate) fn serve_command() -> Command {
@@ -76,14 +96,7 @@ impl Server {
     /// addresses.
     pub(crate) fn spawn(mut command: Command) -> Self {
         let mut child = command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let (tx, log) = mpsc::channel();
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let log = read_lines(child.stderr.take().unwrap(), |line| line);
         let mut startup_log = Vec::new();
         let (grpc_addr, admin_addr) = loop {
             let line = log
