@@ -192,7 +192,7 @@ def main():
         out = client_stream(channel, protos.TRACE_COLLECT, msgs, metadata, a.timeout, a.hold, m, progress=True)
     elif a.command == "jvm":
         j = m.jvm_metric
-        metric = j.JVMMetric(time=1700000000000, cpu=m.common.CPU(usagePercent=12.5),
+        metric = j.JVMMetric(time=1700000000000, cpu=m.jvm_metric.CPU(usagePercent=12.5),
                              memory=[j.Memory(isHeap=True, init=1 << 27, max=1 << 30, used=1 << 28, committed=1 << 29),
                                      j.Memory(isHeap=False, init=1 << 20, max=-1, used=1 << 25, committed=1 << 26)])
         req = j.JVMMetricCollection(metrics=[metric], service="mall-order-service", serviceInstance="order-1@10.0.0.7")

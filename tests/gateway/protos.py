@@ -1,6 +1,7 @@
-"""The gateway tests' skywalking.v3 messages, compiled at run time with grpcio-tools from the
-.proto files in proto/ (skyconf's own, written from the published field numbers) into a
-temporary directory that is removed at exit. Shared by client.py and upstream.py."""
+"""The gateway tests' skywalking.v3 messages, compiled at run time with grpcio-tools into a
+temporary directory that is removed at exit: the trace-segment and JVM-metric protocols from
+proto/ (written for these tests from the published field numbers), the common types, Management
+and CDS from skyconf's own crates/skyconf-proto/proto. Shared by client.py and upstream.py."""
 import atexit
 import base64
 import os
@@ -11,6 +12,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO_ROOT = os.path.join(HERE, "proto")
+SKYCONF_PROTO_ROOT = os.path.join(HERE, "..", "..", "crates", "skyconf-proto", "proto")
 FILES = ["common", "tracing", "management", "jvm_metric", "configuration_discovery"]
 
 TRACE_COLLECT = "/skywalking.v3.TraceSegmentReportService/collect"
@@ -29,7 +31,8 @@ def load():
     out = tempfile.mkdtemp(prefix="skyconf-gateway-pb-")
     atexit.register(shutil.rmtree, out, True)
     protos = [f"skywalking/v3/{name}.proto" for name in FILES]
-    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_ROOT, "--python_out=" + out] + protos)
+    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_ROOT, "-I", SKYCONF_PROTO_ROOT,
+                           "--python_out=" + out] + protos)
     sys.path.insert(0, out)
     import importlib
     m = Messages()
