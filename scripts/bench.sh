@@ -57,26 +57,8 @@ RESULTS=$WORK/results.jsonl
 P_SKY=19180 P_SKY_ADMIN=19181 P_NULL=19182 P_JAVA=19183 P_SCALE=19184 P_SCALE_ADMIN=19185
 PATH_FETCH=/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations
 
-log() { printf '\n== %s\n' "$*" >&2; }
-record() { echo "$1" >>"$RESULTS"; }
-
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 300); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "bench.sh: nothing listens on port $1" >&2
-  return 1
-}
-
-rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# shellcheck source=scripts/bench/lib.sh
+. "$ROOT/scripts/bench/lib.sh"
 
 # ---------------------------------------------------------------------------------------------
 log "Tools"

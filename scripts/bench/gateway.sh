@@ -65,29 +65,13 @@ PATH_JVM=/skywalking.v3.JVMMetricReportService/collect
 PATH_UNKNOWN=/skyconf.bench.NoSuchService/Anything
 PATH_FETCH=/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations
 
-log() { printf '\n== %s\n' "$*" >&2; }
-record() { echo "$1" >>"$RESULTS"; }
+# shellcheck source=scripts/bench/lib.sh
+. "$ROOT/scripts/bench/lib.sh"
 fail() {
   echo "gateway.sh: $*" >&2
   exit 1
 }
 
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-wait_port() {
-  for _ in $(seq 1 300); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  fail "nothing listens on port $1"
-}
-
-rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 # Percent of all CPUs busy over 2 s, whoever uses them (run while our servers are idle: the
 # neighbours' share of the machine).

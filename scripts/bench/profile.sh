@@ -17,14 +17,8 @@ mkdir -p "$out"
 base=1000
 server=("$@")
 
-wait_port() {
-  for _ in $(seq 1 600); do
-    (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0
-    sleep 0.2
-  done
-  echo "profile.sh: nothing listens on port $1" >&2
-  return 1
-}
+# shellcheck source=scripts/bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 # run N FILE: instructions of a server run that answered N calls.
 run() {
@@ -35,7 +29,8 @@ run() {
   fi
   valgrind --tool=callgrind --callgrind-out-file="$file" "${server[@]}" >"$file.log" 2>&1 &
   local vg=$!
-  wait_port "$port"
+  # Under valgrind a server takes a while to listen.
+  wait_port "$port" 120
   h2load -n "$n" -c 32 -m 16 -t 1 -H 'content-type: application/grpc' -H 'te: trailers' -d "$body" \
     "http://127.0.0.1:$port/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations" >"$file.h2load.txt"
   grep -q "$n succeeded" "$file.h2load.txt" || { echo "profile.sh: calls failed, see $file.h2load.txt" >&2; kill "$vg"; return 1; }
