@@ -13,16 +13,10 @@ import datetime
 import json
 import os
 
+from report import fmt  # scripts/bench/report.py, beside this file
+
 HEADING = "## Gateway"
 TARGETS = ["direct", "nginx", "skyconf"]
-
-
-def fmt(n, digits=0):
-    if n is None:
-        return "–"
-    if digits == 0:
-        return f"{round(n):,}"
-    return f"{n:,.{digits}f}"
 
 
 def ratio(a, b):
