@@ -90,11 +90,19 @@ async fn call(
     metadata: &[(&str, &str)],
     body: &[u8],
 ) -> Outcome {
-    let client = client.clone().ready().await.unwrap();
-    let mut client = client;
-    let (response, mut send) = client.send_request(request(path, metadata), false).unwrap();
+    let (response, mut send) = open(client, path, metadata).await;
     send.send_data(Bytes::copy_from_slice(body), true).unwrap();
     read(response).await
+}
+
+/// Opens a call on the connection of `client`: its answer, and the stream to send its messages on.
+async fn open(
+    client: &h2::client::SendRequest<Bytes>,
+    path: &str,
+    metadata: &[(&str, &str)],
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let mut client = client.clone().ready().await.unwrap();
+    client.send_request(request(path, metadata), false).unwrap()
 }
 
 async fn read(response: h2::client::ResponseFuture) -> Outcome {
@@ -196,9 +204,7 @@ async fn an_agent_cancelling_its_call_cancels_the_oaps_stream() {
     let upstream = Upstream::start("oap-a").await;
     let (_dir, server) = gateway(&[&upstream]).await;
     let client = connect(server.grpc_addr).await;
-    let mut client = client.ready().await.unwrap();
-    let (_response, mut send) =
-        client.send_request(request("/skywalking.v3.TraceSegmentReportService/echo", &[]), false).unwrap();
+    let (_response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/echo", &[]).await;
     send.send_data(Bytes::from(framed(b"first segment")), false).unwrap();
     upstream.wait_for("the first segment", |calls| calls.first().is_some_and(|c| !c.body.is_empty())).await;
     send.send_reset(Reason::CANCEL);
@@ -217,9 +223,7 @@ async fn an_oap_that_dies_mid_stream_ends_the_call_unavailable_and_the_next_call
     let outcome = call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[], &framed(b"jvm")).await;
     assert_eq!(outcome.headers["x-upstream"], "oap-a");
     // A stream the OAP holds open...
-    let mut sender = client.clone().ready().await.unwrap();
-    let (response, mut send) =
-        sender.send_request(request("/skywalking.v3.TraceSegmentReportService/stall", &[]), false).unwrap();
+    let (response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
     send.send_data(Bytes::from(framed(b"segment")), false).unwrap();
     first.wait_for("the stream", |calls| calls.iter().any(|c| c.path.ends_with("/stall"))).await;
     // ...when the OAP dies.
@@ -268,9 +272,7 @@ async fn a_stalled_oap_stops_the_agent_within_the_flow_control_windows() {
     let upstream = Upstream::start("oap-a").await;
     let (_dir, server) = gateway(&[&upstream]).await;
     let client = connect(server.grpc_addr).await;
-    let mut client = client.ready().await.unwrap();
-    let (_response, mut send) =
-        client.send_request(request("/skywalking.v3.TraceSegmentReportService/stall", &[]), false).unwrap();
+    let (_response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
     upstream.wait_for("the stream", |calls| !calls.is_empty()).await;
 
     // Push as fast as the windows let us, until no more room comes for a while.
@@ -405,9 +407,7 @@ async fn shutdown_closes_forwarded_streams_that_do_not_end_within_the_drain() {
     let upstream = Upstream::start("oap-a").await;
     let (_dir, server) = gateway(&[&upstream]).await;
     let client = connect(server.grpc_addr).await;
-    let mut client = client.ready().await.unwrap();
-    let (_response, mut send) =
-        client.send_request(request("/skywalking.v3.TraceSegmentReportService/stall", &[]), false).unwrap();
+    let (_response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
     send.send_data(Bytes::from(framed(b"segment")), false).unwrap();
     upstream.wait_for("the stream", |calls| !calls.is_empty()).await;
     let started = std::time::Instant::now();
