@@ -67,7 +67,7 @@ impl Forwarder {
         let state = connection.as_ref().map_or_else(Arc::default, |c| Arc::clone(&c.state));
         let Some((mut sender, member)) = self.upstreams.wait_for_sender(&state.pin).await else {
             self.metrics.no_upstream();
-            return status_response(&Status::unavailable("no OAP is reachable from the gateway"));
+            return status_response(Status::unavailable("no OAP is reachable from the gateway"));
         };
         let (mut parts, body) = request.into_parts();
         let peer = connection.as_ref().and_then(|c| c.remote_addr());
@@ -92,7 +92,7 @@ impl Forwarder {
                 let status = status_before_response(&error);
                 self.metrics.failed(upstream);
                 tracing::debug!(upstream, %error, code = ?status.code(), "A forwarded call failed before the OAP answered.");
-                status_response(&status)
+                status_response(status)
             }
         }
     }
@@ -113,8 +113,8 @@ fn upstream_uri(uri: &Uri, upstream: &str, tls: bool) -> Uri {
 }
 
 /// A trailers-only gRPC response carrying `status`.
-fn status_response(status: &Status) -> Response<Body> {
-    Status::new(status.code(), status.message()).into_http()
+fn status_response(status: Status) -> Response<Body> {
+    status.into_http()
 }
 
 /// The HTTP/2 error in `error`'s chain, if any.
@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_status_response_is_trailers_only_grpc() {
-        let response = status_response(&Status::unavailable("no OAP"));
+        let response = status_response(Status::unavailable("no OAP"));
         assert_eq!(response.status(), http::StatusCode::OK);
         assert_eq!(response.headers()["grpc-status"], "14");
         assert_eq!(response.headers()["content-type"], "application/grpc");
