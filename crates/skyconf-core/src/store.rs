@@ -81,7 +81,17 @@ pub struct StoreContent {
     pub singles: BTreeMap<String, String>,
     /// GROUP keys, each with its sub-items.
     pub groups: BTreeMap<String, BTreeMap<String, String>>,
+    /// The store's revision of SINGLE keys, where the store orders its changes (see
+    /// [`Revision`]); absent for stores that do not (a file, Nacos).
+    pub revisions: BTreeMap<String, Revision>,
 }
+
+/// Where a value stands in its store's own order of changes: etcd's `mod_revision` of the key,
+/// ZooKeeper's `mzxid` of the znode. Every client of the store sees the same number for the same
+/// value, and a later change always has a higher one (until the store itself is wiped or
+/// restored), so replicas watching one store agree on it. A write can be made conditional on it
+/// (compare-and-swap), which is what makes writes from several replicas safe.
+pub type Revision = u64;
 
 impl StoreContent {
     /// The agent-configurations document, if the store holds one.
@@ -89,12 +99,31 @@ impl StoreContent {
         self.singles.get(AGENT_CONFIGURATIONS_KEY).map(String::as_str)
     }
 
-    /// Sets or removes a single key; the change it makes, if any.
+    /// The store's revision of a single key, where the store has one.
+    pub fn revision(&self, key: &str) -> Option<Revision> {
+        self.revisions.get(key).copied()
+    }
+
+    /// Sets or removes a single key at the store's `revision` (forgotten when `None`, or with the
+    /// value); the change it makes, if any.
+    pub fn set_single_at(&mut self, key: &str, value: Option<String>, revision: Option<Revision>) -> Option<Change> {
+        match revision.filter(|_| value.is_some()) {
+            Some(revision) => self.revisions.insert(key.to_owned(), revision),
+            None => self.revisions.remove(key),
+        };
+        self.set_single(key, value)
+    }
+
+    /// Sets or removes a single key; the change it makes, if any. Its revision is left as it was
+    /// (forgotten with the value).
     pub fn set_single(&mut self, key: &str, value: Option<String>) -> Option<Change> {
         let change = single_change(self.singles.get(key).map(String::as_str), value.as_deref());
         match value {
             Some(v) => self.singles.insert(key.to_owned(), v),
-            None => self.singles.remove(key),
+            None => {
+                self.revisions.remove(key);
+                self.singles.remove(key)
+            }
         };
         change
     }

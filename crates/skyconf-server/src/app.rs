@@ -43,7 +43,14 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let releases = Arc::new(open_releases(&config, &persister));
     if served.snapshot().ready() {
         let snapshot = served.snapshot();
-        releases.record_start(&snapshot.table, accepted.as_deref(), snapshot.version, &store_name);
+        // The store's revision, when the table was read from the store just now (not from the
+        // last good configuration on disk while the store is away).
+        let revision = (connected && accepted.as_deref() == content.agent_configurations())
+            .then(|| content.revision(skyconf_core::store::AGENT_CONFIGURATIONS_KEY));
+        releases.record_start(&snapshot.table, accepted.as_deref(), snapshot.version, revision.flatten(), &store_name);
+        if let Some(revision) = revision {
+            served.set_store_revision(snapshot.version, revision);
+        }
     }
     if let Some(rejection) = rejection {
         releases.record_rejection(

@@ -77,6 +77,7 @@ impl DcsService {
                 .iter()
                 .map(|k| (k.clone(), content.groups.get(k).cloned().unwrap_or_default()))
                 .collect(),
+            revisions: Default::default(),
         }
     }
 

@@ -83,7 +83,8 @@ impl LastGood {
         Ok(Some(Persisted {
             store: json["store"].as_str().unwrap_or_default().to_owned(),
             saved_at: json["saved_at"].as_u64().unwrap_or(0),
-            content: StoreContent { singles, groups },
+            // A revision read from disk may be stale: only the store's own is trusted.
+            content: StoreContent { singles, groups, revisions: Default::default() },
         }))
     }
 

@@ -110,7 +110,9 @@ pub struct Attribution {
 /// One accepted document.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Release {
-    /// Increases by one with every release, across restarts.
+    /// Increases with every release, across restarts. With a store that orders its changes
+    /// (etcd, ZooKeeper) it is the store's revision of the document ([`Release::store_revision`]),
+    /// so every replica on the same store names a release alike; otherwise it increases by one.
     pub id: u64,
     /// When it was accepted (Unix milliseconds).
     pub at_ms: u64,
@@ -126,6 +128,10 @@ pub struct Release {
     pub version: u64,
     /// SHA-256 (hex) of the document text; none when the key was deleted from the store.
     pub document_sha256: Option<String>,
+    /// The store's revision of the document (etcd's `mod_revision`, ZooKeeper's `mzxid`), where
+    /// the store has revisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_revision: Option<u64>,
     /// Every service's digest in this release.
     pub digests: BTreeMap<String, String>,
     /// What changed against the previous release.
@@ -156,6 +162,9 @@ pub struct ReleaseSummary {
     pub version: u64,
     /// See [`Release::document_sha256`].
     pub document_sha256: Option<String>,
+    /// See [`Release::store_revision`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_revision: Option<u64>,
     /// How many services the document configures.
     pub services: usize,
     /// How many services' digests changed.
@@ -184,6 +193,7 @@ impl ReleaseSummary {
             rollback_of: release.rollback_of,
             version: release.version,
             document_sha256: release.document_sha256.clone(),
+            store_revision: release.store_revision,
             services: release.digests.len(),
             changed: release.changes.len(),
             changes: release
@@ -443,13 +453,19 @@ impl ReleaseLog {
     }
 
     /// Records an accepted document: `table` read from `text` (`None`: the key was deleted), to
-    /// be served as `version`, replacing `previous`. `origin` names the store.
+    /// be served as `version`, replacing `previous`, found in the store at `store_revision` where
+    /// it has revisions. `origin` names the store.
+    ///
+    /// The id is the store revision when there is one above every id issued so far (so replicas
+    /// agree on it); otherwise (no revisions, or a wiped or restored store whose revisions went
+    /// back) the next local id.
     pub fn record(
         &self,
         previous: &AgentConfigurations,
         table: &AgentConfigurations,
         text: Option<&str>,
         version: u64,
+        store_revision: Option<u64>,
         origin: &str,
     ) -> Arc<ReleaseSummary> {
         let hash = text.map(document_hash);
@@ -463,8 +479,15 @@ impl ReleaseLog {
                 .position(|p| p.hash == hash)
                 .map(|i| state.pending.remove(i).attribution)
                 .unwrap_or_else(|| Attribution { origin: origin.to_owned(), ..Attribution::default() });
+            // A store revision is unique by itself: it need only follow the kept releases (the
+            // reservation ahead guards local ids, which a restart could otherwise reissue).
+            let newest = state.releases.back().map_or(0, |r| r.id);
+            let id = match store_revision {
+                Some(revision) if revision > newest && revision <= MAX_ID => revision,
+                _ => state.next_id,
+            };
             let release = Arc::new(Release {
-                id: state.next_id,
+                id,
                 at_ms: now_ms(),
                 author: attribution.author,
                 message: attribution.message,
@@ -472,11 +495,12 @@ impl ReleaseLog {
                 rollback_of: attribution.rollback_of,
                 version,
                 document_sha256: hash,
+                store_revision,
                 digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
                 changes: diff(previous, table),
             });
             // Never wraps: ids above MAX_ID are refused at start-up, so this cannot saturate.
-            state.next_id = state.next_id.saturating_add(1);
+            state.next_id = state.next_id.max(id.saturating_add(1));
             let summary = Arc::new(ReleaseSummary::of(&release));
             state.releases.push_back(Arc::clone(&summary));
             for change in &release.changes {
@@ -523,7 +547,14 @@ impl ReleaseLog {
 
     /// Records, at start-up, the document the server starts with, unless it is the newest release
     /// already (the usual case after a restart).
-    pub fn record_start(&self, table: &AgentConfigurations, text: Option<&str>, version: u64, origin: &str) {
+    pub fn record_start(
+        &self,
+        table: &AgentConfigurations,
+        text: Option<&str>,
+        version: u64,
+        store_revision: Option<u64>,
+        origin: &str,
+    ) {
         let latest = self.latest();
         let hash = text.map(document_hash);
         if let Some(latest) = latest.as_ref().filter(|l| l.document_sha256 == hash) {
@@ -531,7 +562,7 @@ impl ReleaseLog {
             return;
         }
         let previous = latest.and_then(|l| self.table_of(l.id)).unwrap_or_default();
-        self.record(&previous, table, text, version, origin);
+        self.record(&previous, table, text, version, store_revision, origin);
     }
 
     fn serve_as(state: &mut LogState, version: u64, id: u64, retention: usize) {
@@ -805,10 +836,10 @@ mod tests {
     fn releases_survive_a_restart_and_old_ones_are_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let log = ReleaseLog::open(dir.path(), 2).unwrap();
-        log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
         log.expect(Some(V2), Attribution { author: Some("ann".into()), origin: "api".into(), ..Default::default() });
-        log.record(&table(V1), &table(V2), Some(V2), 2, "file x");
-        log.record(&table(V2), &AgentConfigurations::default(), None, 3, "file x");
+        log.record(&table(V1), &table(V2), Some(V2), 2, None, "file x");
+        log.record(&table(V2), &AgentConfigurations::default(), None, 3, None, "file x");
         assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [3, 2]);
         log.flush();
 
@@ -824,10 +855,10 @@ mod tests {
         assert_eq!(reopened.find_after(1, Some(&document_hash(V2))).unwrap().id, 2);
         assert!(reopened.find_after(2, Some(&document_hash(V2))).is_none());
 
-        reopened.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        reopened.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
         let id = reopened.latest().unwrap().id;
         assert!(id > 3, "ids keep increasing across restarts (with gaps up to RESERVE), got {id}");
-        reopened.record_start(&table(V1), Some(V1), 1, "file x");
+        reopened.record_start(&table(V1), Some(V1), 1, None, "file x");
         assert_eq!(reopened.latest().unwrap().id, id, "an unchanged start records nothing");
     }
 
@@ -839,7 +870,7 @@ mod tests {
         let log = ReleaseLog::open(dir.path(), 10).unwrap();
         assert!(log.list().is_empty());
         assert!(dir.path().join("releases/00000000000000000009.json.corrupt").exists(), "moved aside");
-        let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
         assert!(release.id > 9, "above the corrupt file's id, got {}", release.id);
     }
 
@@ -850,7 +881,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = ReleaseLog::open(dir.path(), 10).unwrap();
         for version in 1..=3 {
-            log.record(&AgentConfigurations::default(), &table(V1), Some(V1), version, "file x");
+            log.record(&AgentConfigurations::default(), &table(V1), Some(V1), version, None, "file x");
         }
         log.flush();
         drop(log);
@@ -865,7 +896,7 @@ mod tests {
         assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [2, 1]);
         assert!(dir.path().join("releases/00000000000000000003.json.corrupt").exists());
         assert!(dir.path().join("releases/99999999999999999999.json.corrupt").exists());
-        let next = log.record(&AgentConfigurations::default(), &table(V2), Some(V2), 1, "file x");
+        let next = log.record(&AgentConfigurations::default(), &table(V2), Some(V2), 1, None, "file x");
         assert!(next.id > 3, "above every id in a file name, the corrupt one's included: {}", next.id);
         log.flush();
         assert_eq!(std::fs::read_to_string(dir.path().join("releases/00000000000000000001.json")).unwrap(), one);
@@ -886,7 +917,8 @@ mod tests {
         let mut ids = Vec::new();
         for version in 1..=3 {
             let text = format!("configurations:\n  a: {{k: {version}}}\n");
-            let release = log.record(&AgentConfigurations::default(), &table(&text), Some(&text), version, "file x");
+            let release =
+                log.record(&AgentConfigurations::default(), &table(&text), Some(&text), version, None, "file x");
             assert_eq!(log.durable(release.id, deadline).await, Durability::Failed);
             assert_eq!(log.document(release.id).unwrap(), Some(Some(text)), "kept in memory");
             ids.push(release.id);
@@ -898,7 +930,7 @@ mod tests {
 
         std::fs::remove_file(dir.path().join("releases")).unwrap();
         let log = ReleaseLog::open(dir.path(), 10).unwrap();
-        let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "file x");
+        let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
         assert!(release.id > ids[2], "{} reissued after {ids:?}", release.id);
         assert_eq!(log.durable(release.id, deadline).await, Durability::Durable);
         assert_eq!(log.unsaved(), 0);
@@ -912,7 +944,7 @@ mod tests {
         let log = ReleaseLog::open(dir.path(), 10).unwrap();
         let many: String = (0..200).map(|i| format!("  s{i}: {{k: v}}\n")).collect();
         let big = format!("configurations:\n{many}");
-        let release = log.record(&AgentConfigurations::default(), &table(&big), Some(&big), 1, "file x");
+        let release = log.record(&AgentConfigurations::default(), &table(&big), Some(&big), 1, None, "file x");
         assert_eq!((release.services, release.changed, release.changes.len()), (200, 200, MAX_SUMMARY_CHANGES));
         log.flush();
         assert!(log.lock().documents.is_empty(), "nothing but the summary stays in memory");
@@ -926,7 +958,7 @@ mod tests {
     #[test]
     fn in_memory_logs_keep_documents_and_rejections() {
         let log = ReleaseLog::in_memory(10);
-        log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, "mem");
+        log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "mem");
         assert_eq!(log.document(1).unwrap(), Some(Some(V1.to_owned())));
         assert_eq!(log.table_of(1).unwrap(), table(V1));
         log.record_rejection("mem", "line 1, column 1: bad", &"x".repeat(MAX_REJECTED_TEXT_BYTES + 1));

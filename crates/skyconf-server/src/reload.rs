@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use skyconf_core::AgentConfigurations;
 use skyconf_core::guard::{ResetPolicy, would_reset_the_fleet};
-use skyconf_core::store::content_hash;
+use skyconf_core::store::{Revision, content_hash};
 
 use crate::metrics::{Events, OriginEvents};
 use crate::releases::ReleaseLog;
@@ -60,6 +60,7 @@ impl Default for Guard {
 struct Pending {
     table: AgentConfigurations,
     text: Option<String>,
+    revision: Option<Revision>,
     since: SystemTime,
     deadline: tokio::time::Instant,
 }
@@ -91,6 +92,8 @@ pub struct Reloader {
     events: OriginEvents,
     guard: Guard,
     held: Option<Pending>,
+    /// The store revision of the value being applied.
+    revision: Option<Revision>,
 }
 
 impl Reloader {
@@ -106,6 +109,7 @@ impl Reloader {
             releases: None,
             guard: Guard::OFF,
             held: None,
+            revision: None,
         }
     }
 
@@ -153,6 +157,7 @@ impl Reloader {
     fn install_held(&mut self, why: &str) -> Option<Outcome> {
         let pending = self.held.take()?;
         tracing::warn!(origin = %self.origin, services = pending.table.len(), why, "Installing the held change.");
+        self.revision = pending.revision;
         Some(self.install(pending.table, pending.text))
     }
 
@@ -190,6 +195,7 @@ impl Reloader {
         self.held = Some(Pending {
             table: table.clone(),
             text: text.map(str::to_owned),
+            revision: self.revision,
             since: now,
             deadline: tokio::time::Instant::now() + self.guard.grace,
         });
@@ -201,6 +207,8 @@ impl Reloader {
         self.served.set_held(None);
         let services = table.len();
         self.record_release(&table, text.as_deref());
+        // Before the install, so a write that sees the new table finds its revision.
+        self.served.set_store_revision(self.served.snapshot().version + 1, self.revision);
         let version = self.served.install(table);
         self.served.clear_rejection();
         match &text {
@@ -227,7 +235,7 @@ impl Reloader {
     fn record_release(&self, table: &AgentConfigurations, text: Option<&str>) {
         if let Some(releases) = &self.releases {
             let current = self.served.snapshot();
-            releases.record(&current.table, table, text, current.version + 1, &self.origin);
+            releases.record(&current.table, table, text, current.version + 1, self.revision, &self.origin);
             releases.clear_rejection();
         }
     }
@@ -239,8 +247,19 @@ impl Reloader {
 
     /// Applies the key's current value; `None` means the store holds no such key.
     pub fn apply(&mut self, value: Option<&str>) -> Outcome {
+        self.apply_at(value, None)
+    }
+
+    /// Applies the key's current value, at the store's `revision` where it has revisions.
+    pub fn apply_at(&mut self, value: Option<&str>, revision: Option<Revision>) -> Outcome {
+        self.revision = revision;
         let hash = value.map(content_hash);
         if self.last_seen == Some(hash) {
+            // The served text written again: the next conditional write must expect its new
+            // revision.
+            if self.held.is_none() && self.accepted.as_deref().map(content_hash) == hash && revision.is_some() {
+                self.served.set_store_revision(self.served.snapshot().version, revision);
+            }
             return Outcome::Unchanged;
         }
         self.last_seen = Some(hash);

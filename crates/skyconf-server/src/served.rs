@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 use skyconf_core::AgentConfigurations;
 use skyconf_core::answer::{Answer, Answers};
+use skyconf_core::store::Revision;
 use tokio::sync::watch;
 
 /// One accepted table with its answers encoded.
@@ -94,6 +95,8 @@ pub struct ServedTable {
     // Short critical sections only, never held across an await.
     last_rejection: Mutex<Option<Rejection>>,
     held: Mutex<Option<Held>>,
+    /// The served version and the store revision of the document it was read from.
+    store_revision: Mutex<Option<(u64, Option<Revision>)>>,
 }
 
 impl ServedTable {
@@ -114,6 +117,7 @@ impl ServedTable {
             changes,
             last_rejection: Mutex::new(None),
             held: Mutex::new(None),
+            store_revision: Mutex::new(None),
         }
     }
 
@@ -133,6 +137,21 @@ impl ServedTable {
         self.current.store(Arc::new(Snapshot::new(version, table)));
         self.changes.send_replace(version);
         version
+    }
+
+    /// Says that the table served as `version` was read from the store's document at `revision`
+    /// (`None`: the key was absent). Said again when the same text is written anew, so a write
+    /// conditioned on it expects the store's newest revision of that text.
+    pub fn set_store_revision(&self, version: u64, revision: Option<Revision>) {
+        *self.store_revision.lock().unwrap_or_else(|p| p.into_inner()) = Some((version, revision));
+    }
+
+    /// The store revision of the document the table served as `version` was read from: `None`
+    /// when unknown (another version is served by now, or the store has no revisions, or nothing
+    /// was read from it yet), `Some(None)` when the key was absent.
+    pub fn store_revision_of(&self, version: u64) -> Option<Option<Revision>> {
+        let known = *self.store_revision.lock().unwrap_or_else(|p| p.into_inner());
+        known.filter(|&(v, _)| v == version).map(|(_, revision)| revision)
     }
 
     /// A receiver that sees every new version.

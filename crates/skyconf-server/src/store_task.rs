@@ -125,13 +125,15 @@ impl StoreTask {
                 return None;
             }
             Update::Snapshot(content) => {
-                let outcome = self.reloader.apply(content.agent_configurations());
+                let revision = content.revision(AGENT_CONFIGURATIONS_KEY);
+                let outcome = self.reloader.apply_at(content.agent_configurations(), revision);
                 (content, Some(outcome))
             }
-            Update::Single { key, value } => {
-                let outcome = (key == AGENT_CONFIGURATIONS_KEY).then(|| self.reloader.apply(value.as_deref()));
+            Update::Single { key, value, revision } => {
+                let outcome =
+                    (key == AGENT_CONFIGURATIONS_KEY).then(|| self.reloader.apply_at(value.as_deref(), revision));
                 let mut content = (*self.store.content()).clone();
-                content.set_single(&key, value);
+                content.set_single_at(&key, value, revision);
                 (content, outcome)
             }
             Update::Group { key, items } => {
@@ -210,7 +212,7 @@ mod tests {
     }
 
     fn single(key: &str, value: Option<&str>) -> Update {
-        Update::Single { key: key.into(), value: value.map(str::to_owned) }
+        Update::single(key, value.map(str::to_owned))
     }
 
     #[test]

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 pub use registry::{NoneSettings, REGISTRY, StoreConfig, StoreEntry, WithStore, entry, with_store};
 pub use skyconf_core::backoff::Backoff;
-pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, StoreContent};
+pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, Revision, StoreContent};
 pub use supervise::{ReceiverGone, Reporter, Session, SessionEnd, supervise};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -118,6 +118,8 @@ pub enum Update {
         key: String,
         /// Its raw text.
         value: Option<String>,
+        /// The store's [`Revision`] of the value, where the store orders its changes.
+        revision: Option<Revision>,
     },
     /// A group key's current sub-items; `None` when the group is absent.
     Group {
@@ -132,6 +134,27 @@ pub enum Update {
     /// The store could not be read or the watch broke; nothing changes. The source retries and
     /// sends a fresh [`Update::Snapshot`] once it is back.
     Failed(SourceError),
+}
+
+impl Update {
+    /// A single key's value, for a store without revisions.
+    pub fn single(key: impl Into<String>, value: Option<String>) -> Self {
+        Self::Single { key: key.into(), value, revision: None }
+    }
+}
+
+/// What a write expects of the key it replaces: the compare of its compare-and-swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expect {
+    /// The key as this source last saw it (from a read, its watch, or its own last write), or as
+    /// the store has it now when it was never seen. Every store can do this; it keeps a write
+    /// from undoing a change this source has not seen yet.
+    #[default]
+    Seen,
+    /// Absent (`None`) or at exactly this [`Revision`]: a write based on what a client saw,
+    /// refused on every replica once the key moved on. Only for stores that report revisions
+    /// ([`Source::revisions`]); others answer [`SourceError::Unsupported`].
+    At(Option<Revision>),
 }
 
 /// The keys a store is asked about.
@@ -176,8 +199,10 @@ impl KeySet {
 ///   a [`Session`] and handing it to [`supervise()`].
 /// - [`Source::put`] writes one single key (`None` deletes it), as the OAP's layout for the store
 ///   requires; the change then arrives through `run` like any other. Where the store can, the
-///   write is a compare-and-swap against the key as the source last saw it, failing with
-///   [`SourceError::Conflict`] when it changed since.
+///   write is a compare-and-swap ([`Expect`]), failing with [`SourceError::Conflict`] when the
+///   key changed since; it answers the [`Revision`] it wrote at, where the store has revisions.
+/// - [`Source::revisions`] says whether updates carry the store's [`Revision`]s (etcd,
+///   ZooKeeper), on which writes can then be conditioned ([`Expect::At`]).
 pub trait Source: Send + Sync + 'static {
     /// Names the store for logs and status: kind, address, namespace.
     fn describe(&self) -> String;
@@ -193,8 +218,19 @@ pub trait Source: Send + Sync + 'static {
         shutdown: CancellationToken,
     ) -> impl Future<Output = ()> + Send;
 
-    /// Writes (or with `None`, deletes) one single key.
-    fn put(&self, key: &str, value: Option<&str>) -> impl Future<Output = Result<(), SourceError>> + Send;
+    /// Writes (or with `None`, deletes) one single key, if it is as `expect`ed; the revision of
+    /// the write, where the store has revisions (`None` for a delete).
+    fn put(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        expect: Expect,
+    ) -> impl Future<Output = Result<Option<Revision>, SourceError>> + Send;
+
+    /// Whether the store orders its changes with [`Revision`]s that updates carry.
+    fn revisions(&self) -> bool {
+        false
+    }
 }
 
 /// A future boxed for a trait object.
@@ -212,7 +248,14 @@ pub trait DynSource: Send + Sync + 'static {
     /// [`Source::run`], boxed.
     fn run_boxed(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) -> BoxFuture<'_, ()>;
     /// [`Source::put`], boxed.
-    fn put_boxed<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>>;
+    fn put_boxed<'a>(
+        &'a self,
+        key: &'a str,
+        value: Option<&'a str>,
+        expect: Expect,
+    ) -> BoxFuture<'a, Result<Option<Revision>, SourceError>>;
+    /// [`Source::revisions`].
+    fn revisions_boxed(&self) -> bool;
 }
 
 impl<S: Source> DynSource for S {
@@ -228,8 +271,17 @@ impl<S: Source> DynSource for S {
         Box::pin(self.run(keys, updates, shutdown))
     }
 
-    fn put_boxed<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>> {
-        Box::pin(self.put(key, value))
+    fn put_boxed<'a>(
+        &'a self,
+        key: &'a str,
+        value: Option<&'a str>,
+        expect: Expect,
+    ) -> BoxFuture<'a, Result<Option<Revision>, SourceError>> {
+        Box::pin(self.put(key, value, expect))
+    }
+
+    fn revisions_boxed(&self) -> bool {
+        self.revisions()
     }
 }
 
@@ -246,8 +298,22 @@ impl Source for Box<dyn DynSource> {
         (**self).run_boxed(keys, updates, shutdown).await;
     }
 
-    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
-        (**self).put_boxed(key, value).await
+    async fn put(&self, key: &str, value: Option<&str>, expect: Expect) -> Result<Option<Revision>, SourceError> {
+        (**self).put_boxed(key, value, expect).await
+    }
+
+    fn revisions(&self) -> bool {
+        (**self).revisions_boxed()
+    }
+}
+
+/// Refuses [`Expect::At`] for a store without revisions: such a write cannot be conditioned on
+/// what a client saw, only on what the source saw.
+#[cfg_attr(not(any(feature = "file", feature = "nacos")), allow(dead_code))]
+pub(crate) fn only_seen(store: &str, expect: Expect) -> Result<(), SourceError> {
+    match expect {
+        Expect::Seen => Ok(()),
+        Expect::At(_) => Err(SourceError::Unsupported(format!("{store} has no revisions to condition a write on"))),
     }
 }
 
@@ -276,7 +342,11 @@ pub(crate) fn changes(before: &StoreContent, now: &StoreContent) -> Vec<Update> 
     let singles: BTreeSet<&String> = before.singles.keys().chain(now.singles.keys()).collect();
     for key in singles {
         if before.singles.get(key) != now.singles.get(key) {
-            updates.push(Update::Single { key: key.clone(), value: now.singles.get(key).cloned() });
+            updates.push(Update::Single {
+                key: key.clone(),
+                value: now.singles.get(key).cloned(),
+                revision: now.revision(key),
+            });
         }
     }
     let groups: BTreeSet<&String> = before.groups.keys().chain(now.groups.keys()).collect();
@@ -305,7 +375,7 @@ impl Source for NoStore {
         shutdown.cancelled().await;
     }
 
-    async fn put(&self, _key: &str, _value: Option<&str>) -> Result<(), SourceError> {
+    async fn put(&self, _key: &str, _value: Option<&str>, _expect: Expect) -> Result<Option<Revision>, SourceError> {
         Err(SourceError::Unsupported("the `none` store holds nothing and cannot be written".into()))
     }
 }
@@ -348,8 +418,8 @@ mod tests {
         now.groups.insert("g".into(), BTreeMap::new());
         let updates = changes(&before, &now);
         assert_eq!(updates.len(), 3, "{updates:?}");
-        assert!(matches!(&updates[0], Update::Single { key, value: None } if key == "a"));
-        assert!(matches!(&updates[1], Update::Single { key, value: Some(v) } if key == "b" && v == "2"));
+        assert!(matches!(&updates[0], Update::Single { key, value: None, .. } if key == "a"));
+        assert!(matches!(&updates[1], Update::Single { key, value: Some(v), .. } if key == "b" && v == "2"));
         assert!(matches!(&updates[2], Update::Group { key, items: Some(i) } if key == "g" && i.is_empty()));
         assert!(changes(&now, &now).is_empty());
     }

@@ -158,7 +158,7 @@ mod tests {
         let none = (entry("none").unwrap().open_from)(serde_json::Value::Null, Limits::default()).unwrap();
         assert_eq!(none.describe(), "none");
         assert!(none.load(&KeySet::oap()).await.unwrap().singles.is_empty());
-        assert!(matches!(none.put("k", None).await, Err(SourceError::Unsupported(_))));
+        assert!(matches!(none.put("k", None, crate::Expect::Seen).await, Err(SourceError::Unsupported(_))));
 
         let etcd = entry("etcd").unwrap();
         let error = (etcd.open_from)(serde_json::json!({"endpoints": ""}), Limits::default()).err().unwrap();

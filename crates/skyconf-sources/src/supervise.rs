@@ -211,7 +211,12 @@ mod tests {
             supervise(self, &keys, updates, Backoff::default(), shutdown).await;
         }
 
-        async fn put(&self, _key: &str, _value: Option<&str>) -> Result<(), SourceError> {
+        async fn put(
+            &self,
+            _key: &str,
+            _value: Option<&str>,
+            _expect: crate::Expect,
+        ) -> Result<Option<crate::Revision>, SourceError> {
             Err(SourceError::Unsupported("scripted".to_owned()))
         }
     }

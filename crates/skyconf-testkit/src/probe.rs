@@ -93,7 +93,7 @@ impl SourceProbe {
     /// The next update, which must be a single key.
     pub async fn single(&mut self) -> (String, Option<String>) {
         match self.next().await {
-            Update::Single { key, value } => (key, value),
+            Update::Single { key, value, .. } => (key, value),
             other => panic!("expected a single key, got {other:?}"),
         }
     }
@@ -112,7 +112,7 @@ impl SourceProbe {
         while !done(content) {
             match self.next().await {
                 Update::Snapshot(new) => *content = new,
-                Update::Single { key, value } => drop(content.set_single(&key, value)),
+                Update::Single { key, value, revision } => drop(content.set_single_at(&key, value, revision)),
                 Update::Group { key, items } => drop(content.set_group(&key, items)),
                 Update::Failed(error) => panic!("unexpected failure: {error}"),
             }
@@ -156,7 +156,7 @@ impl SourceProbe {
                 self.snapshots += 1;
                 self.content = content.clone();
             }
-            Update::Single { key, value } => drop(self.content.set_single(key, value.clone())),
+            Update::Single { key, value, revision } => drop(self.content.set_single_at(key, value.clone(), *revision)),
             Update::Group { key, items } => drop(self.content.set_group(key, items.clone())),
             Update::Failed(_) => self.failures += 1,
         }

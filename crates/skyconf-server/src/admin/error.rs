@@ -25,10 +25,14 @@ pub enum AppError {
     /// No such service or release: 404.
     #[error("{0}")]
     NotFound(String),
-    /// The store's state does not allow the write, the key changed in the store under the write
-    /// (a failed compare-and-swap), or the caller's `If-Match` is outdated: 409.
+    /// The store's state does not allow the write, or the caller's `If-Match` is outdated: 409.
     #[error("{0}")]
     Conflict(String),
+    /// The key changed in the store under the write (a failed compare-and-swap; another replica
+    /// or a hand edit wrote first): 409. Nothing was written; a write that does not depend on
+    /// what the client saw can be built again on the newer document.
+    #[error("{0}")]
+    StoreMoved(String),
     /// The body is larger than the limit: 413.
     #[error("{0}")]
     TooLarge(String),
@@ -49,7 +53,7 @@ impl From<SourceError> for AppError {
         match error {
             SourceError::Unsupported(_) => Self::Conflict(error.to_string()),
             SourceError::Conflict { .. } => {
-                Self::Conflict(format!("the store changed under this write; read it again ({error})"))
+                Self::StoreMoved(format!("the store changed under this write; read it again ({error})"))
             }
             SourceError::TooLarge { .. } => Self::TooLarge(error.to_string()),
             SourceError::NotText { .. } => Self::BadRequest(error.to_string()),
@@ -69,7 +73,7 @@ impl AppError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Conflict(_) | Self::StoreMoved(_) => StatusCode::CONFLICT,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::NotWritten(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

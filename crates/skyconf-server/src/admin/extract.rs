@@ -189,6 +189,7 @@ fn unknown_parameter(name: &str) -> String {
 }
 
 /// How a write is to be made.
+#[derive(Debug, Clone, Copy)]
 pub(super) struct WriteOptions {
     /// Check and report, write nothing.
     pub(super) dry_run: bool,

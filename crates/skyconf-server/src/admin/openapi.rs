@@ -673,7 +673,8 @@ pub(crate) struct WriteParams {
 #[into_params(parameter_in = Header)]
 pub(crate) struct WriteHeaders {
     /// `"<release id>"` (an `ETag`, quotes and `W/` optional): write only while that release is
-    /// the newest, else 409. `*`: whichever.
+    /// the newest, else 409 — checked by the store itself (a compare-and-swap on its revision)
+    /// with etcd and ZooKeeper, so on every replica. `*`: whichever.
     #[serde(rename = "If-Match")]
     #[param(pattern = r#"^(\*|(W/)?"?[0-9]{1,19}"?)$"#, required = false)]
     if_match: String,

@@ -27,6 +27,14 @@
 //! (default 10 s, at most 60; `0` answers as soon as the store accepted the write). `If-Match:
 //! "<release id>"` makes the write fail with 409 unless that release is still the newest.
 //!
+//! Several replicas. Where the store has revisions (etcd, ZooKeeper), release ids are the
+//! store's revisions of the document, and a write that builds on what was read — a per-service
+//! edit, or any write with `If-Match` — is a compare-and-swap on the revision of the served
+//! document ([`Expect::At`]): refused by the store, on whichever replica, once another write
+//! landed. A per-service write without `If-Match` that lost that race is built again on the newer
+//! document ([`MAX_REBASES`] times); with `If-Match` it answers 409. A whole document or a
+//! rollback without `If-Match` is written against the key as this server last saw it.
+//!
 //! Answers: 200 with the release once the new document is served; 202 when the store took it but
 //! it was not served within the wait; 200 with `"unchanged": true` when the document is the one
 //! served already. A served write also waits (within the same wait) for its release file:
@@ -50,7 +58,7 @@ use serde_json::{Value, json};
 use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::diff;
 use skyconf_core::writer;
-use skyconf_sources::AGENT_CONFIGURATIONS_KEY;
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect};
 use tokio::sync::OwnedMutexGuard;
 
 use super::extract::{AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body};
@@ -157,6 +165,33 @@ impl Proposal {
     }
 }
 
+/// What a write of the document expects to replace in the store: the compare of its
+/// compare-and-swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Basis {
+    /// The proposal is built on the served snapshot (a per-service edit) or the client named
+    /// what it saw (`If-Match`): the store must still hold the document that snapshot was read
+    /// from, at its revision — on every replica, since the revision is the store's own.
+    Snapshot,
+    /// The proposal stands on its own (a whole document or a rollback without `If-Match`): it
+    /// replaces what this server last saw of the key.
+    Standalone,
+}
+
+impl Basis {
+    /// The store's expectation for a write based on `snapshot`.
+    fn expect(self, admin: &Admin, snapshot: &Snapshot) -> Expect {
+        let revisions = admin.writer.as_ref().is_some_and(|w| w.revisions_boxed());
+        match self {
+            Self::Snapshot if revisions => {
+                // Unknown only while the store has not been read (it is away): then as last seen.
+                admin.served.store_revision_of(snapshot.version).map_or(Expect::Seen, Expect::At)
+            }
+            _ => Expect::Seen,
+        }
+    }
+}
+
 /// Checks, writes, waits; the guard keeps writes of this server one at a time.
 /// `snapshot` is the served table the proposal was built from (taken under the guard).
 async fn apply(
@@ -166,6 +201,7 @@ async fn apply(
     proposal: Proposal,
     attribution: Attribution,
     options: WriteOptions,
+    basis: Basis,
 ) -> Result<Response, AppError> {
     let latest = admin.releases.latest();
     let latest_id = latest.as_ref().map_or(0, |r| r.id);
@@ -208,6 +244,8 @@ async fn apply(
         }))
         .into_response());
     }
+    let basis = if options.if_match.is_some() { Basis::Snapshot } else { basis };
+    let expect = basis.expect(admin, &snapshot);
     // From here the write runs to its end even when the client goes away. Dropped halfway, it
     // released the write lock while its store write could still land, after a later write that was
     // acknowledged (the soak found it: a write abandoned while etcd was frozen overwrote the next
@@ -215,29 +253,35 @@ async fn apply(
     let admin = admin.clone();
     tokio::spawn(async move {
         let _guard = guard;
-        write_and_wait(&admin, proposal, changes, hash, latest_id, attribution, options.wait).await
+        let write = Write { proposal, changes, hash, latest_id, attribution, expect };
+        write_and_wait(&admin, write, options.wait).await
     })
     .await
     .map_err(|error| AppError::Internal(format!("the write task failed: {error}")))?
 }
 
-/// Writes `proposal` to the store and waits (up to `wait`) for it to be served and its release
-/// to be durable.
-async fn write_and_wait(
-    admin: &Admin,
+/// A checked write, ready for the store.
+struct Write {
     proposal: Proposal,
     changes: Vec<skyconf_core::diff::ServiceChange>,
+    /// The proposal's document hash.
     hash: Option<String>,
+    /// The newest release when the write was checked.
     latest_id: u64,
     attribution: Attribution,
-    wait: std::time::Duration,
-) -> Result<Response, AppError> {
+    expect: Expect,
+}
+
+/// Writes the proposal to the store and waits (up to `wait`) for it to be served and its release
+/// to be durable.
+async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) -> Result<Response, AppError> {
+    let Write { proposal, changes, hash, latest_id, attribution, expect } = write;
     let writer =
         admin.writer.as_ref().ok_or_else(|| AppError::Conflict("this server has no store to write to".into()))?;
     let mut served_changes = admin.served.subscribe();
     let started = Instant::now();
     admin.releases.expect(proposal.text.as_deref(), attribution);
-    if let Err(error) = writer.put_boxed(AGENT_CONFIGURATIONS_KEY, proposal.text.as_deref()).await {
+    if let Err(error) = writer.put_boxed(AGENT_CONFIGURATIONS_KEY, proposal.text.as_deref(), expect).await {
         admin.releases.withdraw(proposal.text.as_deref());
         tracing::warn!(%error, "The store refused an admin write.");
         return Err(error.into());
@@ -347,7 +391,7 @@ pub(super) async fn put_configurations(
     let proposal = Proposal::read(&admin, text)?;
     let guard = Arc::clone(&admin.write_lock).lock_owned().await;
     let snapshot = admin.served.snapshot();
-    apply(&admin, guard, snapshot, proposal, attribution, options).await
+    apply(&admin, guard, snapshot, proposal, attribution, options, Basis::Standalone).await
 }
 
 /// The body of `PUT /api/v1/services/{name}`.
@@ -516,8 +560,15 @@ enum ServiceChange {
     Remove,
 }
 
-/// Applies `change` to one service of the served document and writes the result; the document
-/// is read under the write lock, so no concurrent write of this server is lost.
+/// How many times a per-service write without `If-Match` is built again on a newer document
+/// when the store changed under it (another replica's write, a hand edit).
+const MAX_REBASES: usize = 16;
+
+/// Applies `change` to one service of the served document and writes the result, conditioned
+/// on the store still holding that document: no concurrent write is lost, whether from this
+/// server (the write lock) or from another replica (the store's compare-and-swap). Without
+/// `If-Match`, a write that lost the race is built again on the newer document, up to
+/// [`MAX_REBASES`] times.
 async fn write_service(
     admin: &Admin,
     name: &str,
@@ -525,20 +576,53 @@ async fn write_service(
     attribution: Attribution,
     options: WriteOptions,
 ) -> Result<Response, AppError> {
-    let guard = Arc::clone(&admin.write_lock).lock_owned().await;
-    // A conditional write need not wait: `apply` refuses it while the served table lags.
-    let current = if options.if_match.is_some() { admin.served.snapshot() } else { newest_served(admin).await };
-    let existing = current.table.get(name);
-    let entries = match change {
-        ServiceChange::Set(entries) => Some(entries),
-        ServiceChange::Merge(patch) => Some(writer::merge_entries(existing.map_or(&[], |s| s.entries()), &patch)),
-        ServiceChange::Remove if existing.is_none() => {
-            return Err(AppError::NotFound(format!("no service `{name}` is configured")));
+    let mut rebases = 0;
+    loop {
+        let guard = Arc::clone(&admin.write_lock).lock_owned().await;
+        // A conditional write need not wait: `apply` refuses it while the served table lags.
+        let current = if options.if_match.is_some() { admin.served.snapshot() } else { newest_served(admin).await };
+        let existing = current.table.get(name);
+        let entries = match &change {
+            ServiceChange::Set(entries) => Some(entries.clone()),
+            ServiceChange::Merge(patch) => Some(writer::merge_entries(existing.map_or(&[], |s| s.entries()), patch)),
+            ServiceChange::Remove if existing.is_none() => {
+                return Err(AppError::NotFound(format!("no service `{name}` is configured")));
+            }
+            ServiceChange::Remove => None,
+        };
+        let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
+        let (version, expected) = (current.version, admin.served.store_revision_of(current.version));
+        match apply(admin, guard, current, proposal, attribution.clone(), options, Basis::Snapshot).await {
+            Err(AppError::StoreMoved(why)) if options.if_match.is_none() && rebases < MAX_REBASES => {
+                rebases += 1;
+                tracing::info!(service = name, rebases, %why, "The store changed under a per-service write; building it again on the newer document.");
+                if !newer_than(admin, version, expected).await {
+                    return Err(AppError::StoreMoved(format!(
+                        "{why}; the store holds a document this server does not serve (refused or held, see \
+                         GET /api/v1/status): replace it with PUT /api/v1/configurations or roll back"
+                    )));
+                }
+            }
+            answer => return answer,
         }
-        ServiceChange::Remove => None,
-    };
-    let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
-    apply(admin, guard, current, proposal, attribution, options).await
+    }
+}
+
+/// Waits (at most [`CATCH_UP`]) until this server has seen the store move past the served
+/// `version` read at `revision`: a newer table, or the same text at a newer revision. False when
+/// it did not.
+async fn newer_than(admin: &Admin, version: u64, revision: Option<Option<skyconf_sources::Revision>>) -> bool {
+    let mut changes = admin.store.subscribe();
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    loop {
+        if admin.served.snapshot().version != version || admin.served.store_revision_of(version) != revision {
+            return true;
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => return false,
+        }
+    }
 }
 
 /// How long a per-service write waits for a recorded release to be installed before it builds
@@ -613,7 +697,7 @@ pub(super) async fn rollback(
     };
     let guard = Arc::clone(&admin.write_lock).lock_owned().await;
     let snapshot = admin.served.snapshot();
-    apply(&admin, guard, snapshot, proposal, attribution, options).await
+    apply(&admin, guard, snapshot, proposal, attribution, options, Basis::Standalone).await
 }
 
 /// `POST /api/v1/held/confirm`.

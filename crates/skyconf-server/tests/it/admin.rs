@@ -15,7 +15,7 @@ use skyconf_core::Digest;
 use skyconf_core::store::StoreContent;
 use skyconf_server::admin::Admin;
 use skyconf_server::{Fleet, FleetOptions, InstanceIdentity, ReleaseLog, Reloader, ServedTable, StoreTask, StoreView};
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, Update};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect, KeySet, Revision, Source, SourceError, Update};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -47,7 +47,7 @@ impl Source for MemoryStore {
         shutdown.cancelled().await;
     }
 
-    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+    async fn put(&self, key: &str, value: Option<&str>, _expect: Expect) -> Result<Option<Revision>, SourceError> {
         match self.mode.load(Ordering::SeqCst) {
             1 => return Err(SourceError::Unavailable { store: "memory".into(), message: "down".into() }),
             2 => return Err(SourceError::Unsupported("memory cannot do that".into())),
@@ -62,10 +62,11 @@ impl Source for MemoryStore {
         let permit = self.gate.acquire().await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         drop(permit);
-        let update = Update::Single { key: key.into(), value: value.map(str::to_owned) };
+        let update = Update::single(key, value.map(str::to_owned));
         self.updates
             .send(update)
             .await
+            .map(|()| None)
             .map_err(|_| SourceError::Unavailable { store: "memory".into(), message: "closed".into() })
     }
 }
@@ -90,7 +91,7 @@ fn setup_with(fleet: FleetOptions) -> Setup {
     content.set_single(AGENT_CONFIGURATIONS_KEY, Some(V1.into()));
     let store = Arc::new(StoreView::new("memory".into(), content, true, false));
     let releases = Arc::new(ReleaseLog::in_memory(50));
-    releases.record_start(&table, Some(V1), 1, "memory");
+    releases.record_start(&table, Some(V1), 1, None, "memory");
     let reloader = Reloader::new(Arc::clone(&served), "memory", Some(V1)).with_releases(Arc::clone(&releases));
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(StoreTask::new(Arc::clone(&store), reloader, None).run(rx));
@@ -789,7 +790,7 @@ async fn the_etag_names_the_content_returned_even_while_a_release_is_being_insta
     let s = setup();
     let v2 = "configurations:\n  order:\n    k: from-the-store\n";
     let (current, next) = (s.served.snapshot(), skyconf_core::read(v2).unwrap());
-    s.releases.record(&current.table, &next, Some(v2), current.version + 1, "memory");
+    s.releases.record(&current.table, &next, Some(v2), current.version + 1, None, "memory");
     assert_eq!(s.releases.latest().unwrap().id, 2, "recorded, not yet installed");
 
     let response = s.router.clone().oneshot(get("/api/v1/services/order")).await.unwrap();
@@ -862,7 +863,7 @@ async fn a_per_service_write_keeps_a_change_that_is_being_installed() {
     let s = setup();
     let v2 = format!("{V1}  extra:\n    k: from-the-store\n");
     let (current, next) = (s.served.snapshot(), skyconf_core::read(&v2).unwrap());
-    s.releases.record(&current.table, &next, Some(&v2), current.version + 1, "memory");
+    s.releases.record(&current.table, &next, Some(&v2), current.version + 1, None, "memory");
     let served = Arc::clone(&s.served);
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

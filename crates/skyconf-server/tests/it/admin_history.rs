@@ -22,7 +22,7 @@ fn admin_with(documents: &[&str]) -> axum::Router {
     let mut previous = AgentConfigurations::default();
     for (version, text) in documents.iter().enumerate() {
         let table = skyconf_core::read(text).unwrap();
-        releases.record(&previous, &table, Some(text), version as u64 + 1, "test");
+        releases.record(&previous, &table, Some(text), version as u64 + 1, None, "test");
         previous = table;
     }
     let served = Arc::new(ServedTable::new(previous));

@@ -47,7 +47,11 @@ async fn a_dcs_client_of_a_skyconf_dcs_server_reproduces_the_store() {
     // A change upstream reaches the downstream agents within a poll period.
     let before = downstream.cds().await.digest("svc").await.unwrap();
     upstream_store
-        .put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc:\n    agent.sample_n_per_3_secs: 8\n"))
+        .put(
+            AGENT_CONFIGURATIONS_KEY,
+            Some("configurations:\n  svc:\n    agent.sample_n_per_3_secs: 8\n"),
+            skyconf_sources::Expect::Seen,
+        )
         .await
         .unwrap();
     eventually_async("the change upstream is served downstream", async || {
@@ -57,7 +61,7 @@ async fn a_dcs_client_of_a_skyconf_dcs_server_reproduces_the_store() {
     assert_eq!(downstream.cds().await.digest("svc").await.unwrap(), upstream.cds().await.digest("svc").await.unwrap());
 
     // A key deleted upstream is cleared downstream (sent as "", as the protocol requires).
-    upstream_store.put("alarm.default.alarm-settings", None).await.unwrap();
+    upstream_store.put("alarm.default.alarm-settings", None, skyconf_sources::Expect::Seen).await.unwrap();
     eventually_async("the deleted key is cleared", async || {
         downstream.store.content().singles.get("alarm.default.alarm-settings").is_some_and(String::is_empty)
     })

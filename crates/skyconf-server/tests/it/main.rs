@@ -16,6 +16,7 @@ mod metrics;
 mod nacos;
 mod security;
 mod serve;
+mod shared_writes;
 mod tls;
 mod web;
 mod zookeeper;

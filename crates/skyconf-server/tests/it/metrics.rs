@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, StoreContent};
-use skyconf_sources::{KeySet, Source, SourceError, Update};
+use skyconf_sources::{Expect, KeySet, Revision, Source, SourceError, Update};
 use skyconf_testkit::server::{Reply, Server, eventually, loopback};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -52,7 +52,7 @@ impl Source for Scripted {
         }
     }
 
-    async fn put(&self, _key: &str, _value: Option<&str>) -> Result<(), SourceError> {
+    async fn put(&self, _key: &str, _value: Option<&str>, _expect: Expect) -> Result<Option<Revision>, SourceError> {
         Err(SourceError::Unsupported("scripted".into()))
     }
 }
@@ -113,7 +113,7 @@ async fn a_refused_document_and_a_store_outage_show() {
     let running = Server::start(source, loopback()).await;
     let digest = running.cds().await.fetch_digest("svc", "").await.unwrap();
 
-    script.send(Update::Single { key: AGENT_CONFIGURATIONS_KEY.into(), value: Some(BAD.into()) }).await.unwrap();
+    script.send(Update::single(AGENT_CONFIGURATIONS_KEY, Some(BAD.into()))).await.unwrap();
     eventually("the refusal", || running.served.last_rejection().is_some()).await;
     let text = running.admin().get("/metrics").await.body;
     assert_eq!(value(&text, "skyconf_documents_rejected_total{origin=\"scripted\"}"), Some(1.0), "{text}");
@@ -122,7 +122,7 @@ async fn a_refused_document_and_a_store_outage_show() {
 
     let fixed = GOOD.replace("10", "20");
     let mut changes = running.served.subscribe();
-    script.send(Update::Single { key: AGENT_CONFIGURATIONS_KEY.into(), value: Some(fixed) }).await.unwrap();
+    script.send(Update::single(AGENT_CONFIGURATIONS_KEY, Some(fixed))).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), changes.changed()).await.unwrap().unwrap();
     let text = running.admin().get("/metrics").await.body;
     assert_eq!(value(&text, "skyconf_reloads_total{origin=\"scripted\"}"), Some(1.0), "{text}");

@@ -30,8 +30,8 @@ use tonic::transport::{Channel, Endpoint};
 
 pub use self::settings::DcsSettings;
 use crate::{
-    Backoff, KeySet, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreConfig as _, StoreContent,
-    Update, supervise,
+    Backoff, Expect, KeySet, Reporter, Revision, Session, SessionEnd, SettingsError, Source, SourceError,
+    StoreConfig as _, StoreContent, Update, supervise,
 };
 
 /// What a DCS client remembers between rounds.
@@ -95,8 +95,7 @@ impl DcsSource {
         let single = client.call(self.request(remembered.uuid.as_ref())).await.map_err(|s| self.unavailable(&s))?;
         let single = single.into_inner();
         if remembered.uuid.as_deref() != Some(single.uuid.as_str()) {
-            updates
-                .extend(single.config_table.into_iter().map(|c| Update::Single { key: c.name, value: Some(c.value) }));
+            updates.extend(single.config_table.into_iter().map(|c| Update::single(c.name, Some(c.value))));
             remembered.uuid = Some(single.uuid);
         }
         // An error in the single step skips the group step for this round, as in the OAP.
@@ -133,6 +132,7 @@ impl Source for DcsSource {
                 .into_iter()
                 .map(|g| (g.group_name, g.items.into_iter().map(|c| (c.name, c.value)).collect()))
                 .collect(),
+            revisions: Default::default(),
         })
     }
 
@@ -141,7 +141,7 @@ impl Source for DcsSource {
         supervise(self, &keys, updates, Backoff::default(), shutdown).await;
     }
 
-    async fn put(&self, _key: &str, _value: Option<&str>) -> Result<(), SourceError> {
+    async fn put(&self, _key: &str, _value: Option<&str>, _expect: Expect) -> Result<Option<Revision>, SourceError> {
         Err(SourceError::Unsupported("a DCS server is read-only; change the configuration at its source".into()))
     }
 }

@@ -53,8 +53,8 @@ use self::client::{Connection, Connector, EtcdError, Swap};
 use self::layout::{Layout, Slot};
 pub use self::settings::EtcdSettings;
 use crate::{
-    Backoff, KeySet, Limits, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent, Update,
-    supervise,
+    Backoff, Expect, KeySet, Limits, Reporter, Revision, Session, SessionEnd, SettingsError, Source, SourceError,
+    StoreContent, Update, supervise,
 };
 
 /// Room for etcd's framing around the largest value accepted.
@@ -263,7 +263,11 @@ impl Source for EtcdSource {
         supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
-    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+    fn revisions(&self) -> bool {
+        true
+    }
+
+    async fn put(&self, key: &str, value: Option<&str>, expect: Expect) -> Result<Option<Revision>, SourceError> {
         if key.is_empty() || key.contains('/') {
             return Err(SourceError::Unsupported(format!(
                 "`{key}` cannot be a single key: it must be non-empty, without `/`"
@@ -283,7 +287,12 @@ impl Source for EtcdSource {
                     connection
                 }
             };
-            let result = match self.expected(&connection, &etcd_key).await {
+            let expected = match expect {
+                Expect::Seen => self.expected(&connection, &etcd_key).await,
+                // etcd compares a missing key's mod_revision as 0.
+                Expect::At(revision) => Ok(revision.and_then(|r| i64::try_from(r).ok()).unwrap_or(0)),
+            };
+            let result = match expected {
                 Ok(expected) => {
                     connection.swap(etcd_key.clone(), expected, value.clone()).await.map(|swap| (expected, swap))
                 }
@@ -293,18 +302,20 @@ impl Source for EtcdSource {
                 Ok((_, Swap::Written { revision })) => {
                     // So the next write expects this one, before the watch echoes it.
                     self.seen().learn(&etcd_key, revision, if value.is_some() { revision } else { 0 });
-                    return Ok(());
+                    return Ok(value.as_ref().and_then(|_| u64::try_from(revision).ok()));
                 }
                 Ok((expected, Swap::Changed { current })) => {
                     let shown = String::from_utf8_lossy(&etcd_key);
+                    let basis = match expect {
+                        Expect::Seen => "when last seen",
+                        Expect::At(_) => "in the version the write is based on",
+                    };
                     let message = match expected {
-                        0 => format!("key {shown} was absent when last seen; it now exists (mod revision {current})"),
+                        0 => format!("key {shown} was absent {basis}; it now exists (mod revision {current})"),
                         _ if current == 0 => {
-                            format!("key {shown} was at mod revision {expected} when last seen; it was deleted since")
+                            format!("key {shown} was at mod revision {expected} {basis}; it was deleted since")
                         }
-                        _ => {
-                            format!("key {shown} was at mod revision {expected} when last seen; it is now at {current}")
-                        }
+                        _ => format!("key {shown} was at mod revision {expected} {basis}; it is now at {current}"),
                     };
                     tracing::warn!(store = %self.describe(), key = %shown, expected, current, "A write found the key changed since it was last seen; nothing was written.");
                     return Err(SourceError::Conflict { store: self.describe(), message });
@@ -424,7 +435,8 @@ impl Mirror {
         changes: impl Iterator<Item = (Op, mvccpb::KeyValue)>,
         max_value_bytes: u64,
     ) -> (Vec<Update>, Vec<SourceError>) {
-        let mut singles_before: BTreeMap<String, Option<String>> = BTreeMap::new();
+        type Before = (Option<String>, Option<Revision>);
+        let mut singles_before: BTreeMap<String, Before> = BTreeMap::new();
         let mut groups_before: BTreeMap<String, Option<BTreeMap<String, String>>> = BTreeMap::new();
         let mut problems = Vec::new();
         for (op, kv) in changes {
@@ -444,8 +456,11 @@ impl Mirror {
             };
             match slot {
                 Slot::Single(key) => {
-                    singles_before.entry(key.clone()).or_insert_with(|| self.content.singles.get(&key).cloned());
-                    self.content.set_single(&key, value);
+                    singles_before
+                        .entry(key.clone())
+                        .or_insert_with(|| (self.content.singles.get(&key).cloned(), self.content.revision(&key)));
+                    let revision = u64::try_from(kv.mod_revision).ok().filter(|r| *r > 0);
+                    self.content.set_single_at(&key, value, revision);
                 }
                 Slot::Item(group, item) => {
                     groups_before.entry(group.clone()).or_insert_with(|| self.content.groups.get(&group).cloned());
@@ -467,10 +482,12 @@ impl Mirror {
             }
         }
         let mut updates = Vec::new();
+        // A rewrite of the same text is reported too: its revision is what the next conditional
+        // write must expect.
         for (key, before) in singles_before {
-            let now = self.content.singles.get(&key).cloned();
+            let now = (self.content.singles.get(&key).cloned(), self.content.revision(&key));
             if now != before {
-                updates.push(Update::Single { key, value: now });
+                updates.push(Update::Single { key, value: now.0, revision: now.1 });
             }
         }
         for (key, before) in groups_before {
@@ -510,15 +527,23 @@ mod tests {
         );
         assert!(problems.is_empty());
         assert_eq!(updates.len(), 2, "{updates:?}");
-        assert!(matches!(&updates[0], Update::Single { key, value: Some(v) } if key == "a" && v == "2"));
+        assert!(
+            matches!(&updates[0], Update::Single { key, value: Some(v), revision: Some(3) } if key == "a" && v == "2")
+        );
         assert!(matches!(&updates[1], Update::Group { key, items: Some(items) } if key == "g" && items["x"] == "v"));
         assert_eq!(m.last_revision, 3);
 
+        // The same text at a new revision is reported: a conditional write must expect it.
         let (updates, _) = m.apply_all([(Op::Put, kv("/sw/a", "2", 4))].into_iter(), 100);
-        assert!(updates.is_empty(), "rewriting the same value is no change");
+        assert!(matches!(&updates[..], [Update::Single { value: Some(v), revision: Some(4), .. }] if v == "2"));
         let (updates, _) =
             m.apply_all([(Op::Put, kv("/sw/a", "3", 5)), (Op::Put, kv("/sw/a", "2", 6))].into_iter(), 100);
-        assert!(updates.is_empty(), "a change undone within the batch is no change");
+        assert!(
+            matches!(&updates[..], [Update::Single { value: Some(v), revision: Some(6), .. }] if v == "2"),
+            "a change undone within the batch is reported once, at its final revision: {updates:?}"
+        );
+        let (updates, _) = m.apply_all([(Op::Put, kv("/other", "x", 7))].into_iter(), 100);
+        assert!(updates.is_empty(), "keys outside the namespace are no change");
     }
 
     #[test]

@@ -41,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::settings::FileSettings;
 use crate::{
-    AGENT_CONFIGURATIONS_KEY, Backoff, DEFAULT_SETTLE, KeySet, Limits, ReceiverGone, Reporter, Session, SessionEnd,
-    Source, SourceError, StoreContent, Update, supervise,
+    AGENT_CONFIGURATIONS_KEY, Backoff, DEFAULT_SETTLE, Expect, KeySet, Limits, ReceiverGone, Reporter, Revision,
+    Session, SessionEnd, Source, SourceError, StoreContent, Update, supervise,
 };
 
 /// The longest a burst of events may delay a re-read.
@@ -333,7 +333,7 @@ impl FileSource {
         match (self.form, before) {
             (Form::SingleFile, _) => now
                 .agent_configurations()
-                .map(|text| Update::Single { key: AGENT_CONFIGURATIONS_KEY.to_owned(), value: Some(text.to_owned()) })
+                .map(|text| Update::single(AGENT_CONFIGURATIONS_KEY, Some(text.to_owned())))
                 .into_iter()
                 .collect(),
             (Form::Directory, None) => vec![Update::Snapshot(now.clone())],
@@ -437,7 +437,15 @@ impl Source for FileSource {
         supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
-    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+    async fn put(&self, key: &str, value: Option<&str>, expect: Expect) -> Result<Option<Revision>, SourceError> {
+        crate::only_seen(&self.describe(), expect)?;
+        self.write(key, value).map(|()| None)
+    }
+}
+
+impl FileSource {
+    /// Writes (or deletes) one key's file.
+    fn write(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
         match (self.form, value) {
             (Form::SingleFile, Some(text)) if key == AGENT_CONFIGURATIONS_KEY => write_atomically(&self.path, text),
             (Form::SingleFile, _) => Err(SourceError::Unsupported(format!(
@@ -590,15 +598,15 @@ mod tests {
         assert_eq!(content.singles.len(), 1, "{content:?}");
         assert_eq!(content.groups["core.default.endpoint-name-grouping-openapi"]["a.yaml"], "x");
 
-        source.put("alarm.default.alarm-settings", Some("rules: {}")).await.unwrap();
+        source.put("alarm.default.alarm-settings", Some("rules: {}"), crate::Expect::Seen).await.unwrap();
         match next(&mut rx).await {
-            Update::Single { key, value } => {
+            Update::Single { key, value, .. } => {
                 assert_eq!(key, "alarm.default.alarm-settings");
                 assert_eq!(value.as_deref(), Some("rules: {}"));
             }
             other => panic!("unexpected {other:?}"),
         }
-        source.put("alarm.default.alarm-settings", None).await.unwrap();
+        source.put("alarm.default.alarm-settings", None, crate::Expect::Seen).await.unwrap();
         assert!(matches!(next(&mut rx).await, Update::Single { value: None, .. }));
 
         std::fs::remove_file(dir.path().join("core.default.endpoint-name-grouping-openapi/a.yaml")).unwrap();
@@ -606,7 +614,7 @@ mod tests {
             Update::Group { items: Some(items), .. } => assert!(items.is_empty()),
             other => panic!("unexpected {other:?}"),
         }
-        assert!(source.put("../escape", Some("x")).await.is_err());
+        assert!(source.put("../escape", Some("x"), crate::Expect::Seen).await.is_err());
         stop.cancel();
         task.await.unwrap();
     }
@@ -617,10 +625,10 @@ mod tests {
         let path = dir.path().join("agent.yaml");
         std::fs::write(&path, "a").unwrap();
         let source = FileSource::new(&path);
-        source.put(AGENT_CONFIGURATIONS_KEY, Some("b")).await.unwrap();
+        source.put(AGENT_CONFIGURATIONS_KEY, Some("b"), crate::Expect::Seen).await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "b");
-        assert!(source.put("alarm.default.alarm-settings", Some("x")).await.is_err());
-        assert!(source.put(AGENT_CONFIGURATIONS_KEY, None).await.is_err());
+        assert!(source.put("alarm.default.alarm-settings", Some("x"), crate::Expect::Seen).await.is_err());
+        assert!(source.put(AGENT_CONFIGURATIONS_KEY, None, crate::Expect::Seen).await.is_err());
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no staging file left behind");
     }
@@ -639,7 +647,7 @@ mod tests {
         std::os::unix::fs::symlink(&target, &link).unwrap();
 
         let source = FileSource::new(&link);
-        source.put(AGENT_CONFIGURATIONS_KEY, Some("b")).await.unwrap();
+        source.put(AGENT_CONFIGURATIONS_KEY, Some("b"), crate::Expect::Seen).await.unwrap();
         assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "b");
         assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o7777, 0o640);

@@ -38,8 +38,8 @@ use self::layout::{Held, is_valid_name};
 pub use self::settings::NacosSettings;
 use self::settings::invalid;
 use crate::{
-    Backoff, KeySet, Limits, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent, Update,
-    supervise,
+    Backoff, Expect, KeySet, Limits, Reporter, Revision, Session, SessionEnd, SettingsError, Source, SourceError,
+    StoreContent, Update, supervise,
 };
 
 /// How long the server may hold a listener request before answering "no change".
@@ -204,7 +204,8 @@ impl Source for NacosSource {
         supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
-    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+    async fn put(&self, key: &str, value: Option<&str>, expect: Expect) -> Result<Option<Revision>, SourceError> {
+        crate::only_seen(&self.describe, expect)?;
         if !is_valid_name(key) {
             return Err(SourceError::Unsupported(format!(
                 "`{key}` cannot be a Nacos dataId (letters, digits, `_`, `-`, `.` and `:` only)"
@@ -214,8 +215,8 @@ impl Source for NacosSource {
             Some("") => {
                 Err(SourceError::Unsupported(format!("Nacos cannot hold an empty value; delete {key} instead")))
             }
-            Some(text) => self.client.publish(key, text).await,
-            None => self.client.remove(key).await,
+            Some(text) => self.client.publish(key, text).await.map(|()| None),
+            None => self.client.remove(key).await.map(|()| None),
         }
     }
 }

@@ -73,19 +73,29 @@ pub(crate) struct KeyState {
     pub(crate) single: Option<String>,
     /// The group items: the children, when there are any or the key is a registered group.
     pub(crate) group: Option<BTreeMap<String, String>>,
+    /// The znode's `mzxid`, with a single value.
+    pub(crate) revision: Option<u64>,
 }
 
 impl KeyState {
-    /// The state of an existing znode with `data` and `items` (name → data).
-    pub(crate) fn of(data: Option<String>, items: BTreeMap<String, String>, registered_group: bool) -> Self {
+    /// The state of an existing znode with `data` and `items` (name → data), last modified at
+    /// `mzxid`.
+    pub(crate) fn of(
+        data: Option<String>,
+        items: BTreeMap<String, String>,
+        registered_group: bool,
+        mzxid: i64,
+    ) -> Self {
         let group = (!items.is_empty() || registered_group).then_some(items);
-        Self { single: data.filter(|d| !d.is_empty()), group }
+        let single = data.filter(|d| !d.is_empty());
+        let revision = single.as_ref().and_then(|_| u64::try_from(mzxid).ok());
+        Self { single, group, revision }
     }
 
     /// Adds this key to a snapshot.
     pub(crate) fn add_to(self, key: &str, content: &mut StoreContent) {
         if let Some(value) = self.single {
-            content.singles.insert(key.to_owned(), value);
+            content.set_single_at(key, Some(value), self.revision);
         }
         if let Some(items) = self.group {
             content.groups.insert(key.to_owned(), items);
@@ -95,12 +105,11 @@ impl KeyState {
     /// Records this key's new state in `content`; the updates that say what changed.
     pub(crate) fn apply_to(self, key: &str, content: &mut StoreContent) -> Vec<Update> {
         let mut updates = Vec::new();
-        if content.singles.get(key) != self.single.as_ref() {
-            match &self.single {
-                Some(value) => content.singles.insert(key.to_owned(), value.clone()),
-                None => content.singles.remove(key),
-            };
-            updates.push(Update::Single { key: key.to_owned(), value: self.single });
+        // A rewrite of the same text is reported too: its revision is what the next
+        // conditional write must expect.
+        if content.singles.get(key) != self.single.as_ref() || content.revision(key) != self.revision {
+            content.set_single_at(key, self.single.clone(), self.revision);
+            updates.push(Update::Single { key: key.to_owned(), value: self.single, revision: self.revision });
         }
         if content.groups.get(key) != self.group.as_ref() {
             match &self.group {
@@ -165,26 +174,35 @@ mod tests {
 
     #[test]
     fn a_znode_is_a_single_a_group_or_both() {
-        let single = KeyState::of(Some("v".into()), BTreeMap::new(), false);
-        assert_eq!(single, KeyState { single: Some("v".into()), group: None });
-        let group = KeyState::of(None, map(&[("a", "1")]), false);
+        let single = KeyState::of(Some("v".into()), BTreeMap::new(), false, 7);
+        assert_eq!(single, KeyState { single: Some("v".into()), group: None, revision: Some(7) });
+        let group = KeyState::of(None, map(&[("a", "1")]), false, 7);
         assert_eq!(group.group, Some(map(&[("a", "1")])));
         assert_eq!(group.single, None);
-        let both = KeyState::of(Some("v".into()), map(&[("a", "")]), false);
+        let both = KeyState::of(Some("v".into()), map(&[("a", "")]), false, 7);
         assert!(both.single.is_some() && both.group.is_some());
-        assert_eq!(KeyState::of(Some(String::new()), BTreeMap::new(), false), KeyState::default(), "empty is absent");
-        let registered = KeyState::of(None, BTreeMap::new(), true);
+        assert_eq!(
+            KeyState::of(Some(String::new()), BTreeMap::new(), false, 7),
+            KeyState::default(),
+            "empty is absent"
+        );
+        let registered = KeyState::of(None, BTreeMap::new(), true, 7);
         assert_eq!(registered.group, Some(BTreeMap::new()), "a registered group with no items is empty, not absent");
     }
 
     #[test]
     fn applying_a_state_reports_only_what_changed() {
         let mut content = StoreContent::default();
-        let updates = KeyState::of(Some("v".into()), map(&[("a", "1")]), false).apply_to("k", &mut content);
+        let updates = KeyState::of(Some("v".into()), map(&[("a", "1")]), false, 7).apply_to("k", &mut content);
         assert_eq!(updates.len(), 2);
-        assert!(KeyState::of(Some("v".into()), map(&[("a", "1")]), false).apply_to("k", &mut content).is_empty());
-        let updates = KeyState::of(Some("v".into()), BTreeMap::new(), false).apply_to("k", &mut content);
+        assert!(KeyState::of(Some("v".into()), map(&[("a", "1")]), false, 7).apply_to("k", &mut content).is_empty());
+        let updates = KeyState::of(Some("v".into()), BTreeMap::new(), false, 7).apply_to("k", &mut content);
         assert!(matches!(&updates[..], [Update::Group { items: None, .. }]), "{updates:?}");
+        let updates = KeyState::of(Some("v".into()), BTreeMap::new(), false, 9).apply_to("k", &mut content);
+        assert!(
+            matches!(&updates[..], [Update::Single { revision: Some(9), .. }]),
+            "the same text rewritten is reported with its new revision: {updates:?}"
+        );
         let updates = KeyState::default().apply_to("k", &mut content);
         assert!(matches!(&updates[..], [Update::Single { value: None, .. }]), "{updates:?}");
         assert_eq!(content, StoreContent::default());

@@ -37,7 +37,8 @@ use zookeeper_client as zk;
 use self::layout::{KeyState, Namespace};
 pub use self::settings::ZookeeperSettings;
 use crate::{
-    Backoff, KeySet, Reporter, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent, Update, supervise,
+    Backoff, Expect, KeySet, Reporter, Revision, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent,
+    Update, supervise,
 };
 
 /// The session timeout asked for (the server may grant less): long enough to ride out a leader
@@ -214,7 +215,7 @@ impl ZookeeperSource {
         // Both requests are sent before either answer is awaited.
         let data = client.get_data(&path);
         let children = client.get_children(&path);
-        let (data, children) = match (data.await, children.await) {
+        let (data, children, mzxid) = match (data.await, children.await) {
             // Deleted meanwhile: absent (the delete's own event follows).
             (Err(zk::Error::NoNode), _) | (_, Err(zk::Error::NoNode)) => {
                 self.seen().learn(key, None);
@@ -223,7 +224,7 @@ impl ZookeeperSource {
             (Err(e), _) | (_, Err(e)) => return Err(e),
             (Ok((data, stat)), Ok((children, _))) => {
                 self.seen().learn(key, Some(&stat));
-                (data, children)
+                (data, children, stat.mzxid)
             }
         };
         let reads: Vec<_> = children
@@ -245,7 +246,7 @@ impl ZookeeperSource {
             }
         }
         let data = (!data.is_empty()).then(|| layout::text(&path, data));
-        Ok(KeyState::of(data, items, groups.contains(key)))
+        Ok(KeyState::of(data, items, groups.contains(key), mzxid))
     }
 
     /// Reads every key under the namespace.
@@ -407,12 +408,13 @@ impl ZookeeperSource {
     ) -> Result<Swap, Failure> {
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let changed = |now: &str| Ok(Swap::Changed(now.to_owned()));
+        let written = |stat: &zk::Stat| Swap::Written(u64::try_from(stat.mzxid).ok());
         match (expected, value) {
             (Some(version), Some(value)) => {
                 match self.timed(client.set_data(path, value.as_bytes(), Some(version))).await {
                     Ok(stat) => {
                         self.seen().learn(key, Some(&stat));
-                        Ok(Swap::Written)
+                        Ok(written(&stat))
                     }
                     Err(Failure::Zk(zk::Error::BadVersion)) => changed("it was changed"),
                     Err(Failure::Zk(zk::Error::NoNode)) => changed("it was deleted"),
@@ -422,7 +424,7 @@ impl ZookeeperSource {
             (Some(version), None) => match self.timed(client.delete(path, Some(version))).await {
                 Ok(()) => {
                     self.seen().learn(key, None);
-                    Ok(Swap::Written)
+                    Ok(Swap::Written(None))
                 }
                 Err(Failure::Zk(zk::Error::BadVersion)) => changed("it was changed"),
                 Err(Failure::Zk(zk::Error::NoNode)) => changed("it was deleted"),
@@ -435,7 +437,7 @@ impl ZookeeperSource {
                 match self.timed(client.create(path, value.as_bytes(), &options)).await {
                     Ok((stat, _)) => {
                         self.seen().learn(key, Some(&stat));
-                        Ok(Swap::Written)
+                        Ok(written(&stat))
                     }
                     Err(Failure::Zk(zk::Error::NodeExists)) => changed("it was created"),
                     Err(failure) => Err(failure),
@@ -443,7 +445,7 @@ impl ZookeeperSource {
             }
             // Deleting what is absent: fine while it still is.
             (None, None) => match self.timed(client.check_stat(path)).await? {
-                None => Ok(Swap::Written),
+                None => Ok(Swap::Written(None)),
                 Some(_) => changed("it was created"),
             },
         }
@@ -453,7 +455,8 @@ impl ZookeeperSource {
 /// What a compare-and-swap did.
 #[derive(Debug)]
 enum Swap {
-    Written,
+    /// Written, at this `mzxid` (`None`: deleted).
+    Written(Option<u64>),
     /// The znode changed since it was last seen: how. Nothing was written.
     Changed(String),
 }
@@ -487,7 +490,11 @@ impl Source for ZookeeperSource {
         supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
 
-    async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
+    fn revisions(&self) -> bool {
+        true
+    }
+
+    async fn put(&self, key: &str, value: Option<&str>, expect: Expect) -> Result<Option<Revision>, SourceError> {
         if let Some(why) = self.namespace.refuse_key(key) {
             return Err(SourceError::Unsupported(why));
         }
@@ -496,18 +503,38 @@ impl Source for ZookeeperSource {
             return Err(SourceError::TooLarge { what: path, size, limit: MAX_VALUE_BYTES });
         }
         let client = self.client().await?;
-        let known = self.seen().expected(key);
-        let expected = match known {
-            Some(expected) => Ok(expected),
-            // Not seen yet: as the store has it now.
-            None => self.timed(client.check_stat(&path)).await.map(|stat| stat.map(|s| s.version)),
+        let seen = self.seen().expected(key);
+        let expected = match expect {
+            Expect::Seen => match seen {
+                Some(expected) => Ok(Ok(expected)),
+                // Not seen yet: as the store has it now.
+                None => self.timed(client.check_stat(&path)).await.map(|stat| Ok(stat.map(|s| s.version))),
+            },
+            Expect::At(None) => Ok(Ok(None)),
+            // ZooKeeper compares data versions: the znode's, when it is still at that mzxid. The
+            // stat may come from a follower that lags, but the leader checks the version.
+            Expect::At(Some(revision)) => self.timed(client.check_stat(&path)).await.map(|stat| match stat {
+                Some(stat) if u64::try_from(stat.mzxid).ok() == Some(revision) => Ok(Some(stat.version)),
+                Some(stat) => Err(format!("it is at mzxid {}, not {revision}", stat.mzxid)),
+                None => Err(format!("it is absent, not at mzxid {revision}")),
+            }),
+        };
+        let expected = match expected {
+            Ok(Err(how)) => {
+                return Err(SourceError::Conflict {
+                    store: self.describe(),
+                    message: format!("znode {path} changed since the version the write is based on: {how}"),
+                });
+            }
+            Ok(Ok(expected)) => Ok(expected),
+            Err(failure) => Err(failure),
         };
         let swapped = match expected {
             Ok(expected) => self.swap(&client, key, &path, expected, value).await.map(|swap| (expected, swap)),
             Err(failure) => Err(failure),
         };
         let result = match swapped {
-            Ok((_, Swap::Written)) => Ok(()),
+            Ok((_, Swap::Written(revision))) => Ok(revision),
             Ok((expected, Swap::Changed(how))) => {
                 let was = match expected {
                     Some(version) => format!("at data version {version}"),

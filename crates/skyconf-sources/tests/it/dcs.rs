@@ -93,7 +93,7 @@ fn apply(content: &mut StoreContent, updates: Vec<Update>) -> (Option<Change>, B
     let (mut single, mut group) = (None, BTreeMap::new());
     for update in updates {
         match update {
-            Update::Single { key, value } if key == KEY => single = content.set_single(&key, value),
+            Update::Single { key, value, .. } if key == KEY => single = content.set_single(&key, value),
             Update::Group { key, items } if key == GROUP => group = content.set_group(&key, items),
             other => panic!("unexpected {other:?}"),
         }
@@ -150,7 +150,10 @@ async fn load_reads_everything_and_writes_are_refused() {
     let content = source.load(&KeySet::oap()).await.unwrap();
     assert_eq!(content.singles[KEY], "100");
     assert_eq!(content.groups[GROUP].len(), 2);
-    assert!(matches!(source.put(KEY, Some("x")).await, Err(SourceError::Unsupported(_))));
+    assert!(matches!(
+        source.put(KEY, Some("x"), skyconf_sources::Expect::Seen).await,
+        Err(SourceError::Unsupported(_))
+    ));
 }
 
 #[test]

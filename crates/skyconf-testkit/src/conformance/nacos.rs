@@ -30,7 +30,10 @@ impl NacosBackend {
     }
 
     async fn write(&self, key: &str, value: Option<&str>) {
-        self.writer.put(key, value).await.unwrap_or_else(|e| panic!("nacos write of {key}: {e}"));
+        self.writer
+            .put(key, value, skyconf_sources::Expect::Seen)
+            .await
+            .unwrap_or_else(|e| panic!("nacos write of {key}: {e}"));
     }
 
     async fn write_index(&self, group: &str) {
