@@ -17,6 +17,7 @@ pub mod fs;
 #[cfg(feature = "nacos")]
 pub mod nacos;
 pub mod registry;
+pub mod shared;
 pub mod supervise;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -24,9 +25,11 @@ pub mod zookeeper;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use registry::{NoneSettings, REGISTRY, StoreConfig, StoreEntry, WithStore, entry, with_store};
+pub use shared::{Lifetime, Records, SharedRecords};
 pub use skyconf_core::backoff::Backoff;
 pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, StoreContent};
 pub use supervise::{ReceiverGone, Reporter, Session, SessionEnd, supervise};
@@ -195,6 +198,12 @@ pub trait Source: Send + Sync + 'static {
 
     /// Writes (or with `None`, deletes) one single key.
     fn put(&self, key: &str, value: Option<&str>) -> impl Future<Output = Result<(), SourceError>> + Send;
+
+    /// skyconf's own records in this store (see [`shared`]), shared by every replica watching it;
+    /// `None` for a store that serves a single replica (the file store) or holds nothing.
+    fn shared_records(&self) -> Option<Arc<dyn SharedRecords>> {
+        None
+    }
 }
 
 /// A future boxed for a trait object.
@@ -213,6 +222,8 @@ pub trait DynSource: Send + Sync + 'static {
     fn run_boxed(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) -> BoxFuture<'_, ()>;
     /// [`Source::put`], boxed.
     fn put_boxed<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>>;
+    /// [`Source::shared_records`].
+    fn shared_records_boxed(&self) -> Option<Arc<dyn SharedRecords>>;
 }
 
 impl<S: Source> DynSource for S {
@@ -231,6 +242,10 @@ impl<S: Source> DynSource for S {
     fn put_boxed<'a>(&'a self, key: &'a str, value: Option<&'a str>) -> BoxFuture<'a, Result<(), SourceError>> {
         Box::pin(self.put(key, value))
     }
+
+    fn shared_records_boxed(&self) -> Option<Arc<dyn SharedRecords>> {
+        self.shared_records()
+    }
 }
 
 impl Source for Box<dyn DynSource> {
@@ -248,6 +263,10 @@ impl Source for Box<dyn DynSource> {
 
     async fn put(&self, key: &str, value: Option<&str>) -> Result<(), SourceError> {
         (**self).put_boxed(key, value).await
+    }
+
+    fn shared_records(&self) -> Option<Arc<dyn SharedRecords>> {
+        (**self).shared_records_boxed()
     }
 }
 
