@@ -72,12 +72,15 @@ pub trait SharedRecords: Send + Sync + fmt::Debug + 'static {
     /// Every live record of `kind`, sorted by name. Read in one request where the store allows
     /// (etcd: one range read, a consistent snapshot); ZooKeeper and Nacos read record by record, so
     /// a record written during the listing may or may not be in it.
-    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<(String, Vec<u8>)>, SourceError>>;
+    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>>;
 
     /// Deletes a record; deleting an absent one succeeds. A session record deleted is also no longer
     /// kept alive.
     fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), SourceError>>;
 }
+
+/// Records as [`SharedRecords::list`] returns them: `(name, value)`, sorted by name.
+pub type Listed = Vec<(String, Vec<u8>)>;
 
 /// A shared handle to a store's records.
 pub type Records = Arc<dyn SharedRecords>;

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Connection, Connector, EtcdError};
 use super::layout::prefix_end;
-use crate::shared::{Lifetime, RECORDS_NODE, SharedRecords, check_name};
+use crate::shared::{Lifetime, Listed, RECORDS_NODE, SharedRecords, check_name};
 use crate::{BoxFuture, SourceError};
 
 /// The session lease's TTL unless set otherwise.
@@ -181,10 +181,7 @@ impl Inner {
         }
         let mut leased = self.session.lock().await;
         leased.records.insert(key.clone(), value.clone());
-        let id = match leased.lease {
-            Some(id) => id,
-            None => return self.regrant(&mut leased).await.map(drop),
-        };
+        let Some(id) = leased.lease else { return self.regrant(&mut leased).await.map(drop) };
         let (k, v) = (key.clone(), value.clone());
         match self.with(|c| async move { c.put(k, v, id).await }).await {
             Ok(()) => Ok(()),
@@ -241,7 +238,7 @@ impl SharedRecords for EtcdRecords {
         })
     }
 
-    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<(String, Vec<u8>)>, SourceError>> {
+    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>> {
         Box::pin(async move {
             check_name(kind, "x")?;
             let prefix = format!("{}{kind}/", self.inner.base).into_bytes();

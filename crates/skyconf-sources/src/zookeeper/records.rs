@@ -22,7 +22,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
-use crate::shared::{Lifetime, RECORDS_NODE, SharedRecords, check_name};
+use crate::shared::{Lifetime, Listed, RECORDS_NODE, SharedRecords, check_name};
 use crate::{BoxFuture, SourceError};
 
 /// The records under one namespace, on their own session.
@@ -311,7 +311,7 @@ impl SharedRecords for ZkRecords {
         })
     }
 
-    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<(String, Vec<u8>)>, SourceError>> {
+    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>> {
         Box::pin(async move {
             check_name(kind, "x")?;
             let inner = &self.inner;

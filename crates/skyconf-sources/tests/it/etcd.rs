@@ -411,6 +411,10 @@ mod records {
     #[tokio::test]
     async fn records_are_not_configuration() {
         let Some(etcd) = EtcdServer::start().await else { return };
-        contract::records_are_not_configuration(Arc::new(namespace(&etcd, "/records-config")), "x.y.z").await;
+        contract::records_are_not_configuration(
+            Arc::new(namespace(&etcd, "/records-config")),
+            "core.default.apdexThreshold",
+        )
+        .await;
     }
 }

@@ -100,3 +100,20 @@ pub(crate) async fn records_are_not_configuration<S: Source>(source: Arc<S>, key
     records.delete("releases", "r1").await.unwrap();
     probe.stop().await;
 }
+
+#[test]
+fn the_file_store_and_the_none_store_keep_no_shared_records() {
+    let file = skyconf_sources::file::FileSource::new("/nonexistent/agent-configurations.yaml");
+    assert!(file.shared_records().is_none(), "the file store serves a single replica");
+    assert!(skyconf_sources::NoStore.shared_records().is_none());
+    let boxed: Box<dyn skyconf_sources::DynSource> = Box::new(file);
+    assert!(boxed.shared_records().is_none(), "forwarded through a boxed source");
+}
+
+#[test]
+fn a_boxed_source_forwards_its_records() {
+    let etcd = skyconf_sources::etcd::EtcdSource::new(skyconf_sources::etcd::EtcdSettings::default()).unwrap();
+    let boxed: Box<dyn skyconf_sources::DynSource> = Box::new(etcd);
+    let records = boxed.shared_records().expect("etcd keeps records");
+    assert!(records.describe().contains("/skywalking/skyconf/"), "{}", records.describe());
+}

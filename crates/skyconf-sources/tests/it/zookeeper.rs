@@ -362,6 +362,10 @@ mod records {
     #[tokio::test]
     async fn records_are_not_configuration() {
         let Some((server, _, namespace)) = shared_zookeeper("records-config").await else { return };
-        contract::records_are_not_configuration(Arc::new(source(&server.addr(), &namespace)), "x.y.z").await;
+        contract::records_are_not_configuration(
+            Arc::new(source(&server.addr(), &namespace)),
+            "core.default.apdexThreshold",
+        )
+        .await;
     }
 }
