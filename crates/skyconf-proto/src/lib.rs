@@ -5,7 +5,7 @@
 //!   and `ManagementService`;
 //! - [`dcs`]: SkyWalking's package-less `ConfigurationService` (`/ConfigurationService/call` and
 //!   `/ConfigurationService/callGroup`), which an OAP polls for its dynamic configuration;
-//! - `etcd` (feature `etcd`): the subset of etcd's v3 API the etcd store uses (KV with Txn, Watch, Auth), client side only.
+//! - `etcd` (feature `etcd`): the subset of etcd's v3 API the etcd store uses (KV with Txn, Watch, Auth, Lease), client side only.
 
 /// `skywalking.v3`: configuration discovery and instance management.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
@@ -20,7 +20,7 @@ pub mod dcs {
 }
 
 #[cfg(feature = "etcd")]
-/// etcd's v3 API, the part skyconf's etcd store needs: `etcdserverpb` (KV, Watch, Auth) and
+/// etcd's v3 API, the part skyconf's etcd store needs: `etcdserverpb` (KV, Watch, Auth, Lease) and
 /// `mvccpb` (KeyValue, Event). Client stubs only.
 pub mod etcd {
     /// `mvccpb`: stored keys and watch events.
@@ -29,7 +29,7 @@ pub mod etcd {
         tonic::include_proto!("mvccpb");
     }
 
-    /// `etcdserverpb`: the KV, Watch and Auth services.
+    /// `etcdserverpb`: the KV, Watch, Auth and Lease services.
     #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
     pub mod etcdserverpb {
         tonic::include_proto!("etcdserverpb");

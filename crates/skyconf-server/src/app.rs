@@ -88,6 +88,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
     let source = Arc::new(source);
+    let replicas =
+        Arc::new(fleet::replicas::Replicas::new(config.replicas.clone(), source.shared_records(), admin_addr));
     let (watched, keys, stop) = (Arc::clone(&source), config.keys.clone(), shutdown.clone());
     tasks.spawn(async move {
         watched.run(keys, updates_tx, stop).await;
@@ -115,6 +117,11 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let fleet = Arc::new(Fleet::new(fleet_options));
     count_fleet_on_scrape(&metrics, &fleet, &served);
     tasks.spawn(sweep_fleet(Arc::clone(&fleet), shutdown.clone()));
+    let publishing = Arc::clone(&replicas).run(Arc::clone(&fleet), Arc::clone(&served), shutdown.clone());
+    tasks.spawn(async move {
+        publishing.await;
+        Ok(())
+    });
     let cds = CdsService::new(Arc::clone(&served), config.cds)
         .with_fleet(Arc::clone(&fleet))
         .with_metrics(metrics.cds())
@@ -196,6 +203,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_held_polls(held_polls)
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
+        .with_replicas(Arc::clone(&replicas))
         .with_writer(source as Arc<dyn DynSource>)
         .with_held_control(held_control)
         .with_options(config.admin);
@@ -208,7 +216,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     });
 
     tracing::info!(%grpc_addr, %admin_addr, "Serving configuration discovery.");
-    Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, metrics, persister, shutdown, tasks })
+    Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, replicas, metrics, persister, shutdown, tasks })
 }
 
 /// The release log in the data directory, or in memory without one (or when it cannot be read).

@@ -38,6 +38,7 @@ pub use admin::AdminOptions;
 pub use app::start_with;
 pub use cds::hold::HoldOptions;
 pub use cds::{CdsOptions, CdsService};
+pub use fleet::replicas::ReplicaOptions;
 pub use fleet::{Fleet, FleetOptions, InstanceIdentity};
 pub use gateway::GatewayConfig;
 pub use metrics::Metrics;
@@ -85,6 +86,9 @@ pub struct ServeConfig {
     /// Gateway mode: every call but CDS and DCS is forwarded to these OAPs; `None`: the server
     /// answers `ManagementService` itself and refuses other calls (UNIMPLEMENTED).
     pub gateway: Option<GatewayConfig>,
+    /// The replica's id and how often its fleet summary is shared with the other replicas through
+    /// the store (see [`fleet::replicas`]).
+    pub replicas: ReplicaOptions,
 }
 
 impl Default for ServeConfig {
@@ -104,6 +108,7 @@ impl Default for ServeConfig {
             security: SecurityConfig::default(),
             reset_guard: reload::Guard::default(),
             gateway: None,
+            replicas: ReplicaOptions::default(),
         }
     }
 }
@@ -169,6 +174,8 @@ pub struct Running {
     pub releases: Arc<ReleaseLog>,
     /// Which agent holds which configuration.
     pub fleet: Arc<Fleet>,
+    /// This replica's id, and the other replicas' fleet summaries.
+    pub replicas: Arc<fleet::replicas::Replicas>,
     /// The server's metrics, as `/metrics` exposes them.
     pub metrics: Arc<Metrics>,
     pub(crate) persister: Persister,

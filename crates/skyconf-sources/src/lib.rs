@@ -17,6 +17,7 @@ pub mod fs;
 #[cfg(feature = "nacos")]
 pub mod nacos;
 pub mod registry;
+pub mod shared;
 pub mod supervise;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -24,9 +25,11 @@ pub mod zookeeper;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use registry::{NoneSettings, REGISTRY, StoreConfig, StoreEntry, WithStore, entry, with_store};
+pub use shared::{Lifetime, Records, SharedRecords};
 pub use skyconf_core::backoff::Backoff;
 pub use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, OAP_GROUP_KEYS, OAP_SINGLE_KEYS, Revision, StoreContent};
 pub use supervise::{ReceiverGone, Reporter, Session, SessionEnd, supervise};
@@ -231,6 +234,12 @@ pub trait Source: Send + Sync + 'static {
     fn revisions(&self) -> bool {
         false
     }
+
+    /// skyconf's own records in this store (see [`shared`]), shared by every replica watching it;
+    /// `None` for a store that serves a single replica (the file store) or holds nothing.
+    fn shared_records(&self) -> Option<Arc<dyn SharedRecords>> {
+        None
+    }
 }
 
 /// A future boxed for a trait object.
@@ -256,6 +265,8 @@ pub trait DynSource: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Revision>, SourceError>>;
     /// [`Source::revisions`].
     fn revisions_boxed(&self) -> bool;
+    /// [`Source::shared_records`].
+    fn shared_records_boxed(&self) -> Option<Arc<dyn SharedRecords>>;
 }
 
 impl<S: Source> DynSource for S {
@@ -283,6 +294,10 @@ impl<S: Source> DynSource for S {
     fn revisions_boxed(&self) -> bool {
         self.revisions()
     }
+
+    fn shared_records_boxed(&self) -> Option<Arc<dyn SharedRecords>> {
+        self.shared_records()
+    }
 }
 
 impl Source for Box<dyn DynSource> {
@@ -304,6 +319,10 @@ impl Source for Box<dyn DynSource> {
 
     fn revisions(&self) -> bool {
         (**self).revisions_boxed()
+    }
+
+    fn shared_records(&self) -> Option<Arc<dyn SharedRecords>> {
+        (**self).shared_records_boxed()
     }
 }
 

@@ -152,6 +152,7 @@ impl Cds {
 pub struct AdminClient {
     base: String,
     token: Option<String>,
+    timeout: Duration,
 }
 
 /// An admin port's answer.
@@ -175,7 +176,13 @@ impl Reply {
 impl AdminClient {
     /// A client for the admin port at `addr` (`host:port`), over plain HTTP.
     pub fn new(addr: impl std::fmt::Display) -> Self {
-        Self { base: format!("http://{addr}"), token: None }
+        Self { base: format!("http://{addr}"), token: None, timeout: Duration::from_secs(5) }
+    }
+
+    /// The same client, giving up on a request after `timeout` instead of 5 s.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// The same client, sending `Authorization: Bearer {token}`.
@@ -200,7 +207,7 @@ impl AdminClient {
         self.try_send(method, path, headers, body).await.unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
-    /// Any request; an error when nothing answered (within 5 s).
+    /// Any request; an error when nothing answered (within 5 s, or as [`Self::with_timeout`] says).
     pub async fn try_send(
         &self,
         method: &str,
@@ -212,10 +219,8 @@ impl AdminClient {
         // A client per request: no pooled connection outlives the runtime that made it (see
         // `send_blocking`), and every request is on a connection of its own, as curl's would be.
         let client = reqwest::Client::new();
-        let mut request = client
-            .request(method, format!("{}{path}", self.base))
-            .timeout(Duration::from_secs(5))
-            .body(body.to_owned());
+        let mut request =
+            client.request(method, format!("{}{path}", self.base)).timeout(self.timeout).body(body.to_owned());
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }

@@ -80,6 +80,8 @@ pub struct Admin {
     gateway: Option<Arc<crate::gateway::Upstreams>>,
     /// The count of held polls.
     held_polls: Option<Arc<crate::cds::hold::HeldCount>>,
+    /// This replica and the others' fleet summaries.
+    replicas: Option<Arc<crate::fleet::replicas::Replicas>>,
 }
 
 impl fmt::Debug for Admin {
@@ -108,7 +110,15 @@ impl Admin {
             write_lock: Arc::default(),
             gateway: None,
             held_polls: None,
+            replicas: None,
         }
+    }
+
+    /// Shows this replica's id and merges the other replicas' fleet summaries into the fleet
+    /// views.
+    pub fn with_replicas(mut self, replicas: Arc<crate::fleet::replicas::Replicas>) -> Self {
+        self.replicas = Some(replicas);
+        self
     }
 
     /// Shows the state of the OAPs behind the gateway.

@@ -252,6 +252,88 @@ pub(crate) struct Status {
     gateway: Option<GatewayStatus>,
     /// The fleet table's size and settings.
     fleet: FleetStatus,
+    /// This replica's id.
+    #[schema(required = true)]
+    replica: Option<String>,
+    /// Every replica sharing the store: this one first (live), then the others (as of their last
+    /// published summary). Only this one on a single-replica store (a file).
+    replicas: Vec<ReplicaRow>,
+}
+
+/// One replica, as `GET /api/v1/status` and `GET /api/v1/services` list them.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReplicaRow {
+    /// Its id.
+    id: String,
+    /// Where its admin API is, when known.
+    #[schema(required = true)]
+    admin_addr: Option<String>,
+    /// Whether it is the replica answering.
+    local: bool,
+    /// When its numbers were computed: now for this one, its last publish for the others.
+    updated_ms: u64,
+    /// Its fleet members (applied, behind or stuck agents).
+    agents: u64,
+    /// The (service, peer) pairs it tracks.
+    rows_total: u64,
+    /// Whether its summary had to leave services out (too large to publish).
+    truncated: bool,
+}
+
+/// An agent row labelled with the replica it polls.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReplicaAgent {
+    #[serde(flatten)]
+    agent: AgentStatus,
+    /// The replica the agent polls.
+    #[schema(required = true)]
+    replica: Option<String>,
+    /// For another replica's agent, when that replica published it (its row's digest is then a
+    /// 16-hex-digit prefix and its properties are left out); `null` for this replica's, which are
+    /// live.
+    #[schema(required = true)]
+    as_of_ms: Option<u64>,
+}
+
+/// An identified instance labelled with the replica it polls.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReplicaInstance {
+    #[serde(flatten)]
+    instance: InstanceStatus,
+    /// The replica the instance polls.
+    #[schema(required = true)]
+    replica: Option<String>,
+    /// For another replica's instance, when that replica published it; `null` for this one's.
+    #[schema(required = true)]
+    as_of_ms: Option<u64>,
+}
+
+/// An anonymous poller labelled with the replica it polls.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReplicaAnonymous {
+    #[serde(flatten)]
+    poller: AnonymousPoller,
+    /// The replica it polls.
+    #[schema(required = true)]
+    replica: Option<String>,
+    /// For another replica's poller, when that replica published it; `null` for this one's.
+    #[schema(required = true)]
+    as_of_ms: Option<u64>,
+}
+
+/// One replica's share of a service in `GET /api/v1/services/{name}`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ServiceReplica {
+    /// The replica.
+    #[schema(required = true)]
+    id: Option<String>,
+    /// When its numbers were published; `null` for this replica (live).
+    #[schema(required = true)]
+    as_of_ms: Option<u64>,
+    /// Its agents of the service per state (exact, not capped).
+    counts: StateCounts,
+    /// How many of them are listed in `agents` (another replica publishes at most 1000 rows).
+    listed: u64,
 }
 
 /// The gateway part of `GET /api/v1/status`.
@@ -293,6 +375,10 @@ pub(crate) struct LastRejection {
 /// The fleet part of `GET /api/v1/status`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct FleetStatus {
+    /// This replica's fleet members (applied, behind or stuck agents), all services.
+    agents: u64,
+    /// Fleet members of every replica sharing the store (the others' as of their last publish).
+    agents_all_replicas: u64,
     /// Agents tracked.
     tracked: u64,
     /// Agents tracked that poll for services without configuration.
@@ -321,16 +407,23 @@ pub(crate) struct FleetStatus {
 pub(crate) struct InstanceList {
     /// Whether every agent is expected to say which instance it is (gateway mode).
     expect_identity: bool,
-    /// Every connection that said which instance it is, by service, instance name, then peer
-    /// (at most 10000).
-    instances: Vec<InstanceStatus>,
-    /// How many there are in all.
+    /// This replica's id.
+    #[schema(required = true)]
+    replica: Option<String>,
+    /// Every connection that said which instance it is, on every replica, by service, instance
+    /// name, peer, then replica (at most 10000). Another replica's are built from its published
+    /// rows: without properties, digests cut to 16 hex digits.
+    instances: Vec<ReplicaInstance>,
+    /// How many there are in all (of the others, as many as they published).
     instances_total: u64,
-    /// Every (service, peer) pair polling from a connection that never said, by service, then
-    /// peer (at most 1000).
-    anonymous: Vec<AnonymousPoller>,
-    /// How many there are in all.
+    /// Every (service, peer) pair polling from a connection that never said, on every replica,
+    /// by service, peer, then replica (at most 1000).
+    anonymous: Vec<ReplicaAnonymous>,
+    /// How many there are in all (of the others, as many as they published).
     anonymous_total: u64,
+    /// The replicas that track more agents than they publish rows for (1000): their lists here
+    /// are partial; their counts in `GET /api/v1/services` are not.
+    partial_replicas: Vec<String>,
 }
 
 /// `GET /api/v1/services`.
@@ -345,6 +438,12 @@ pub(crate) struct Services {
     services: Vec<ServiceRow>,
     /// Names agents poll that have no configuration (at most 1000).
     unconfigured: Vec<UnconfiguredRow>,
+    /// This replica's id.
+    #[schema(required = true)]
+    replica: Option<String>,
+    /// Every replica sharing the store; the counts above are their sums (the others' as of
+    /// their `updated_ms`).
+    replicas: Vec<ReplicaRow>,
 }
 
 /// A configured service in `GET /api/v1/services`.
@@ -421,12 +520,15 @@ pub(crate) struct ServiceDetail {
     last_change: Option<LastChange>,
     /// The served table's version.
     version: u64,
-    /// Agents per state.
+    /// Agents per state, on every replica.
     counts: StateCounts,
     /// Polls without the current digest after which an agent is stuck.
     stuck_after_polls: u64,
-    /// Every agent seen polling for it.
-    agents: Vec<AgentStatus>,
+    /// Agents per state on each replica (this one first); `counts` is their sum.
+    replicas: Vec<ServiceReplica>,
+    /// Every agent seen polling for it: this replica's (live), then the others' (as published,
+    /// at most 1000 rows each), each with the replica it polls.
+    agents: Vec<ReplicaAgent>,
 }
 
 /// `GET /api/v1/releases`.

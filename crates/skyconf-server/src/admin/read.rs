@@ -17,6 +17,8 @@
 //! its release), never from two reads that a write could fall between; so an `If-Match` with that
 //! ETag passes only while the content the client saw is still the newest release.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -30,6 +32,7 @@ use super::extract::{AnyServiceName, ReleaseId};
 use super::openapi::{ErrorBody, HistoryParams, ListParams};
 use super::{Admin, AppError};
 use crate::fleet::StateCounts;
+use crate::fleet::replicas::Summary;
 use crate::releases::{MAX_SUMMARY_CHANGES, ReleaseLog, ReleaseSummary};
 use crate::unix_time::unix_ms;
 
@@ -85,6 +88,53 @@ fn last_change(admin: &Admin, service: &str) -> Value {
     }
 }
 
+/// This replica's id (`null` without a replica view, as in unit tests of the API).
+fn own_id(admin: &Admin) -> Value {
+    admin.replicas.as_ref().map_or(Value::Null, |r| json!(r.id()))
+}
+
+/// The other replicas' summaries, as last read (none on a single-replica store).
+fn peers(admin: &Admin) -> std::sync::Arc<Vec<Summary>> {
+    admin.replicas.as_ref().map_or_else(Default::default, |r| r.peers())
+}
+
+/// Every replica: this one (live) and the others (as of their last publish).
+fn replica_list(admin: &Admin, local_agents: usize) -> Vec<Value> {
+    let Some(replicas) = &admin.replicas else { return Vec::new() };
+    let now = unix_ms(std::time::SystemTime::now());
+    let mut list = vec![json!({
+        "id": replicas.id(),
+        "admin_addr": replicas.admin_addr(),
+        "local": true,
+        "updated_ms": now,
+        "agents": local_agents,
+        "rows_total": admin.fleet.tracked(),
+        "truncated": false,
+    })];
+    list.extend(replicas.peers().iter().map(|peer| {
+        json!({
+            "id": peer.replica,
+            "admin_addr": peer.admin_addr,
+            "local": false,
+            "updated_ms": peer.updated_ms,
+            "agents": peer.agents,
+            "rows_total": peer.rows_total,
+            "truncated": peer.truncated,
+        })
+    }));
+    list
+}
+
+/// An agent row with the replica it polls (and, for another replica's, when that was published).
+fn labelled(row: impl serde::Serialize, replica: &Value, as_of_ms: Option<u64>) -> Value {
+    let mut value = serde_json::to_value(row).unwrap_or(Value::Null);
+    if let Value::Object(fields) = &mut value {
+        fields.insert("replica".to_owned(), replica.clone());
+        fields.insert("as_of_ms".to_owned(), as_of_ms.map_or(Value::Null, Value::from));
+    }
+    value
+}
+
 /// `GET /api/v1/status`.
 #[utoipa::path(
     get,
@@ -113,7 +163,13 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
             })
         }),
     };
+    let local_agents: usize =
+        admin.fleet.counts(|service| snapshot.answer(service).digest.clone()).values().map(|c| c.agents).sum();
+    let replicas = replica_list(&admin, local_agents);
+    let all_agents: u64 = replicas.iter().filter_map(|r| r["agents"].as_u64()).sum::<u64>().max(local_agents as u64);
     Json(json!({
+        "replica": own_id(&admin),
+        "replicas": replicas,
         "ready": snapshot.ready(),
         "version": snapshot.version,
         "installed_at_ms": unix_ms(snapshot.installed_at),
@@ -135,6 +191,8 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
             })).collect::<Vec<_>>(),
         })),
         "fleet": {
+            "agents": local_agents,
+            "agents_all_replicas": all_agents,
             "tracked": admin.fleet.tracked(),
             "tracked_unconfigured": admin.fleet.tracked_unconfigured(),
             "evictions": admin.fleet.evictions(),
@@ -165,6 +223,12 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
 pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
     let snapshot = admin.served.snapshot();
     let mut counts = admin.fleet.counts(|service| snapshot.answer(service).digest.clone());
+    let local_agents = counts.values().map(|c| c.agents).sum();
+    if let Some(replicas) = &admin.replicas {
+        for (service, theirs) in replicas.peer_counts() {
+            counts.entry(service).or_default().merge(&theirs);
+        }
+    }
     let services: Vec<Value> = snapshot
         .table
         .services()
@@ -192,6 +256,8 @@ pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
     Json(json!({
         "version": snapshot.version,
         "release": admin.releases.latest().map(|r| r.id),
+        "replica": own_id(&admin),
+        "replicas": replica_list(&admin, local_agents),
         "services": services,
         "unconfigured": unconfigured,
     }))
@@ -223,12 +289,29 @@ pub(super) async fn service(
     let current = &snapshot.answer(&name).digest;
     let agents = admin.fleet.agents_of(&name, current);
     let config = snapshot.table.get(&name);
-    if config.is_none() && agents.is_empty() {
+    let peers = peers(&admin);
+    let polled_elsewhere = peers.iter().any(|peer| peer.services.contains_key(&name));
+    if config.is_none() && agents.is_empty() && !polled_elsewhere {
         return Err(AppError::NotFound(format!("no service `{name}` is configured or polled")));
     }
     let mut counts = StateCounts::default();
     for agent in &agents {
         counts.add(agent.state);
+    }
+    let own = own_id(&admin);
+    let mut replicas = vec![json!({ "id": own, "as_of_ms": null, "counts": counts, "listed": agents.len() })];
+    let mut rows: Vec<Value> = agents.iter().map(|agent| labelled(agent, &own, None)).collect();
+    for peer in peers.iter() {
+        let Some(theirs) = peer.services.get(&name) else { continue };
+        counts.merge(&theirs.counts);
+        let id = json!(peer.replica);
+        let before = rows.len();
+        rows.extend(
+            peer.rows.iter().filter(|row| row.service == name).map(|row| labelled(row, &id, Some(peer.updated_ms))),
+        );
+        replicas.push(
+            json!({ "id": id, "as_of_ms": peer.updated_ms, "counts": theirs.counts, "listed": rows.len() - before }),
+        );
     }
     let entries: serde_json::Map<String, Value> = config
         .map(|c| c.entries().iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())
@@ -243,7 +326,8 @@ pub(super) async fn service(
         "version": snapshot.version,
         "counts": counts,
         "stuck_after_polls": admin.fleet.options().stuck_after_polls,
-        "agents": agents,
+        "replicas": replicas,
+        "agents": rows,
     });
     Ok((etag(release), Json(body)))
 }
@@ -263,17 +347,93 @@ pub(super) async fn service(
 )]
 pub(super) async fn instances(State(admin): State<Admin>) -> Json<Value> {
     let snapshot = admin.served.snapshot();
-    let mut listed = admin.fleet.instances(|service| snapshot.answer(service).digest.clone());
-    let (instances_total, anonymous_total) = (listed.instances.len(), listed.anonymous.len());
-    listed.instances.truncate(MAX_INSTANCES_LISTED);
-    listed.anonymous.truncate(MAX_ANONYMOUS_LISTED);
+    let listed = admin.fleet.instances(|service| snapshot.answer(service).digest.clone());
+    let own = own_id(&admin);
+    let mut instances: Vec<Value> = listed.instances.iter().map(|i| labelled(i, &own, None)).collect();
+    let mut anonymous: Vec<Value> = listed.anonymous.iter().map(|a| labelled(a, &own, None)).collect();
+    let mut partial = Vec::new();
+    for peer in peers(&admin).iter() {
+        let (theirs, their_anonymous) = peer_instances(peer);
+        instances.extend(theirs);
+        anonymous.extend(their_anonymous);
+        if peer.rows.len() < peer.rows_total {
+            partial.push(json!(peer.replica));
+        }
+    }
+    let key = |v: &Value, fields: &[&str]| {
+        fields.iter().map(|f| v[*f].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>()
+    };
+    instances.sort_by_cached_key(|v| key(v, &["service", "instance", "peer", "replica"]));
+    anonymous.sort_by_cached_key(|v| key(v, &["service", "peer", "replica"]));
+    let (instances_total, anonymous_total) = (instances.len(), anonymous.len());
+    instances.truncate(MAX_INSTANCES_LISTED);
+    anonymous.truncate(MAX_ANONYMOUS_LISTED);
     Json(json!({
         "expect_identity": admin.fleet.options().expect_identity,
-        "instances": listed.instances,
+        "replica": own,
+        "instances": instances,
         "instances_total": instances_total,
-        "anonymous": listed.anonymous,
+        "anonymous": anonymous,
         "anonymous_total": anonymous_total,
+        "partial_replicas": partial,
     }))
+}
+
+/// Another replica's agent rows as `GET /api/v1/instances` rows: those of a connection that said
+/// which instance it is, one per (peer, instance) with its services, and the others as anonymous
+/// pollers; labelled with the replica. Its published rows are capped, so this may be part of
+/// its fleet (`partial_replicas`).
+fn peer_instances(peer: &Summary) -> (Vec<Value>, Vec<Value>) {
+    let id = json!(peer.replica);
+    let mut identified: BTreeMap<(&str, &str), (Value, Vec<Value>)> = BTreeMap::new();
+    let mut anonymous = Vec::new();
+    for row in &peer.rows {
+        let service = json!({
+            "service": row.service,
+            "state": row.state,
+            "digest": row.digest,
+            "polls": row.polls,
+            "last_seen_ms": row.last_seen_ms,
+        });
+        match &row.instance {
+            Some(instance) => {
+                let (head, services) = identified.entry((row.peer.as_str(), instance.as_str())).or_insert_with(|| {
+                    let head = json!({
+                        "service": row.service,
+                        "instance": instance,
+                        "peer": row.peer,
+                        "properties": [],
+                        "properties_cut": 0,
+                        "agent_version": row.agent_version,
+                        "reported_ms": null,
+                        "last_seen_ms": row.last_seen_ms,
+                        "replica": id,
+                        "as_of_ms": peer.updated_ms,
+                    });
+                    (head, Vec::new())
+                });
+                if head["last_seen_ms"].as_u64() < Some(row.last_seen_ms) {
+                    head["last_seen_ms"] = json!(row.last_seen_ms);
+                }
+                services.push(service);
+            }
+            None => {
+                let mut poller = service;
+                poller["peer"] = json!(row.peer);
+                poller["replica"] = id.clone();
+                poller["as_of_ms"] = json!(peer.updated_ms);
+                anonymous.push(poller);
+            }
+        }
+    }
+    let instances = identified
+        .into_values()
+        .map(|(mut head, services)| {
+            head["services"] = Value::Array(services);
+            head
+        })
+        .collect();
+    (instances, anonymous)
 }
 
 /// `?limit=N&before=ID`.

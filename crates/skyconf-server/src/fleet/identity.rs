@@ -63,7 +63,7 @@ impl Instance {
 }
 
 /// One reported property of an instance.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Property {
     /// Its key (`hostname`, `ipv4`, `language`, `OS Name`, `Process No.`, custom ones...).
     pub key: String,

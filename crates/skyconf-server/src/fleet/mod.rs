@@ -38,6 +38,7 @@
 
 pub mod identity;
 pub mod management;
+pub mod replicas;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -96,7 +97,9 @@ impl Default for FleetOptions {
 }
 
 /// Where an agent stands with the digest currently served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentState {
     /// It has polled once: a new agent, or a one-off poll (`skyconf fetch`, a probe). Not a fleet
@@ -232,7 +235,7 @@ pub struct InstanceIdentity {
 }
 
 /// One agent as operators see it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct AgentStatus {
     /// The service it polls for.
     pub service: String,
@@ -261,7 +264,7 @@ pub struct AgentStatus {
 }
 
 /// Counts per state for one service.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct StateCounts {
     /// Agents seen: applied, behind or stuck (pollers seen once are counted in `new` only, and
     /// anonymous ones in `anonymous` only).
@@ -279,6 +282,16 @@ pub struct StateCounts {
 }
 
 impl StateCounts {
+    /// Adds `other`'s counts (another replica's agents of the same service).
+    pub fn merge(&mut self, other: &Self) {
+        self.agents += other.agents;
+        self.applied += other.applied;
+        self.behind += other.behind;
+        self.stuck += other.stuck;
+        self.new += other.new;
+        self.anonymous += other.anonymous;
+    }
+
     /// Counts one agent in `state`.
     pub fn add(&mut self, state: AgentState) {
         // New and anonymous pollers are shown apart, not counted as fleet members.
@@ -602,6 +615,37 @@ impl Fleet {
             state: self.state(peer, entry, current),
             polls_behind: if entry.target == *current { entry.polls_behind } else { 0 },
         }
+    }
+
+    /// The first `limit` agents of every service in (service, peer address) order, judged with
+    /// `current_of(service)`, and how many agents there are. Only the pairs are collected from the
+    /// whole table; rows are built for the `limit` kept.
+    pub fn agents(&self, limit: usize, current_of: impl Fn(&str) -> Digest) -> (Vec<AgentStatus>, usize) {
+        let mut pairs: Vec<(Arc<str>, SocketAddr)> = Vec::new();
+        for shard in &*self.shards {
+            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for (addr, peer) in &shard.peers {
+                pairs.extend(peer.services.keys().map(|service| (Arc::clone(service), *addr)));
+            }
+        }
+        let total = pairs.len();
+        if pairs.len() > limit && limit > 0 {
+            pairs.select_nth_unstable(limit - 1);
+        }
+        pairs.truncate(limit);
+        pairs.sort_unstable();
+        let mut digests: HashMap<Arc<str>, Digest> = HashMap::new();
+        let mut out = Vec::with_capacity(pairs.len());
+        for (service, addr) in pairs {
+            let current = digests.entry(Arc::clone(&service)).or_insert_with(|| current_of(&service));
+            let shard = self.shards[shard_of(&addr)].lock().unwrap_or_else(|p| p.into_inner());
+            // Forgotten since the first pass: left out.
+            if let Some((peer, entry)) = shard.peers.get(&addr).and_then(|p| p.services.get(&*service).map(|e| (p, e)))
+            {
+                out.push(self.status(&service, addr, peer, entry, current));
+            }
+        }
+        (out, total)
     }
 
     /// Counts per service, judging each agent with `current_of(service)`.

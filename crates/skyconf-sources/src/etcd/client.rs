@@ -12,6 +12,7 @@ use std::time::Duration;
 use skyconf_proto::etcd::etcdserverpb as pb;
 use skyconf_proto::etcd::etcdserverpb::auth_client::AuthClient;
 use skyconf_proto::etcd::etcdserverpb::kv_client::KvClient;
+use skyconf_proto::etcd::etcdserverpb::lease_client::LeaseClient;
 use skyconf_proto::etcd::etcdserverpb::watch_client::WatchClient;
 use tokio::sync::mpsc;
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
@@ -290,6 +291,53 @@ impl Connection {
         });
         let current = current.and_then(|kvs| kvs.into_iter().next()).map(|kv| kv.mod_revision).unwrap_or(0);
         Ok(Swap::Changed { current })
+    }
+
+    /// Writes `value` to `key` unconditionally, attached to `lease` (0: none).
+    pub(crate) async fn put(&self, key: Vec<u8>, value: Vec<u8>, lease: i64) -> Result<(), EtcdError> {
+        let request = pb::PutRequest { key, value, lease, ..Default::default() };
+        self.bounded("Put", self.kv().put(self.request(request))).await.map(drop)
+    }
+
+    /// Deletes `key` (nothing when it is absent).
+    pub(crate) async fn delete(&self, key: Vec<u8>) -> Result<(), EtcdError> {
+        let request = pb::DeleteRangeRequest { key, ..Default::default() };
+        self.bounded("DeleteRange", self.kv().delete_range(self.request(request))).await.map(drop)
+    }
+
+    fn lease(&self) -> LeaseClient<Channel> {
+        LeaseClient::new(self.channel.clone())
+    }
+
+    /// A new lease of `ttl` seconds: its id and the TTL granted.
+    pub(crate) async fn lease_grant(&self, ttl: i64) -> Result<(i64, i64), EtcdError> {
+        let request = pb::LeaseGrantRequest { ttl, id: 0 };
+        let response = self.bounded("LeaseGrant", self.lease().lease_grant(self.request(request))).await?;
+        if !response.error.is_empty() {
+            return Err(EtcdError::Cancelled(format!("lease not granted: {}", response.error)));
+        }
+        Ok((response.id, response.ttl))
+    }
+
+    /// Renews lease `id` once: its TTL after the renewal, 0 or less when it no longer exists.
+    pub(crate) async fn lease_keep_alive(&self, id: i64) -> Result<i64, EtcdError> {
+        let once = futures_util::stream::iter([pb::LeaseKeepAliveRequest { id }]);
+        let lease = self.lease();
+        let renew = async move {
+            let mut lease = lease;
+            let mut responses = lease.lease_keep_alive(self.request(once)).await?.into_inner();
+            match responses.message().await? {
+                Some(response) => Ok(tonic::Response::new(response.ttl)),
+                None => Err(tonic::Status::unavailable("the keep-alive stream ended without an answer")),
+            }
+        };
+        self.bounded("LeaseKeepAlive", renew).await
+    }
+
+    /// Revokes lease `id`, deleting every key attached to it.
+    pub(crate) async fn lease_revoke(&self, id: i64) -> Result<(), EtcdError> {
+        let request = pb::LeaseRevokeRequest { id };
+        self.bounded("LeaseRevoke", self.lease().lease_revoke(self.request(request))).await.map(drop)
     }
 
     /// A watch on `[key, range_end)` reporting every change from `start_revision` on, returned

@@ -7,12 +7,14 @@
 //! skyconf watches the whole namespace, so it also reports keys no OAP registers (the DCS server
 //! carries them all): an unregistered `{namespace}/k` is a single key, and an unregistered
 //! `{namespace}/g/item` a group item. Deeper unregistered paths are not configuration keys and are
-//! ignored. A registered single key is never read as a group, nor a registered group as a single,
+//! ignored, and so is everything under `{namespace}/skyconf/`, where skyconf keeps its own records
+//! (see [`crate::shared`]). A registered single key is never read as a group, nor a registered group as a single,
 //! because the OAP would not read them that way.
 
 use std::collections::BTreeSet;
 
 use crate::KeySet;
+use crate::shared::RECORDS_NODE;
 
 /// What an etcd key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +58,9 @@ impl Layout {
         let rest = etcd_key.strip_prefix(self.prefix.as_bytes())?;
         // Configuration keys are text; anything else is not one of ours.
         let rest = std::str::from_utf8(rest).ok()?;
+        if rest.strip_prefix(RECORDS_NODE).is_some_and(|after| after.starts_with('/')) {
+            return None;
+        }
         match rest.split_once('/') {
             None if rest.is_empty() || self.groups.contains(rest) => None,
             None => Some(Slot::Single(rest.to_owned())),
@@ -74,7 +79,7 @@ pub(crate) fn single_key(prefix: &str, key: &str) -> Vec<u8> {
 }
 
 /// The smallest key greater than every key starting with `prefix` (etcd's prefix range end).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -127,6 +132,11 @@ mod tests {
         assert_eq!(l.slot(format!("/skywalking/{GROUP}").as_bytes()), None, "a registered group is not a single");
         assert_eq!(l.slot(b"/skywalking/test.default.g/item1"), item("test.default.g", "item1"));
         assert_eq!(l.slot(b"/skywalking/test.default.g/a/b"), None, "one level for unregistered groups");
+        assert_eq!(l.slot(b"/skywalking/skyconf/fleet"), None, "skyconf's records are not configuration");
+        assert_eq!(l.slot(b"/skywalking/skyconf/fleet/a"), None);
+        let with_records_group =
+            Layout::new("/skywalking/", &KeySet { singles: vec![], groups: vec!["skyconf".into()] });
+        assert_eq!(with_records_group.slot(b"/skywalking/skyconf/x"), None, "not even as a registered group");
         assert_eq!(
             l.slot(b"/skywalking/configuration-discovery.default.agentConfigurations/x"),
             None,

@@ -36,9 +36,13 @@
 //! With `authentication` on, the source logs in (`Auth.Authenticate`) on every connection and
 //! sends the token with each request; a refused login is reported as [`SourceError::Refused`].
 //! `https://` endpoints use rustls, with the CA, client certificate and key of the settings.
+//!
+//! skyconf's own records ([`Source::shared_records`]) live under `{namespace}/skyconf/`, which the
+//! watch skips (the `records` module); session records hang on a lease the source keeps alive.
 
 mod client;
 mod layout;
+mod records;
 mod settings;
 
 use std::collections::{BTreeMap, HashMap};
@@ -51,6 +55,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::client::{Connection, Connector, EtcdError, Swap};
 use self::layout::{Layout, Slot};
+use self::records::{DEFAULT_SESSION_TTL, EtcdRecords};
 pub use self::settings::EtcdSettings;
 use crate::{
     Backoff, Expect, KeySet, Limits, Reporter, Revision, Session, SessionEnd, SettingsError, Source, SourceError,
@@ -79,6 +84,8 @@ pub struct EtcdSource {
     writer: Mutex<Option<Box<Connection>>>,
     /// Each key's last change as this source last saw it: what `put` compares against.
     seen: std::sync::Mutex<Seen>,
+    /// skyconf's own records in the namespace, on their own connection.
+    records: Arc<EtcdRecords>,
 }
 
 impl EtcdSource {
@@ -88,9 +95,12 @@ impl EtcdSource {
         let endpoints = settings.endpoint_list()?;
         let limits = Limits::default();
         let settings = Arc::new(settings);
+        let prefix = settings.key_prefix();
+        let records = records_for(&settings, &endpoints, &prefix, DEFAULT_SESSION_TTL);
         Ok(Self {
+            records,
             connector: Connector::new(Arc::clone(&settings), endpoints.clone(), message_limit(&limits)),
-            prefix: settings.key_prefix(),
+            prefix,
             endpoints,
             settings,
             limits,
@@ -106,6 +116,13 @@ impl EtcdSource {
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.connector = Connector::new(Arc::clone(&self.settings), self.endpoints.clone(), message_limit(&limits));
         self.limits = limits;
+        self
+    }
+
+    /// Sets the TTL of the lease that carries session records (whole seconds; 15 s by default).
+    /// etcd may raise a very short TTL to its minimum.
+    pub fn with_session_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.records = records_for(&self.settings, &self.endpoints, &self.prefix, ttl);
         self
     }
 
@@ -242,10 +259,29 @@ impl EtcdSource {
     }
 }
 
+/// The records of the namespace under `prefix`, with their own connector.
+fn records_for(
+    settings: &Arc<EtcdSettings>,
+    endpoints: &[String],
+    prefix: &str,
+    ttl: std::time::Duration,
+) -> Arc<EtcdRecords> {
+    let connector = Connector::new(Arc::clone(settings), endpoints.to_vec(), message_limit(&Limits::default()));
+    Arc::new(EtcdRecords::new(connector, prefix, describe(endpoints, prefix), ttl))
+}
+
+fn describe(endpoints: &[String], prefix: &str) -> String {
+    let namespace = if prefix.is_empty() { "(none)" } else { prefix };
+    format!("etcd {} namespace {namespace}", endpoints.join(","))
+}
+
 impl Source for EtcdSource {
     fn describe(&self) -> String {
-        let namespace = if self.prefix.is_empty() { "(none)" } else { self.prefix.as_str() };
-        format!("etcd {} namespace {namespace}", self.endpoints.join(","))
+        describe(&self.endpoints, &self.prefix)
+    }
+
+    fn shared_records(&self) -> Option<Arc<dyn crate::SharedRecords>> {
+        Some(Arc::clone(&self.records) as Arc<dyn crate::SharedRecords>)
     }
 
     async fn load(&self, keys: &KeySet) -> Result<StoreContent, SourceError> {

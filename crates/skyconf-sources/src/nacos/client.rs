@@ -9,6 +9,8 @@
 //!   With the `Long-Pulling-Timeout` header the server answers as soon as any listed config
 //!   differs from what we hold, or with an empty body when the timeout passes. The answer names the
 //!   changed configs (URL-encoded `dataId \x02 group [\x02 tenant] \x01` records).
+//! - `GET {base}/v1/cs/configs?search=accurate&dataId=&group=...&pageNo=&pageSize=` lists a group's
+//!   configs with their content (`{"pagesAvailable", "pageItems": [{"dataId", "group", "content"}]}`).
 //! - `POST {base}/v1/auth/login` (`username`, `password`) returns `{"accessToken", "tokenTtl"}`;
 //!   the token then goes with every request as the `accessToken` query parameter.
 //! - With an access key, requests carry the `Spas-AccessKey`, `Timestamp` and `Spas-Signature`
@@ -162,6 +164,36 @@ impl Client {
         let params = self.config_params(data_id, None);
         let response = self.send(Method::DELETE, "/v1/cs/configs", &params, true, REQUEST_TIMEOUT).await?;
         self.expect_true(response, "delete", data_id).await
+    }
+
+    /// Every config of the group, as `(dataId, content)`, by Nacos' exact search
+    /// (`GET /v1/cs/configs?search=accurate&dataId=&group=...`, an empty dataId matching all),
+    /// page by page.
+    pub(crate) async fn list_group(&self) -> Result<Vec<(String, String)>, SourceError> {
+        const PAGE: usize = 500;
+        let mut listed = Vec::new();
+        for page in 1.. {
+            let mut params = self.config_params("", None);
+            params.push(("search", "accurate".to_owned()));
+            params.push(("pageNo", page.to_string()));
+            params.push(("pageSize", PAGE.to_string()));
+            let response = self.send(Method::GET, "/v1/cs/configs", &params, true, REQUEST_TIMEOUT).await?;
+            let response = self.check(response).await?;
+            let body = self.read_limited(response, "a config search").await?;
+            let found: SearchPage = serde_json::from_slice(&body).map_err(|e| SourceError::Unavailable {
+                store: self.store.clone(),
+                message: format!("unexpected config search answer: {e}: {}", quote(&body)),
+            })?;
+            let items = found.page_items.unwrap_or_default();
+            let last = items.len() < PAGE || page >= found.pages_available.unwrap_or(0);
+            listed.extend(
+                items.into_iter().filter(|i| i.group == self.group).map(|i| (i.data_id, i.content.unwrap_or_default())),
+            );
+            if last {
+                break;
+            }
+        }
+        Ok(listed)
     }
 
     /// Long-polls for changes to `watched`: returns the dataIds the server reports changed (empty
@@ -387,6 +419,23 @@ struct Login {
     access_token: String,
     #[serde(default = "default_token_ttl")]
     token_ttl: i64,
+}
+
+/// One page of a config search.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SearchPage {
+    pages_available: Option<usize>,
+    page_items: Option<Vec<SearchItem>>,
+}
+
+/// One config a search found.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SearchItem {
+    data_id: String,
+    group: String,
+    content: Option<String>,
 }
 
 /// Nacos' default token lifetime, in seconds.

@@ -22,9 +22,14 @@
 //! An outage (the server cannot be reached or answers with an error) is reported once as
 //! [`Update::Failed`]; the source retries with backoff and jitter and sends a fresh
 //! [`Update::Snapshot`] once a full read succeeds again.
+//!
+//! skyconf's own records ([`Source::shared_records`]) are configs of the group `{group}.skyconf`,
+//! which the watch never names; see the `records` module for what Nacos can and cannot promise
+//! of them (session records expire by a timestamp; `create` is atomic within one process only).
 
 mod client;
 mod layout;
+mod records;
 mod settings;
 
 use std::sync::Arc;
@@ -35,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::client::{Auth, Client, Listened};
 use self::layout::{Held, is_valid_name};
+use self::records::{DEFAULT_SESSION_TTL, NacosRecords};
 pub use self::settings::NacosSettings;
 use self::settings::invalid;
 use crate::{
@@ -52,6 +58,8 @@ pub struct NacosSource {
     client: Arc<Client>,
     describe: String,
     backoff: Backoff,
+    /// skyconf's own records, in a group of their own.
+    records: Arc<NacosRecords>,
 }
 
 impl NacosSource {
@@ -83,25 +91,28 @@ impl NacosSource {
             // The OAP's own message.
             return Err(invalid("Nacos Auth method should choose either username or accessKey, not both"));
         }
-        let auth = if !settings.username.is_empty() {
-            Auth::Password { username: settings.username.clone(), password: settings.password.clone() }
-        } else if !settings.access_key.is_empty() {
-            Auth::AccessKey { access_key: settings.access_key.clone(), secret_key: settings.secret_key.clone() }
-        } else {
-            Auth::None
-        };
         let namespace = if settings.namespace.is_empty() { "public" } else { &settings.namespace };
         let describe = format!("nacos {} group {} namespace {namespace}", bases.join(","), settings.group);
         let client = Client::new(
             bases,
             settings.group.clone(),
             settings.namespace.clone(),
-            auth,
+            auth(&settings),
             describe.clone(),
             limits.max_value_bytes,
         )
         .map_err(|e| invalid(format!("cannot set up the client: {e}")))?;
-        Ok(Self { settings, client: Arc::new(client), describe, backoff: Backoff::default() })
+        let records = records_for(&settings, &describe, DEFAULT_SESSION_TTL)?;
+        Ok(Self { settings, client: Arc::new(client), describe, backoff: Backoff::default(), records })
+    }
+
+    /// Sets how long a session record lives without renewal (30 s by default); the source renews
+    /// its own every third of that.
+    pub fn with_session_ttl(mut self, ttl: Duration) -> Self {
+        if let Ok(records) = records_for(&self.settings, &self.describe, ttl) {
+            self.records = records;
+        }
+        self
     }
 
     /// Sets the back-off between sessions.
@@ -182,6 +193,32 @@ impl NacosSource {
     }
 }
 
+/// How requests prove who they come from, by the settings.
+fn auth(settings: &NacosSettings) -> Auth {
+    if !settings.username.is_empty() {
+        Auth::Password { username: settings.username.clone(), password: settings.password.clone() }
+    } else if !settings.access_key.is_empty() {
+        Auth::AccessKey { access_key: settings.access_key.clone(), secret_key: settings.secret_key.clone() }
+    } else {
+        Auth::None
+    }
+}
+
+/// skyconf's records beside the configuration: the group `{group}.skyconf`, same namespace.
+fn records_for(settings: &NacosSettings, describe: &str, ttl: Duration) -> Result<Arc<NacosRecords>, SettingsError> {
+    let group = format!("{}.{}", settings.group, crate::shared::RECORDS_NODE);
+    let client = Client::new(
+        settings.bases(),
+        group,
+        settings.namespace.clone(),
+        auth(settings),
+        describe.to_owned(),
+        Limits::default().max_value_bytes,
+    )
+    .map_err(|e| invalid(format!("cannot set up the client: {e}")))?;
+    Ok(Arc::new(NacosRecords::new(client, describe.to_owned(), ttl)))
+}
+
 /// Long-polls for `listened`, or waits forever when nothing is watched.
 async fn listen(client: &Client, listened: &[(String, String)]) -> Result<Vec<String>, SourceError> {
     if listened.is_empty() {
@@ -202,6 +239,10 @@ impl Source for NacosSource {
 
     async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
         supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
+    }
+
+    fn shared_records(&self) -> Option<Arc<dyn crate::SharedRecords>> {
+        Some(Arc::clone(&self.records) as Arc<dyn crate::SharedRecords>)
     }
 
     async fn put(&self, key: &str, value: Option<&str>, expect: Expect) -> Result<Option<Revision>, SourceError> {

@@ -10,10 +10,12 @@
 //! the key is a registered group key (an empty group, which clears its items, as the OAP reads
 //! it). Empty data is no value: ZooKeeper clients cannot tell empty data from none, and a node
 //! created without data (`create /default/k`, or a group's parent) reads as absent in the OAP.
-//! Deeper znodes (`N/{key}/{item}/...`) mean nothing to the OAP and are ignored.
+//! Deeper znodes (`N/{key}/{item}/...`) mean nothing to the OAP and are ignored, and so does
+//! `N/skyconf`, which holds skyconf's own records.
 
 use std::collections::BTreeMap;
 
+use crate::shared::RECORDS_NODE;
 use crate::{StoreContent, Update};
 
 /// The root's system znode, never a key.
@@ -42,9 +44,10 @@ impl Namespace {
         format!("{}/{key}", self.prefix)
     }
 
-    /// Whether a child of the namespace is a key (the root's `zookeeper` node is not).
+    /// Whether a child of the namespace is a key: the root's `zookeeper` node is not, nor
+    /// `skyconf`, where skyconf keeps its own records (see [`crate::shared`]).
     pub(crate) fn is_key(&self, name: &str) -> bool {
-        !(self.prefix.is_empty() && name == SYSTEM_NODE)
+        !(self.prefix.is_empty() && name == SYSTEM_NODE) && name != RECORDS_NODE
     }
 
     /// The key a watch event on `path` concerns: the key znode itself or one of its items.

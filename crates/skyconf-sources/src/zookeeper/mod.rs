@@ -19,14 +19,19 @@
 //! changed in between, nothing is written and `put` fails with [`SourceError::Conflict`]. A source
 //! that has not read its namespace yet looks the znode up first. ZooKeeper compares versions only,
 //! so a znode deleted and re-created by someone else up to the same version is not told apart.
+//!
+//! skyconf's own records ([`Source::shared_records`]) live under `{namespace}/skyconf`, which is
+//! not a key; session records are ephemeral znodes of a session of their own (the `records`
+//! module).
 
 mod layout;
+mod records;
 mod settings;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
@@ -35,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
 use self::layout::{KeyState, Namespace};
+use self::records::ZkRecords;
 pub use self::settings::ZookeeperSettings;
 use crate::{
     Backoff, Expect, KeySet, Reporter, Revision, Session, SessionEnd, SettingsError, Source, SourceError, StoreContent,
@@ -69,6 +75,9 @@ pub struct ZookeeperSource {
     /// Each key's znode as last seen, shared by the copies of the source: what `put` compares
     /// against.
     seen: Arc<std::sync::Mutex<Seen>>,
+    /// skyconf's own records, made on first use with the session settings of that time, and shared
+    /// by the copies of the source.
+    records: Arc<OnceLock<Arc<ZkRecords>>>,
 }
 
 /// Each key's znode as the source last saw it.
@@ -125,6 +134,7 @@ impl ZookeeperSource {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             client: Arc::default(),
             seen: Arc::default(),
+            records: Arc::default(),
         })
     }
 
@@ -488,6 +498,20 @@ impl Source for ZookeeperSource {
 
     async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
         supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
+    }
+
+    fn shared_records(&self) -> Option<Arc<dyn crate::SharedRecords>> {
+        let records = self.records.get_or_init(|| {
+            let prefix = self.namespace.path().trim_end_matches('/');
+            Arc::new(ZkRecords::new(
+                self.connect.clone(),
+                prefix,
+                self.describe(),
+                self.session_timeout,
+                self.request_timeout,
+            ))
+        });
+        Some(Arc::clone(records) as Arc<dyn crate::SharedRecords>)
     }
 
     fn revisions(&self) -> bool {

@@ -340,3 +340,87 @@ async fn source_err(settings: EtcdSettings) -> String {
         Err(error) => error.to_string(),
     }
 }
+
+mod records {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use skyconf_sources::etcd::EtcdSource;
+    use skyconf_testkit::servers::etcd::EtcdServer;
+
+    use super::{settings, source};
+    use crate::records as contract;
+
+    fn namespace(etcd: &EtcdServer, namespace: &str) -> EtcdSource {
+        source(skyconf_sources::etcd::EtcdSettings { namespace: namespace.to_owned(), ..settings(etcd) })
+    }
+
+    #[tokio::test]
+    async fn records_put_get_list_delete() {
+        let Some(etcd) = EtcdServer::start().await else { return };
+        let source = namespace(&etcd, "/records-basics");
+        contract::basics(&*contract::of(&source)).await;
+        let admin = etcd.admin().await;
+        contract::of(&source).put("fleet", "x", b"v", skyconf_sources::Lifetime::Durable).await.unwrap();
+        assert_eq!(admin.get("/records-basics/skyconf/fleet/x").await.as_deref(), Some(&b"v"[..]), "the layout");
+    }
+
+    #[tokio::test]
+    async fn create_is_once_across_replicas() {
+        let Some(etcd) = EtcdServer::start().await else { return };
+        let sources: Vec<EtcdSource> = (0..3).map(|_| namespace(&etcd, "/records-once")).collect();
+        let records: Vec<_> = sources.iter().map(contract::of).collect();
+        assert!(records[0].create_is_atomic());
+        contract::create_once(&records).await;
+    }
+
+    #[tokio::test]
+    async fn session_records_go_when_the_source_is_dropped() {
+        let Some(etcd) = EtcdServer::start().await else { return };
+        let observer = namespace(&etcd, "/records-session");
+        contract::session_records_go_with_their_source(namespace(&etcd, "/records-session"), &*contract::of(&observer))
+            .await;
+    }
+
+    #[tokio::test]
+    async fn session_records_outlive_their_ttl_and_come_back_after_an_outage() {
+        let Some(etcd) = EtcdServer::start().await else { return };
+        let admin = etcd.admin().await;
+        let proxy = skyconf_testkit::servers::etcd::Proxy::start(&etcd.url()).await;
+        let through_proxy = skyconf_sources::etcd::EtcdSettings {
+            endpoints: proxy.url(),
+            namespace: "/records-lease".to_owned(),
+            connect_timeout_ms: 500,
+            ..settings(&etcd)
+        };
+        let source = source(through_proxy).with_session_ttl(Duration::from_secs(2));
+        let records = contract::of(&source);
+        records.put("fleet", "me", b"{}", skyconf_sources::Lifetime::Session).await.unwrap();
+        let key = "/records-lease/skyconf/fleet/me";
+        // Renewed every third of the TTL: still there after twice the TTL.
+        let kept_until = tokio::time::Instant::now() + Duration::from_secs(4);
+        while tokio::time::Instant::now() < kept_until {
+            assert!(admin.get(key).await.is_some(), "kept alive");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        // An outage longer than the TTL: the lease expires in the store...
+        proxy.cut();
+        skyconf_testkit::server::eventually_async("the record expired", async || admin.get(key).await.is_none()).await;
+        // ...and once the store is back, a new lease carries the record again.
+        proxy.restore();
+        skyconf_testkit::server::eventually_async("the record is written again", async || {
+            admin.get(key).await.is_some()
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn records_are_not_configuration() {
+        let Some(etcd) = EtcdServer::start().await else { return };
+        contract::records_are_not_configuration(
+            Arc::new(namespace(&etcd, "/records-config")),
+            "core.default.apdexThreshold",
+        )
+        .await;
+    }
+}

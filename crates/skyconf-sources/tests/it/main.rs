@@ -6,4 +6,5 @@ mod conformance;
 mod dcs;
 mod etcd;
 mod nacos;
+mod records;
 mod zookeeper;

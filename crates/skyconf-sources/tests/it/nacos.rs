@@ -209,3 +209,71 @@ async fn put_refuses_what_nacos_cannot_hold() {
     // Nothing listens on port 1: an outage, not a panic or a refusal.
     assert!(matches!(store.load(&KeySet::oap()).await, Err(SourceError::Unavailable { .. })));
 }
+
+mod records {
+    use std::sync::Arc;
+
+    use skyconf_sources::{Lifetime, Source};
+    use skyconf_testkit::servers::rnacos::Rnacos;
+
+    use super::{GROUP, source};
+    use crate::records as contract;
+
+    #[tokio::test]
+    async fn records_put_get_list_delete() {
+        let Some(nacos) = Rnacos::start("records-basics").await else { return };
+        let store = source(nacos.settings(GROUP, ""));
+        contract::basics(&*contract::of(&store)).await;
+        // The layout: dataId {kind}.{name} in the group {group}.skyconf, in an envelope.
+        contract::of(&store).put("fleet", "x", b"{\"v\":1}", Lifetime::Durable).await.unwrap();
+        let beside = source(nacos.settings("skywalking.skyconf", ""));
+        let raw = beside.load(&skyconf_sources::KeySet::oap_with(["fleet.x".to_owned()])).await.unwrap();
+        assert_eq!(raw.singles["fleet.x"], r#"{"expires_ms":null,"value":"{\"v\":1}"}"#);
+    }
+
+    #[tokio::test]
+    async fn create_is_once_within_a_process() {
+        let Some(nacos) = Rnacos::start("records-once").await else { return };
+        let store = source(nacos.settings(GROUP, ""));
+        let records = contract::of(&store);
+        assert!(!records.create_is_atomic(), "Nacos has no compare-and-set");
+        contract::create_once(&[records]).await;
+    }
+
+    #[tokio::test]
+    async fn session_records_go_when_the_source_is_dropped() {
+        let Some(nacos) = Rnacos::start("records-session").await else { return };
+        let observer = source(nacos.settings(GROUP, ""));
+        contract::session_records_go_with_their_source(source(nacos.settings(GROUP, "")), &*contract::of(&observer))
+            .await;
+    }
+
+    #[tokio::test]
+    async fn expired_records_are_not_listed_and_are_tidied_up() {
+        let Some(nacos) = Rnacos::start("records-expiry").await else { return };
+        let store = source(nacos.settings(GROUP, ""));
+        let records = contract::of(&store);
+        // As a replica that died long ago left it.
+        let beside = source(nacos.settings("skywalking.skyconf", ""));
+        beside
+            .put("fleet.ghost", Some(r#"{"expires_ms":1,"value":"{}"}"#), skyconf_sources::Expect::Seen)
+            .await
+            .unwrap();
+        records.put("fleet", "alive", b"{}", Lifetime::Session).await.unwrap();
+        assert_eq!(records.get("fleet", "ghost").await.unwrap(), None, "expired");
+        let listed = records.list("fleet").await.unwrap();
+        assert_eq!(listed.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["alive"]);
+        let keys = skyconf_sources::KeySet::oap_with(["fleet.ghost".to_owned()]);
+        assert!(!beside.load(&keys).await.unwrap().singles.contains_key("fleet.ghost"), "deleted by the listing");
+    }
+
+    #[tokio::test]
+    async fn records_are_not_configuration() {
+        let Some(nacos) = Rnacos::start("records-config").await else { return };
+        contract::records_are_not_configuration(
+            Arc::new(source(nacos.settings(GROUP, ""))),
+            "core.default.apdexThreshold",
+        )
+        .await;
+    }
+}

@@ -325,3 +325,56 @@ fn refuses_settings_that_cannot_work() {
     let source = ZookeeperSource::new(ZookeeperSettings::default()).unwrap();
     assert_eq!(source.describe(), "zookeeper localhost:2181 namespace /default");
 }
+
+mod records {
+    use std::sync::Arc;
+
+    use skyconf_sources::Lifetime;
+
+    use super::{shared_zookeeper, source};
+    use crate::records as contract;
+
+    #[tokio::test]
+    async fn records_put_get_list_delete() {
+        let Some((server, client, namespace)) = shared_zookeeper("records-basics").await else { return };
+        let source = source(&server.addr(), &namespace);
+        contract::basics(&*contract::of(&source)).await;
+        let records = contract::of(&source);
+        records.put("fleet", "d", b"v", Lifetime::Durable).await.unwrap();
+        records.put("fleet", "s", b"v", Lifetime::Session).await.unwrap();
+        let (data, durable) = client.get_data(&format!("{namespace}/skyconf/fleet/d")).await.unwrap();
+        assert_eq!((data.as_slice(), durable.ephemeral_owner), (&b"v"[..], 0), "the layout; persistent");
+        let (_, session) = client.get_data(&format!("{namespace}/skyconf/fleet/s")).await.unwrap();
+        assert_ne!(session.ephemeral_owner, 0, "a session record is an ephemeral znode");
+        records.put("fleet", "s", b"now durable", Lifetime::Durable).await.unwrap();
+        let (data, now) = client.get_data(&format!("{namespace}/skyconf/fleet/s")).await.unwrap();
+        assert_eq!((data.as_slice(), now.ephemeral_owner), (&b"now durable"[..], 0), "the lifetime changed");
+    }
+
+    #[tokio::test]
+    async fn create_is_once_across_replicas() {
+        let Some((server, _, namespace)) = shared_zookeeper("records-once").await else { return };
+        let sources: Vec<_> = (0..3).map(|_| source(&server.addr(), &namespace)).collect();
+        let records: Vec<_> = sources.iter().map(contract::of).collect();
+        assert!(records[0].create_is_atomic());
+        contract::create_once(&records).await;
+    }
+
+    #[tokio::test]
+    async fn session_records_go_when_the_source_is_dropped() {
+        let Some((server, _, namespace)) = shared_zookeeper("records-session").await else { return };
+        let observer = source(&server.addr(), &namespace);
+        contract::session_records_go_with_their_source(source(&server.addr(), &namespace), &*contract::of(&observer))
+            .await;
+    }
+
+    #[tokio::test]
+    async fn records_are_not_configuration() {
+        let Some((server, _, namespace)) = shared_zookeeper("records-config").await else { return };
+        contract::records_are_not_configuration(
+            Arc::new(source(&server.addr(), &namespace)),
+            "core.default.apdexThreshold",
+        )
+        .await;
+    }
+}
