@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::shared_history::SharedHistory;
 use crate::startup::initial_state;
 use crate::{
     CdsService, Fleet, FleetOptions, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig,
@@ -20,6 +21,9 @@ use crate::{
 /// How long open gRPC calls (forwarded streams, in gateway mode) may take to end after shutdown
 /// begins, before their connections are closed.
 pub(crate) const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+
+/// How long start-up waits to read the shared release history before serving without it.
+const HISTORY_IMPORT_LIMIT: Duration = Duration::from_secs(5);
 
 /// Loads the configuration from `source` (or the persisted copy), then opens the ports and
 /// serves until shut down, applying every change the source reports.
@@ -41,6 +45,16 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let served = Arc::new(served);
     let persister = Persister::spawn();
     let releases = Arc::new(open_releases(&config, &persister));
+    // Replicas on a store with revisions and records share one history (see shared_history):
+    // what they recorded while this one was away comes first.
+    let history = source
+        .shared_records()
+        .filter(|_| source.revisions())
+        .map(|records| SharedHistory::new(records, Arc::clone(&releases)));
+    let shared_up_to = match &history {
+        Some(history) if connected => tokio::time::timeout(HISTORY_IMPORT_LIMIT, history.import()).await.unwrap_or(0),
+        _ => 0,
+    };
     if served.snapshot().ready() {
         let snapshot = served.snapshot();
         // The store's revision, when the table was read from the store just now (not from the
@@ -106,6 +120,13 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         store_task.run(updates_rx).await;
         Ok(())
     });
+    if let Some(history) = history {
+        let (installs, stop) = (served.subscribe(), shutdown.clone());
+        tasks.spawn(async move {
+            history.run(shared_up_to, installs, stop).await;
+            Ok(())
+        });
+    }
 
     if let Some(upstreams) = &upstreams {
         upstreams.spawn(&mut tasks, &shutdown);

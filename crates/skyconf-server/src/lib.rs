@@ -19,6 +19,7 @@ pub mod releases;
 pub mod reload;
 pub mod security;
 pub mod served;
+pub mod shared_history;
 pub mod socket;
 mod startup;
 pub mod store_task;

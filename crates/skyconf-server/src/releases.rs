@@ -218,6 +218,33 @@ struct Kept {
     document: Option<Arc<str>>,
 }
 
+/// What [`ReleaseLog::append`] leaves for [`ReleaseLog::save`].
+struct Appended {
+    summary: Arc<ReleaseSummary>,
+    evicted: Vec<u64>,
+    reserve: Option<u64>,
+}
+
+/// A release as replicas share it through the store (see [`crate::shared_history`]): its id
+/// (the store's revision of the document), attribution and text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SharedRelease {
+    /// The release id: the store's revision of the document.
+    pub id: u64,
+    /// When it was recorded first, by whichever replica.
+    pub at_ms: u64,
+    /// Who wrote it, when it came through the admin API with an author.
+    pub author: Option<String>,
+    /// Why.
+    pub message: Option<String>,
+    /// `api`, or the store's name for a change made in the store directly.
+    pub origin: String,
+    /// The release it restores, for a rollback.
+    pub rollback_of: Option<u64>,
+    /// The document's text; `None` for a delete.
+    pub document: Option<String>,
+}
+
 /// What a release file holds: the release and the document text.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct ReleaseFile {
@@ -470,7 +497,7 @@ impl ReleaseLog {
     ) -> Arc<ReleaseSummary> {
         let hash = text.map(document_hash);
         let now = Instant::now();
-        let (release, summary, evicted, reserve) = {
+        let (release, appended) = {
             let mut state = self.lock();
             state.pending.retain(|p| p.until > now);
             let attribution = state
@@ -499,24 +526,39 @@ impl ReleaseLog {
                 digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
                 changes: diff(previous, table),
             });
-            // Never wraps: ids above MAX_ID are refused at start-up, so this cannot saturate.
-            state.next_id = state.next_id.max(id.saturating_add(1));
-            let summary = Arc::new(ReleaseSummary::of(&release));
-            state.releases.push_back(Arc::clone(&summary));
-            for change in &release.changes {
-                state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
-            }
             Self::serve_as(&mut state, version, release.id, self.retention);
-            // Until its file is on disk (for good without a data directory).
-            state.documents.insert(release.id, Kept { release: Arc::clone(&release), document: text.map(Arc::from) });
-            let reserve = self.reserve_more(&mut state);
-            (release, summary, self.evict(&mut state), reserve)
+            let appended = self.append(&mut state, &release, text);
+            (release, appended)
         };
+        let summary = self.save(&release, text, appended);
+        tracing::info!(release = release.id, version, origin = %release.origin, changed = release.changes.len(), "Recorded a release.");
+        summary
+    }
+
+    /// Adds `release` (newer than every kept one) to the log; what [`ReleaseLog::save`] needs.
+    fn append(&self, state: &mut LogState, release: &Arc<Release>, text: Option<&str>) -> Appended {
+        // Never wraps: ids above MAX_ID are refused at start-up, so this cannot saturate.
+        state.next_id = state.next_id.max(release.id.saturating_add(1));
+        let summary = Arc::new(ReleaseSummary::of(release));
+        state.releases.push_back(Arc::clone(&summary));
+        for change in &release.changes {
+            state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+        }
+        // Until its file is on disk (for good without a data directory).
+        state.documents.insert(release.id, Kept { release: Arc::clone(release), document: text.map(Arc::from) });
+        let reserve = self.reserve_more(state);
+        Appended { summary, evicted: self.evict(state), reserve }
+    }
+
+    /// Writes an appended release's file (off the serving path), the reservation it needs and
+    /// the removal of the files retention dropped.
+    fn save(&self, release: &Arc<Release>, text: Option<&str>, appended: Appended) -> Arc<ReleaseSummary> {
+        let Appended { summary, evicted, reserve } = appended;
         if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
             if let Some(target) = reserve {
                 self.write_reservation(dir, persister, target);
             }
-            let file = ReleaseFile { format: 1, release: (*release).clone(), document: text.map(str::to_owned) };
+            let file = ReleaseFile { format: 1, release: (**release).clone(), document: text.map(str::to_owned) };
             match serde_json::to_vec_pretty(&file) {
                 Ok(bytes) => {
                     let (state, persisted, id) = (Arc::clone(&self.state), Arc::clone(&self.persisted), release.id);
@@ -541,8 +583,107 @@ impl ReleaseLog {
             }
             self.delete_files(&evicted);
         }
-        tracing::info!(release = release.id, version, origin = %release.origin, changed = release.changes.len(), "Recorded a release.");
         summary
+    }
+
+    /// Adds a release another replica recorded in the shared history and this one never saw (it
+    /// was stopped, or the store skipped it), when it is newer than every kept release: read from
+    /// its text, compared with the newest kept one. False when it is not newer (nothing changes).
+    /// Reads a file: call it off the async threads.
+    pub fn import(&self, shared: &SharedRelease) -> Result<bool, skyconf_core::ReadError> {
+        let latest = self.latest();
+        if latest.as_ref().is_some_and(|l| l.id >= shared.id) || shared.id > MAX_ID {
+            return Ok(false);
+        }
+        let table = match &shared.document {
+            Some(text) => skyconf_core::read(text)?,
+            None => AgentConfigurations::default(),
+        };
+        let previous = latest.and_then(|l| self.table_of(l.id)).unwrap_or_default();
+        let release = Arc::new(Release {
+            id: shared.id,
+            at_ms: shared.at_ms,
+            author: shared.author.clone(),
+            message: shared.message.clone(),
+            origin: shared.origin.clone(),
+            rollback_of: shared.rollback_of,
+            // Never served by this replica in this run.
+            version: 0,
+            document_sha256: shared.document.as_deref().map(document_hash),
+            store_revision: Some(shared.id),
+            digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
+            changes: diff(&previous, &table),
+        });
+        let appended = {
+            let mut state = self.lock();
+            if state.releases.back().is_some_and(|l| l.id >= shared.id) {
+                return Ok(false);
+            }
+            self.append(&mut state, &release, shared.document.as_deref())
+        };
+        self.save(&release, shared.document.as_deref(), appended);
+        tracing::info!(release = release.id, origin = %release.origin, "Imported a release from the shared history.");
+        Ok(true)
+    }
+
+    /// Gives kept release `id` the attribution the shared history holds for it (who, when, why,
+    /// from where), so every replica shows the same. False when it is not kept or already says so.
+    /// Rewrites its file: call it off the async threads.
+    pub fn amend(&self, id: u64, shared: &SharedRelease) -> bool {
+        let apply = |release: &mut Release| {
+            release.at_ms = shared.at_ms;
+            release.author.clone_from(&shared.author);
+            release.message.clone_from(&shared.message);
+            release.origin.clone_from(&shared.origin);
+            release.rollback_of = shared.rollback_of;
+        };
+        let kept = {
+            let mut state = self.lock();
+            let Ok(index) = state.releases.binary_search_by_key(&id, |r| r.id) else { return false };
+            let old = &state.releases[index];
+            if (old.at_ms, &old.author, &old.message, &old.origin, old.rollback_of)
+                == (shared.at_ms, &shared.author, &shared.message, &shared.origin, shared.rollback_of)
+            {
+                return false;
+            }
+            let mut summary = (**old).clone();
+            summary.at_ms = shared.at_ms;
+            summary.author.clone_from(&shared.author);
+            summary.message.clone_from(&shared.message);
+            summary.origin.clone_from(&shared.origin);
+            summary.rollback_of = shared.rollback_of;
+            state.releases[index] = Arc::new(summary);
+            for (changed_in, at_ms) in state.last_changes.values_mut() {
+                if *changed_in == id {
+                    *at_ms = shared.at_ms;
+                }
+            }
+            state.documents.get_mut(&id).map(|kept| {
+                let mut release = (*kept.release).clone();
+                apply(&mut release);
+                kept.release = Arc::new(release);
+                (Arc::clone(&kept.release), kept.document.clone())
+            })
+        };
+        if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
+            // After any write of the old file still queued: the persister writes in order.
+            let file = match kept {
+                Some((release, document)) => Some(ReleaseFile {
+                    format: 1,
+                    release: (*release).clone(),
+                    document: document.map(|d| d.to_string()),
+                }),
+                None => read_release_file(&release_path(dir, id)).ok().map(|mut file| {
+                    apply(&mut file.release);
+                    file
+                }),
+            };
+            if let Some(bytes) = file.and_then(|f| serde_json::to_vec_pretty(&f).ok()) {
+                persister.write(release_path(dir, id), bytes, None);
+            }
+        }
+        tracing::debug!(release = id, origin = %shared.origin, "Took the shared history's attribution of a release.");
+        true
     }
 
     /// Records, at start-up, the document the server starts with, unless it is the newest release

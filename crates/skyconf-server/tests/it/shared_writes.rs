@@ -114,15 +114,28 @@ async fn assert_nothing_lost(servers: &[Server], acknowledged: &[String]) {
     }
 }
 
-/// The release list of each replica: ids, origins, document hashes.
-async fn history(admin: &AdminClient) -> Vec<(u64, Value)> {
+/// A replica's release list, newest first: every field but the local served `version`.
+async fn history(admin: &AdminClient) -> Vec<Value> {
     let releases = admin.get_json("/api/v1/releases?limit=500").await;
-    releases["releases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r["id"].as_u64().unwrap(), r["document_sha256"].clone()))
-        .collect()
+    let mut list = releases["releases"].as_array().cloned().unwrap();
+    for release in &mut list {
+        release.as_object_mut().unwrap().remove("version");
+    }
+    list
+}
+
+/// Every replica shows the same history: same ids, order, times, authors, messages, origins.
+async fn assert_one_history(admins: &[AdminClient]) {
+    eventually_async("every replica shows the same release history", async || {
+        let first = history(&admins[0]).await;
+        for admin in &admins[1..] {
+            if history(admin).await != first {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
 }
 
 async fn writes_through_replicas_lose_nothing(servers: &[Server]) {
@@ -156,22 +169,31 @@ async fn writes_through_replicas_lose_nothing(servers: &[Server]) {
             .await;
         assert_eq!(reply.status, 409, "a write based on release {stale} must be refused: {}", reply.body);
     }
-    // One history: every replica names the same releases alike (ids are the store's revisions).
+    // One history: the same ids (the store's revisions), order, times, authors and messages on
+    // every replica, whichever replica took the write.
+    let reply = servers[2]
+        .admin()
+        .send(
+            "PUT",
+            "/api/v1/services/attributed",
+            &[("content-type", "application/json")],
+            r#"{"config": {"k": "v"}, "author": "alice", "message": "through the third replica"}"#,
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
     let admins: Vec<AdminClient> = servers.iter().map(Server::admin).collect();
-    let newest = served_release(&admins[0]).await;
-    for admin in &admins {
-        eventually_async("every replica has the newest release", async || served_release(admin).await == newest).await;
-    }
-    let first = history(&admins[0]).await;
-    for admin in &admins[1..] {
-        let other = history(admin).await;
-        // A replica started later may not have seen every release; those it has agree.
-        for release in &other {
-            if let Some(same) = first.iter().find(|r| r.0 == release.0) {
-                assert_eq!(same, release, "release {} differs between replicas", release.0);
-            }
-        }
-    }
+    assert_one_history(&admins).await;
+    let newest = &history(&admins[0]).await[0];
+    assert_eq!(newest["author"], "alice", "{newest}");
+    assert_eq!(newest["message"], "through the third replica");
+}
+
+/// A replica started after all that reads the shared history: it shows the same releases.
+async fn a_new_replica_reads_the_shared_history(servers: &[Server], newcomer: Server) {
+    let mut admins: Vec<AdminClient> = servers.iter().map(Server::admin).collect();
+    admins.push(newcomer.admin());
+    assert_one_history(&admins).await;
+    assert!(history(&newcomer.admin()).await.len() > 30, "the newcomer imported the releases it never saw");
 }
 
 #[tokio::test]
@@ -180,6 +202,18 @@ async fn etcd_replicas_lose_no_acknowledged_write() {
     etcd.admin().await.put(ETCD_AGENT_KEY, GOOD).await;
     let servers = replicas(3, || etcd_source(&etcd)).await;
     writes_through_replicas_lose_nothing(&servers).await;
+    a_new_replica_reads_the_shared_history(&servers, Server::start(etcd_source(&etcd), config()).await).await;
+    // A change made in etcd directly is one release, with the same id everywhere.
+    let revision = etcd.admin().await.put(ETCD_AGENT_KEY, GOOD).await;
+    for server in &servers {
+        let admin = server.admin();
+        eventually_async("the direct edit is served", async || served_release(&admin).await == Some(revision as u64))
+            .await;
+    }
+    let admins: Vec<AdminClient> = servers.iter().map(Server::admin).collect();
+    assert_one_history(&admins).await;
+    let newest = &history(&admins[0]).await[0];
+    assert!(newest["origin"].as_str().unwrap().starts_with("etcd"), "{newest}");
 }
 
 #[tokio::test]
@@ -190,4 +224,6 @@ async fn zookeeper_replicas_lose_no_acknowledged_write() {
     upsert(&client, &format!("{namespace}/configuration-discovery.default.agentConfigurations"), GOOD).await;
     let servers = replicas(3, || zookeeper_source(zk, &namespace)).await;
     writes_through_replicas_lose_nothing(&servers).await;
+    a_new_replica_reads_the_shared_history(&servers, Server::start(zookeeper_source(zk, &namespace), config()).await)
+        .await;
 }

@@ -1,0 +1,224 @@
+//! The release history every replica shares through the store.
+//!
+//! With a store that has revisions and shared records (etcd, ZooKeeper; see
+//! [`skyconf_sources::shared`]), a release's id is the store's revision of the document
+//! ([`ReleaseLog::record`]), so replicas watching one store already agree on ids and order. What
+//! only one replica knows is the rest: the author and message of a write made through *its* admin
+//! API, and the releases a replica missed while it was stopped. Each release is therefore also
+//! kept in the store as a record `releases/<id, 20 digits>` ([`SharedRelease`] as JSON: id, time,
+//! author, message, origin, rollback, the document's text), created once:
+//!
+//! - the replica that wrote the document through its admin API creates the record as soon as it
+//!   has recorded the release (it knows the author);
+//! - every other replica waits up to [`WAIT_FOR_WRITER`] for that record and takes its time,
+//!   author and message ([`ReleaseLog::amend`]); when none comes (a change made in the store
+//!   directly, or a writer that stopped in between), it creates the record itself, attributed to
+//!   the store. Creation is the store's create-if-absent, so exactly one record exists per release
+//!   and the replicas that lost the race take the winner's;
+//! - at start-up, a replica imports the records newer than its own newest release
+//!   ([`ReleaseLog::import`]) and takes the shared attribution of those it has.
+//!
+//! The agent-configurations key itself is untouched: an OAP reading the same store sees nothing
+//! new. Records beyond the retention are deleted by whichever replica creates records (every
+//! [`PRUNE_EVERY`] creations). A release recorded with a local id (a store without revisions, or
+//! one that went back in time) stays local.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use skyconf_sources::Records;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::releases::{ReleaseLog, ReleaseSummary, SharedRelease};
+
+/// The records' kind.
+pub const KIND: &str = "releases";
+
+/// How long a replica waits for the writing replica's record of a release before it records the
+/// change as the store's.
+pub const WAIT_FOR_WRITER: Duration = Duration::from_secs(2);
+
+/// How often a replica looks for the writer's record while it waits.
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// How many records a replica creates between two prunings of the shared history.
+pub const PRUNE_EVERY: u64 = 20;
+
+/// The name of release `id`'s record: fixed width, so names sort as ids do.
+fn record_name(id: u64) -> String {
+    format!("{id:020}")
+}
+
+/// Keeps the local release log and the store's shared history in step.
+#[derive(Debug, Clone)]
+pub struct SharedHistory {
+    records: Records,
+    releases: Arc<ReleaseLog>,
+    /// The origin of releases written through this replica's admin API.
+    own_origin: &'static str,
+}
+
+impl SharedHistory {
+    /// Shares `releases` through `records`.
+    pub fn new(records: Records, releases: Arc<ReleaseLog>) -> Self {
+        Self { records, releases, own_origin: "api" }
+    }
+
+    /// Reads the shared history into the local log: records newer than the newest local release
+    /// are imported, the others' attribution taken. Returns the newest record's id (0: none).
+    pub async fn import(&self) -> u64 {
+        let listed = match self.records.list(KIND).await {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(%error, "Cannot read the shared release history; this replica's own history is shown until it can.");
+                return 0;
+            }
+        };
+        let mut newest = 0;
+        let mut shared = Vec::with_capacity(listed.len());
+        for (name, bytes) in listed {
+            match serde_json::from_slice::<SharedRelease>(&bytes) {
+                Ok(release) if record_name(release.id) == name => {
+                    newest = newest.max(release.id);
+                    shared.push(release);
+                }
+                _ => tracing::warn!(record = %name, "Ignoring a shared release record that cannot be read."),
+            }
+        }
+        let releases = Arc::clone(&self.releases);
+        // Reading tables and writing files: off the async threads.
+        let imported = tokio::task::spawn_blocking(move || {
+            let mut imported = 0;
+            for release in &shared {
+                if releases.get(release.id).is_some() {
+                    releases.amend(release.id, release);
+                } else {
+                    match releases.import(release) {
+                        Ok(true) => imported += 1,
+                        Ok(false) => {}
+                        Err(error) => {
+                            tracing::warn!(release = release.id, %error, "A shared release's document cannot be read; it is not imported.");
+                        }
+                    }
+                }
+            }
+            imported
+        })
+        .await
+        .unwrap_or(0);
+        tracing::info!(records = newest, imported, "Read the shared release history.");
+        newest
+    }
+
+    /// Shares every release newer than `shared_up_to` (what [`SharedHistory::import`] returned)
+    /// until `shutdown`: woken by each install of the served table (a release is recorded just
+    /// before its table is installed).
+    pub async fn run(self, mut shared_up_to: u64, mut installs: watch::Receiver<u64>, shutdown: CancellationToken) {
+        let mut created = 0u64;
+        loop {
+            let pending: Vec<Arc<ReleaseSummary>> = self
+                .releases
+                .list()
+                .into_iter()
+                .rev()
+                .filter(|r| r.id > shared_up_to && r.store_revision == Some(r.id))
+                .collect();
+            for release in pending {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    done = self.share(&release) => {
+                        if done == Shared::Created {
+                            created += 1;
+                            if created.is_multiple_of(PRUNE_EVERY) {
+                                self.prune().await;
+                            }
+                        }
+                    }
+                }
+                shared_up_to = shared_up_to.max(release.id);
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = installs.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    /// Puts one release in the shared history, or takes the history's attribution of it.
+    async fn share(&self, release: &ReleaseSummary) -> Shared {
+        let name = record_name(release.id);
+        if release.origin != self.own_origin {
+            // Another replica's write, or the store's own change: the writer's record, if one comes.
+            let deadline = tokio::time::Instant::now() + WAIT_FOR_WRITER;
+            loop {
+                if self.adopt(&name).await {
+                    return Shared::Adopted;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(LOOK_EVERY).await;
+            }
+        }
+        let Some(record) = self.record_of(release).await else { return Shared::Failed };
+        let Ok(bytes) = serde_json::to_vec(&record) else { return Shared::Failed };
+        match self.records.create(KIND, &name, &bytes).await {
+            Ok(true) => Shared::Created,
+            Ok(false) => {
+                self.adopt(&name).await;
+                Shared::Adopted
+            }
+            Err(error) => {
+                tracing::warn!(release = release.id, %error, "Cannot put a release in the shared history; it stays in this replica's.");
+                Shared::Failed
+            }
+        }
+    }
+
+    /// Takes the attribution of record `name`, if there is one; whether there was.
+    async fn adopt(&self, name: &str) -> bool {
+        let Ok(Some(bytes)) = self.records.get(KIND, name).await else { return false };
+        let Ok(shared) = serde_json::from_slice::<SharedRelease>(&bytes) else { return false };
+        let releases = Arc::clone(&self.releases);
+        let _ = tokio::task::spawn_blocking(move || releases.amend(shared.id, &shared)).await;
+        true
+    }
+
+    /// The shared form of a kept release, with its text (read off the async threads).
+    async fn record_of(&self, release: &ReleaseSummary) -> Option<SharedRelease> {
+        let (releases, id) = (Arc::clone(&self.releases), release.id);
+        let document = tokio::task::spawn_blocking(move || releases.document(id)).await.ok()?.ok()??;
+        Some(SharedRelease {
+            id,
+            at_ms: release.at_ms,
+            author: release.author.clone(),
+            message: release.message.clone(),
+            origin: release.origin.clone(),
+            rollback_of: release.rollback_of,
+            document,
+        })
+    }
+
+    /// Deletes the records beyond the retention.
+    async fn prune(&self) {
+        let Ok(listed) = self.records.list(KIND).await else { return };
+        let excess = listed.len().saturating_sub(self.releases.retention());
+        for (name, _) in listed.into_iter().take(excess) {
+            if let Err(error) = self.records.delete(KIND, &name).await {
+                tracing::debug!(record = %name, %error, "Cannot prune a shared release record.");
+            }
+        }
+    }
+}
+
+/// What became of one release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shared {
+    /// This replica created its record.
+    Created,
+    /// Another replica's record was there; its attribution is taken.
+    Adopted,
+    /// The store could not be reached; the release stays local.
+    Failed,
+}
