@@ -1,5 +1,5 @@
 //! Several replicas on one store, one fleet view: two in-process servers on a real etcd (and on a
-//! real ZooKeeper), an agent polling replica A shows up in replica B's admin API labelled with
+//! real ZooKeeper, and on rnacos), an agent polling replica A shows up in replica B's admin API labelled with
 //! A's id, and disappears from it once A stops. The summaries are published every 100 ms here
 //! (10 s by default), so nothing waits long; every wait polls the API.
 
@@ -8,12 +8,14 @@ use std::time::Duration;
 use serde_json::Value;
 use skyconf_server::reload::Guard;
 use skyconf_server::{ReplicaOptions, ServeConfig};
-use skyconf_sources::Source;
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
+use skyconf_sources::nacos::NacosSource;
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Source};
 use skyconf_testkit::fixtures::{V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD};
 use skyconf_testkit::server::{Server, eventually_async, loopback};
 use skyconf_testkit::servers::etcd::EtcdServer;
+use skyconf_testkit::servers::rnacos::Rnacos;
 use skyconf_testkit::servers::zookeeper::{ZkServer, namespace, upsert};
 
 /// A replica named `name`, publishing every 100 ms.
@@ -122,6 +124,16 @@ async fn on_zookeeper_every_replica_shows_every_agent() {
             ZookeeperSettings { host_port: server.addr(), namespace: ns.clone(), ..ZookeeperSettings::default() };
         ZookeeperSource::new(settings).unwrap()
     };
+    let a = Server::start(source(), config("replica-a")).await;
+    let b = Server::start(source(), config("replica-b")).await;
+    an_agent_of_one_replica_shows_on_the_other(a, b).await;
+}
+
+#[tokio::test]
+async fn on_nacos_every_replica_shows_every_agent() {
+    let Some(nacos) = Rnacos::start("replicas").await else { return };
+    let source = || NacosSource::new(nacos.settings("skywalking", "")).unwrap();
+    source().put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
     let a = Server::start(source(), config("replica-a")).await;
     let b = Server::start(source(), config("replica-b")).await;
     an_agent_of_one_replica_shows_on_the_other(a, b).await;
