@@ -156,3 +156,32 @@ async fn a_file_store_replica_is_alone() {
     assert_eq!(detail["agents"][0]["replica"], "alone");
     running.stop().await.unwrap();
 }
+
+/// A replica that loses the store (as one that crashed, or is cut off) drops out of the others'
+/// view once its lease expires, without deleting anything; it comes back when the store does.
+#[tokio::test]
+async fn a_replica_cut_off_from_etcd_drops_out_with_its_lease_and_comes_back() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    etcd.admin().await.put("/skywalking/configuration-discovery.default.agentConfigurations", GOOD).await;
+    let proxy = skyconf_testkit::servers::etcd::Proxy::start(&etcd.url()).await;
+    let through_proxy = EtcdSettings { endpoints: proxy.url(), connect_timeout_ms: 500, ..EtcdSettings::default() };
+    let a_source = EtcdSource::new(through_proxy).unwrap().with_session_ttl(Duration::from_secs(2));
+    let a = Server::start(a_source, config("replica-a")).await;
+    let b = Server::start(etcd_source(&etcd), config("replica-b")).await;
+    let agent = a.cds().await;
+    agent.fetch("svc", "").await;
+    let admin_b = b.admin();
+    let listed = async |admin: &skyconf_testkit::server::AdminClient| {
+        rows(&admin.get_json("/api/v1/status").await, "replicas")
+            .iter()
+            .filter_map(|r| r["id"].as_str().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    eventually_async("B sees A", async || listed(&admin_b).await == ["replica-b", "replica-a"]).await;
+    proxy.cut();
+    eventually_async("A's lease expired: B no longer sees A", async || listed(&admin_b).await == ["replica-b"]).await;
+    proxy.restore();
+    eventually_async("A is back with a new lease", async || listed(&admin_b).await == ["replica-b", "replica-a"]).await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
