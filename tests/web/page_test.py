@@ -486,6 +486,8 @@ def run_instances(a, driver):
     anonymous = driver.script("return [...document.querySelectorAll('#anonymous tr[data-peer]')].map(t => t.dataset.state)")
     if not anonymous or any(state != a.anonymous_state for state in anonymous) or not shown(driver, "anonymous-box"):
         raise Failure(f"the anonymous pollers: {anonymous}")
+    if replica_column_shown(driver, "#instances"):
+        raise Failure("a single replica shows a replica column")
     no_horizontal_scroll(driver, "with the Instances view open")
     shoot(a, driver, "page-instances.png")
 
@@ -508,6 +510,36 @@ def run_instances(a, driver):
     if "anonymous" not in fleet:
         raise Failure(f"the services table does not count the anonymous poller: {fleet!r}")
     return {"ok": True, "cells": seen, "anonymous": anonymous, "services_row": fleet}
+
+
+def replica_column_shown(driver, body):
+    return driver.script("const th = document.querySelector(arguments[0]).closest('table').querySelector('th.replica-col');"
+                         "return getComputedStyle(th).display !== 'none'", body)
+
+
+def run_replicas(a, driver):
+    """Several replicas: an agent of another replica is listed, with that replica, in the service's
+    agents and in the Instances view; the header names this replica and counts the others."""
+    from urllib.parse import quote
+    loaded(driver, a.url + "#/services/" + quote(a.service, safe=""))
+    row = f'#agents tr[data-replica="{a.peer_replica}"]'
+    driver.wait_for(lambda: driver.find(row), 10, f"no agent of {a.peer_replica} is listed for {a.service}")
+    if not replica_column_shown(driver, "#agents"):
+        raise Failure("the agents table has no replica column")
+    cell = driver.text(driver.find(f"{row} td.replica")[0])
+    if cell != a.peer_replica:
+        raise Failure(f"the replica cell shows {cell!r}")
+    header = driver.text(driver.find("#replicas")[0])
+    if a.replica not in header or "2 replicas" not in header:
+        raise Failure(f"the header: {header!r}")
+    no_horizontal_scroll(driver, "with the replica column")
+    driver.click("#instances-link")
+    anonymous = f'#anonymous tr[data-replica="{a.peer_replica}"]'
+    driver.wait_for(lambda: shown(driver, "instances-view") and driver.find(anonymous), 10,
+                    f"the Instances view does not list the poller of {a.peer_replica}")
+    no_horizontal_scroll(driver, "with the Instances view and its replica column")
+    shoot(a, driver, "page-replicas.png")
+    return {"ok": True, "header": header, "cell": cell}
 
 
 def run_held(a, driver):
@@ -539,7 +571,9 @@ def main():
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
     ap.add_argument("--held", choices=["confirm", "discard"])
-    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances"])
+    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "replicas"])
+    ap.add_argument("--replica")
+    ap.add_argument("--peer-replica")
     ap.add_argument("--instance")
     ap.add_argument("--host")
     ap.add_argument("--ip", action="append", default=[])
@@ -560,7 +594,8 @@ def main():
     driver = None
     try:
         driver = Driver(chromium, chromedriver, profile)
-        scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse, "instances": run_instances}
+        scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse, "instances": run_instances,
+                     "replicas": run_replicas}
         chosen = run_held if a.held else scenarios[a.scenario] if a.scenario else run
         print(json.dumps(chosen(a, driver)), flush=True)
     except Failure as e:

@@ -61,6 +61,8 @@ pub(crate) struct SkyconfSection {
     pub(crate) reset_grace_secs: Option<u64>,
     /// The share of served services (percent) a store change must drop to be held (`0`: off).
     pub(crate) reset_drop_percent: Option<u8>,
+    /// This replica's id among the replicas sharing the store (`--replica-name`).
+    pub(crate) replica_name: Option<String>,
     /// Tokens and TLS.
     pub(crate) security: SecuritySection,
     /// Connection limits of the gRPC port.

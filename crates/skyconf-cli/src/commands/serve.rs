@@ -82,6 +82,11 @@ pub(crate) struct Args {
     /// `0` turns the guard off [default: 50].
     #[arg(long, env = "SKYCONF_RESET_DROP_PERCENT", value_parser = clap::value_parser!(u8).range(0..=100))]
     reset_drop_percent: Option<u8>,
+    /// This replica's id among the replicas sharing the store (its fleet summary's name, shown on
+    /// every replica's page) [default: the host name and a random suffix]. Letters, digits, `-`,
+    /// `_` and `.`.
+    #[arg(long, env = "SKYCONF_REPLICA_NAME")]
+    replica_name: Option<String>,
     /// A setting of the chosen store, by its OAP name (`endpoints=http://etcd:2379`,
     /// `namespace=/skywalking`, `hostPort=zk:2181`, `serverAddr=nacos`, `host=dcs`...); repeatable.
     /// Overrides the config file, which overrides the OAP's `SW_*` variables.
@@ -399,6 +404,14 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
                 .unwrap_or(defaults.reset_guard.grace),
         },
         gateway,
+        replicas: skyconf_server::ReplicaOptions {
+            name: args
+                .replica_name
+                .or(own.replica_name)
+                .map(|name| check_replica_name(&name).map(|()| name))
+                .transpose()?,
+            ..defaults.replicas
+        },
         ..defaults
     };
     let limits = Limits {
@@ -415,6 +428,12 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
     let layers = Layers { file: file_config.as_ref(), overrides: &overrides, env: &env };
     let store = stores::open(entry.selector, limits, &layers)?;
     Ok(Plan { config, store })
+}
+
+/// Refuses a replica name the stores cannot hold as a record name.
+fn check_replica_name(name: &str) -> anyhow::Result<()> {
+    skyconf_sources::shared::check_name(skyconf_server::fleet::replicas::FLEET_KIND, name)
+        .map_err(|e| anyhow::anyhow!("--replica-name: {e}"))
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -414,3 +414,13 @@ fn gateway_settings_that_cannot_work_stop_the_start_with_a_reason() {
     let config = write(&dir, "skyconf.yaml", "skyconf:\n  gateway:\n    upstream: [oap:11800]\n");
     serve(&[], Some(&config)).stderr(predicate::str::contains("unknown field `upstream`, expected one of `upstreams`"));
 }
+
+#[test]
+fn serve_refuses_a_replica_name_no_store_can_hold() {
+    let mut command = serve_command();
+    command.arg("--file").arg(example_document()).args(["--replica-name", "eu/west 1"]);
+    assert_cmd::Command::from_std(command)
+        .assert()
+        .failure()
+        .stderr(predicates::str::contains("--replica-name").and(predicates::str::contains("cannot be a record name")));
+}

@@ -2,15 +2,19 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /api/v1/status` | served version, store status, newest release, the last refused document with its text, fleet settings, held polls, the gateway's OAPs |
-//! | `GET /api/v1/services` | every configured service: digest, key count, last change, agents seen, how many applied / behind / stuck; and the names agents poll that have no configuration |
-//! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, properties, agent version, last seen, digest held, state) |
+//! | `GET /api/v1/status` | served version, store status, newest release, the last refused document with its text, fleet settings, held polls, the gateway's OAPs, this replica's id and every replica sharing the store |
+//! | `GET /api/v1/services` | every configured service: digest, key count, last change, agents seen, how many applied / behind / stuck (summed over the replicas); and the names agents poll that have no configuration |
+//! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, properties, agent version, last seen, digest held, state, the replica it polls), with each replica's counts |
 //! | `GET /api/v1/instances` | every instance agents said they are (`ManagementService` calls): service, name, peer, properties, agent version, and each service its connection polls with its state; and the anonymous pollers, whose connection never said (at most [`MAX_INSTANCES_LISTED`] and [`MAX_ANONYMOUS_LISTED`]) |
 //! | `GET /api/v1/releases?limit=N&before=ID` | a page of release summaries, newest first: who, when, why, how many services changed and the first 20 of them (no digests, no key-level changes); `limit` defaults to 50, at most 500; `before` pages on (`next_before` of the previous page) |
 //! | `GET /api/v1/releases/{id}` | one release in full: every changed service with digests and key-level changes, and its document text (read from its file) |
 //! | `GET /api/v1/releases/{id}/compare/{other}` | what changed from release `id` to release `other` (any two kept releases, either order): every changed service with digests and key-level changes, at most 1000 services (`truncated` says when there were more) |
 //! | `GET /api/v1/services/{name}/history?limit=N&before=ID` | the kept releases that changed this service, newest first, each with its change (kind, digests, keys); `limit` defaults to 20, at most 100; `before` pages on (`next_before`) |
 //! | `GET /api/v1/configurations` | the current document text |
+//!
+//! With several replicas on a shared store, the fleet views add the other replicas' published
+//! summaries (see [`crate::fleet::replicas`]) to this replica's live table: their rows carry the
+//! replica they poll and `as_of_ms`, when that replica published them.
 //!
 //! Answers that a write can be conditioned on carry `ETag: "<release id>"`: the release the body
 //! was built from. Body and ETag come from one snapshot of the served table (its version names

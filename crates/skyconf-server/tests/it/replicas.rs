@@ -1,5 +1,5 @@
 //! Several replicas on one store, one fleet view: two in-process servers on a real etcd (and on a
-//! real ZooKeeper), an agent polling replica A shows up in replica B's admin API labelled with
+//! real ZooKeeper, and on rnacos), an agent polling replica A shows up in replica B's admin API labelled with
 //! A's id, and disappears from it once A stops. The summaries are published every 100 ms here
 //! (10 s by default), so nothing waits long; every wait polls the API.
 
@@ -8,12 +8,14 @@ use std::time::Duration;
 use serde_json::Value;
 use skyconf_server::reload::Guard;
 use skyconf_server::{ReplicaOptions, ServeConfig};
-use skyconf_sources::Source;
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
+use skyconf_sources::nacos::NacosSource;
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Source};
 use skyconf_testkit::fixtures::{V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD};
 use skyconf_testkit::server::{Server, eventually_async, loopback};
 use skyconf_testkit::servers::etcd::EtcdServer;
+use skyconf_testkit::servers::rnacos::Rnacos;
 use skyconf_testkit::servers::zookeeper::{ZkServer, namespace, upsert};
 
 /// A replica named `name`, publishing every 100 ms.
@@ -128,6 +130,16 @@ async fn on_zookeeper_every_replica_shows_every_agent() {
 }
 
 #[tokio::test]
+async fn on_nacos_every_replica_shows_every_agent() {
+    let Some(nacos) = Rnacos::start("replicas").await else { return };
+    let source = || NacosSource::new(nacos.settings("skywalking", "")).unwrap();
+    source().put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
+    let a = Server::start(source(), config("replica-a")).await;
+    let b = Server::start(source(), config("replica-b")).await;
+    an_agent_of_one_replica_shows_on_the_other(a, b).await;
+}
+
+#[tokio::test]
 async fn a_file_store_replica_is_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agents.yaml");
@@ -143,4 +155,33 @@ async fn a_file_store_replica_is_alone() {
     let detail = running.admin().get_json("/api/v1/services/svc").await;
     assert_eq!(detail["agents"][0]["replica"], "alone");
     running.stop().await.unwrap();
+}
+
+/// A replica that loses the store (as one that crashed, or is cut off) drops out of the others'
+/// view once its lease expires, without deleting anything; it comes back when the store does.
+#[tokio::test]
+async fn a_replica_cut_off_from_etcd_drops_out_with_its_lease_and_comes_back() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    etcd.admin().await.put("/skywalking/configuration-discovery.default.agentConfigurations", GOOD).await;
+    let proxy = skyconf_testkit::servers::etcd::Proxy::start(&etcd.url()).await;
+    let through_proxy = EtcdSettings { endpoints: proxy.url(), connect_timeout_ms: 500, ..EtcdSettings::default() };
+    let a_source = EtcdSource::new(through_proxy).unwrap().with_session_ttl(Duration::from_secs(2));
+    let a = Server::start(a_source, config("replica-a")).await;
+    let b = Server::start(etcd_source(&etcd), config("replica-b")).await;
+    let agent = a.cds().await;
+    agent.fetch("svc", "").await;
+    let admin_b = b.admin();
+    let listed = async |admin: &skyconf_testkit::server::AdminClient| {
+        rows(&admin.get_json("/api/v1/status").await, "replicas")
+            .iter()
+            .filter_map(|r| r["id"].as_str().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    eventually_async("B sees A", async || listed(&admin_b).await == ["replica-b", "replica-a"]).await;
+    proxy.cut();
+    eventually_async("A's lease expired: B no longer sees A", async || listed(&admin_b).await == ["replica-b"]).await;
+    proxy.restore();
+    eventually_async("A is back with a new lease", async || listed(&admin_b).await == ["replica-b", "replica-a"]).await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
 }

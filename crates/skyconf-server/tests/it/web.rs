@@ -360,3 +360,50 @@ async fn the_page_shows_the_instances_and_the_anonymous_pollers() {
     assert!(out.contains("1 anonymous"), "the services row counts it: {out}");
     running.stop().await.unwrap();
 }
+
+/// Two replicas on one etcd: the page of replica B lists an agent that polls replica A, in the
+/// service's agents and in the Instances view, with A in its replica column; the header names B
+/// and counts two replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_of_one_replica_shows_the_agents_of_another() {
+    if !browser_available() {
+        return;
+    }
+    let Some(etcd) = skyconf_testkit::servers::etcd::EtcdServer::start().await else { return };
+    etcd.admin().await.put("/skywalking/configuration-discovery.default.agentConfigurations", V1).await;
+    let replica = |name: &str| ServeConfig {
+        require_initial_load: false,
+        replicas: skyconf_server::ReplicaOptions {
+            name: Some(name.to_owned()),
+            publish_every: Duration::from_millis(200),
+            advertise_admin: None,
+        },
+        ..loopback()
+    };
+    let source = || {
+        let settings = skyconf_sources::etcd::EtcdSettings { endpoints: etcd.url(), ..Default::default() };
+        skyconf_sources::etcd::EtcdSource::new(settings).unwrap()
+    };
+    let a = Server::start(source(), replica("replica-a")).await;
+    let b = Server::start(source(), replica("replica-b")).await;
+    let agent = a.cds().await;
+    let digest = agent.fetch_digest(SERVICE, "").await.expect("the service is configured");
+    agent.fetch(SERVICE, &digest).await;
+    let out = page_test(
+        &b,
+        strings(&[
+            "--scenario",
+            "replicas",
+            "--service",
+            SERVICE,
+            "--replica",
+            "replica-b",
+            "--peer-replica",
+            "replica-a",
+        ]),
+    )
+    .await;
+    assert!(out.contains("replica-a"), "{out}");
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}

@@ -119,15 +119,18 @@ impl Inner {
         }
     }
 
-    /// Grants a fresh lease and writes every session record on it again.
+    /// Grants a fresh lease and writes every session record on it again; the lease is kept only
+    /// when every record was written.
     async fn regrant(&self, leased: &mut Leased) -> Result<i64, SourceError> {
         let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
+        leased.lease = None;
         let (id, granted) = self.with(|c| async move { c.lease_grant(ttl).await }).await?;
-        leased.lease = Some(id);
         for (key, value) in &leased.records {
             let (key, value) = (key.clone(), value.clone());
+            // On failure the lease is left to expire; the keeper grants another.
             self.with(|c| async move { c.put(key, value, id).await }).await?;
         }
+        leased.lease = Some(id);
         tracing::debug!(store = %self.store, lease = id, ttl = granted, records = leased.records.len(), "Granted a lease for skyconf's session records.");
         Ok(id)
     }
@@ -135,13 +138,20 @@ impl Inner {
     /// One renewal of the lease; a lost lease is granted again with its records.
     async fn renew(&self) {
         let mut leased = self.session.lock().await;
-        let Some(id) = leased.lease else { return };
+        let Some(id) = leased.lease else {
+            // A grant that failed earlier: try again while there are records to carry.
+            if !leased.records.is_empty()
+                && let Err(error) = self.regrant(&mut leased).await
+            {
+                tracing::warn!(store = %self.store, %error, "Cannot grant a lease for the session records; retrying.");
+            }
+            return;
+        };
         match self.with(|c| async move { c.lease_keep_alive(id).await }).await {
             Ok(ttl) if ttl > 0 => {}
             Ok(_) => {
                 tracing::info!(store = %self.store, lease = id, records = leased.records.len(), "The session lease expired; granting a new one and writing the session records again.");
                 if let Err(error) = self.regrant(&mut leased).await {
-                    leased.lease = None;
                     tracing::warn!(store = %self.store, %error, "Cannot restore the session records; retrying.");
                 }
             }
