@@ -14,6 +14,7 @@ mod gateway;
 mod held;
 mod metrics;
 mod nacos;
+mod replicas;
 mod security;
 mod serve;
 mod tls;
