@@ -1,5 +1,6 @@
 //! Real store servers for tests, each a child process on ephemeral loopback ports with a
-//! temporary data directory, killed when dropped.
+//! temporary data directory, killed when dropped; etcd and ZooKeeper also as three-member
+//! clusters ([`etcd::EtcdCluster`], [`zookeeper::ZkEnsemble`]) for replica tests.
 //!
 //! Each one skips (returns `None` after saying why) when its program is not installed, unless the
 //! matching `SKYCONF_REQUIRE_*` variable is set (scripts/test.sh sets them), in which case it
