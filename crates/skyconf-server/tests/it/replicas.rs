@@ -21,13 +21,20 @@ use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, Source};
 use skyconf_testkit::PATIENCE;
 use skyconf_testkit::fixtures::{V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD};
 use skyconf_testkit::server::{AdminClient, Cds, Server, eventually, eventually_async, loopback};
+use skyconf_testkit::servers::MACHINE;
 use skyconf_testkit::servers::etcd::{EtcdCluster, Proxy};
 use skyconf_testkit::servers::zookeeper::{ZkEnsemble, namespace, upsert};
 
 const AGENT_KEY: &str = "/skywalking/configuration-discovery.default.agentConfigurations";
 
-/// One replica test at a time (a tokio mutex: held across awaits).
+/// One replica test at a time (a tokio mutex: held across awaits); each also holds the testkit's
+/// [`MACHINE`] shared, so latency measurements that hold it exclusively do not run meanwhile.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Both locks a replica test holds while it runs.
+async fn alone() -> (tokio::sync::MutexGuard<'static, ()>, tokio::sync::RwLockReadGuard<'static, ()>) {
+    (ONE_AT_A_TIME.lock().await, MACHINE.read().await)
+}
 
 /// An etcd source on `endpoints`: quick retries, and a short per-endpoint timeout so a dead
 /// member is passed over quickly.
@@ -295,7 +302,7 @@ async fn concurrent_writes_are_all_kept(servers: &[Server], store_document: impl
 
 #[tokio::test]
 async fn an_agent_moving_to_another_replica_keeps_its_digest() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = alone().await;
     let Some(cluster) = etcd_cluster_holding_good().await else { return };
     let endpoints = cluster.endpoints();
     let mut servers = replicas(|| etcd_source(&endpoints)).await;
@@ -320,7 +327,7 @@ async fn an_agent_moving_to_another_replica_keeps_its_digest() {
 
 #[tokio::test]
 async fn the_etcd_leader_dying_is_ridden_out_by_every_replica() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = alone().await;
     let Some(mut cluster) = etcd_cluster_holding_good().await else { return };
     let endpoints = cluster.endpoints();
     let mut made = 0;
@@ -347,7 +354,7 @@ async fn the_etcd_leader_dying_is_ridden_out_by_every_replica() {
 
 #[tokio::test]
 async fn a_replica_cut_off_from_etcd_keeps_serving_and_says_it_is_stale() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = alone().await;
     let Some(cluster) = etcd_cluster_holding_good().await else { return };
     // Replica 2 reaches every member through a proxy the test cuts; the cluster keeps running.
     let mut proxies = Vec::new();
@@ -400,7 +407,7 @@ async fn a_replica_cut_off_from_etcd_keeps_serving_and_says_it_is_stale() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs store-version CAS writes (issue 14)"]
 async fn concurrent_writes_through_etcd_replicas_are_all_kept() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = alone().await;
     let Some(cluster) = etcd_cluster_holding_good().await else { return };
     let endpoints = cluster.endpoints();
     let servers = replicas(|| etcd_source(&endpoints)).await;
@@ -425,7 +432,7 @@ async fn ensemble_holding_good() -> Option<(ZkEnsemble, String)> {
 
 #[tokio::test]
 async fn a_zookeeper_server_dying_is_ridden_out_by_every_replica() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = alone().await;
     let Some((mut ensemble, ns)) = ensemble_holding_good().await else { return };
     let connect = ensemble.connect_string();
     // The leader is found before any replica runs: the search waits with blocking sleeps.
@@ -445,7 +452,7 @@ async fn a_zookeeper_server_dying_is_ridden_out_by_every_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs store-version CAS writes (issue 14)"]
 async fn concurrent_writes_through_zookeeper_replicas_are_all_kept() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _alone = alone().await;
     let Some((ensemble, ns)) = ensemble_holding_good().await else { return };
     let connect = ensemble.connect_string();
     let servers = replicas(|| zookeeper_source(&connect, &ns)).await;

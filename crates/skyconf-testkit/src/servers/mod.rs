@@ -10,6 +10,11 @@ pub mod etcd;
 pub mod rnacos;
 pub mod zookeeper;
 
+/// One machine, shared by every test of a test binary: a test that loads it heavily (a cluster
+/// of store processes and several servers) holds this shared, a test that measures latency holds
+/// it exclusively, so the measurement does not count the other test's load.
+pub static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// What a start does when something it needs is not there: panics saying `missing` when the
 /// variable `require` is set, otherwise prints `skipping` (why the test skips). The caller then
 /// returns `None`.

@@ -92,7 +92,8 @@ impl ZkServer {
             self.port
         );
         std::fs::write(&config, cfg).unwrap();
-        self.process = Some(spawn_jvm("org.apache.zookeeper.server.ZooKeeperServerMain", &config, &self.log_path()));
+        self.process =
+            Some(spawn_jvm("org.apache.zookeeper.server.ZooKeeperServerMain", &[], &config, &self.log_path()));
         let give_up = Instant::now() + Duration::from_secs(60);
         loop {
             if self.answers() {
@@ -148,15 +149,16 @@ impl Drop for ZkServer {
     }
 }
 
-/// Starts `main_class` of ZooKeeper's jar on `config` in a JVM, logging to `log`, under a shell
-/// wrapper that kills the JVM (SIGKILL) when the returned stdin is closed or the test process
-/// dies; does not wait for it to serve.
-fn spawn_jvm(main_class: &str, config: &Path, log: &Path) -> (Child, ChildStdin) {
+/// Starts `main_class` of ZooKeeper's jar on `config` in a JVM (with the extra `jvm_options`),
+/// logging to `log`, under a shell wrapper that kills the JVM (SIGKILL) when the returned stdin is
+/// closed or the test process dies; does not wait for it to serve.
+fn spawn_jvm(main_class: &str, jvm_options: &[&str], config: &Path, log: &Path) -> (Child, ChildStdin) {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
     let script = "java \"$@\" & pid=$!; read -r _; kill -9 $pid; wait $pid; exit 0";
     let mut child = Command::new("sh")
         .args(["-c", script, "zookeeper"])
         .args(["-Xmx256m", "-XX:+UseSerialGC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"])
+        .args(jvm_options)
         .args(["-cp", &format!("{JAR}:{LOGGER_JAR}")])
         .arg(main_class)
         .arg(config)
@@ -254,11 +256,11 @@ impl ZkEnsemble {
 
     fn spawn(&mut self, i: usize) {
         let dir = self.server_dir(i);
-        let process = spawn_jvm(
-            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-            &dir.join("zoo.cfg"),
-            &dir.join("zookeeper.log"),
-        );
+        // Three JVMs at once: the quick compiler only, and sized for one core each, so their
+        // start leaves the machine to other tests' measurements as much as it can.
+        let light = ["-XX:TieredStopAtLevel=1", "-XX:ActiveProcessorCount=1"];
+        let (config, log) = (dir.join("zoo.cfg"), dir.join("zookeeper.log"));
+        let process = spawn_jvm("org.apache.zookeeper.server.quorum.QuorumPeerMain", &light, &config, &log);
         self.processes[i] = Some(process);
     }
 
