@@ -15,8 +15,15 @@ pub struct StoreStatus {
     pub store: String,
     /// Whether the last contact with the store succeeded.
     pub connected: bool,
-    /// Whether what is served did not come from the store in this run (a persisted copy).
+    /// Whether what is served may be behind the store: a persisted copy the store has not
+    /// confirmed in this run, or the last good content kept while the store cannot be reached.
+    /// Cleared when the store reports content again.
     pub stale: bool,
+    /// Since when the served content has been stale (`stale_since_ms` in JSON; `null` while it
+    /// is current): the start for a persisted copy, the first failed contact for an outage.
+    #[serde(rename = "stale_since_ms", serialize_with = "crate::unix_time::serialize_ms_opt")]
+    #[schema(value_type = Option<u64>)]
+    pub stale_since: Option<SystemTime>,
     /// The last failure, while it lasts.
     pub last_error: Option<String>,
     /// When the store last reported content (`last_update_ms` in JSON).
@@ -38,8 +45,15 @@ impl StoreView {
     /// A view of `store` holding `content`.
     pub fn new(store: String, content: skyconf_core::store::StoreContent, connected: bool, stale: bool) -> Self {
         let (changes, _) = watch::channel(0);
-        let status =
-            StoreStatus { store, connected, stale, last_error: None, last_update: connected.then(SystemTime::now) };
+        let now = SystemTime::now();
+        let status = StoreStatus {
+            store,
+            connected,
+            stale,
+            stale_since: stale.then_some(now),
+            last_error: None,
+            last_update: connected.then_some(now),
+        };
         Self { content: ArcSwap::from_pointee(content), status: Mutex::new(status), changes }
     }
 
@@ -55,17 +69,23 @@ impl StoreView {
             let mut status = self.lock_status();
             status.connected = true;
             status.stale = false;
+            status.stale_since = None;
             status.last_error = None;
             status.last_update = Some(SystemTime::now());
         }
         self.changes.send_modify(|v| *v += 1);
     }
 
-    /// Records a failure; the content stays.
+    /// Records a failure; the content stays, and is stale from the first failure until the
+    /// store reports content again.
     pub fn mark_failed(&self, error: String) {
         let mut status = self.lock_status();
         status.connected = false;
         status.last_error = Some(error);
+        if !status.stale {
+            status.stale = true;
+            status.stale_since = Some(SystemTime::now());
+        }
     }
 
     /// The status.
@@ -80,5 +100,32 @@ impl StoreView {
 
     fn lock_status(&self) -> std::sync::MutexGuard<'_, StoreStatus> {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outage_makes_the_content_stale_from_its_first_failure_until_the_store_reports_again() {
+        let view = StoreView::new("test".into(), Default::default(), true, false);
+        assert!(!view.status().stale && view.status().stale_since.is_none());
+        view.mark_failed("down".into());
+        let first = view.status();
+        assert!(first.stale && !first.connected, "{first:?}");
+        view.mark_failed("still down".into());
+        assert_eq!(view.status().stale_since, first.stale_since, "stale since the first failure");
+        view.replace(Default::default());
+        let back = view.status();
+        assert!(!back.stale && back.stale_since.is_none() && back.connected, "{back:?}");
+    }
+
+    #[test]
+    fn a_persisted_copy_is_stale_from_the_start() {
+        let view = StoreView::new("test".into(), Default::default(), false, true);
+        let status = serde_json::to_value(view.status()).unwrap();
+        assert_eq!(status["stale"], true);
+        assert!(status["stale_since_ms"].as_u64().is_some_and(|ms| ms > 0), "{status}");
     }
 }

@@ -205,7 +205,8 @@ pub(crate) struct Readiness {
     services: u64,
     /// When the served table was installed.
     installed_at_ms: u64,
-    /// Whether the table is a persisted copy, not the store's.
+    /// Whether the table may be behind the store: a persisted copy, or the store cannot be
+    /// reached (the same as `store.stale`; `store.stale_since_ms` says since when).
     stale: bool,
     /// The store and its health.
     store: StoreStatus,

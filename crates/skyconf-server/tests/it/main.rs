@@ -9,6 +9,7 @@ mod admin_history;
 mod admin_rollback;
 mod dcs;
 mod etcd;
+mod failover;
 mod fleet;
 mod gateway;
 mod held;

@@ -1,5 +1,6 @@
 //! A real etcd for tests: the `etcd` binary (Debian's `etcd-server`) started on loopback with
-//! ephemeral ports and a temporary data directory, killed when dropped; plus a small admin client
+//! ephemeral ports and a temporary data directory, killed when dropped, alone ([`EtcdServer`]) or
+//! as a three-member cluster ([`EtcdCluster`]); plus a small admin client
 //! (put, delete, compact, switch authentication on) built on skyconf-proto's etcd stubs.
 //!
 //! Without the binary, [`EtcdServer::start`] returns `None` and the test skips with a message,
@@ -7,7 +8,7 @@
 //!
 //! Shared by skyconf-sources' and skyconf-server's etcd tests.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,14 +23,126 @@ use crate::server::AdminClient;
 /// How long etcd may take to start answering.
 const START_LIMIT: Duration = Duration::from_secs(30);
 
-/// A running (or stopped, restartable) etcd.
+/// One etcd process: its name, ports and data directory, and the child while it runs. The
+/// single server and every member of an [`EtcdCluster`] are one of these.
 #[derive(Debug)]
-pub struct EtcdServer {
-    binary: PathBuf,
+struct Member {
+    name: String,
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+}
+
+impl Member {
+    /// A member named `name` on fresh ephemeral ports with a fresh data directory (not started).
+    fn new(name: &str) -> Self {
+        Self { name: name.to_owned(), dir: data_dir(), client_port: free_port(), peer_port: free_port(), child: None }
+    }
+
+    fn client_url(&self, tls: bool) -> String {
+        let scheme = if tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// `name=peer-url`, one entry of `--initial-cluster`.
+    fn cluster_entry(&self) -> String {
+        format!("{}={}", self.name, self.peer_url())
+    }
+
+    /// Starts the process (without waiting) as a member of `initial_cluster`.
+    fn spawn(&mut self, binary: &Path, tls: Option<&TestCerts>, initial_cluster: &str) {
+        let client = self.client_url(tls.is_some());
+        let peer = self.peer_url();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("etcd.log"))
+            .expect("a log file");
+        let mut command = Command::new(binary);
+        if let Some(tls) = tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.server_cert)
+                .arg("--key-file")
+                .arg(&tls.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = command
+            .args(["--name", &self.name, "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", initial_cluster, "--initial-cluster-token", "skyconf-test"])
+            .args(["--logger", "zap", "--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("a log file"))
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        self.child = Some(child);
+    }
+
+    /// Polls etcd's `/health` until it says healthy (for a cluster member: a leader is known and
+    /// answers); false when the process exited or took too long.
+    async fn wait_ready(&mut self, tls: bool) -> bool {
+        let give_up = Instant::now() + START_LIMIT;
+        while Instant::now() < give_up {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                eprintln!("etcd {} exited with {status}: {}", self.name, self.log());
+                return false;
+            }
+            let ready = if tls {
+                // Listening is all a plain client can see; TLS tests poll with their own client.
+                tokio::net::TcpStream::connect(("127.0.0.1", self.client_port)).await.is_ok()
+            } else {
+                http_get(self.client_port, "/health").await.is_some_and(|r| r.contains("\"health\":\"true\""))
+            };
+            if ready {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eprintln!("etcd {} did not answer within {START_LIMIT:?}: {}", self.name, self.log());
+        false
+    }
+
+    /// Kills the process (SIGKILL: a crash, not a shutdown) and waits for it to exit.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A running (or stopped, restartable) etcd.
+#[derive(Debug)]
+pub struct EtcdServer {
+    binary: PathBuf,
+    member: Member,
     tls: Option<TestCerts>,
 }
 
@@ -47,26 +160,12 @@ impl EtcdServer {
     }
 
     async fn start_with(tls: Option<TestCerts>) -> Option<Self> {
-        let Some(binary) = find_binary() else {
-            super::skip_unless_required(
-                "SKYCONF_REQUIRE_ETCD",
-                "no `etcd` binary was found (apt-get install etcd-server)",
-                "skipping: no `etcd` binary (apt-get install etcd-server, or run scripts/test.sh)",
-            );
-            return None;
-        };
+        let binary = binary_or_skip()?;
         // Ports picked by the kernel can be taken again before etcd binds them: try a few times.
         for _ in 0..5 {
-            let mut server = Self {
-                binary: binary.clone(),
-                dir: data_dir(),
-                client_port: free_port(),
-                peer_port: free_port(),
-                child: None,
-                tls: tls.clone(),
-            };
+            let mut server = Self { binary: binary.clone(), member: Member::new("skyconf-test"), tls: tls.clone() };
             server.spawn();
-            if server.wait_ready().await {
+            if server.member.wait_ready(server.tls.is_some()).await {
                 return Some(server);
             }
             server.kill();
@@ -76,100 +175,164 @@ impl EtcdServer {
 
     /// The client URL.
     pub fn url(&self) -> String {
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        format!("{scheme}://127.0.0.1:{}", self.client_port)
+        self.member.client_url(self.tls.is_some())
     }
 
     fn spawn(&mut self) {
-        let client = self.url();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("etcd.log"))
-            .expect("a log file");
-        let mut command = Command::new(&self.binary);
-        if let Some(tls) = &self.tls {
-            command
-                .arg("--cert-file")
-                .arg(&tls.server_cert)
-                .arg("--key-file")
-                .arg(&tls.server_key)
-                .arg("--trusted-ca-file")
-                .arg(&tls.ca)
-                .arg("--client-cert-auth");
-        }
-        let child = command
-            .args(["--name", "skyconf-test", "--data-dir"])
-            .arg(self.dir.path().join("data"))
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("skyconf-test={peer}")])
-            .args(["--logger", "zap", "--log-level", "warn"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("a log file"))
-            .stderr(log)
-            .spawn()
-            .expect("etcd starts");
-        self.child = Some(child);
-    }
-
-    /// Polls etcd's `/health` until it says healthy; false when it exited or took too long.
-    async fn wait_ready(&mut self) -> bool {
-        let give_up = Instant::now() + START_LIMIT;
-        while Instant::now() < give_up {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                eprintln!("etcd exited with {status}: {}", self.log());
-                return false;
-            }
-            let ready = if self.tls.is_some() {
-                // Listening is all a plain client can see; TLS tests poll with their own client.
-                tokio::net::TcpStream::connect(("127.0.0.1", self.client_port)).await.is_ok()
-            } else {
-                http_get(self.client_port, "/health").await.is_some_and(|r| r.contains("\"health\":\"true\""))
-            };
-            if ready {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        eprintln!("etcd did not answer within {START_LIMIT:?}: {}", self.log());
-        false
+        let initial_cluster = self.member.cluster_entry();
+        self.member.spawn(&self.binary, self.tls.as_ref(), &initial_cluster);
     }
 
     /// Kills etcd (SIGKILL: a crash, not a shutdown) and waits for it to exit.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.member.kill();
     }
 
     /// Starts etcd again on the same ports and data directory and waits until it answers.
     pub async fn restart(&mut self) {
         self.kill();
         self.spawn();
-        assert!(self.wait_ready().await, "etcd did not restart");
+        assert!(self.member.wait_ready(self.tls.is_some()).await, "etcd did not restart");
     }
 
     /// What etcd logged.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+        self.member.log()
     }
 
     /// An admin client, without login.
     pub async fn admin(&self) -> Admin {
-        let channel = Channel::from_shared(self.url()).unwrap().connect().await.expect("etcd answers");
-        Admin { channel, token: None }
+        Admin::connect(&self.url()).await
     }
 }
 
-impl Drop for EtcdServer {
-    fn drop(&mut self) {
-        self.kill();
+/// A three-member etcd cluster on loopback: three processes, each with its own ephemeral client
+/// and peer ports and data directory, all named in one `--initial-cluster`. Members can be
+/// killed and restarted one by one; the cluster serves while two of three run.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    binary: PathBuf,
+    members: Vec<Member>,
+}
+
+impl EtcdCluster {
+    /// How many members the cluster has.
+    pub const SIZE: usize = 3;
+
+    /// Starts three members and waits until each answers healthy (which needs an elected leader);
+    /// `None` (after saying why) when the binary is missing and not required.
+    pub async fn start() -> Option<Self> {
+        let binary = binary_or_skip()?;
+        // Ports picked by the kernel can be taken again before etcd binds them: start again with
+        // new ports a few times.
+        for _ in 0..5 {
+            let members = (0..Self::SIZE).map(|i| Member::new(&format!("skyconf-test-{i}"))).collect();
+            let mut cluster = Self { binary: binary.clone(), members };
+            // Every member is started before any is waited for: none is healthy without a quorum.
+            for i in 0..Self::SIZE {
+                cluster.spawn(i);
+            }
+            let mut ready = true;
+            for member in &mut cluster.members {
+                ready = ready && member.wait_ready(false).await;
+            }
+            if ready {
+                return Some(cluster);
+            }
+            // Dropping the cluster kills every member.
+        }
+        panic!("the etcd cluster did not start; see the logs above");
     }
+
+    fn initial_cluster(&self) -> String {
+        self.members.iter().map(Member::cluster_entry).collect::<Vec<_>>().join(",")
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let initial_cluster = self.initial_cluster();
+        self.members[i].spawn(&self.binary, None, &initial_cluster);
+    }
+
+    /// The client URL of member `i`.
+    pub fn url(&self, i: usize) -> String {
+        self.members[i].client_url(false)
+    }
+
+    /// Every member's client URL, comma-separated (what `endpoints=` takes).
+    pub fn endpoints(&self) -> String {
+        (0..Self::SIZE).map(|i| self.url(i)).collect::<Vec<_>>().join(",")
+    }
+
+    /// Whether member `i` runs (it has not been killed, or was restarted).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.members[i].is_running()
+    }
+
+    /// The index of the member that is the leader now, as the running members see it (from
+    /// `/v3/maintenance/status`: the member whose own id is the leader id); waits up to
+    /// [`START_LIMIT`] for an election to finish.
+    pub async fn leader(&self) -> usize {
+        let give_up = Instant::now() + START_LIMIT;
+        loop {
+            let mut ids = Vec::new();
+            for (i, member) in self.members.iter().enumerate().filter(|(_, m)| m.is_running()) {
+                if let Some((own, leader)) = member_status(member.client_port).await {
+                    ids.push((i, own, leader));
+                }
+            }
+            // Every running member must agree, so a member that has not heard of a new election
+            // yet does not name a dead leader.
+            let leaders: std::collections::BTreeSet<&str> = ids.iter().map(|(_, _, l)| l.as_str()).collect();
+            if leaders.len() == 1
+                && let Some((i, _, _)) = ids.iter().find(|(_, own, leader)| own == leader)
+            {
+                return *i;
+            }
+            assert!(Instant::now() < give_up, "no etcd leader agreed on within {START_LIMIT:?}: {ids:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Kills member `i` (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self, i: usize) {
+        self.members[i].kill();
+    }
+
+    /// Kills the leader; its index.
+    pub async fn kill_leader(&mut self) -> usize {
+        let leader = self.leader().await;
+        self.kill(leader);
+        leader
+    }
+
+    /// Starts member `i` again on its ports and data directory and waits until it answers.
+    pub async fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        assert!(self.members[i].wait_ready(false).await, "etcd member {i} did not restart");
+    }
+
+    /// What member `i` logged.
+    pub fn log(&self, i: usize) -> String {
+        self.members[i].log()
+    }
+
+    /// An admin client connected to the first running member.
+    pub async fn admin(&self) -> Admin {
+        let i = (0..Self::SIZE).find(|&i| self.is_running(i)).expect("a running member");
+        Admin::connect(&self.url(i)).await
+    }
+}
+
+/// A member's own id and the leader id it knows (`/v3/maintenance/status`, ids as decimal text),
+/// or `None` when it does not answer or knows no leader.
+async fn member_status(port: u16) -> Option<(String, String)> {
+    let client = AdminClient::new(format!("127.0.0.1:{port}"));
+    let reply = client.try_send("POST", "/v3/maintenance/status", &[], "{}").await.ok()?;
+    let status = reply.json();
+    let own = status["header"]["member_id"].as_str()?.to_owned();
+    let leader = status["leader"].as_str().filter(|l| *l != "0")?.to_owned();
+    Some((own, leader))
 }
 
 /// Direct etcd operations for tests.
@@ -180,6 +343,14 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// A client of the etcd at `url` (a member's client URL, or a comma-separated list whose
+    /// first entry is used), without login.
+    pub async fn connect(url: &str) -> Self {
+        let first = url.split(',').next().unwrap_or(url).to_owned();
+        let channel = Channel::from_shared(first).unwrap().connect().await.expect("etcd answers");
+        Self { channel, token: None }
+    }
+
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(token) = &self.token {
@@ -394,6 +565,19 @@ impl Drop for Proxy {
         self.cut();
         self.task.abort();
     }
+}
+
+/// The `etcd` binary; `None` (after saying why) when it is missing and not required.
+fn binary_or_skip() -> Option<PathBuf> {
+    let binary = find_binary();
+    if binary.is_none() {
+        super::skip_unless_required(
+            "SKYCONF_REQUIRE_ETCD",
+            "no `etcd` binary was found (apt-get install etcd-server)",
+            "skipping: no `etcd` binary (apt-get install etcd-server, or run scripts/test.sh)",
+        );
+    }
+    binary
 }
 
 fn find_binary() -> Option<PathBuf> {

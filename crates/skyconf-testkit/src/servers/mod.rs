@@ -1,5 +1,6 @@
 //! Real store servers for tests, each a child process on ephemeral loopback ports with a
-//! temporary data directory, killed when dropped.
+//! temporary data directory, killed when dropped; etcd and ZooKeeper also as three-member
+//! clusters ([`etcd::EtcdCluster`], [`zookeeper::ZkEnsemble`]) for replica tests.
 //!
 //! Each one skips (returns `None` after saying why) when its program is not installed, unless the
 //! matching `SKYCONF_REQUIRE_*` variable is set (scripts/test.sh sets them), in which case it
@@ -8,6 +9,11 @@
 pub mod etcd;
 pub mod rnacos;
 pub mod zookeeper;
+
+/// One machine, shared by every test of a test binary: a test that loads it heavily (a cluster
+/// of store processes and several servers) holds this shared, a test that measures latency holds
+/// it exclusively, so the measurement does not count the other test's load.
+pub static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// What a start does when something it needs is not there: panics saying `missing` when the
 /// variable `require` is set, otherwise prints `skipping` (why the test skips). The caller then

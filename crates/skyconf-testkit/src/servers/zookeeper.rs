@@ -1,6 +1,6 @@
-//! A real ZooKeeper server for tests (Debian's `zookeeper` package: its jar and Java), on
-//! loopback with an ephemeral port and a temporary data directory, plus a TCP proxy that can cut
-//! a client off from it. Shared by the sources and the server tests.
+//! A real ZooKeeper for tests (Debian's `zookeeper` package: its jar and Java), on loopback with
+//! ephemeral ports and temporary data directories: one server ([`ZkServer`]) or a three-server
+//! ensemble ([`ZkEnsemble`]); plus a TCP proxy that can cut a client off from it. Shared by the sources and the server tests.
 //!
 //! The JVM runs under a small shell wrapper that kills it when its stdin closes, so a server
 //! never outlives the test process, even one that aborts.
@@ -58,7 +58,7 @@ impl ZkServer {
         let mut server = Self { port: 0, dir, process: None };
         // An ephemeral port, free a moment ago; another process taking it meanwhile is retried.
         for _ in 0..5 {
-            server.port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            server.port = free_port();
             if server.launch() {
                 return Some(server);
             }
@@ -92,21 +92,8 @@ impl ZkServer {
             self.port
         );
         std::fs::write(&config, cfg).unwrap();
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
-        let script = "java \"$@\" & pid=$!; read -r _; kill -9 $pid; wait $pid; exit 0";
-        let mut child = Command::new("sh")
-            .args(["-c", script, "zookeeper"])
-            .args(["-Xmx256m", "-XX:+UseSerialGC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"])
-            .args(["-cp", &format!("{JAR}:{LOGGER_JAR}")])
-            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-            .arg(&config)
-            .stdin(Stdio::piped())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("sh runs");
-        let stdin = child.stdin.take().unwrap();
-        self.process = Some((child, stdin));
+        self.process =
+            Some(spawn_jvm("org.apache.zookeeper.server.ZooKeeperServerMain", &[], &config, &self.log_path()));
         let give_up = Instant::now() + Duration::from_secs(60);
         loop {
             if self.answers() {
@@ -123,15 +110,9 @@ impl ZkServer {
         }
     }
 
-    /// Whether the server says it is serving requests (`srvr` names its mode only then; `ruok`
-    /// answers before the database is loaded).
+    /// Whether the server says it is serving requests.
     fn answers(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect_timeout(&self.socket_addr(), Duration::from_secs(1)) else {
-            return false;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut reply = String::new();
-        stream.write_all(b"srvr").is_ok() && stream.read_to_string(&mut reply).is_ok() && reply.contains("Mode: ")
+        serving_mode(self.socket_addr()).is_some()
     }
 
     /// Kills the server (SIGKILL) and waits until it is gone.
@@ -165,6 +146,204 @@ impl ZkServer {
 impl Drop for ZkServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Starts `main_class` of ZooKeeper's jar on `config` in a JVM (with the extra `jvm_options`),
+/// logging to `log`, under a shell wrapper that kills the JVM (SIGKILL) when the returned stdin is
+/// closed or the test process dies; does not wait for it to serve.
+fn spawn_jvm(main_class: &str, jvm_options: &[&str], config: &Path, log: &Path) -> (Child, ChildStdin) {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let script = "java \"$@\" & pid=$!; read -r _; kill -9 $pid; wait $pid; exit 0";
+    let mut child = Command::new("sh")
+        .args(["-c", script, "zookeeper"])
+        .args(["-Xmx256m", "-XX:+UseSerialGC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"])
+        .args(jvm_options)
+        .args(["-cp", &format!("{JAR}:{LOGGER_JAR}")])
+        .arg(main_class)
+        .arg(config)
+        .stdin(Stdio::piped())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("sh runs");
+    let stdin = child.stdin.take().unwrap();
+    (child, stdin)
+}
+
+/// The mode a server at `addr` says it serves in (`standalone`, `leader`, `follower`), from the
+/// `srvr` four-letter word; `None` while it does not serve (`srvr` names a mode only then; `ruok`
+/// answers before the database is loaded).
+fn serving_mode(addr: SocketAddr) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut reply = String::new();
+    stream.write_all(b"srvr").ok()?;
+    stream.read_to_string(&mut reply).ok()?;
+    reply.lines().find_map(|line| line.strip_prefix("Mode: ")).map(|mode| mode.trim().to_owned())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A three-server ZooKeeper ensemble on loopback: three JVMs (`QuorumPeerMain`), each with its
+/// own client, quorum and election ports (ephemeral) and data directory with its `myid`, all
+/// listed in each `zoo.cfg` as `server.1..3`. It serves while two of three run.
+#[derive(Debug)]
+pub struct ZkEnsemble {
+    dir: tempfile::TempDir,
+    /// Per server: client, quorum and election port.
+    ports: Vec<[u16; 3]>,
+    processes: Vec<Option<(Child, ChildStdin)>>,
+}
+
+impl ZkEnsemble {
+    /// How many servers the ensemble has.
+    pub const SIZE: usize = 3;
+
+    /// Starts three servers and waits until each serves as leader or follower; `None` (after
+    /// saying why) when ZooKeeper is not installed and not required.
+    pub fn start() -> Option<Self> {
+        if !installed() {
+            assert!(!required(), "SKYCONF_REQUIRE_ZOOKEEPER is set but {JAR} or java is missing");
+            eprintln!("skipping: ZooKeeper is not installed (apt-get install zookeeper, or run scripts/test.sh)");
+            return None;
+        }
+        // Ports free a moment ago can be taken before a JVM binds them: start again with new ports.
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let ports = (0..Self::SIZE).map(|_| [free_port(), free_port(), free_port()]).collect();
+            let mut ensemble = Self { dir, ports, processes: (0..Self::SIZE).map(|_| None).collect() };
+            for i in 0..Self::SIZE {
+                ensemble.configure(i);
+                ensemble.spawn(i);
+            }
+            if (0..Self::SIZE).all(|i| ensemble.wait_serving(i)) {
+                return Some(ensemble);
+            }
+            // Dropping the ensemble kills every server.
+        }
+        panic!("the ZooKeeper ensemble did not start; see the logs above");
+    }
+
+    fn server_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("server-{}", i + 1))
+    }
+
+    /// Writes server `i`'s data directory, `myid` and `zoo.cfg`.
+    fn configure(&self, i: usize) {
+        let dir = self.server_dir(i);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        std::fs::write(dir.join("data/myid"), format!("{}\n", i + 1)).unwrap();
+        let servers: String = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(n, [_, quorum, election])| format!("server.{}=127.0.0.1:{quorum}:{election}\n", n + 1))
+            .collect();
+        // A short tick (sessions as short as the single server's, fast elections), a long
+        // maximum so a session survives a server's restart.
+        let cfg = format!(
+            "tickTime=200\ninitLimit=50\nsyncLimit=10\nminSessionTimeout=400\nmaxSessionTimeout=60000\n\
+             dataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n\
+             4lw.commands.whitelist=srvr\nstandaloneEnabled=false\n{servers}",
+            dir.join("data").display(),
+            self.ports[i][0]
+        );
+        std::fs::write(dir.join("zoo.cfg"), cfg).unwrap();
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let dir = self.server_dir(i);
+        // Three JVMs at once: the quick compiler only, and sized for one core each, so their
+        // start leaves the machine to other tests' measurements as much as it can.
+        let light = ["-XX:TieredStopAtLevel=1", "-XX:ActiveProcessorCount=1"];
+        let (config, log) = (dir.join("zoo.cfg"), dir.join("zookeeper.log"));
+        let process = spawn_jvm("org.apache.zookeeper.server.quorum.QuorumPeerMain", &light, &config, &log);
+        self.processes[i] = Some(process);
+    }
+
+    /// Waits until server `i` serves (it has joined a quorum); false when its JVM exited or it
+    /// took more than a minute.
+    fn wait_serving(&mut self, i: usize) -> bool {
+        let give_up = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.mode(i).is_some_and(|mode| mode == "leader" || mode == "follower") {
+                return true;
+            }
+            let exited = self.processes[i].as_mut().is_none_or(|(child, _)| child.try_wait().unwrap().is_some());
+            if exited || Instant::now() > give_up {
+                eprintln!("ZooKeeper server {} did not start:\n{}", i + 1, self.log(i));
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What server `i` says its mode is now (`leader`, `follower`), `None` while it does not serve.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        serving_mode(self.socket_addr(i))
+    }
+
+    /// `127.0.0.1:port` of server `i`'s client port.
+    pub fn addr(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.ports[i][0])
+    }
+
+    fn socket_addr(&self, i: usize) -> SocketAddr {
+        self.addr(i).parse().unwrap()
+    }
+
+    /// Every server's client address, comma-separated: a ZooKeeper connect string.
+    pub fn connect_string(&self) -> String {
+        (0..Self::SIZE).map(|i| self.addr(i)).collect::<Vec<_>>().join(",")
+    }
+
+    /// The index of the server that says it leads; waits up to a minute for an election.
+    pub fn leader(&self) -> usize {
+        let give_up = Instant::now() + Duration::from_secs(60);
+        loop {
+            let running = (0..Self::SIZE).filter(|&i| self.processes[i].is_some());
+            if let Some(i) = running.into_iter().find(|&i| self.mode(i).as_deref() == Some("leader")) {
+                return i;
+            }
+            assert!(Instant::now() < give_up, "no ZooKeeper server leads");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills server `i` (SIGKILL) and waits until it is gone.
+    pub fn kill(&mut self, i: usize) {
+        if let Some((mut child, stdin)) = self.processes[i].take() {
+            drop(stdin);
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts server `i` again on its ports and data directory and waits until it serves.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        assert!(self.wait_serving(i), "ZooKeeper server {} did not restart", i + 1);
+    }
+
+    /// What server `i` logged.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.server_dir(i).join("zookeeper.log")).unwrap_or_default()
+    }
+
+    /// A client session of the test's own, to any server of the ensemble.
+    pub async fn client(&self) -> zk::Client {
+        zk::Client::connect(&self.connect_string()).await.expect("a ZooKeeper session")
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for i in 0..Self::SIZE {
+            self.kill(i);
+        }
     }
 }
 
