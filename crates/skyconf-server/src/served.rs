@@ -8,6 +8,7 @@
 //! the snapshot is *not ready*: every agent is answered "no change" and keeps what it has, rather
 //! than the EMPTY answer that would reset it.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -16,6 +17,9 @@ use skyconf_core::AgentConfigurations;
 use skyconf_core::answer::{Answer, Answers};
 use skyconf_core::store::Revision;
 use tokio::sync::watch;
+
+/// How many served versions' store revisions are remembered.
+const KNOWN_REVISIONS: usize = 4;
 
 /// One accepted table with its answers encoded.
 #[derive(Debug)]
@@ -95,8 +99,10 @@ pub struct ServedTable {
     // Short critical sections only, never held across an await.
     last_rejection: Mutex<Option<Rejection>>,
     held: Mutex<Option<Held>>,
-    /// The served version and the store revision of the document it was read from.
-    store_revision: Mutex<Option<(u64, Option<Revision>)>>,
+    /// The newest served versions and the store revision of the document each was read from
+    /// (the one being installed and those before it, so a writer holding a snapshot that is
+    /// being replaced still learns its revision).
+    store_revision: Mutex<VecDeque<(u64, Option<Revision>)>>,
 }
 
 impl ServedTable {
@@ -117,7 +123,7 @@ impl ServedTable {
             changes,
             last_rejection: Mutex::new(None),
             held: Mutex::new(None),
-            store_revision: Mutex::new(None),
+            store_revision: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -143,15 +149,20 @@ impl ServedTable {
     /// (`None`: the key was absent). Said again when the same text is written anew, so a write
     /// conditioned on it expects the store's newest revision of that text.
     pub fn set_store_revision(&self, version: u64, revision: Option<Revision>) {
-        *self.store_revision.lock().unwrap_or_else(|p| p.into_inner()) = Some((version, revision));
+        let mut known = self.store_revision.lock().unwrap_or_else(|p| p.into_inner());
+        known.retain(|&(v, _)| v != version);
+        known.push_back((version, revision));
+        while known.len() > KNOWN_REVISIONS {
+            known.pop_front();
+        }
     }
 
     /// The store revision of the document the table served as `version` was read from: `None`
-    /// when unknown (another version is served by now, or the store has no revisions, or nothing
-    /// was read from it yet), `Some(None)` when the key was absent.
+    /// when unknown (several versions were installed since, or the store has no revisions, or
+    /// nothing was read from it yet), `Some(None)` when the key was absent.
     pub fn store_revision_of(&self, version: u64) -> Option<Option<Revision>> {
-        let known = *self.store_revision.lock().unwrap_or_else(|p| p.into_inner());
-        known.filter(|&(v, _)| v == version).map(|(_, revision)| revision)
+        let known = self.store_revision.lock().unwrap_or_else(|p| p.into_inner());
+        known.iter().rev().find(|&&(v, _)| v == version).map(|&(_, revision)| revision)
     }
 
     /// A receiver that sees every new version.

@@ -179,15 +179,21 @@ enum Basis {
 }
 
 impl Basis {
-    /// The store's expectation for a write based on `snapshot`.
-    fn expect(self, admin: &Admin, snapshot: &Snapshot) -> Expect {
+    /// The store's expectation for a write based on `snapshot`. A snapshot whose revision is
+    /// unknown (the store was not read since start-up, or the table was replaced several times
+    /// since the snapshot was taken) cannot be written on: the write is refused as if the store
+    /// had moved on. Never "as last seen" instead: the source may have seen a newer document
+    /// than the snapshot, and a write on the snapshot would then undo it.
+    fn expect(self, admin: &Admin, snapshot: &Snapshot) -> Result<Expect, AppError> {
         let revisions = admin.writer.as_ref().is_some_and(|w| w.revisions_boxed());
         match self {
-            Self::Snapshot if revisions => {
-                // Unknown only while the store has not been read (it is away): then as last seen.
-                admin.served.store_revision_of(snapshot.version).map_or(Expect::Seen, Expect::At)
-            }
-            _ => Expect::Seen,
+            Self::Snapshot if revisions => admin.served.store_revision_of(snapshot.version).map(Expect::At).ok_or_else(|| {
+                AppError::StoreMoved(
+                    "the served document is being replaced, or was not read from the store since start-up; read it again"
+                        .into(),
+                )
+            }),
+            _ => Ok(Expect::Seen),
         }
     }
 }
@@ -245,7 +251,7 @@ async fn apply(
         .into_response());
     }
     let basis = if options.if_match.is_some() { Basis::Snapshot } else { basis };
-    let expect = basis.expect(admin, &snapshot);
+    let expect = basis.expect(admin, &snapshot)?;
     // From here the write runs to its end even when the client goes away. Dropped halfway, it
     // released the write lock while its store write could still land, after a later write that was
     // acknowledged (the soak found it: a write abandoned while etcd was frozen overwrote the next

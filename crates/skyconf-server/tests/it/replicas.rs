@@ -133,7 +133,7 @@ async fn on_zookeeper_every_replica_shows_every_agent() {
 async fn on_nacos_every_replica_shows_every_agent() {
     let Some(nacos) = Rnacos::start("replicas").await else { return };
     let source = || NacosSource::new(nacos.settings("skywalking", "")).unwrap();
-    source().put(AGENT_CONFIGURATIONS_KEY, Some(GOOD)).await.unwrap();
+    source().put(AGENT_CONFIGURATIONS_KEY, Some(GOOD), skyconf_sources::Expect::Seen).await.unwrap();
     let a = Server::start(source(), config("replica-a")).await;
     let b = Server::start(source(), config("replica-b")).await;
     an_agent_of_one_replica_shows_on_the_other(a, b).await;
