@@ -587,19 +587,30 @@ impl ReleaseLog {
     }
 
     /// Adds a release another replica recorded in the shared history and this one never saw (it
-    /// was stopped, or the store skipped it), when it is newer than every kept release: read from
-    /// its text, compared with the newest kept one. False when it is not newer (nothing changes).
-    /// Reads a file: call it off the async threads.
+    /// was stopped, or the store reported a burst of changes as its last one): read from its
+    /// text and compared with the kept release before it. One between two kept releases is
+    /// inserted, and the next one's changes are then counted against it, as on the replicas that
+    /// saw it. False when it is kept already, or older than every kept release (retention dropped
+    /// it here). Reads and writes files: call it off the async threads.
     pub fn import(&self, shared: &SharedRelease) -> Result<bool, skyconf_core::ReadError> {
-        let latest = self.latest();
-        if latest.as_ref().is_some_and(|l| l.id >= shared.id) || shared.id > MAX_ID {
+        if shared.id > MAX_ID {
             return Ok(false);
         }
+        let (previous_id, next_id) = {
+            let state = self.lock();
+            let position = state.releases.partition_point(|r| r.id < shared.id);
+            if state.releases.get(position).is_some_and(|r| r.id == shared.id)
+                || (position == 0 && !state.releases.is_empty())
+            {
+                return Ok(false);
+            }
+            (position.checked_sub(1).map(|i| state.releases[i].id), state.releases.get(position).map(|r| r.id))
+        };
         let table = match &shared.document {
             Some(text) => skyconf_core::read(text)?,
             None => AgentConfigurations::default(),
         };
-        let previous = latest.and_then(|l| self.table_of(l.id)).unwrap_or_default();
+        let previous = previous_id.and_then(|id| self.table_of(id)).unwrap_or_default();
         let release = Arc::new(Release {
             id: shared.id,
             at_ms: shared.at_ms,
@@ -614,15 +625,65 @@ impl ReleaseLog {
             digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
             changes: diff(&previous, &table),
         });
-        let appended = {
-            let mut state = self.lock();
-            if state.releases.back().is_some_and(|l| l.id >= shared.id) {
-                return Ok(false);
-            }
-            self.append(&mut state, &release, shared.document.as_deref())
+        let document = shared.document.as_deref();
+        let Some(next_id) = next_id else {
+            let appended = {
+                let mut state = self.lock();
+                if state.releases.back().is_some_and(|l| l.id >= shared.id) {
+                    return Ok(false);
+                }
+                self.append(&mut state, &release, document)
+            };
+            self.save(&release, document, appended);
+            tracing::info!(release = release.id, origin = %release.origin, "Imported a release from the shared history.");
+            return Ok(true);
         };
-        self.save(&release, shared.document.as_deref(), appended);
-        tracing::info!(release = release.id, origin = %release.origin, "Imported a release from the shared history.");
+        // Between two kept releases: the next one changed from this one, not from the one before.
+        let Ok(Some((mut next, next_document))) = self.full(next_id) else { return Ok(false) };
+        let next_table = match &next_document {
+            Some(text) => skyconf_core::read(text)?,
+            None => AgentConfigurations::default(),
+        };
+        let before = std::mem::replace(&mut next.changes, diff(&table, &next_table));
+        let next = Arc::new(next);
+        let evicted = {
+            let mut state = self.lock();
+            let position = state.releases.partition_point(|r| r.id < shared.id);
+            if state.releases.get(position).map(|r| r.id) != Some(next_id) {
+                return Ok(false); // the log changed meanwhile; the next sync tries again
+            }
+            state.releases.insert(position, Arc::new(ReleaseSummary::of(&release)));
+            state.releases[position + 1] = Arc::new(ReleaseSummary::of(&next));
+            for change in &before {
+                let still = next.changes.iter().any(|c| c.service == change.service);
+                if !still && state.last_changes.get(&change.service).is_some_and(|(id, _)| *id == next.id) {
+                    state.last_changes.remove(&change.service);
+                }
+            }
+            for change in &release.changes {
+                let newer = state.last_changes.get(&change.service).is_some_and(|(id, _)| *id > release.id);
+                if !newer {
+                    state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+                }
+            }
+            if let Some(kept) = state.documents.get_mut(&next.id) {
+                kept.release = Arc::clone(&next);
+            }
+            state
+                .documents
+                .insert(release.id, Kept { release: Arc::clone(&release), document: document.map(Arc::from) });
+            state.next_id = state.next_id.max(release.id.saturating_add(1));
+            self.evict(&mut state)
+        };
+        let summary = Arc::new(ReleaseSummary::of(&release));
+        self.save(&release, document, Appended { summary, evicted, reserve: None });
+        if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
+            let file = ReleaseFile { format: 1, release: (*next).clone(), document: next_document };
+            if let Ok(bytes) = serde_json::to_vec_pretty(&file) {
+                persister.write(release_path(dir, next.id), bytes, None);
+            }
+        }
+        tracing::info!(release = release.id, origin = %release.origin, "Inserted a release this replica missed, from the shared history.");
         Ok(true)
     }
 
@@ -1107,5 +1168,39 @@ mod tests {
         assert!(rejected.truncated);
         log.clear_rejection();
         assert!(log.last_rejection().is_none());
+    }
+
+    #[test]
+    fn a_shared_release_missed_here_is_imported_in_its_place_on_disk_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReleaseLog::open(dir.path(), 50).unwrap();
+        let v3 = "configurations:\n  a: {k: 3}\n";
+        log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, Some(10), "etcd x");
+        log.record(&table(V1), &table(V2), Some(V2), 2, Some(30), "etcd x");
+        assert_eq!(log.get(30).unwrap().changed, 3, "a, b and c changed from V1 to V2");
+        let shared = |id, document: &str| SharedRelease {
+            id,
+            at_ms: 7,
+            author: Some("alice".into()),
+            message: Some("missed".into()),
+            origin: "api".into(),
+            rollback_of: None,
+            document: Some(document.into()),
+        };
+        assert!(log.import(&shared(20, v3)).unwrap(), "between two kept releases");
+        assert!(!log.import(&shared(20, v3)).unwrap(), "once");
+        assert!(!log.import(&shared(5, v3)).unwrap(), "older than every kept release: retention dropped it");
+        assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [30, 20, 10]);
+        let missed = log.get(20).unwrap();
+        assert_eq!((missed.author.as_deref(), missed.at_ms, missed.changed), (Some("alice"), 7, 2), "a and b");
+        assert_eq!(log.get(30).unwrap().changed, 1, "from V3 to V2 only c is new (a's digest is V3's)");
+        assert_eq!(log.last_change("b"), Some((20, 7)), "b last changed (went away) in the missed release");
+        log.flush();
+        let reopened = ReleaseLog::open(dir.path(), 50).unwrap();
+        assert_eq!(reopened.list().iter().map(|r| r.id).collect::<Vec<_>>(), [30, 20, 10]);
+        assert_eq!(reopened.get(30).unwrap().changed, 1, "the next release's file was rewritten");
+        assert!(log.amend(30, &shared(30, V2)));
+        log.flush();
+        assert_eq!(ReleaseLog::open(dir.path(), 50).unwrap().get(30).unwrap().author.as_deref(), Some("alice"));
     }
 }

@@ -16,7 +16,11 @@
 //!   the store. Creation is the store's create-if-absent, so exactly one record exists per release
 //!   and the replicas that lost the race take the winner's;
 //! - at start-up, a replica imports the records newer than its own newest release
-//!   ([`ReleaseLog::import`]) and takes the shared attribution of those it has.
+//!   ([`ReleaseLog::import`]) and takes the shared attribution of those it has;
+//! - a store may report a burst of changes as its last one (etcd's watch batches, ZooKeeper's
+//!   re-read after a notification), so a replica can miss a release another one recorded: for a
+//!   minute after each install it compares the record names with its log every
+//!   [`LOOK_FOR_GAPS_EVERY`] and imports what it missed, in its place.
 //!
 //! The agent-configurations key itself is untouched: an OAP reading the same store sees nothing
 //! new. Records beyond the retention are deleted by whichever replica creates records (every
@@ -41,6 +45,12 @@ pub const WAIT_FOR_WRITER: Duration = Duration::from_secs(2);
 
 /// How often a replica looks for the writer's record while it waits.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// How often a replica compares its history with the shared one.
+pub const LOOK_FOR_GAPS_EVERY: Duration = Duration::from_secs(2);
+/// For how long after its last install a replica keeps comparing (a missed release's record may
+/// be created a moment after the miss).
+pub const LOOK_FOR_GAPS_FOR: Duration = Duration::from_secs(60);
 
 /// How many records a replica creates between two prunings of the shared history.
 pub const PRUNE_EVERY: u64 = 20;
@@ -116,6 +126,8 @@ impl SharedHistory {
     /// before its table is installed).
     pub async fn run(self, mut shared_up_to: u64, mut installs: watch::Receiver<u64>, shutdown: CancellationToken) {
         let mut created = 0u64;
+        // When the last install happened: gaps are looked for a while after it, and not forever.
+        let mut last_install = tokio::time::Instant::now();
         loop {
             let pending: Vec<Arc<ReleaseSummary>> = self
                 .releases
@@ -138,9 +150,38 @@ impl SharedHistory {
                 }
                 shared_up_to = shared_up_to.max(release.id);
             }
+            if last_install.elapsed() <= LOOK_FOR_GAPS_FOR {
+                self.fill_gaps().await;
+            }
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                changed = installs.changed() => if changed.is_err() { return },
+                changed = installs.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    last_install = tokio::time::Instant::now();
+                }
+                () = tokio::time::sleep(LOOK_FOR_GAPS_EVERY) => {}
+            }
+        }
+    }
+
+    /// Imports the shared releases this replica never recorded (the store reported a burst of
+    /// changes as its last one) that fall within its kept history.
+    async fn fill_gaps(&self) {
+        let Ok(names) = self.records.names(KIND).await else { return };
+        let kept = self.releases.list();
+        let Some(oldest) = kept.last().map(|r| r.id) else { return };
+        let kept: std::collections::HashSet<u64> = kept.iter().map(|r| r.id).collect();
+        let missing =
+            names.iter().filter_map(|name| name.parse::<u64>().ok()).filter(|id| *id > oldest && !kept.contains(id));
+        for id in missing {
+            let Ok(Some(bytes)) = self.records.get(KIND, &record_name(id)).await else { continue };
+            let Ok(shared) = serde_json::from_slice::<SharedRelease>(&bytes) else { continue };
+            let releases = Arc::clone(&self.releases);
+            let imported = tokio::task::spawn_blocking(move || releases.import(&shared)).await;
+            if let Ok(Err(error)) = imported {
+                tracing::warn!(release = id, %error, "A shared release's document cannot be read; it is not imported.");
             }
         }
     }

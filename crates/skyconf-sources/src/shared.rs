@@ -74,6 +74,12 @@ pub trait SharedRecords: Send + Sync + fmt::Debug + 'static {
     /// a record written during the listing may or may not be in it.
     fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>>;
 
+    /// The names of every live record of `kind`, sorted, without their values: cheaper than
+    /// [`SharedRecords::list`] where the store can list names alone (etcd, ZooKeeper).
+    fn names<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<String>, SourceError>> {
+        Box::pin(async move { Ok(self.list(kind).await?.into_iter().map(|(name, _)| name).collect()) })
+    }
+
     /// Deletes a record; deleting an absent one succeeds. A session record deleted is also no longer
     /// kept alive.
     fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), SourceError>>;

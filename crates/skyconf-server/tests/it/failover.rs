@@ -303,6 +303,10 @@ async fn concurrent_writes_are_all_kept(servers: &[Server], store_document: impl
         plain_lost.is_empty() && conditional_lost.is_empty(),
         "without If-Match: {plain_lost}; with If-Match: {conditional_lost}"
     );
+    assert_eq!(plain.acknowledged.len(), 100, "without If-Match a write that lost a race is rebuilt: {plain:?}");
+    // One history on every replica: ids, order, times, authors, origins.
+    let admins: Vec<AdminClient> = servers.iter().map(Server::admin).collect();
+    crate::shared_writes::assert_one_history(&admins).await;
 }
 
 #[tokio::test]

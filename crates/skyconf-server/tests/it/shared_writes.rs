@@ -125,7 +125,7 @@ async fn history(admin: &AdminClient) -> Vec<Value> {
 }
 
 /// Every replica shows the same history: same ids, order, times, authors, messages, origins.
-async fn assert_one_history(admins: &[AdminClient]) {
+pub(crate) async fn assert_one_history(admins: &[AdminClient]) {
     eventually_async("every replica shows the same release history", async || {
         let first = history(&admins[0]).await;
         for admin in &admins[1..] {

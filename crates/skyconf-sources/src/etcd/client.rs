@@ -246,6 +246,12 @@ impl Connection {
         self.bounded("Range", self.kv().range(self.request(request))).await
     }
 
+    /// The keys (no values) in `[key, range_end)`.
+    pub(crate) async fn range_keys(&self, key: Vec<u8>, range_end: Vec<u8>) -> Result<pb::RangeResponse, EtcdError> {
+        let request = pb::RangeRequest { key, range_end, keys_only: true, ..Default::default() };
+        self.bounded("Range", self.kv().range(self.request(request))).await
+    }
+
     /// Writes `value` to `key` (with `None`, deletes it) only if the key's last change is still
     /// revision `expected` (0: only if the key does not exist), in one `Txn`.
     pub(crate) async fn swap(&self, key: Vec<u8>, expected: i64, value: Option<Vec<u8>>) -> Result<Swap, EtcdError> {

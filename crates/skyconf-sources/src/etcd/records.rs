@@ -267,6 +267,24 @@ impl SharedRecords for EtcdRecords {
         })
     }
 
+    fn names<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<String>, SourceError>> {
+        Box::pin(async move {
+            check_name(kind, "x")?;
+            let prefix = format!("{}{kind}/", self.inner.base).into_bytes();
+            let end = prefix_end(&prefix);
+            let start = prefix.clone();
+            let response = self.inner.with(|c| async move { c.range_keys(start, end).await }).await?;
+            Ok(response
+                .kvs
+                .into_iter()
+                .filter_map(|kv| {
+                    let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_slice())?).ok()?;
+                    (!name.contains('/')).then(|| name.to_owned())
+                })
+                .collect())
+        })
+    }
+
     fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), SourceError>> {
         Box::pin(async move {
             check_name(kind, name)?;

@@ -311,6 +311,22 @@ impl SharedRecords for ZkRecords {
         })
     }
 
+    fn names<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<String>, SourceError>> {
+        Box::pin(async move {
+            check_name(kind, "x")?;
+            let inner = &self.inner;
+            let client = inner.client().await?;
+            let parent = format!("{}/{kind}", inner.base);
+            let mut names = match inner.raw(client.get_children(&parent)).await? {
+                Ok((names, _)) => names,
+                Err(zk::Error::NoNode) => return Ok(Vec::new()),
+                Err(error) => return Err(inner.error(error)),
+            };
+            names.sort();
+            Ok(names)
+        })
+    }
+
     fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>> {
         Box::pin(async move {
             check_name(kind, "x")?;
