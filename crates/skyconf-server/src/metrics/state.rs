@@ -56,7 +56,7 @@ impl Collector for StateCollector {
             &mut encoder,
             Some(&labels),
             "skyconf_store_stale",
-            "1 while the served configuration is a persisted copy the store has not confirmed in this run",
+            "1 while the served configuration is not confirmed by the store: it cannot be reached, or the table is a persisted copy not yet confirmed in this run",
             &i64::from(status.stale),
         )?;
         if let Some(last) = status.last_update {
