@@ -152,9 +152,14 @@ impl Client {
         String::from_utf8(bytes).map(Some).map_err(|_| SourceError::NotText { what })
     }
 
-    /// Publishes `content` (non-empty: Nacos refuses empty content) as config `data_id`.
-    pub(crate) async fn publish(&self, data_id: &str, content: &str) -> Result<(), SourceError> {
-        let params = self.config_params(data_id, Some(content));
+    /// Publishes `content` (non-empty: Nacos refuses empty content) as config `data_id`; with
+    /// `cas_md5`, asks the server to write only while the config's MD5 is that (Nacos' `casMd5`
+    /// field: servers that do not know it ignore it).
+    pub(crate) async fn publish(&self, data_id: &str, content: &str, cas_md5: Option<&str>) -> Result<(), SourceError> {
+        let mut params = self.config_params(data_id, Some(content));
+        if let Some(md5) = cas_md5 {
+            params.push(("casMd5", md5.to_owned()));
+        }
         let response = self.send(Method::POST, "/v1/cs/configs", &params, false, REQUEST_TIMEOUT).await?;
         self.expect_true(response, "publish", data_id).await
     }

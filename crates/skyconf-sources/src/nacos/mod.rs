@@ -32,7 +32,8 @@ mod layout;
 mod records;
 mod settings;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -60,6 +61,9 @@ pub struct NacosSource {
     backoff: Backoff,
     /// skyconf's own records, in a group of their own.
     records: Arc<NacosRecords>,
+    /// The MD5 of each config as this source last read or wrote it (`None`: absent), for the
+    /// compare of a write.
+    seen: Arc<Mutex<HashMap<String, Option<String>>>>,
 }
 
 impl NacosSource {
@@ -103,7 +107,14 @@ impl NacosSource {
         )
         .map_err(|e| invalid(format!("cannot set up the client: {e}")))?;
         let records = records_for(&settings, &describe, DEFAULT_SESSION_TTL)?;
-        Ok(Self { settings, client: Arc::new(client), describe, backoff: Backoff::default(), records })
+        Ok(Self {
+            settings,
+            client: Arc::new(client),
+            describe,
+            backoff: Backoff::default(),
+            records,
+            seen: Arc::default(),
+        })
     }
 
     /// Sets how long a session record lives without renewal (30 s by default); the source renews
@@ -126,12 +137,24 @@ impl NacosSource {
         &self.settings
     }
 
+    /// Reads one config, remembering its MD5 for the next write's compare.
+    async fn read(&self, data_id: &str) -> Result<Option<String>, SourceError> {
+        let value = self.client.get(data_id).await?;
+        self.learn(data_id, value.as_deref());
+        Ok(value)
+    }
+
+    fn learn(&self, data_id: &str, value: Option<&str>) {
+        let md5 = value.map(client::content_md5);
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).insert(data_id.to_owned(), md5);
+    }
+
     /// Reads every watched config: the keys, the group indexes and the sub-items they list.
     async fn read_all(&self, keys: &KeySet) -> Result<Held, SourceError> {
         let mut held = Held::default();
         for data_id in keys.singles.iter().chain(&keys.groups) {
             if !held.configs.contains_key(data_id) {
-                let value = self.client.get(data_id).await?;
+                let value = self.read(data_id).await?;
                 held.insert(data_id.clone(), value);
             }
         }
@@ -145,7 +168,7 @@ impl NacosSource {
         let wanted = held.watched(keys);
         for data_id in &wanted {
             if !held.configs.contains_key(data_id) {
-                let value = self.client.get(data_id).await?;
+                let value = self.read(data_id).await?;
                 held.insert(data_id.clone(), value);
             }
         }
@@ -157,7 +180,7 @@ impl NacosSource {
     async fn refresh(&self, keys: &KeySet, held: &mut Held, changed: &[String]) -> Result<(), SourceError> {
         for data_id in changed {
             if held.configs.contains_key(data_id) {
-                let value = self.client.get(data_id).await?;
+                let value = self.read(data_id).await?;
                 held.insert(data_id.clone(), value);
             }
         }
@@ -252,13 +275,31 @@ impl Source for NacosSource {
                 "`{key}` cannot be a Nacos dataId (letters, digits, `_`, `-`, `.` and `:` only)"
             )));
         }
-        match value {
-            Some("") => {
-                Err(SourceError::Unsupported(format!("Nacos cannot hold an empty value; delete {key} instead")))
-            }
-            Some(text) => self.client.publish(key, text).await.map(|()| None),
-            None => self.client.remove(key).await.map(|()| None),
+        if value == Some("") {
+            return Err(SourceError::Unsupported(format!("Nacos cannot hold an empty value; delete {key} instead")));
         }
+        // The compare: the config must still hold what this source last saw. Nacos' open API has
+        // no conditional delete, and its `casMd5` is honoured by some servers only, so the
+        // source checks first; where the server honours `casMd5` the publish itself is atomic.
+        // A config found absent is written: Nacos cannot tell a deleted config from a server
+        // that came back empty, and refusing would leave the second unwritable.
+        let expected = self.seen.lock().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
+        if let Some(expected) = &expected {
+            let now = self.client.get(key).await?.map(|text| client::content_md5(&text));
+            if now.is_some() && &now != expected {
+                let was = |md5: &Option<String>| md5.as_deref().map_or("absent".to_owned(), |m| format!("at MD5 {m}"));
+                return Err(SourceError::Conflict {
+                    store: self.describe.clone(),
+                    message: format!("config {key} was {} when last seen; it is now {}", was(expected), was(&now)),
+                });
+            }
+        }
+        match value {
+            Some(text) => self.client.publish(key, text, expected.flatten().as_deref()).await?,
+            None => self.client.remove(key).await?,
+        }
+        self.learn(key, value);
+        Ok(None)
     }
 }
 

@@ -124,7 +124,7 @@ impl Inner {
         let session = self.session.lock().await;
         let expires = self.expiry();
         for (data_id, value) in session.iter() {
-            if let Err(error) = self.client.publish(data_id, &Envelope::encode(value, Some(expires))).await {
+            if let Err(error) = self.client.publish(data_id, &Envelope::encode(value, Some(expires)), None).await {
                 tracing::warn!(store = %self.store, data_id = %data_id, %error, "Cannot renew a session record; retrying.");
                 return;
             }
@@ -172,7 +172,7 @@ impl SharedRecords for NacosRecords {
                 return Ok(false);
             }
             session.remove(&id);
-            self.inner.client.publish(&id, &Envelope::encode(value, None)).await?;
+            self.inner.client.publish(&id, &Envelope::encode(value, None), None).await?;
             Ok(true)
         })
     }
@@ -202,7 +202,7 @@ impl SharedRecords for NacosRecords {
                     Some(inner.expiry())
                 }
             };
-            inner.client.publish(&id, &Envelope::encode(value, expires)).await
+            inner.client.publish(&id, &Envelope::encode(value, expires), None).await
         })
     }
 

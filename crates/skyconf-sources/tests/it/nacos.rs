@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use skyconf_sources::nacos::{NacosSettings, NacosSource};
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, StoreContent, Update};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect, KeySet, Source, SourceError, StoreContent, Update};
 use skyconf_testkit::probe::SourceProbe;
 use skyconf_testkit::servers::rnacos::Rnacos;
 
@@ -34,11 +34,8 @@ fn items(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 async fn reads_the_keys_of_the_oaps_nacos_test() {
     let Some(nacos) = Rnacos::start("oap-test").await else { return };
     let store = source(nacos.settings(GROUP, ""));
-    store
-        .put("agent-analyzer.default.slowDBAccessThreshold", Some("test"), skyconf_sources::Expect::Seen)
-        .await
-        .unwrap();
-    store.put("testKey", Some("testVal"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put("agent-analyzer.default.slowDBAccessThreshold", Some("test"), Expect::Seen).await.unwrap();
+    store.put("testKey", Some("testVal"), Expect::Seen).await.unwrap();
     let content = store.load(&KeySet::oap_with(["testKey".to_owned()])).await.unwrap();
     assert_eq!(single(&content, "agent-analyzer.default.slowDBAccessThreshold"), Some("test"));
     assert_eq!(single(&content, "testKey"), Some("testVal"));
@@ -50,13 +47,13 @@ async fn reads_the_keys_of_the_oaps_nacos_test() {
 async fn sends_a_snapshot_then_every_change_as_it_happens() {
     let Some(nacos) = Rnacos::start("changes").await else { return };
     let store = source(nacos.settings(GROUP, ""));
-    store.put("core.default.apdexThreshold", Some("default: 500"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put("core.default.apdexThreshold", Some("default: 500"), Expect::Seen).await.unwrap();
     let mut watch = SourceProbe::started(store.clone(), KeySet::oap()).await;
     assert_eq!(single(watch.content(), "core.default.apdexThreshold"), Some("default: 500"));
     assert_eq!(watch.content().singles.len(), 1);
 
     for (n, value) in [Some("configurations: {}\n"), Some("configurations:\n  a: {k: v}\n"), None].iter().enumerate() {
-        store.put(AGENT_CONFIGURATIONS_KEY, *value, skyconf_sources::Expect::Seen).await.unwrap();
+        store.put(AGENT_CONFIGURATIONS_KEY, *value, Expect::Seen).await.unwrap();
         match watch.next().await {
             Update::Single { key, value: got, .. } => {
                 assert_eq!(key, AGENT_CONFIGURATIONS_KEY);
@@ -66,14 +63,11 @@ async fn sends_a_snapshot_then_every_change_as_it_happens() {
         }
     }
     // A value no OAP component could parse is still reported as it is: judging it is the server's job.
-    store
-        .put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  a: {k: \n"), skyconf_sources::Expect::Seen)
-        .await
-        .unwrap();
+    store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  a: {k: \n"), Expect::Seen).await.unwrap();
     watch.until("the malformed value", |c| c.agent_configurations() == Some("configurations:\n  a: {k: \n")).await;
     // Keys outside the watched set are not reported.
-    store.put("not.watched.key", Some("x"), skyconf_sources::Expect::Seen).await.unwrap();
-    store.put("core.default.apdexThreshold", Some("default: 600"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put("not.watched.key", Some("x"), Expect::Seen).await.unwrap();
+    store.put("core.default.apdexThreshold", Some("default: 600"), Expect::Seen).await.unwrap();
     watch.until("the second apdex", |c| single(c, "core.default.apdexThreshold") == Some("default: 600")).await;
     assert!(!watch.content().singles.contains_key("not.watched.key"));
     assert_eq!((watch.failures(), watch.snapshots()), (0, 1));
@@ -88,25 +82,25 @@ async fn group_keys_follow_their_index_and_sub_items() {
     assert!(watch.content().groups[GROUP_KEY].is_empty(), "an absent index is an empty group");
 
     // §5.3 item 11: the index lists `item1\n item2`, each sub-item is its own dataId.
-    store.put("item1", Some("100"), skyconf_sources::Expect::Seen).await.unwrap();
-    store.put("item2", Some("200"), skyconf_sources::Expect::Seen).await.unwrap();
-    store.put(GROUP_KEY, Some("item1\n item2"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put("item1", Some("100"), Expect::Seen).await.unwrap();
+    store.put("item2", Some("200"), Expect::Seen).await.unwrap();
+    store.put(GROUP_KEY, Some("item1\n item2"), Expect::Seen).await.unwrap();
     watch.until("item1 and item2", |c| c.groups[GROUP_KEY] == items(&[("item1", "100"), ("item2", "200")])).await;
-    store.put("item1", None, skyconf_sources::Expect::Seen).await.unwrap();
+    store.put("item1", None, Expect::Seen).await.unwrap();
     watch.until("item1 deleted", |c| c.groups[GROUP_KEY] == items(&[("item2", "200")])).await;
-    store.put("item2", Some("300"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put("item2", Some("300"), Expect::Seen).await.unwrap();
     watch.until("item2 modified", |c| c.groups[GROUP_KEY] == items(&[("item2", "300")])).await;
 
     // A new index names a new sub-item, which is then watched as well.
-    store.put(GROUP_KEY, Some("item2\r\nitem3\r\n"), skyconf_sources::Expect::Seen).await.unwrap();
-    store.put("item3", Some("3"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put(GROUP_KEY, Some("item2\r\nitem3\r\n"), Expect::Seen).await.unwrap();
+    store.put("item3", Some("3"), Expect::Seen).await.unwrap();
     watch.until("item3", |c| c.groups[GROUP_KEY] == items(&[("item2", "300"), ("item3", "3")])).await;
-    store.put("item3", Some("33"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put("item3", Some("33"), Expect::Seen).await.unwrap();
     watch.until("item3 modified", |c| c.groups[GROUP_KEY] == items(&[("item2", "300"), ("item3", "33")])).await;
     // A sub-item dropped from the index is no longer part of the group, though its config stays.
-    store.put(GROUP_KEY, Some("item3"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put(GROUP_KEY, Some("item3"), Expect::Seen).await.unwrap();
     watch.until("item2 dropped", |c| c.groups[GROUP_KEY] == items(&[("item3", "33")])).await;
-    store.put(GROUP_KEY, None, skyconf_sources::Expect::Seen).await.unwrap();
+    store.put(GROUP_KEY, None, Expect::Seen).await.unwrap();
     watch.until("the group emptied", |c| c.groups[GROUP_KEY].is_empty()).await;
     assert_eq!(watch.failures(), 0);
     watch.stop().await;
@@ -122,11 +116,11 @@ async fn namespaces_and_groups_are_isolated() {
     let tenant_b = source(nacos.settings(GROUP, "tenant-b"));
     let other_group = source(nacos.settings("other", "tenant-a"));
     for (store, value) in [(&default_ns, "default"), (&tenant_b, "b"), (&other_group, "other group")] {
-        store.put(key, Some(value), skyconf_sources::Expect::Seen).await.unwrap();
+        store.put(key, Some(value), Expect::Seen).await.unwrap();
         let seen = store.load(&KeySet::oap()).await.unwrap();
         assert_eq!(single(&seen, key), Some(value), "each namespace and group holds its own value");
     }
-    tenant_a.put(key, Some("a"), skyconf_sources::Expect::Seen).await.unwrap();
+    tenant_a.put(key, Some("a"), Expect::Seen).await.unwrap();
     watch.until("tenant-a's own value", |c| single(c, key).is_some()).await;
     assert_eq!(single(watch.content(), key), Some("a"), "only tenant-a's value was ever seen");
     assert_eq!(single(&tenant_a.load(&KeySet::oap()).await.unwrap(), key), Some("a"));
@@ -137,7 +131,7 @@ async fn namespaces_and_groups_are_isolated() {
 async fn an_outage_is_reported_once_and_a_restarted_store_is_resumed() {
     let Some(mut nacos) = Rnacos::start("restart").await else { return };
     let store = source(nacos.settings(GROUP, ""));
-    store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations: {}\n"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations: {}\n"), Expect::Seen).await.unwrap();
     let mut watch = SourceProbe::started(store.clone(), KeySet::oap()).await;
 
     nacos.stop().await;
@@ -148,11 +142,8 @@ async fn an_outage_is_reported_once_and_a_restarted_store_is_resumed() {
     nacos.restart().await;
     // Written as soon as the store is back, most likely before the source is (it backs off):
     // the fresh snapshot or the change right after it carries the values.
-    store
-        .put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  r: {k: v}\n"), skyconf_sources::Expect::Seen)
-        .await
-        .unwrap();
-    store.put("core.default.apdexThreshold", Some("default: 1"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  r: {k: v}\n"), Expect::Seen).await.unwrap();
+    store.put("core.default.apdexThreshold", Some("default: 1"), Expect::Seen).await.unwrap();
     watch
         .until("the writes made after the restart", |c| {
             c.agent_configurations() == Some("configurations:\n  r: {k: v}\n")
@@ -164,10 +155,7 @@ async fn an_outage_is_reported_once_and_a_restarted_store_is_resumed() {
     assert!(watch.failures() >= 1);
     assert_eq!(watch.snapshots(), watch.failures() + 1, "a fresh snapshot after each outage, one failure each");
 
-    store
-        .put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  s: {k: v}\n"), skyconf_sources::Expect::Seen)
-        .await
-        .unwrap();
+    store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  s: {k: v}\n"), Expect::Seen).await.unwrap();
     watch
         .until("a change after recovery", |c| c.agent_configurations() == Some("configurations:\n  s: {k: v}\n"))
         .await;
@@ -179,10 +167,10 @@ async fn logs_in_with_a_user_and_password() {
     let Some(nacos) = Rnacos::start_with_login("login", "skyconf", "s3cret").await else { return };
     let settings = NacosSettings { username: "skyconf".into(), password: "s3cret".into(), ..nacos.settings(GROUP, "") };
     let store = source(settings.clone());
-    store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations: {}\n"), skyconf_sources::Expect::Seen).await.unwrap();
+    store.put(AGENT_CONFIGURATIONS_KEY, Some("configurations: {}\n"), Expect::Seen).await.unwrap();
     let mut watch = SourceProbe::started(store.clone(), KeySet::oap()).await;
     assert_eq!(watch.content().agent_configurations(), Some("configurations: {}\n"));
-    store.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap();
+    store.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
     watch.until("the delete", |c| c.agent_configurations().is_none()).await;
     watch.stop().await;
 
@@ -198,16 +186,49 @@ async fn logs_in_with_a_user_and_password() {
 async fn put_refuses_what_nacos_cannot_hold() {
     let store = source(NacosSettings { port: 1, ..NacosSettings::default() });
     assert!(matches!(
-        store.put(AGENT_CONFIGURATIONS_KEY, Some(""), skyconf_sources::Expect::Seen).await,
+        store.put(AGENT_CONFIGURATIONS_KEY, Some(""), Expect::Seen).await,
         Err(SourceError::Unsupported(_))
     ));
-    assert!(matches!(
-        store.put("a/b", Some("x"), skyconf_sources::Expect::Seen).await,
-        Err(SourceError::Unsupported(_))
-    ));
-    assert!(matches!(store.put("", None, skyconf_sources::Expect::Seen).await, Err(SourceError::Unsupported(_))));
+    assert!(matches!(store.put("a/b", Some("x"), Expect::Seen).await, Err(SourceError::Unsupported(_))));
+    assert!(matches!(store.put("", None, Expect::Seen).await, Err(SourceError::Unsupported(_))));
     // Nothing listens on port 1: an outage, not a panic or a refusal.
     assert!(matches!(store.load(&KeySet::oap()).await, Err(SourceError::Unavailable { .. })));
+}
+
+#[tokio::test]
+async fn a_write_is_refused_when_the_config_changed_since_it_was_seen() {
+    let Some(nacos) = Rnacos::start("compare").await else { return };
+    let (first, second) = (source(nacos.settings(GROUP, "")), source(nacos.settings(GROUP, "")));
+    let keys = KeySet::oap();
+    first.put(AGENT_CONFIGURATIONS_KEY, Some("configurations: {}\n"), Expect::Seen).await.unwrap();
+    first.load(&keys).await.unwrap();
+    second.load(&keys).await.unwrap();
+    first.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  a: {k: '1'}\n"), Expect::Seen).await.unwrap();
+    let refused = second.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  b: {k: '2'}\n"), Expect::Seen).await;
+    assert!(
+        matches!(&refused, Err(SourceError::Conflict { message, .. }) if message.contains("when last seen")),
+        "a write based on a config the other writer changed: {refused:?}"
+    );
+    assert!(matches!(
+        second.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await,
+        Err(SourceError::Conflict { .. })
+    ));
+    // A config absent now (deleted, or a server back empty) is written whatever was seen.
+    first.put("core.default.apdexThreshold", Some("default: 1"), Expect::Seen).await.unwrap();
+    second.load(&keys).await.unwrap();
+    first.put("core.default.apdexThreshold", None, Expect::Seen).await.unwrap();
+    second.put("core.default.apdexThreshold", Some("default: 2"), Expect::Seen).await.unwrap();
+    let content = second.load(&keys).await.unwrap();
+    assert_eq!(single(&content, AGENT_CONFIGURATIONS_KEY), Some("configurations:\n  a: {k: '1'}\n"), "nothing written");
+    second.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  b: {k: '2'}\n"), Expect::Seen).await.unwrap();
+    assert!(matches!(first.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await, Err(SourceError::Conflict { .. })));
+    assert!(
+        matches!(
+            first.put(AGENT_CONFIGURATIONS_KEY, Some("x"), Expect::At(Some(1))).await,
+            Err(SourceError::Unsupported(_))
+        ),
+        "Nacos has no revisions to write at"
+    );
 }
 
 mod records {
