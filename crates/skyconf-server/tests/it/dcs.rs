@@ -5,9 +5,9 @@ use std::path::Path;
 
 use skyconf_core::store::AGENT_CONFIGURATIONS_KEY;
 use skyconf_server::ServeConfig;
-use skyconf_sources::Source;
 use skyconf_sources::dcs::{DcsSettings, DcsSource};
 use skyconf_sources::file::FileSource;
+use skyconf_sources::{Expect, Source};
 use skyconf_testkit::server::{Server, eventually_async, loopback};
 
 fn local() -> ServeConfig {
@@ -50,7 +50,7 @@ async fn a_dcs_client_of_a_skyconf_dcs_server_reproduces_the_store() {
         .put(
             AGENT_CONFIGURATIONS_KEY,
             Some("configurations:\n  svc:\n    agent.sample_n_per_3_secs: 8\n"),
-            skyconf_sources::Expect::Seen,
+            Expect::Seen,
         )
         .await
         .unwrap();
@@ -61,7 +61,7 @@ async fn a_dcs_client_of_a_skyconf_dcs_server_reproduces_the_store() {
     assert_eq!(downstream.cds().await.digest("svc").await.unwrap(), upstream.cds().await.digest("svc").await.unwrap());
 
     // A key deleted upstream is cleared downstream (sent as "", as the protocol requires).
-    upstream_store.put("alarm.default.alarm-settings", None, skyconf_sources::Expect::Seen).await.unwrap();
+    upstream_store.put("alarm.default.alarm-settings", None, Expect::Seen).await.unwrap();
     eventually_async("the deleted key is cleared", async || {
         downstream.store.content().singles.get("alarm.default.alarm-settings").is_some_and(String::is_empty)
     })

@@ -12,7 +12,7 @@ use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_server::ServeConfig;
 use skyconf_server::reload::Guard;
 use skyconf_sources::nacos::NacosSource;
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect, KeySet, Source};
 use skyconf_testkit::PATIENCE;
 use skyconf_testkit::fixtures::{OPENAPI_GROUP as OPENAPI, V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD, numbered};
 use skyconf_testkit::latency::percentiles;
@@ -48,7 +48,7 @@ async fn nacos_holding(name: &str, entries: &[(&str, &str)]) -> Option<(Rnacos, 
     let nacos = Rnacos::start(name).await?;
     let writer = store(&nacos, "");
     for (key, value) in entries {
-        writer.put(key, Some(value), skyconf_sources::Expect::Seen).await.unwrap();
+        writer.put(key, Some(value), Expect::Seen).await.unwrap();
     }
     Some((nacos, writer))
 }
@@ -65,13 +65,10 @@ async fn put_update_delete_and_a_malformed_document_are_served_as_the_oap_would(
     assert_eq!(client.digest("svc").await.as_deref(), Some(GOOD_DIGEST), "loaded before the port opened");
 
     let updated = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
-    writer.put(AGENT_CONFIGURATIONS_KEY, Some(updated), skyconf_sources::Expect::Seen).await.unwrap();
+    writer.put(AGENT_CONFIGURATIONS_KEY, Some(updated), Expect::Seen).await.unwrap();
     let (new, _) = client.wait_for_digest("svc", "the update", |d| d.is_some_and(|d| d != GOOD_DIGEST)).await;
 
-    writer
-        .put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc:\n    k:\n"), skyconf_sources::Expect::Seen)
-        .await
-        .unwrap();
+    writer.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc:\n    k:\n"), Expect::Seen).await.unwrap();
     let give_up = Instant::now() + PATIENCE;
     let mut changes = running.served.subscribe();
     while running.served.last_rejection().is_none() {
@@ -82,7 +79,7 @@ async fn put_update_delete_and_a_malformed_document_are_served_as_the_oap_would(
     assert!(running.served.last_rejection().unwrap().error.contains("line 3"));
     assert_eq!(client.digest("svc").await, new, "the last good document is still served");
 
-    writer.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap();
+    writer.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
     client.wait_for_digest("svc", "the EMPTY answer", |d| d == Some(EMPTY_DIGEST)).await;
     assert!(running.store.status().connected);
     running.stop().await.unwrap();
@@ -98,7 +95,7 @@ async fn group_keys_reach_the_store_view_and_oaps_polling_the_dcs_service() {
         .wait_for_store("customerAPI", |c| c.groups[OPENAPI] == items(&[("customerAPI-v1.yaml", "openapi: 3.0.0\n")]))
         .await;
 
-    writer.put("productAPI-v1.yaml", Some("openapi: 3.0.1\n"), skyconf_sources::Expect::Seen).await.unwrap();
+    writer.put("productAPI-v1.yaml", Some("openapi: 3.0.1\n"), Expect::Seen).await.unwrap();
     let both = items(&[("customerAPI-v1.yaml", "openapi: 3.0.0\n"), ("productAPI-v1.yaml", "openapi: 3.0.1\n")]);
     running.wait_for_store("both sub-items", |c| c.groups[OPENAPI] == both).await;
 
@@ -108,8 +105,8 @@ async fn group_keys_reach_the_store_view_and_oaps_polling_the_dcs_service() {
     let served: BTreeMap<_, _> = group.items.iter().map(|c| (c.name.clone(), c.value.clone())).collect();
     assert_eq!(served, both);
 
-    writer.put("customerAPI-v1.yaml", None, skyconf_sources::Expect::Seen).await.unwrap();
-    writer.put("productAPI-v1.yaml", Some("openapi: 3.1.0\n"), skyconf_sources::Expect::Seen).await.unwrap();
+    writer.put("customerAPI-v1.yaml", None, Expect::Seen).await.unwrap();
+    writer.put("productAPI-v1.yaml", Some("openapi: 3.1.0\n"), Expect::Seen).await.unwrap();
     running
         .wait_for_store("the delete and the update", |c| {
             c.groups[OPENAPI] == items(&[("productAPI-v1.yaml", "openapi: 3.1.0\n")])
@@ -136,18 +133,16 @@ async fn serves_the_oaps_unit_test_example_to_dcs_clients() {
 #[tokio::test]
 async fn serves_only_its_own_namespace() {
     let Some(nacos) = Rnacos::start("e2e-namespace").await else { return };
-    store(&nacos, "").put(AGENT_CONFIGURATIONS_KEY, Some(GOOD), skyconf_sources::Expect::Seen).await.unwrap();
+    store(&nacos, "").put(AGENT_CONFIGURATIONS_KEY, Some(GOOD), Expect::Seen).await.unwrap();
     store(&nacos, "staging")
-        .put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc: {k: s}\n"), skyconf_sources::Expect::Seen)
+        .put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc: {k: s}\n"), Expect::Seen)
         .await
         .unwrap();
     let prod = store(&nacos, "prod");
     let running = Server::start(prod.clone(), config(KeySet::oap())).await;
     let client = running.cds().await;
     assert_eq!(client.digest("svc").await.as_deref(), Some(EMPTY_DIGEST), "nothing in prod yet");
-    prod.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc: {k: p}\n"), skyconf_sources::Expect::Seen)
-        .await
-        .unwrap();
+    prod.put(AGENT_CONFIGURATIONS_KEY, Some("configurations:\n  svc: {k: p}\n"), Expect::Seen).await.unwrap();
     let (served, _) = client.wait_for_digest("svc", "prod's document", |d| d != Some(EMPTY_DIGEST)).await;
     let expected = skyconf_core::read("configurations:\n  svc: {k: p}\n").unwrap();
     assert_eq!(served.as_deref(), expected.get("svc").map(|s| s.digest().as_str()));
@@ -177,7 +172,7 @@ async fn a_restarted_nacos_is_resumed_with_what_changed_meanwhile() {
     // Written as soon as Nacos is back, most likely before skyconf is (it backs off); the
     // restarted rnacos is empty (see `Rnacos::restart`), so this is what it holds.
     let changed = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 30\n";
-    writer.put(AGENT_CONFIGURATIONS_KEY, Some(changed), skyconf_sources::Expect::Seen).await.unwrap();
+    writer.put(AGENT_CONFIGURATIONS_KEY, Some(changed), Expect::Seen).await.unwrap();
     client.wait_for_digest("svc", "the change made during the outage", |d| d.is_some_and(|d| d != GOOD_DIGEST)).await;
     running.wait_for_store("the reconnection", |_| running.store.status().connected).await;
     running.stop().await.unwrap();
@@ -195,7 +190,7 @@ async fn propagation_nacos_publish_reaches_agents_within_a_second() {
     for n in 0..50 {
         let text = numbered(n);
         let published = Instant::now();
-        writer.put(AGENT_CONFIGURATIONS_KEY, Some(&text), skyconf_sources::Expect::Seen).await.unwrap();
+        writer.put(AGENT_CONFIGURATIONS_KEY, Some(&text), Expect::Seen).await.unwrap();
         let old = current.clone();
         let (digest, seen) = client.wait_for_digest("svc", "the publish", |d| d != old.as_deref()).await;
         delays.push(seen - published);

@@ -11,7 +11,7 @@ use skyconf_server::{ReplicaOptions, ServeConfig};
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
 use skyconf_sources::nacos::NacosSource;
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Source};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect, Source};
 use skyconf_testkit::fixtures::{V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD};
 use skyconf_testkit::server::{Server, eventually_async, loopback};
 use skyconf_testkit::servers::etcd::EtcdServer;
@@ -133,7 +133,7 @@ async fn on_zookeeper_every_replica_shows_every_agent() {
 async fn on_nacos_every_replica_shows_every_agent() {
     let Some(nacos) = Rnacos::start("replicas").await else { return };
     let source = || NacosSource::new(nacos.settings("skywalking", "")).unwrap();
-    source().put(AGENT_CONFIGURATIONS_KEY, Some(GOOD), skyconf_sources::Expect::Seen).await.unwrap();
+    source().put(AGENT_CONFIGURATIONS_KEY, Some(GOOD), Expect::Seen).await.unwrap();
     let a = Server::start(source(), config("replica-a")).await;
     let b = Server::start(source(), config("replica-b")).await;
     an_agent_of_one_replica_shows_on_the_other(a, b).await;

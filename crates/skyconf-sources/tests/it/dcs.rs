@@ -13,7 +13,7 @@ use skyconf_proto::dcs::{
     Config, ConfigurationRequest, ConfigurationResponse, GroupConfigItems, GroupConfigurationResponse,
 };
 use skyconf_sources::dcs::{DcsSettings, DcsSource};
-use skyconf_sources::{KeySet, Source, SourceError, Update};
+use skyconf_sources::{Expect, KeySet, Source, SourceError, Update};
 use tonic::{Request, Response, Status};
 
 const KEY: &str = "test-module.grpc.testKey";
@@ -150,10 +150,7 @@ async fn load_reads_everything_and_writes_are_refused() {
     let content = source.load(&KeySet::oap()).await.unwrap();
     assert_eq!(content.singles[KEY], "100");
     assert_eq!(content.groups[GROUP].len(), 2);
-    assert!(matches!(
-        source.put(KEY, Some("x"), skyconf_sources::Expect::Seen).await,
-        Err(SourceError::Unsupported(_))
-    ));
+    assert!(matches!(source.put(KEY, Some("x"), Expect::Seen).await, Err(SourceError::Unsupported(_))));
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, KeySet, Source, SourceError, Update};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, Expect, KeySet, Source, SourceError, Update};
 use skyconf_testkit::fixtures::OPENAPI_GROUP as GROUP;
 use skyconf_testkit::probe::SourceProbe;
 use skyconf_testkit::servers::etcd::{EtcdServer, TestCerts};
@@ -71,16 +71,13 @@ async fn reports_the_namespace_then_every_change() {
     assert!(matches!(run.next().await, Update::Group { items: None, .. }), "a group without items is absent");
 
     // put writes {namespace}/{key}; the change comes back through the watch.
-    source.put("core.default.apdexThreshold", Some("default: 500"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put("core.default.apdexThreshold", Some("default: 500"), Expect::Seen).await.unwrap();
     assert_eq!(admin.get(&key("core.default.apdexThreshold")).await.as_deref(), Some(&b"default: 500"[..]));
     assert_eq!(run.single().await, ("core.default.apdexThreshold".to_owned(), Some("default: 500".to_owned())));
-    source.put("core.default.apdexThreshold", None, skyconf_sources::Expect::Seen).await.unwrap();
+    source.put("core.default.apdexThreshold", None, Expect::Seen).await.unwrap();
     assert_eq!(admin.get(&key("core.default.apdexThreshold")).await, None);
     assert_eq!(run.single().await, ("core.default.apdexThreshold".to_owned(), None));
-    assert!(matches!(
-        source.put("a/b", Some("x"), skyconf_sources::Expect::Seen).await,
-        Err(SourceError::Unsupported(_))
-    ));
+    assert!(matches!(source.put("a/b", Some("x"), Expect::Seen).await, Err(SourceError::Unsupported(_))));
 
     // Bytes that are not UTF-8 are decoded as the OAP's JVM decodes them.
     admin.put(&key("test-module.default.testKey"), vec![b'x', 0xff]).await;
@@ -99,24 +96,24 @@ async fn a_put_based_on_a_stale_revision_conflicts_and_writes_nothing() {
 
     // Another client changes the key after the source read it: mod_revision differs.
     admin.put(&agent, "external").await;
-    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale"), skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale"), Expect::Seen).await.unwrap_err();
     assert!(matches!(&error, SourceError::Conflict { message, .. } if message.contains(&agent)), "{error}");
     assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"external"[..]), "nothing was written");
-    let error = source.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap_err();
     assert!(matches!(error, SourceError::Conflict { .. }), "a delete is a compare-and-swap too: {error}");
     assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"external"[..]));
 
     // Another client deletes it.
     source.load(&KeySet::oap()).await.unwrap();
     admin.delete(&agent).await;
-    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale"), skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale"), Expect::Seen).await.unwrap_err();
     assert!(error.to_string().contains("deleted since"), "{error}");
     assert_eq!(admin.get(&agent).await, None);
 
     // A key the source saw absent (version == 0) that another client created meanwhile.
     let absent = key("x.y.absent");
     admin.put(&absent, "created elsewhere").await;
-    let error = source.put("x.y.absent", Some("mine"), skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put("x.y.absent", Some("mine"), Expect::Seen).await.unwrap_err();
     assert!(error.to_string().contains("was absent when last seen"), "{error}");
     assert_eq!(admin.get(&absent).await.as_deref(), Some(&b"created elsewhere"[..]));
 }
@@ -134,22 +131,22 @@ async fn puts_in_a_row_and_after_a_change_the_watch_saw_succeed() {
     // Creating (version == 0), then writes in a row, each expecting the last one before the
     // watch echoes it, then a delete and a new creation.
     for value in ["a", "b", "c"] {
-        source.put(AGENT_CONFIGURATIONS_KEY, Some(value), skyconf_sources::Expect::Seen).await.unwrap();
+        source.put(AGENT_CONFIGURATIONS_KEY, Some(value), Expect::Seen).await.unwrap();
     }
-    source.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap();
-    source.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap();
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("d"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("d"), Expect::Seen).await.unwrap();
     assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"d"[..]));
     run.follow(&mut content, |c| c.agent_configurations() == Some("d")).await;
 
     // An external change, once the watch reported it, is what the next write expects.
     admin.put(&agent, "external").await;
     run.follow(&mut content, |c| c.agent_configurations() == Some("external")).await;
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("after"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("after"), Expect::Seen).await.unwrap();
     assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"after"[..]));
     admin.delete(&agent).await;
     run.follow(&mut content, |c| c.agent_configurations().is_none()).await;
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("again"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("again"), Expect::Seen).await.unwrap();
     assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"again"[..]));
     run.stop().await;
 }
@@ -170,7 +167,7 @@ async fn namespaces_map_as_the_oap_maps_them() {
     assert_eq!(none.singles["top.level.key"], "2", "an empty namespace is no prefix");
     assert!(!none.singles.contains_key("a.b.c"), "deeper keys are not single keys: {none:?}");
 
-    source(with("")).put("written.at.root", Some("3"), skyconf_sources::Expect::Seen).await.unwrap();
+    source(with("")).put("written.at.root", Some("3"), Expect::Seen).await.unwrap();
     assert_eq!(admin.get("written.at.root").await.as_deref(), Some(&b"3"[..]));
 }
 
@@ -285,7 +282,7 @@ async fn logs_in_and_refuses_a_wrong_password_clearly() {
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert!(matches!(
-        wrong.put(AGENT_CONFIGURATIONS_KEY, Some("x"), skyconf_sources::Expect::Seen).await,
+        wrong.put(AGENT_CONFIGURATIONS_KEY, Some("x"), Expect::Seen).await,
         Err(SourceError::Refused { .. })
     ));
     let mut run = SourceProbe::spawn_shared(&wrong, KeySet::oap());
@@ -311,7 +308,7 @@ async fn speaks_tls_with_a_private_ca_and_a_client_certificate() {
     let source = std::sync::Arc::new(source(tls.clone()));
     // etcd listens before it serves: poll until it answers.
     let give_up = std::time::Instant::now() + Duration::from_secs(20);
-    while let Err(error) = source.put(AGENT_CONFIGURATIONS_KEY, Some("over tls"), skyconf_sources::Expect::Seen).await {
+    while let Err(error) = source.put(AGENT_CONFIGURATIONS_KEY, Some("over tls"), Expect::Seen).await {
         assert!(std::time::Instant::now() < give_up, "no TLS connection: {error}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -329,7 +326,7 @@ async fn loads_runs_and_writes(source: &std::sync::Arc<EtcdSource>, held: &str, 
     assert_eq!(source.load(&KeySet::oap()).await.unwrap().agent_configurations(), Some(held));
     let mut run = SourceProbe::spawn_shared(source, KeySet::oap());
     assert_eq!(run.snapshot().await.agent_configurations(), Some(held));
-    source.put(AGENT_CONFIGURATIONS_KEY, Some(next), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some(next), Expect::Seen).await.unwrap();
     assert_eq!(run.single().await.1.as_deref(), Some(next));
     run.stop().await;
 }

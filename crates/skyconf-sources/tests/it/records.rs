@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyconf_sources::{KeySet, Lifetime, SharedRecords, Source, SourceError, Update};
+use skyconf_sources::{Expect, KeySet, Lifetime, SharedRecords, Source, SourceError, Update};
 use skyconf_testkit::probe::SourceProbe;
 use skyconf_testkit::server::eventually_async;
 
@@ -85,7 +85,7 @@ pub(crate) async fn records_are_not_configuration<S: Source>(source: Arc<S>, key
     records.put("releases", "r1", b"{\"a\":1}", Lifetime::Durable).await.unwrap();
     assert!(records.create("releases", "r2", b"{}").await.unwrap());
     records.delete("releases", "r2").await.unwrap();
-    source.put(key, Some("default: 1"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(key, Some("default: 1"), Expect::Seen).await.unwrap();
     assert_eq!(probe.single().await, (key.to_owned(), Some("default: 1".to_owned())));
     assert!(probe.next_within(Duration::from_millis(200)).await.is_none(), "nothing else was reported");
     let loaded = source.load(&KeySet::oap()).await.unwrap();
@@ -95,7 +95,7 @@ pub(crate) async fn records_are_not_configuration<S: Source>(source: Arc<S>, key
     if let Some(Update::Failed(error)) = probe.try_next() {
         panic!("{error}");
     }
-    source.put(key, None, skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(key, None, Expect::Seen).await.unwrap();
     records.delete("fleet", "r1").await.unwrap();
     records.delete("releases", "r1").await.unwrap();
     probe.stop().await;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, SourceError, StoreContent, Update};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect, KeySet, Source, SourceError, StoreContent, Update};
 use skyconf_testkit::fixtures::OPENAPI_GROUP as OPENAPI;
 use skyconf_testkit::probe::SourceProbe;
 use skyconf_testkit::servers::zookeeper::{Proxy, ZkServer, delete_tree, namespace, upsert};
@@ -96,7 +96,7 @@ async fn reports_each_change_to_singles_and_groups() {
     assert_eq!(watching.snapshot().await, StoreContent::default(), "a missing namespace is empty");
 
     // put creates the namespace and the key.
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("a"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("a"), Expect::Seen).await.unwrap();
     assert_eq!(watching.single().await, (AGENT_CONFIGURATIONS_KEY.to_owned(), Some("a".to_owned())));
     client.set_data(&format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), b"b", None).await.unwrap();
     assert_eq!(watching.single().await.1.as_deref(), Some("b"));
@@ -124,7 +124,7 @@ async fn reports_each_change_to_singles_and_groups() {
     client.delete(&format!("{ns}/custom.group/x"), None).await.unwrap();
     assert_eq!(watching.group().await, ("custom.group".to_owned(), None));
 
-    source.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
     assert_eq!(watching.single().await, (AGENT_CONFIGURATIONS_KEY.to_owned(), None));
     assert!(watching.try_next().is_none(), "nothing else was reported");
     watching.stop().await;
@@ -137,32 +137,23 @@ async fn put_writes_the_layout_and_refuses_what_it_cannot_write() {
     let ns = format!("{root}/nested/deeper");
     let source = source(&server.addr(), &ns);
     let path = source.znode_of("alarm.default.alarm-settings");
-    source.put("alarm.default.alarm-settings", Some("rules: {}"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put("alarm.default.alarm-settings", Some("rules: {}"), Expect::Seen).await.unwrap();
     assert_eq!(client.get_data(&path).await.unwrap().0, b"rules: {}", "namespace created on the way");
-    source.put("alarm.default.alarm-settings", Some("rules: []"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put("alarm.default.alarm-settings", Some("rules: []"), Expect::Seen).await.unwrap();
     assert_eq!(client.get_data(&path).await.unwrap().0, b"rules: []");
-    source.put("alarm.default.alarm-settings", None, skyconf_sources::Expect::Seen).await.unwrap();
+    source.put("alarm.default.alarm-settings", None, Expect::Seen).await.unwrap();
     assert!(matches!(client.get_data(&path).await, Err(zk::Error::NoNode)));
-    source
-        .put("alarm.default.alarm-settings", None, skyconf_sources::Expect::Seen)
-        .await
-        .expect("deleting a missing key is fine");
+    source.put("alarm.default.alarm-settings", None, Expect::Seen).await.expect("deleting a missing key is fine");
 
     upsert(&client, &format!("{ns}/{OPENAPI}/item"), "1").await;
-    let error = source.put(OPENAPI, None, skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put(OPENAPI, None, Expect::Seen).await.unwrap_err();
     assert!(matches!(&error, SourceError::Refused { message, .. } if message.contains("children")), "{error}");
 
     for bad in ["", "a/b", ".."] {
-        assert!(
-            matches!(source.put(bad, Some("x"), skyconf_sources::Expect::Seen).await, Err(SourceError::Unsupported(_))),
-            "{bad:?}"
-        );
+        assert!(matches!(source.put(bad, Some("x"), Expect::Seen).await, Err(SourceError::Unsupported(_))), "{bad:?}");
     }
     let huge = "x".repeat(2 << 20);
-    assert!(matches!(
-        source.put("k", Some(&huge), skyconf_sources::Expect::Seen).await,
-        Err(SourceError::TooLarge { .. })
-    ));
+    assert!(matches!(source.put("k", Some(&huge), Expect::Seen).await, Err(SourceError::TooLarge { .. })));
     delete_tree(&client, &root).await;
 }
 
@@ -176,24 +167,24 @@ async fn a_put_based_on_a_stale_version_conflicts_and_writes_nothing() {
 
     // Another client changes the znode after the source read it.
     upsert(&client, &path, "external").await;
-    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale"), skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale"), Expect::Seen).await.unwrap_err();
     assert!(matches!(&error, SourceError::Conflict { message, .. } if message.contains(&path)), "{error}");
     assert_eq!(client.get_data(&path).await.unwrap().0, b"external", "nothing was written");
-    let error = source.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap_err();
     assert!(matches!(error, SourceError::Conflict { .. }), "a delete is a compare-and-swap too: {error}");
     assert_eq!(client.get_data(&path).await.unwrap().0, b"external");
 
     // Another client deletes it.
     source.load(&KeySet::oap()).await.unwrap();
     client.delete(&path, None).await.unwrap();
-    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale"), skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put(AGENT_CONFIGURATIONS_KEY, Some("stale"), Expect::Seen).await.unwrap_err();
     assert!(error.to_string().contains("it was deleted"), "{error}");
     assert!(matches!(client.get_data(&path).await, Err(zk::Error::NoNode)));
 
     // A key the source saw absent that another client created meanwhile.
     let absent = source.znode_of("x.y.absent");
     upsert(&client, &absent, "created elsewhere").await;
-    let error = source.put("x.y.absent", Some("mine"), skyconf_sources::Expect::Seen).await.unwrap_err();
+    let error = source.put("x.y.absent", Some("mine"), Expect::Seen).await.unwrap_err();
     assert!(error.to_string().contains("was absent when last seen"), "{error}");
     assert_eq!(client.get_data(&absent).await.unwrap().0, b"created elsewhere");
     delete_tree(&client, &ns).await;
@@ -210,22 +201,22 @@ async fn puts_in_a_row_and_after_a_change_the_watch_saw_succeed() {
     // Creating, writes in a row (each expecting the last one, before the watch reports it), a
     // delete, and a new creation.
     for value in ["a", "b", "c"] {
-        source.put(AGENT_CONFIGURATIONS_KEY, Some(value), skyconf_sources::Expect::Seen).await.unwrap();
+        source.put(AGENT_CONFIGURATIONS_KEY, Some(value), Expect::Seen).await.unwrap();
     }
-    source.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap();
-    source.put(AGENT_CONFIGURATIONS_KEY, None, skyconf_sources::Expect::Seen).await.unwrap();
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("d"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("d"), Expect::Seen).await.unwrap();
     assert_eq!(client.get_data(&path).await.unwrap().0, b"d");
     run.follow(&mut content, |c| c.agent_configurations() == Some("d")).await;
 
     // An external change, once the watch reported it, is what the next write expects.
     upsert(&client, &path, "external").await;
     run.follow(&mut content, |c| c.agent_configurations() == Some("external")).await;
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("after"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("after"), Expect::Seen).await.unwrap();
     assert_eq!(client.get_data(&path).await.unwrap().0, b"after");
     client.delete(&path, None).await.unwrap();
     run.follow(&mut content, |c| c.agent_configurations().is_none()).await;
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("again"), skyconf_sources::Expect::Seen).await.unwrap();
+    source.put(AGENT_CONFIGURATIONS_KEY, Some("again"), Expect::Seen).await.unwrap();
     assert_eq!(client.get_data(&path).await.unwrap().0, b"again");
     run.stop().await;
     delete_tree(&client, &ns).await;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use skyconf_sources::Expect;
 use skyconf_sources::Source as _;
 use skyconf_sources::nacos::NacosSource;
 
@@ -30,10 +31,7 @@ impl NacosBackend {
     }
 
     async fn write(&self, key: &str, value: Option<&str>) {
-        self.writer
-            .put(key, value, skyconf_sources::Expect::Seen)
-            .await
-            .unwrap_or_else(|e| panic!("nacos write of {key}: {e}"));
+        self.writer.put(key, value, Expect::Seen).await.unwrap_or_else(|e| panic!("nacos write of {key}: {e}"));
     }
 
     async fn write_index(&self, group: &str) {
