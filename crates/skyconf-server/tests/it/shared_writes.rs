@@ -193,7 +193,10 @@ async fn a_new_replica_reads_the_shared_history(servers: &[Server], newcomer: Se
     let mut admins: Vec<AdminClient> = servers.iter().map(Server::admin).collect();
     admins.push(newcomer.admin());
     assert_one_history(&admins).await;
-    assert!(history(&newcomer.admin()).await.len() > 30, "the newcomer imported the releases it never saw");
+    // At least the 15 writes without If-Match, the stale-If-Match round's winner, `moved-on` and
+    // `attributed`: releases the newcomer never saw.
+    let releases = history(&newcomer.admin()).await.len();
+    assert!(releases >= 18, "the newcomer imported the releases it never saw: {releases}");
 }
 
 #[tokio::test]

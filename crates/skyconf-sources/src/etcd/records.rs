@@ -61,6 +61,27 @@ impl Drop for EtcdRecords {
 }
 
 impl EtcdRecords {
+    /// Every record of `kind` as `(name, value)` in one range read (values left empty with
+    /// `keys_only`), in byte order, which is name order for the names allowed.
+    async fn range(&self, kind: &str, keys_only: bool) -> Result<Listed, SourceError> {
+        check_name(kind, "x")?;
+        let prefix = format!("{}{kind}/", self.inner.base).into_bytes();
+        let (start, end) = (prefix.clone(), prefix_end(&prefix));
+        let response = if keys_only {
+            self.inner.with(|c| async move { c.range_keys(start, end).await }).await?
+        } else {
+            self.inner.with(|c| async move { c.range(start, end).await }).await?
+        };
+        Ok(response
+            .kvs
+            .into_iter()
+            .filter_map(|kv| {
+                let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_slice())?).ok()?;
+                (!name.contains('/')).then(|| (name.to_owned(), kv.value))
+            })
+            .collect())
+    }
+
     /// Records under namespace `prefix` (with its trailing `/`, or empty), session records on a
     /// lease of `ttl` (whole seconds, at least one).
     pub(crate) fn new(connector: Connector, prefix: &str, store: String, ttl: Duration) -> Self {
@@ -249,40 +270,11 @@ impl SharedRecords for EtcdRecords {
     }
 
     fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>> {
-        Box::pin(async move {
-            check_name(kind, "x")?;
-            let prefix = format!("{}{kind}/", self.inner.base).into_bytes();
-            let end = prefix_end(&prefix);
-            let start = prefix.clone();
-            let response = self.inner.with(|c| async move { c.range(start, end).await }).await?;
-            // etcd returns keys in byte order, which is name order for the names allowed.
-            Ok(response
-                .kvs
-                .into_iter()
-                .filter_map(|kv| {
-                    let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_slice())?).ok()?;
-                    (!name.contains('/')).then(|| (name.to_owned(), kv.value))
-                })
-                .collect())
-        })
+        Box::pin(self.range(kind, false))
     }
 
     fn names<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<String>, SourceError>> {
-        Box::pin(async move {
-            check_name(kind, "x")?;
-            let prefix = format!("{}{kind}/", self.inner.base).into_bytes();
-            let end = prefix_end(&prefix);
-            let start = prefix.clone();
-            let response = self.inner.with(|c| async move { c.range_keys(start, end).await }).await?;
-            Ok(response
-                .kvs
-                .into_iter()
-                .filter_map(|kv| {
-                    let name = std::str::from_utf8(kv.key.strip_prefix(prefix.as_slice())?).ok()?;
-                    (!name.contains('/')).then(|| name.to_owned())
-                })
-                .collect())
-        })
+        Box::pin(async move { Ok(self.range(kind, true).await?.into_iter().map(|(name, _)| name).collect()) })
     }
 
     fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), SourceError>> {

@@ -329,16 +329,9 @@ impl SharedRecords for ZkRecords {
 
     fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>> {
         Box::pin(async move {
-            check_name(kind, "x")?;
+            let names = self.names(kind).await?;
             let inner = &self.inner;
             let client = inner.client().await?;
-            let parent = format!("{}/{kind}", inner.base);
-            let mut names = match inner.raw(client.get_children(&parent)).await? {
-                Ok((names, _)) => names,
-                Err(zk::Error::NoNode) => return Ok(Vec::new()),
-                Err(error) => return Err(inner.error(error)),
-            };
-            names.sort();
             // Every read is sent before any answer is awaited.
             let reads: Vec<_> = names.iter().map(|name| client.get_data(&inner.path(kind, name))).collect();
             let mut listed = Vec::with_capacity(names.len());
