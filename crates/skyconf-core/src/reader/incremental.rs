@@ -28,6 +28,7 @@
 //! documents, and the reader's fuzz target compares them on every input.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use indexmap::IndexMap;
@@ -46,6 +47,8 @@ struct Part {
     service: ServiceConfig,
     expanded: usize,
     values: usize,
+    /// The read that last found this part in its document.
+    generation: u64,
 }
 
 /// How the last [`IncrementalReader::read`] went.
@@ -64,7 +67,9 @@ pub struct Reuse {
 #[derive(Debug, Default)]
 pub struct IncrementalReader {
     /// The parts of the last document read, by their text.
-    parts: HashMap<Box<str>, Part>,
+    parts: HashMap<Box<str>, Part, BuildHasherDefault<TextHasher>>,
+    /// Counts the reads that kept parts.
+    generation: u64,
     last: Reuse,
 }
 
@@ -85,35 +90,30 @@ impl IncrementalReader {
         let Some(cuts) = split(text) else {
             return self.whole(text);
         };
-        // The parts not remembered, read (on every core when there are many), each once.
+        let generation = self.generation.wrapping_add(1);
+        // Each remembered part this document has is marked; the others are to be read (each
+        // text once, on every core when there are many).
         let mut missing: Vec<&str> = Vec::new();
         let mut wanted: HashSet<&str> = HashSet::new();
-        for &part in &cuts {
-            if !self.parts.contains_key(part) && wanted.insert(part) {
-                missing.push(part);
+        for &cut in &cuts {
+            match self.parts.get_mut(cut) {
+                Some(part) => part.generation = generation,
+                None => {
+                    if wanted.insert(cut) {
+                        missing.push(cut);
+                    }
+                }
             }
         }
-        let Some(read_now) = read_parts(&missing) else {
+        let Some(read_now) = read_parts(&missing, generation) else {
             return self.whole(text);
         };
-        let mut fresh: HashMap<&str, Part> = missing.iter().copied().zip(read_now).collect();
-        let mut parts: HashMap<Box<str>, Part> = HashMap::with_capacity(cuts.len());
+        let reuse = Reuse { reused: cuts.len() - missing.len(), parsed: missing.len(), whole: false };
+        let fresh: HashMap<&str, Part> = missing.iter().copied().zip(read_now).collect();
         let mut services: IndexMap<String, ServiceConfig> = IndexMap::with_capacity(cuts.len());
         let (mut expanded, mut values) = (0usize, 0usize);
-        let mut reuse = Reuse::default();
         for &cut in &cuts {
-            let part: &Part = if let Some((key, part)) = self.parts.remove_entry(cut) {
-                reuse.reused += 1;
-                parts.entry(key).or_insert(part)
-            } else if parts.contains_key(cut) {
-                // The same text twice in one document: read once.
-                reuse.reused += 1;
-                &parts[cut]
-            } else {
-                let part = fresh.remove(cut).expect("every part is remembered or read");
-                reuse.parsed += 1;
-                parts.entry(cut.into()).or_insert(part)
-            };
+            let part = fresh.get(cut).or_else(|| self.parts.get(cut)).expect("every part is remembered or read");
             // Each part's weight counts the header again: the sum bounds the whole's from above.
             expanded = expanded.saturating_add(part.expanded);
             values = values.saturating_add(part.values);
@@ -125,7 +125,10 @@ impl IncrementalReader {
         if expanded > tree::MAX_EXPANDED_CHARS || values > resolve::MAX_VALUES {
             return self.whole(text);
         }
-        self.parts = parts;
+        // Remember this document's parts only.
+        self.parts.retain(|_, part| part.generation == generation);
+        self.parts.extend(fresh.into_iter().map(|(text, part)| (Box::from(text), part)));
+        self.generation = generation;
         self.last = reuse;
         Ok(AgentConfigurations::from_services(services))
     }
@@ -142,9 +145,11 @@ impl IncrementalReader {
 /// Cuts the document at its service keys; `None` unless it is of the shape the module describes.
 fn split(text: &str) -> Option<Vec<&str>> {
     let body = text.strip_prefix(HEADER)?;
+    // Counted without an early exit, so that it runs over whole vectors.
+    let tabs_or_returns = body.as_bytes().iter().fold(0usize, |n, &b| n + usize::from(b == b'\t' || b == b'\r'));
     if text.len() > yaml11::MAX_CODE_POINTS
-        || body.bytes().any(|b| matches!(b, b'\t' | b'\r'))
-        || body.contains(['\u{85}', '\u{2028}', '\u{2029}', '\u{feff}'])
+        || tabs_or_returns > 0
+        || (!body.is_ascii() && body.contains(['\u{85}', '\u{2028}', '\u{2029}', '\u{feff}']))
     {
         return None;
     }
@@ -176,16 +181,41 @@ fn split(text: &str) -> Option<Vec<&str>> {
     Some(cuts)
 }
 
+/// A fast hash of the parts' texts (eight bytes a step), for the table that remembers them:
+/// every reload hashes the whole document once. The table still compares the texts, so a
+/// collision costs a comparison, never a wrong part; and the texts are the operator's own.
+#[derive(Debug, Default)]
+struct TextHasher(u64);
+
+impl Hasher for TextHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let word = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+        }
+        for &byte in words.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(K);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        // The high bits mix every input bit; hashbrown takes its control byte from the top.
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
 /// First characters of a two-space line that the split does not take for a service key.
 const SERVICE_START_REFUSED: [char; 17] =
     ['-', '?', ':', ',', '[', ']', '{', '}', '&', '*', '!', '|', '>', '%', '@', '`', '<'];
 
 /// Reads each part; `None` if any is refused or is not exactly one anchor-free service.
-fn read_parts(parts: &[&str]) -> Option<Vec<Part>> {
+fn read_parts(parts: &[&str], generation: u64) -> Option<Vec<Part>> {
     let threads = std::thread::available_parallelism().map_or(1, usize::from).min(parts.len() / PARALLEL_MIN).max(1);
     if threads == 1 {
         let failed = AtomicBool::new(false);
-        return parts.iter().map(|part| read_part(part, &failed)).collect();
+        return parts.iter().map(|part| read_part(part, generation, &failed)).collect();
     }
     let failed = AtomicBool::new(false);
     let chunk = parts.len().div_ceil(threads);
@@ -194,7 +224,9 @@ fn read_parts(parts: &[&str]) -> Option<Vec<Part>> {
             .chunks(chunk)
             .map(|slice| {
                 let failed = &failed;
-                scope.spawn(move || slice.iter().map(|part| read_part(part, failed)).collect::<Option<Vec<_>>>())
+                scope.spawn(move || {
+                    slice.iter().map(|part| read_part(part, generation, failed)).collect::<Option<Vec<_>>>()
+                })
             })
             .collect();
         let mut all = Vec::with_capacity(parts.len());
@@ -207,7 +239,7 @@ fn read_parts(parts: &[&str]) -> Option<Vec<Part>> {
 
 /// Reads one part as `configurations:\n<part>`; `None` (and `failed` set, so that other threads
 /// stop early) unless it is exactly one service and defines no anchor.
-fn read_part(part: &str, failed: &AtomicBool) -> Option<Part> {
+fn read_part(part: &str, generation: u64, failed: &AtomicBool) -> Option<Part> {
     if failed.load(Ordering::Relaxed) {
         return None;
     }
@@ -220,6 +252,7 @@ fn read_part(part: &str, failed: &AtomicBool) -> Option<Part> {
                 service: service.clone(),
                 expanded: measure.tree.expanded,
                 values: measure.values,
+                generation,
             })
         }
         _ => None,
@@ -353,15 +386,14 @@ mod tests {
 
     #[test]
     fn every_snippet_next_to_every_other_reads_as_a_full_read_reads_it() {
-        for (i, a) in SNIPPETS.iter().enumerate() {
+        for a in SNIPPETS {
             for b in SNIPPETS {
                 let mut reader = IncrementalReader::new();
                 // Warm with a neutral document, then read the pair both ways round.
                 assert_same(&mut reader, &format!("{HEADER}  svc-a:\n    k: v\n    n: 010\n{b}"));
                 assert_same(&mut reader, &format!("{HEADER}{a}{b}"));
                 assert_same(&mut reader, &format!("{HEADER}{b}{a}"));
-                assert_same(&mut reader, &format!("{HEADER}{a}{b}").trim_end_matches('\n').to_owned());
-                let _ = i;
+                assert_same(&mut reader, format!("{HEADER}{a}{b}").trim_end_matches('\n'));
             }
         }
     }
@@ -375,7 +407,10 @@ mod tests {
         let edited = text.replacen("bench-svc-7:\n", "bench-svc-7:\n    extra.key: 'x'\n", 1);
         assert_eq!(assert_same(&mut reader, &edited), Reuse { reused: 1_999, parsed: 1, whole: false });
         // Renamed, moved to the end, and written twice: still nothing else read again.
-        let moved = format!("{}  bench-svc-7b:\n    k: v\n  bench-svc-3:\n    k: w\n", edited.replacen("bench-svc-9:", "bench-svc-9x:", 1));
+        let moved = format!(
+            "{}  bench-svc-7b:\n    k: v\n  bench-svc-3:\n    k: w\n",
+            edited.replacen("bench-svc-9:", "bench-svc-9x:", 1)
+        );
         assert_eq!(assert_same(&mut reader, &moved), Reuse { reused: 1_999, parsed: 3, whole: false });
         // A refused edit keeps the parts: the next good document reuses them.
         let broken = moved.replacen("bench-svc-11:\n", "bench-svc-11:\n    k: [\n", 1);
