@@ -108,6 +108,8 @@ impl Reloader {
         let mut reader = IncrementalReader::new();
         if let Some(text) = accepted {
             let _ = reader.read(text);
+            // Not a second copy of every setting: the parts hold the served table's.
+            reader.share_with(&served.snapshot().table);
         }
         Self {
             events: Events::default().for_origin(&origin),

@@ -133,6 +133,16 @@ impl IncrementalReader {
         Ok(AgentConfigurations::from_services(services))
     }
 
+    /// Shares with `table` the settings of every remembered service that `table` serves alike,
+    /// so a reader primed with the document a table was read from holds no second copy of them.
+    pub fn share_with(&mut self, table: &AgentConfigurations) {
+        for part in self.parts.values_mut() {
+            if let Some(served) = table.get(part.service.name()).filter(|served| **served == part.service) {
+                part.service = served.clone();
+            }
+        }
+    }
+
     /// Reads the whole document the ordinary way; forgets the parts once a document is read.
     fn whole(&mut self, text: &str) -> Result<AgentConfigurations, ReadError> {
         let table = read(text)?;
@@ -417,6 +427,23 @@ mod tests {
         let err = reader.read(&broken).unwrap_err();
         assert_eq!(Err(err), listed(&read(&broken)));
         assert_eq!(assert_same(&mut reader, &moved), Reuse { reused: 2_002, parsed: 0, whole: false });
+    }
+
+    #[test]
+    fn a_reader_sharing_a_tables_settings_reads_as_before() {
+        let text = skyconf_testkit::fixtures::document(50, 3);
+        let table = read(&text).unwrap();
+        let mut reader = IncrementalReader::new();
+        reader.read(&text).unwrap();
+        let same_memory = |part: &Part| {
+            table.get(part.service.name()).is_some_and(|t| std::ptr::eq(t.entries(), part.service.entries()))
+        };
+        assert_eq!(reader.parts.values().filter(|p| same_memory(p)).count(), 0, "two reads, two copies");
+        reader.share_with(&table);
+        let shared = reader.parts.values().filter(|p| same_memory(p)).count();
+        assert_eq!(shared, 50);
+        let edited = text.replacen("bench-svc-4:\n", "bench-svc-4:\n    extra: 1\n", 1);
+        assert_eq!(assert_same(&mut reader, &edited), Reuse { reused: 49, parsed: 1, whole: false });
     }
 
     #[test]
