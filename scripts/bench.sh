@@ -298,7 +298,7 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   wait $agents || { cat "$WORK/agents.err" >&2; echo "bench.sh: the agents run failed" >&2; exit 1; }
   record "{\"kind\": \"agents\", \"server\": \"skyconf\", \"agents\": $AGENTS, \"rss_before_kb\": $before, \"rss_steady_kb\": $steady, \"fds\": $conns, \"result\": $(tail -1 "$WORK/agents.out")}"
 
-  # Edit -> new digest served, on the 10,000-service document (each edit is a full reload).
+  # Edit -> new digest served, on the 10,000-service document (each edit changes one service).
   json=$(taskset -c "$LOAD_CPU" "$SKY" bench propagation --addr 127.0.0.1:$P_SCALE --file "$SCALE_DOC" \
     --services 10000 --keys 6 --edits "$([ $QUICK = 1 ] && echo 10 || echo 40)" --pause 300ms --json --quiet)
   record "{\"kind\": \"propagation\", \"server\": \"skyconf\", \"result\": $json}"
@@ -339,7 +339,7 @@ if [ "${SKIP_PROFILE:-0}" != 1 ]; then
   fi
   # Where a reload's time goes: one in-process reload of 10,000 services x 6 keys.
   valgrind --tool=callgrind --callgrind-out-file="$PROFILE_DIR/reload.callgrind" \
-    "$SKY" bench reload --services 10000 --keys 6 --repeat 1 --json --quiet >"$PROFILE_DIR/reload.json" 2>"$PROFILE_DIR/reload.log"
+    "$SKY" bench reload --mode full --services 10000 --keys 6 --repeat 1 --json --quiet >"$PROFILE_DIR/reload.json" 2>"$PROFILE_DIR/reload.log"
   total=$(grep -m1 '^totals:\|^summary:' "$PROFILE_DIR/reload.callgrind" | awk '{print $2}')
   {
     echo "== one reload of 10,000 services x 6 keys (skyconf bench reload --repeat 1): $total instructions in all,"

@@ -13,10 +13,20 @@ use skyconf_server::{ServedTable, StoreView};
 use tower::ServiceExt as _;
 
 /// The reader never panics; a refusal names a position inside the document, and an accepted
-/// document's answers encode and decode back.
+/// document's answers encode and decode back. The incremental reader reads it as the full read
+/// does, cold and after a document that shares its first service.
 pub fn reader(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    match skyconf_core::read(text) {
+    let full = skyconf_core::read(text);
+    let in_order = |result: Result<skyconf_core::AgentConfigurations, skyconf_core::ReadError>| {
+        result.map(|table| table.services().cloned().collect::<Vec<_>>())
+    };
+    let mut incremental = skyconf_core::reader::IncrementalReader::new();
+    let warm = format!("{}\n  skyconf-fuzz-other: {{k: v}}\n", text.lines().take(3).collect::<Vec<_>>().join("\n"));
+    let _ = incremental.read(&warm);
+    assert_eq!(in_order(incremental.read(text)), in_order(full.clone()), "warm incremental read");
+    assert_eq!(in_order(skyconf_core::reader::IncrementalReader::new().read(text)), in_order(full.clone()), "cold");
+    match full {
         Ok(table) => {
             let answers = Answers::new(&table);
             for service in table.services() {

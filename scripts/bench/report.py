@@ -281,15 +281,18 @@ def main():
           f"p99 {fmt((res.get('latency_us') or {}).get('p99'))} µs; connecting all took {res['connect_seconds']} s.")
     if reload_:
         res = reload_["result"]
+        how = {"edit": "one service edited, as a store change reloads", "cold": "a first read, every service",
+               "full": "the whole document read the ordinary way"}.get(res.get("reload", "full"), "")
         w(f"- Reload of a 10,000-service × 6-key document ({fmt(res['bytes'] / 1024, 0)} KiB), parse + digests + "
-          f"pre-encoded answers, in process (`skyconf bench reload`, {res['repeat']} times): "
+          f"pre-encoded answers, in process (`skyconf bench reload --mode {res.get('reload', 'full')}`: {how}; "
+          f"{res['repeat']} times): "
           f"**p50 {res['total_ms']['p50']} ms**, max {res['total_ms']['max']} ms "
           f"(parse {res['parse_ms']['p50']} ms, table build {res['install_ms']['p50']} ms)")
     for p in props:
         res = p["result"]
         lat = res.get("latency_us") or {}
-        w(f"- File edit → new digest served, on the {fmt(res['services'])}-service document (each edit a full "
-          f"reload; `skyconf bench propagation`, {res['edits']} edits, file replaced by rename): "
+        w(f"- File edit → new digest served, on the {fmt(res['services'])}-service document (each edit changes "
+          f"one service; `skyconf bench propagation`, {res['edits']} edits, file replaced by rename): "
           f"p50 {fmt((lat.get('p50') or 0) / 1000, 1)} ms, **p99 {fmt((lat.get('p99') or 0) / 1000, 1)} ms**, "
           f"max {fmt((lat.get('max') or 0) / 1000, 1)} ms; {res['timed_out']} edits not seen in time")
     if not (idle or s10k or agents):

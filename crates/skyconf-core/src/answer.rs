@@ -68,6 +68,28 @@ impl Answers {
         Self { by_service, empty: Answer::empty(), ready: true }
     }
 
+    /// The answers for `table`, taking from `previous` (the answers for the table `before`) the
+    /// answer of every service whose configuration is the same in both: a reload that changed
+    /// one service encodes one answer. The result is the one [`Self::new`] gives.
+    pub fn updated(table: &AgentConfigurations, before: &AgentConfigurations, previous: &Self) -> Self {
+        if !previous.ready {
+            return Self::new(table);
+        }
+        let by_service = table
+            .services()
+            .map(|s| {
+                let kept = before
+                    .get(s.name())
+                    .filter(|old| *old == s)
+                    .and_then(|_| previous.by_service.get(s.name()))
+                    .cloned();
+                let answer = kept.unwrap_or_else(|| Answer::new(s.digest().clone(), s.entries()));
+                (s.name().to_owned(), answer)
+            })
+            .collect();
+        Self { by_service, empty: previous.empty.clone(), ready: true }
+    }
+
     /// No table known yet: every poll is answered "no change".
     pub fn waiting() -> Self {
         Self { by_service: HashMap::new(), empty: Answer::empty(), ready: false }
@@ -194,6 +216,30 @@ mod tests {
 
     fn v4() -> Answers {
         Answers::new(&crate::read(V4).unwrap())
+    }
+
+    #[test]
+    fn updated_answers_are_the_answers_of_the_new_table() {
+        let before =
+            crate::read("configurations:\n  a: {k: v}\n  b: {k: w}\n  c: {'1': x, 1: y}\n  d: {k: v}\n").unwrap();
+        let previous = Answers::new(&before);
+        // `b` changes, `c` keeps its digest but not its entries' order, `d` goes, `e` comes.
+        let table =
+            crate::read("configurations:\n  e: {k: v}\n  a: {k: v}\n  b: {k: z}\n  c: {1: y, '1': x}\n").unwrap();
+        for updated in
+            [Answers::updated(&table, &before, &previous), Answers::updated(&table, &before, &Answers::waiting())]
+        {
+            let fresh = Answers::new(&table);
+            assert!(updated.is_ready());
+            for service in ["a", "b", "c", "d", "e", "unknown"] {
+                let (u, f) = (updated.answer(service), fresh.answer(service));
+                assert_eq!(u.digest, f.digest, "{service}");
+                let serial = uuid::Uuid::nil();
+                assert_eq!(u.encoded.with_serial(serial), f.encoded.with_serial(serial), "{service}");
+            }
+        }
+        let updated = Answers::updated(&table, &before, &previous);
+        assert_eq!(updated.by_service.len(), 4);
     }
 
     // The OAP handler's acceptance cases (behaviour reference §5.1, item 3).

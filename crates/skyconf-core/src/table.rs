@@ -6,11 +6,13 @@ use indexmap::IndexMap;
 
 use crate::digest::Digest;
 
-/// One service's configuration as the OAP would serve it.
+/// One service's configuration as the OAP would serve it. Cheap to clone: the entries are
+/// shared (a reload that keeps a service keeps its entries, and comparing two clones is a
+/// pointer comparison).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceConfig {
     name: String,
-    entries: Vec<(String, String)>,
+    entries: Arc<[(String, String)]>,
     digest: Digest,
 }
 
@@ -18,13 +20,13 @@ impl ServiceConfig {
     /// A service with these stringified entries, in document order.
     pub fn new(name: String, entries: Vec<(String, String)>) -> Self {
         let digest = Digest::of_entries(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        Self { name, entries, digest }
+        Self { name, entries: entries.into(), digest }
     }
 
     /// A service whose digest covers more than the entries it serves: the OAP hashes every
     /// entry written, and of keys that print alike (`1` and `"1"`) sends only the last.
     pub fn with_digest(name: String, entries: Vec<(String, String)>, digest: Digest) -> Self {
-        Self { name, entries, digest }
+        Self { name, entries: entries.into(), digest }
     }
 
     /// The service name agents send.

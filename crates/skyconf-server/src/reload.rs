@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use skyconf_core::AgentConfigurations;
 use skyconf_core::guard::{ResetPolicy, would_reset_the_fleet};
+use skyconf_core::reader::IncrementalReader;
 use skyconf_core::store::{Revision, content_hash};
 
 use crate::metrics::{Events, OriginEvents};
@@ -94,12 +95,22 @@ pub struct Reloader {
     held: Option<Pending>,
     /// The store revision of the value being applied.
     revision: Option<Revision>,
+    /// Reads each document, re-reading only the services whose text changed since the last.
+    reader: IncrementalReader,
 }
 
 impl Reloader {
     /// A reloader for `served`, whose current table came from `accepted` (if a table is served).
     pub fn new(served: Arc<ServedTable>, origin: impl Into<String>, accepted: Option<&str>) -> Self {
         let origin = origin.into();
+        // The served document's parts are remembered now, so the first edit after start reads
+        // only what it changed (one more read of the document, once).
+        let mut reader = IncrementalReader::new();
+        if let Some(text) = accepted {
+            let _ = reader.read(text);
+            // Not a second copy of every setting: the parts hold the served table's.
+            reader.share_with(&served.snapshot().table);
+        }
         Self {
             events: Events::default().for_origin(&origin),
             served,
@@ -110,6 +121,7 @@ impl Reloader {
             guard: Guard::OFF,
             held: None,
             revision: None,
+            reader,
         }
     }
 
@@ -271,7 +283,7 @@ impl Reloader {
                 None => self.install(table, None),
             };
         };
-        match skyconf_core::read(text) {
+        match self.reader.read(text) {
             Ok(table) => match self.hold_if_reset(&table, Some(text)) {
                 Some(held) => held,
                 None => self.install(table, Some(text.to_owned())),
@@ -318,6 +330,55 @@ mod tests {
         assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Installed(2));
         assert!(served.last_rejection().is_none());
         assert_ne!(served.snapshot().answer("a").digest, before);
+    }
+
+    #[test]
+    fn edits_serve_what_a_full_read_of_each_document_serves() {
+        let (served, _) = setup();
+        let mut text = String::from("configurations:\n");
+        for i in 0..300 {
+            text.push_str(&format!("  s{i}:\n    k: {i}\n    j: '{}'\n", i % 7));
+        }
+        let edits = [
+            text.clone(),
+            text.replacen("  s5:\n    k: 5\n", "  s5:\n    k: five\n", 1),
+            text.replacen("  s9:\n", "  s9b:\n", 1),
+            format!("{text}  s0:\n    k: again\n"),
+            text.replacen("  s7:\n    k: 7\n", "  s7:\n    k: &a 7\n    m: *a\n", 1),
+            text.replacen("  s3:\n", "  s3:\n    k: [\n", 1),
+            text.replacen("  s2:\n    k: 2\n", "  s2:\n    k: 2\nother: 1\n", 1),
+            text.clone(),
+        ];
+        let mut reloader = Reloader::new(Arc::clone(&served), "test", Some(&edits[0]));
+        assert_eq!(reloader.apply(Some(&edits[1])), Outcome::Installed(2));
+        let reuse = reloader.reader.last();
+        assert_eq!(
+            (reuse.reused, reuse.parsed, reuse.whole),
+            (299, 1, false),
+            "the accepted document's parts were remembered"
+        );
+        for edit in &edits {
+            let expected = skyconf_core::read(edit);
+            let outcome = reloader.apply(Some(edit));
+            let snapshot = served.snapshot();
+            match expected {
+                Ok(table) => {
+                    assert!(matches!(outcome, Outcome::Installed(_)), "{outcome:?}");
+                    let want = skyconf_core::answer::Answers::new(&table);
+                    let names: Vec<_> = table.services().map(|s| s.name().to_owned()).collect();
+                    let got: Vec<_> = snapshot.table.services().map(|s| s.name().to_owned()).collect();
+                    assert_eq!(got, names);
+                    for name in names.iter().map(String::as_str).chain(["s9", "nope"]) {
+                        assert_eq!(snapshot.table.get(name), table.get(name), "{name}");
+                        let (a, b) = (snapshot.answer(name), want.answer(name));
+                        assert_eq!(a.digest, b.digest, "{name}");
+                        let serial = uuid::Uuid::nil();
+                        assert_eq!(a.encoded.with_serial(serial), b.encoded.with_serial(serial), "{name}");
+                    }
+                }
+                Err(error) => assert_eq!(outcome, Outcome::Rejected(error.to_string())),
+            }
+        }
     }
 
     #[test]

@@ -40,6 +40,12 @@ impl Snapshot {
         Self { version, table, installed_at: SystemTime::now(), answers }
     }
 
+    /// The snapshot after `self` serving `table`: the answers of unchanged services are kept.
+    fn next(&self, table: AgentConfigurations) -> Self {
+        let answers = Answers::updated(&table, &self.table, &self.answers);
+        Self { version: self.version + 1, table, installed_at: SystemTime::now(), answers }
+    }
+
     fn waiting() -> Self {
         let table = AgentConfigurations::default();
         Self { version: 0, table, installed_at: SystemTime::now(), answers: Answers::waiting() }
@@ -139,8 +145,9 @@ impl ServedTable {
 
     /// Installs a new table and returns its version.
     pub fn install(&self, table: AgentConfigurations) -> u64 {
-        let version = self.current.load().version + 1;
-        self.current.store(Arc::new(Snapshot::new(version, table)));
+        let next = self.current.load().next(table);
+        let version = next.version;
+        self.current.store(Arc::new(next));
         self.changes.send_replace(version);
         version
     }

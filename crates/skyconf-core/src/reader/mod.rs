@@ -16,10 +16,13 @@
 
 mod bigint;
 mod breaks;
+mod incremental;
 mod java;
 mod resolve;
 mod tree;
 mod yaml11;
+
+pub use incremental::{IncrementalReader, Reuse};
 
 use std::fmt;
 
@@ -137,13 +140,29 @@ pub fn read(text: &str) -> Result<AgentConfigurations, ReadError> {
 
 /// Reads an agent-configurations document as [`read`] does, with the warnings.
 pub fn read_with_warnings(text: &str) -> Result<Reading, ReadError> {
-    let Some(root) = tree::parse(text)? else {
-        return Ok(Reading::default());
+    read_measured(text).map(|(reading, _)| reading)
+}
+
+/// What a read weighed against the document-wide limits (the incremental reader adds these up).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Measure {
+    /// The tree's: anchors and expanded weight.
+    tree: tree::TreeMeasure,
+    /// Values built (against `resolve::MAX_VALUES`).
+    values: usize,
+}
+
+/// [`read_with_warnings`], with what the document weighed.
+pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError> {
+    let (root, tree) = tree::parse_measured(text)?;
+    let Some(root) = root else {
+        return Ok((Reading::default(), Measure { tree, values: 0 }));
     };
     let mut constructor = Constructor::default();
+    let measured = |constructor: &Constructor| Measure { tree, values: constructor.values() };
     // `---` alone, `~`, `!!null x`: a null root, which the OAP reads as an empty table.
     if matches!(root.kind, NodeKind::Scalar { .. }) && matches!(constructor.construct(&root), Ok(JavaValue::Null)) {
-        return Ok(Reading::default());
+        return Ok((Reading::default(), measured(&constructor)));
     }
     if !is_map(&root) {
         return Err(ReadError::structure(
@@ -183,7 +202,9 @@ pub fn read_with_warnings(text: &str) -> Result<Reading, ReadError> {
         }
     }
     match services {
-        Some(services) => Ok(Reading { table: AgentConfigurations::from_services(services), warnings }),
+        Some(services) => {
+            Ok((Reading { table: AgentConfigurations::from_services(services), warnings }, measured(&constructor)))
+        }
         None => {
             let found: Vec<String> = top.iter().map(|e| format!("`{}`", e.key.to_java_string())).collect();
             Err(ReadError::structure(

@@ -16,7 +16,7 @@ use super::tree::{CORE_PREFIX, Node, NodeKind, Tag};
 use super::{Position, ReadError};
 
 /// How many values one document may expand to through aliases before it is refused.
-const MAX_VALUES: usize = 1_000_000;
+pub(crate) const MAX_VALUES: usize = 1_000_000;
 
 /// One mapping entry after flattening: the constructed key, where it was written, and the value
 /// node (constructed on demand, so callers can point at it in errors).
@@ -34,6 +34,11 @@ pub(crate) struct Constructor {
 }
 
 impl Constructor {
+    /// How many values were built so far (against `MAX_VALUES`, a document-wide limit).
+    pub(crate) fn values(&self) -> usize {
+        self.values
+    }
+
     /// The Java value of `node`.
     pub(crate) fn construct(&mut self, node: &Node) -> Result<JavaValue, ReadError> {
         self.values += 1;

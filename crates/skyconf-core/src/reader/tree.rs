@@ -136,9 +136,25 @@ fn normalise_tag(t: &saphyr_parser::Tag) -> Tag {
     }
 }
 
+/// What a parse measured of the document-wide limits, for the incremental reader: a document
+/// assembled from separately parsed parts must stay within them as a whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TreeMeasure {
+    /// The document defines an anchor (so its parts may share nodes).
+    pub(crate) anchored: bool,
+    /// Its expanded weight (see [`MAX_EXPANDED_CHARS`]).
+    pub(crate) expanded: usize,
+}
+
 /// Parses `text` into the root node of its single document; `None` for an empty stream (no
 /// document, or one holding only comments).
+#[cfg(test)]
 pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
+    parse_measured(text).map(|(root, _)| root)
+}
+
+/// [`parse`], with what the document weighs against the document-wide limits.
+pub(crate) fn parse_measured(text: &str) -> Result<(Option<Rc<Node>>, TreeMeasure), ReadError> {
     let text = yaml11::normalize_breaks(text);
     // LS and PS end lines for the parser too; a scalar that holds one is read again from `kept`.
     let kept = text.contains(yaml11::YAML11_BREAKS).then(|| breaks::Text::new(&text));
@@ -188,7 +204,8 @@ pub(crate) fn parse(text: &str) -> Result<Option<Rc<Node>>, ReadError> {
     if has_tabs {
         yaml11::check_tabs(text, &scalars)?;
     }
-    Ok(builder.root)
+    let measure = TreeMeasure { anchored: !builder.anchors.is_empty(), expanded: builder.expanded };
+    Ok((builder.root, measure))
 }
 
 #[derive(Default)]

@@ -316,3 +316,43 @@ fn refusals_say_where() {
         assert_eq!(err.position().unwrap().line, line, "{doc:?}: {err}");
     }
 }
+
+/// Services in order, field by field (a table's `==` ignores the order).
+fn in_order(result: Result<AgentConfigurations, ReadError>) -> Result<Vec<skyconf_core::ServiceConfig>, ReadError> {
+    result.map(|table| table.services().cloned().collect())
+}
+
+#[test]
+fn the_incremental_reader_reads_every_golden_and_fuzzed_document_as_read_does() {
+    use skyconf_core::reader::IncrementalReader;
+    let mut texts: Vec<String> = golden_docs().into_iter().map(|(_, text, _)| text).collect();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/reader");
+    for entry in fs::read_dir(&corpus).unwrap_or_else(|e| panic!("{}: {e}", corpus.display())) {
+        if let Ok(text) = String::from_utf8(fs::read(entry.expect("a corpus entry").path()).expect("readable")) {
+            texts.push(text);
+        }
+    }
+    // Each document alone, then joined with its neighbour's services both ways round, each read
+    // after the one before it, so parts are remembered across documents of every kind.
+    let bodies: Vec<&str> = texts.iter().map(|t| t.strip_prefix("configurations:\n").unwrap_or(t)).collect();
+    let mut documents: Vec<String> = texts.clone();
+    for pair in bodies.windows(2) {
+        documents.push(format!("configurations:\n{}{}", pair[0], pair[1]));
+        documents.push(format!("configurations:\n{}\n{}", pair[1], pair[0]));
+    }
+    let mut reader = IncrementalReader::new();
+    let (mut incremental, mut failures) = (0, Vec::new());
+    for text in &documents {
+        let (ours, full) = (in_order(reader.read(text)), in_order(read(text)));
+        incremental += usize::from(!reader.last().whole && ours.is_ok());
+        if ours != full {
+            failures.push(format!("{text:?}\n  incremental {ours:?}\n  full        {full:?}"));
+        }
+        // And cold, by a reader that remembers nothing.
+        if in_order(IncrementalReader::new().read(text)) != full {
+            failures.push(format!("cold: {text:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(incremental > 100, "only {incremental} documents were read in parts");
+}

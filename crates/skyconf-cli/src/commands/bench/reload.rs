@@ -1,11 +1,18 @@
 //! `skyconf bench reload`: parses a document and builds its served table in process (digests and
 //! pre-encoded answers included), as a reload does, and reports how long each half took.
+//!
+//! Three kinds of reload (`--mode`): `edit`, what the server does when the document changes (an
+//! [`IncrementalReader`] that read the previous revision, a served table that serves it; each
+//! revision changes one service, as `skyconf bench propagation` does); `cold`, the first document
+//! a server reads (a fresh incremental reader: every service read, on every core); `full`, the
+//! whole document read the ordinary way (`skyconf_core::read`) and every answer encoded.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use serde_json::json;
+use skyconf_core::reader::IncrementalReader;
 
 use super::{print_report, progress};
 
@@ -24,6 +31,9 @@ pub(super) struct Args {
     /// How many reloads to time.
     #[arg(long, default_value_t = 10)]
     repeat: usize,
+    /// Which reload to time: `edit`, `cold` or `full` (see the module's description).
+    #[arg(long, value_enum, default_value_t = Mode::Edit)]
+    mode: Mode,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -32,19 +42,48 @@ pub(super) struct Args {
     quiet: bool,
 }
 
+/// Which reload `skyconf bench reload` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum Mode {
+    /// One service edited, the rest read and encoded before.
+    Edit,
+    /// A first read: every service, on every core.
+    Cold,
+    /// The whole document read the ordinary way, every answer encoded.
+    Full,
+}
+
 /// Times --repeat reloads and prints the report.
 pub(super) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let text = match &args.file {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
-        None => super::document::document("bench-svc-", args.services, args.keys, 0),
+    let revision = |n: u64| match &args.file {
+        // A given file has no revisions: an edit appends a comment, which changes the text only.
+        Some(path) => std::fs::read_to_string(path)
+            .map(|text| if n == 0 { text } else { format!("{text}\n# revision {n}\n") })
+            .with_context(|| format!("cannot read {}", path.display())),
+        None => Ok(super::document::document("bench-svc-", args.services, args.keys, n)),
     };
-    let served = skyconf_server::ServedTable::new(skyconf_core::AgentConfigurations::default());
+    let text = revision(0)?;
+    let mut served = skyconf_server::ServedTable::new(skyconf_core::AgentConfigurations::default());
+    let mut reader = IncrementalReader::new();
+    if args.mode == Mode::Edit {
+        served.install(reader.read(&text).context("the document is refused")?);
+    }
     let (mut parse, mut install, mut total) = (Vec::new(), Vec::new(), Vec::new());
     let mut services = 0;
     let bar = progress(args.quiet, args.repeat.max(1) as u64, "reloads");
-    for _ in 0..args.repeat.max(1) {
+    for n in 1..=args.repeat.max(1) as u64 {
+        let text = if args.mode == Mode::Edit { revision(n)? } else { text.clone() };
+        if args.mode != Mode::Edit {
+            // Nothing read or encoded before.
+            served = skyconf_server::ServedTable::new(skyconf_core::AgentConfigurations::default());
+            reader = IncrementalReader::new();
+        }
         let t0 = Instant::now();
-        let table = skyconf_core::read(&text).context("the document is refused")?;
+        let table = match args.mode {
+            Mode::Full => skyconf_core::read(&text),
+            Mode::Edit | Mode::Cold => reader.read(&text),
+        }
+        .context("the document is refused")?;
         let t1 = Instant::now();
         services = table.len();
         served.install(table);
@@ -62,6 +101,7 @@ pub(super) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let report = json!({
         "mode": "reload",
+        "reload": format!("{:?}", args.mode).to_lowercase(),
         "services": services,
         "bytes": text.len(),
         "repeat": args.repeat.max(1),
