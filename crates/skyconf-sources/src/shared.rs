@@ -19,7 +19,10 @@
 //! any store (OAP keys are `module.provider.item`).
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::{BoxFuture, SourceError};
 
@@ -111,6 +114,26 @@ pub fn check_name(kind: &str, name: &str) -> Result<(), SourceError> {
         )));
     }
     Ok(())
+}
+
+/// Runs `renew` every `interval` until `stop` is cancelled, also in the middle of a renewal: how
+/// each store keeps its session records alive.
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper", feature = "nacos")), allow(dead_code))]
+pub(crate) async fn renew_until_stopped<F: Future<Output = ()>>(
+    stop: &CancellationToken,
+    interval: std::time::Duration,
+    mut renew: impl FnMut() -> F,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = renew() => {}
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch, by the system clock.

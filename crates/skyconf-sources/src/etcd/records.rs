@@ -185,16 +185,7 @@ impl Inner {
     /// Renews the lease until stopped, then revokes it.
     async fn keep(self: Arc<Self>) {
         let interval = self.ttl / 3;
-        loop {
-            tokio::select! {
-                () = self.stop.cancelled() => break,
-                () = tokio::time::sleep(interval) => {}
-            }
-            tokio::select! {
-                () = self.stop.cancelled() => break,
-                () = self.renew() => {}
-            }
-        }
+        crate::shared::renew_until_stopped(&self.stop, interval, || self.renew()).await;
         let lease = self.session.lock().await.lease.take();
         if let Some(id) = lease {
             match self.with(|c| async move { c.lease_revoke(id).await }).await {

@@ -134,16 +134,7 @@ impl Inner {
     /// Renews until stopped, then deletes the session records.
     async fn keep(self: Arc<Self>) {
         let interval = self.ttl / 3;
-        loop {
-            tokio::select! {
-                () = self.stop.cancelled() => break,
-                () = tokio::time::sleep(interval) => {}
-            }
-            tokio::select! {
-                () = self.stop.cancelled() => break,
-                () = self.renew() => {}
-            }
-        }
+        crate::shared::renew_until_stopped(&self.stop, interval, || self.renew()).await;
         let session = std::mem::take(&mut *self.session.lock().await);
         for data_id in session.keys() {
             if let Err(error) = self.client.remove(data_id).await {

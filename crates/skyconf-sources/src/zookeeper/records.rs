@@ -231,16 +231,7 @@ impl Inner {
     /// Keeps the session records until stopped; then closes the session, which deletes them.
     async fn keep(self: Arc<Self>) {
         let interval = (self.session_timeout / 3).max(Duration::from_millis(100));
-        loop {
-            tokio::select! {
-                () = self.stop.cancelled() => break,
-                () = tokio::time::sleep(interval) => {}
-            }
-            tokio::select! {
-                () = self.stop.cancelled() => break,
-                () = self.restore() => {}
-            }
-        }
+        crate::shared::renew_until_stopped(&self.stop, interval, || self.restore()).await;
         // The last handle on the client: dropping it closes the session.
         self.client.lock().await.take();
     }
