@@ -96,29 +96,35 @@ impl SharedHistory {
                 _ => tracing::warn!(record = %name, "Ignoring a shared release record that cannot be read."),
             }
         }
+        let imported = self.take(shared).await;
+        tracing::info!(records = newest, imported, "Read the shared release history.");
+        newest
+    }
+
+    /// Brings shared releases into the local log: the attribution of those it keeps, the others
+    /// imported in their place. How many were imported.
+    async fn take(&self, shared: Vec<SharedRelease>) -> usize {
         let releases = Arc::clone(&self.releases);
         // Reading tables and writing files: off the async threads.
-        let imported = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let mut imported = 0;
             for release in &shared {
                 if releases.get(release.id).is_some() {
                     releases.amend(release.id, release);
-                } else {
-                    match releases.import(release) {
-                        Ok(true) => imported += 1,
-                        Ok(false) => {}
-                        Err(error) => {
-                            tracing::warn!(release = release.id, %error, "A shared release's document cannot be read; it is not imported.");
-                        }
+                    continue;
+                }
+                match releases.import(release) {
+                    Ok(true) => imported += 1,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(release = release.id, %error, "A shared release's document cannot be read; it is not imported.");
                     }
                 }
             }
             imported
         })
         .await
-        .unwrap_or(0);
-        tracing::info!(records = newest, imported, "Read the shared release history.");
-        newest
+        .unwrap_or(0)
     }
 
     /// Shares every release newer than `shared_up_to` (what [`SharedHistory::import`] returned)
@@ -175,14 +181,15 @@ impl SharedHistory {
         let kept: std::collections::HashSet<u64> = kept.iter().map(|r| r.id).collect();
         let missing =
             names.iter().filter_map(|name| name.parse::<u64>().ok()).filter(|id| *id > oldest && !kept.contains(id));
+        let mut shared = Vec::new();
         for id in missing {
             let Ok(Some(bytes)) = self.records.get(KIND, &record_name(id)).await else { continue };
-            let Ok(shared) = serde_json::from_slice::<SharedRelease>(&bytes) else { continue };
-            let releases = Arc::clone(&self.releases);
-            let imported = tokio::task::spawn_blocking(move || releases.import(&shared)).await;
-            if let Ok(Err(error)) = imported {
-                tracing::warn!(release = id, %error, "A shared release's document cannot be read; it is not imported.");
+            if let Ok(release) = serde_json::from_slice::<SharedRelease>(&bytes) {
+                shared.push(release);
             }
+        }
+        if !shared.is_empty() {
+            self.take(shared).await;
         }
     }
 
