@@ -269,7 +269,7 @@ impl Reloader {
         if self.last_seen == Some(hash) {
             // The served text written again: the next conditional write must expect its new
             // revision.
-            if self.held.is_none() && self.accepted.as_deref().map(content_hash) == hash && revision.is_some() {
+            if revision.is_some() && self.held.is_none() && self.accepted.as_deref() == value {
                 self.served.set_store_revision(self.served.snapshot().version, revision);
             }
             return Outcome::Unchanged;
