@@ -18,6 +18,7 @@ use skyconf_proto::v3::ConfigurationSyncRequest;
 use crate::codec::PreEncoded;
 use crate::digest::{Digest, EMPTY_DIGEST};
 use crate::table::AgentConfigurations;
+use crate::targeting::{Group, InstanceRef, Targeting};
 
 /// The largest answer a service may have: gRPC's default maximum message size, 4 MiB, which
 /// every stock agent keeps (the Go agent and grpcio by default; the Java agent allows 50 MiB).
@@ -52,12 +53,24 @@ impl Answer {
     }
 }
 
-/// Every service's answer for one table, encoded once.
+/// Every service's answer for one table, encoded once, and its targeting groups' answers.
 #[derive(Debug, Clone)]
 pub struct Answers {
     by_service: HashMap<String, Answer>,
+    /// The answer of each group of each targeted service, in the groups' order.
+    groups: HashMap<String, Vec<Answer>>,
+    targeting: Targeting,
     empty: Answer,
     ready: bool,
+}
+
+/// The answer an instance gets, and the group it gets it as (`None`: the service's own).
+#[derive(Debug, Clone, Copy)]
+pub struct Chosen<'a> {
+    /// The answer.
+    pub answer: &'a Answer,
+    /// The targeting group that decided it.
+    pub group: Option<&'a Group>,
 }
 
 impl Answers {
@@ -65,7 +78,13 @@ impl Answers {
     pub fn new(table: &AgentConfigurations) -> Self {
         let by_service =
             table.services().map(|s| (s.name().to_owned(), Answer::new(s.digest().clone(), s.entries()))).collect();
-        Self { by_service, empty: Answer::empty(), ready: true }
+        Self {
+            by_service,
+            groups: group_answers(table),
+            targeting: table.targeting().clone(),
+            empty: Answer::empty(),
+            ready: true,
+        }
     }
 
     /// The answers for `table`, taking from `previous` (the answers for the table `before`) the
@@ -87,12 +106,42 @@ impl Answers {
                 (s.name().to_owned(), answer)
             })
             .collect();
-        Self { by_service, empty: previous.empty.clone(), ready: true }
+        Self {
+            by_service,
+            groups: group_answers(table),
+            targeting: table.targeting().clone(),
+            empty: previous.empty.clone(),
+            ready: true,
+        }
     }
 
     /// No table known yet: every poll is answered "no change".
     pub fn waiting() -> Self {
-        Self { by_service: HashMap::new(), empty: Answer::empty(), ready: false }
+        Self {
+            by_service: HashMap::new(),
+            groups: HashMap::new(),
+            targeting: Targeting::default(),
+            empty: Answer::empty(),
+            ready: false,
+        }
+    }
+
+    /// Whether instances of `service` may get different answers (it has targeting groups).
+    pub fn is_targeted(&self, service: &str) -> bool {
+        !self.groups.is_empty() && self.groups.contains_key(service)
+    }
+
+    /// The answer for `instance` of `service`: its first matching group's, else the service's
+    /// own (also for a poller whose instance is unknown).
+    pub fn choose(&self, service: &str, instance: Option<&InstanceRef<'_>>) -> Chosen<'_> {
+        let grouped = instance
+            .filter(|_| self.is_targeted(service))
+            .and_then(|instance| self.targeting.group_of(service, instance))
+            .and_then(|(index, group)| Some((self.groups.get(service)?.get(index)?, group)));
+        match grouped {
+            Some((answer, group)) => Chosen { answer, group: Some(group) },
+            None => Chosen { answer: self.answer(service), group: None },
+        }
     }
 
     /// False while [`Self::waiting`].
@@ -182,12 +231,42 @@ impl<'a> Reply<'a> {
     }
 }
 
+/// Each targeting group's answer: the service's entries patched with the group's settings.
+fn group_answers(table: &AgentConfigurations) -> HashMap<String, Vec<Answer>> {
+    table
+        .targeting()
+        .services()
+        .map(|(service, groups)| {
+            let base = table.get(service).map_or(&[][..], |s| s.entries());
+            let answers = groups
+                .iter()
+                .map(|group| {
+                    let entries = group.entries(base);
+                    let digest = Digest::of_entries(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                    Answer::new(digest, &entries)
+                })
+                .collect();
+            (service.to_owned(), answers)
+        })
+        .collect()
+}
+
 /// The OAP handler's rule: the polled service's answer unless the agent already holds it.
 pub fn reply<'a>(answers: &'a Answers, request: &ConfigurationSyncRequest, options: ReplyOptions) -> Reply<'a> {
+    reply_to(answers, request, None, options)
+}
+
+/// [`reply`] for a poller known to be `instance`: the answer of its targeting group, if any.
+pub fn reply_to<'a>(
+    answers: &'a Answers,
+    request: &ConfigurationSyncRequest,
+    instance: Option<&InstanceRef<'_>>,
+    options: ReplyOptions,
+) -> Reply<'a> {
     if !answers.ready {
         return Reply::NotReady;
     }
-    let answer = answers.answer(&request.service);
+    let answer = answers.choose(&request.service, instance).answer;
     if !options.disable_message_digest && answer.digest == *request.uuid.as_str() {
         Reply::Unchanged(answer)
     } else {

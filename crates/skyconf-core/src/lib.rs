@@ -7,7 +7,7 @@
 //! - [`digest`]: the per-service SHA-512 digest agents echo back;
 //! - [`guard`]: whether a new table would reset most of the fleet at once;
 //! - [`codec`]: the `ConfigurationDiscoveryCommand`, encoded (once per reload) and decoded;
-//! - [`table`]: the table itself; [`diff`]: what changed between two of them;
+//! - [`table`]: the table itself; [`targeting`]: settings for some of a service's instances; [`diff`]: what changed between two of them;
 //! - [`writer`]: a table written back as a document that reads to the same digests;
 //! - [`store`]: the OAP's dynamic-configuration store model and its change-detection rules.
 //!
@@ -23,6 +23,7 @@ pub mod guard;
 pub mod reader;
 pub mod store;
 pub mod table;
+pub mod targeting;
 pub mod writer;
 
 pub use digest::Digest;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 
 use crate::digest::Digest;
+use crate::targeting::Targeting;
 
 /// One service's configuration as the OAP would serve it. Cheap to clone: the entries are
 /// shared (a reload that keeps a service keeps its entries, and comparing two clones is a
@@ -50,16 +51,28 @@ impl ServiceConfig {
     }
 }
 
-/// Every service of one accepted document. Cheap to clone.
+/// Every service of one accepted document, and its per-instance [`Targeting`]. Cheap to clone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentConfigurations {
     services: Arc<IndexMap<String, ServiceConfig>>,
+    targeting: Targeting,
 }
 
 impl AgentConfigurations {
     /// A table of these services, in document order.
     pub fn from_services(services: IndexMap<String, ServiceConfig>) -> Self {
-        Self { services: Arc::new(services) }
+        Self { services: Arc::new(services), targeting: Targeting::default() }
+    }
+
+    /// The same table with `targeting` as its `targeting:` section.
+    pub fn with_targeting(mut self, targeting: Targeting) -> Self {
+        self.targeting = targeting;
+        self
+    }
+
+    /// The document's `targeting:` section (empty when it has none).
+    pub fn targeting(&self) -> &Targeting {
+        &self.targeting
     }
 
     /// Exact, case-sensitive lookup, as the OAP does it.

@@ -14,6 +14,7 @@
 use std::fmt::Write as _;
 
 use crate::table::{AgentConfigurations, ServiceConfig};
+use crate::targeting::{Pattern, Targeting};
 
 /// `text` as a YAML double-quoted scalar that reads back as exactly `text`.
 pub fn double_quoted(text: &str) -> String {
@@ -106,7 +107,79 @@ pub fn with_service(table: &AgentConfigurations, service: &str, entries: Option<
     if let (false, Some(entries)) = (replaced, entries) {
         services.push(ServiceConfig::new(service.to_owned(), entries));
     }
-    render(&services)
+    let mut text = render(&services);
+    render_targeting(table.targeting(), &mut text);
+    text
+}
+
+/// Appends `targeting` as a `targeting:` section that reads back to the same groups (nothing
+/// when it is empty).
+pub fn render_targeting(targeting: &Targeting, out: &mut String) {
+    if targeting.is_empty() {
+        return;
+    }
+    out.push_str("targeting:");
+    for (service, groups) in targeting.services() {
+        out.push_str("\n  ");
+        mapping_key(service, "  ", out);
+        if groups.is_empty() {
+            out.push_str(" []");
+        }
+        for group in groups {
+            out.push_str("\n    - group: ");
+            quoted(&group.name, out);
+            let selector = &group.selector;
+            let list = |name: &str, patterns: &[Pattern], out: &mut String| {
+                if !patterns.is_empty() {
+                    out.push_str("\n      ");
+                    out.push_str(name);
+                    out.push(':');
+                    flow_list(patterns, out);
+                }
+            };
+            list("instances", &selector.instances, out);
+            if !selector.properties.is_empty() {
+                out.push_str("\n      properties:");
+                for (key, patterns) in &selector.properties {
+                    out.push_str("\n        ");
+                    mapping_key(key, "        ", out);
+                    flow_list(patterns, out);
+                }
+            }
+            list("agent_versions", &selector.agent_versions, out);
+            if let Some(share) = selector.share {
+                let _ = write!(out, "\n      share: \"{share}\"");
+            }
+            out.push_str("\n      settings:");
+            if group.settings.is_empty() {
+                out.push_str(" {}");
+            }
+            for (key, value) in &group.settings {
+                out.push_str("\n        ");
+                mapping_key(key, "        ", out);
+                match value {
+                    Some(value) => {
+                        out.push(' ');
+                        quoted(value, out);
+                    }
+                    None => out.push_str(" ~"),
+                }
+            }
+        }
+    }
+    out.push('\n');
+}
+
+/// Appends ` [p1, p2]`, each pattern double-quoted.
+fn flow_list(patterns: &[Pattern], out: &mut String) {
+    out.push_str(" [");
+    for (i, pattern) in patterns.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        quoted(pattern.as_str(), out);
+    }
+    out.push(']');
 }
 
 /// `entries` with `patch` applied as a JSON merge patch (RFC 7396) applies to a flat object: a

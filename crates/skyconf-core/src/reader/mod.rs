@@ -19,6 +19,7 @@ mod breaks;
 mod incremental;
 mod java;
 mod resolve;
+mod targeting;
 mod tree;
 mod yaml11;
 
@@ -175,6 +176,7 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
     // Everything is built in document order, as SnakeYAML builds it: building a mapping can
     // rewrite nodes that later aliases see (see `Constructor::mapping_entries`).
     let mut services = None;
+    let mut targeting_node = None;
     for entry in &top {
         if matches!(&entry.key, JavaValue::Str(k) if k == "configurations") {
             // Reliability finding F16: two files concatenated, or a bad merge, leave two
@@ -199,11 +201,20 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
         } else {
             // The OAP's loader builds every value; one it cannot build fails the document.
             constructor.construct(&entry.value)?;
+            if matches!(&entry.key, JavaValue::Str(k) if k == "targeting") {
+                targeting_node = Some(&entry.value);
+            }
         }
     }
     match services {
         Some(services) => {
-            Ok((Reading { table: AgentConfigurations::from_services(services), warnings }, measured(&constructor)))
+            // Read after `configurations`, wherever it is written: it refers to its services.
+            let targeting = match targeting_node {
+                Some(node) => targeting::read_targeting(&mut constructor, node, &services, &mut warnings)?,
+                None => crate::targeting::Targeting::default(),
+            };
+            let table = AgentConfigurations::from_services(services).with_targeting(targeting);
+            Ok((Reading { table, warnings }, measured(&constructor)))
         }
         None => {
             let found: Vec<String> = top.iter().map(|e| format!("`{}`", e.key.to_java_string())).collect();
