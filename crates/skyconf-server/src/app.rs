@@ -262,9 +262,8 @@ fn count_fleet_on_scrape(metrics: &Metrics, fleet: &Arc<Fleet>, served: &Arc<Ser
             .into_iter()
             .map(|((service, digest), agents)| AgentsPerDigest { service, digest, agents: agents as u64 })
             .collect();
-        let snapshot = served.snapshot();
         let stuck = tracker
-            .counts(|service| snapshot.answer(service).digest.clone())
+            .counts(&served.serving())
             .into_iter()
             .map(|(service, counts)| StuckAgents { service, agents: counts.stuck as u64 })
             .collect();

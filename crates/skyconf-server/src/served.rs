@@ -4,19 +4,28 @@
 //! answers from its pre-encoded bytes ([`skyconf_core::answer`] decides which). Every install bumps the version on a `watch` channel, so
 //! anything that wants to react to a change (push streams, metrics, tests) can wait for it.
 //!
+//! A staged rollout ([`crate::rollout`]) serves some instances from another table: its
+//! [`Overlay`] sits beside the snapshot, and [`View`] is the one place that decides which answer an
+//! instance gets (the overlay's for its waves' instances, else the snapshot's, each with its
+//! targeting groups). Every install and every overlay change bumps a second channel,
+//! [`ServedTable::subscribe_answers`], which held polls wait on.
+//!
 //! Before the first table is known (a remote store unreachable at start-up and nothing persisted)
 //! the snapshot is *not ready*: every agent is answered "no change" and keeps what it has, rather
 //! than the EMPTY answer that would reset it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use arc_swap::ArcSwap;
-use skyconf_core::AgentConfigurations;
-use skyconf_core::answer::{Answer, Answers};
+use arc_swap::{ArcSwap, ArcSwapOption};
+use skyconf_core::answer::{Answer, Answers, Chosen};
 use skyconf_core::store::Revision;
+use skyconf_core::targeting::{InstanceRef, Share};
+use skyconf_core::{AgentConfigurations, Digest};
 use tokio::sync::watch;
+
+use crate::fleet::CurrentDigest;
 
 /// How many served versions' store revisions are remembered.
 const KNOWN_REVISIONS: usize = 4;
@@ -62,6 +71,115 @@ impl Snapshot {
     }
 }
 
+/// Which instances of which services a rollout's waves have reached so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WaveMembers {
+    /// Every instance within this share of its service (by [`skyconf_core::targeting::share_bucket`]).
+    pub share: Option<Share>,
+    /// And these instances by name, per service.
+    pub named: HashMap<String, HashSet<String>>,
+}
+
+impl WaveMembers {
+    /// Whether `instance` of `service` is reached.
+    pub fn holds(&self, service: &str, instance: &str) -> bool {
+        self.share.is_some_and(|share| share.holds(service, instance))
+            || self.named.get(service).is_some_and(|names| names.contains(instance))
+    }
+}
+
+/// Instances served from another table than the snapshot's: a staged rollout's candidate, for
+/// the instances its waves have reached, of the services it changes.
+#[derive(Debug)]
+pub struct Overlay {
+    /// The rollout's id.
+    pub rollout: String,
+    /// The services the candidate changes.
+    pub services: HashSet<String>,
+    /// The candidate's answers (with its own targeting).
+    pub candidate: Answers,
+    /// The instances reached.
+    pub members: WaveMembers,
+}
+
+impl Overlay {
+    /// Whether `instance` of `service` is served from the candidate.
+    pub fn serves(&self, service: &str, instance: &InstanceRef<'_>) -> bool {
+        self.services.contains(service) && self.members.holds(service, instance.name)
+    }
+}
+
+/// What is served now: the snapshot, and the rollout overlay if any.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// The snapshot.
+    pub snapshot: &'a Snapshot,
+    /// The overlay.
+    pub overlay: Option<&'a Overlay>,
+}
+
+/// An answer chosen for one poller, and why.
+#[derive(Debug, Clone, Copy)]
+pub struct Choice<'a> {
+    /// The answers it was chosen from (the snapshot's or the rollout's candidate's).
+    pub answers: &'a Answers,
+    /// The answer, and its targeting group.
+    pub chosen: Chosen<'a>,
+    /// The rollout serving it, if it is one of a wave's instances.
+    pub rollout: Option<&'a str>,
+}
+
+impl<'a> View<'a> {
+    /// Whether instances of `service` may get different answers: targeting groups, or a rollout
+    /// changing it. Only then is the poller's instance looked up.
+    pub fn varies(&self, service: &str) -> bool {
+        self.snapshot.answers.is_targeted(service) || self.overlay.is_some_and(|o| o.services.contains(service))
+    }
+
+    /// The answers `instance` of `service` is answered from.
+    pub fn answers_for(&self, service: &str, instance: Option<&InstanceRef<'_>>) -> (&'a Answers, Option<&'a str>) {
+        match (self.overlay, instance) {
+            (Some(overlay), Some(instance)) if overlay.serves(service, instance) => {
+                (&overlay.candidate, Some(overlay.rollout.as_str()))
+            }
+            _ => (&self.snapshot.answers, None),
+        }
+    }
+
+    /// The answer for `instance` of `service` (`None`: not identified), and why.
+    pub fn choose(&self, service: &str, instance: Option<&InstanceRef<'_>>) -> Choice<'a> {
+        let (answers, rollout) = self.answers_for(service, instance);
+        Choice { answers, chosen: answers.choose(service, instance), rollout }
+    }
+}
+
+/// A [`View`] that owns what it looks at: for the admin API and the fleet summaries, which judge
+/// every agent against what it is served.
+#[derive(Debug, Clone)]
+pub struct Serving {
+    /// The snapshot.
+    pub snapshot: Arc<Snapshot>,
+    /// The overlay.
+    pub overlay: Option<Arc<Overlay>>,
+}
+
+impl Serving {
+    /// Borrowed.
+    pub fn view(&self) -> View<'_> {
+        View { snapshot: &self.snapshot, overlay: self.overlay.as_deref() }
+    }
+}
+
+impl CurrentDigest for Serving {
+    fn current(&self, service: &str, instance: Option<&InstanceRef<'_>>) -> Digest {
+        self.view().choose(service, instance).chosen.answer.digest.clone()
+    }
+
+    fn per_instance(&self, service: &str) -> bool {
+        self.view().varies(service)
+    }
+}
+
 /// A document that was refused, kept for operators.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Rejection {
@@ -102,6 +220,9 @@ pub struct Held {
 pub struct ServedTable {
     current: ArcSwap<Snapshot>,
     changes: watch::Sender<u64>,
+    overlay: ArcSwapOption<Overlay>,
+    /// Bumped by every install and every overlay change.
+    answers_changed: watch::Sender<u64>,
     // Short critical sections only, never held across an await.
     last_rejection: Mutex<Option<Rejection>>,
     held: Mutex<Option<Held>>,
@@ -127,6 +248,8 @@ impl ServedTable {
         Self {
             current: ArcSwap::from_pointee(snapshot),
             changes,
+            overlay: ArcSwapOption::empty(),
+            answers_changed: watch::channel(0).0,
             last_rejection: Mutex::new(None),
             held: Mutex::new(None),
             store_revision: Mutex::new(VecDeque::new()),
@@ -143,13 +266,43 @@ impl ServedTable {
         f(&self.current.load())
     }
 
+    /// Runs `f` on what is served now without touching reference counts (the hot path).
+    pub fn with_view<R>(&self, f: impl FnOnce(&View<'_>) -> R) -> R {
+        let snapshot = self.current.load();
+        let overlay = self.overlay.load();
+        f(&View { snapshot: &snapshot, overlay: overlay.as_deref() })
+    }
+
+    /// What is served now, owned.
+    pub fn serving(&self) -> Serving {
+        Serving { snapshot: self.current.load_full(), overlay: self.overlay.load_full() }
+    }
+
     /// Installs a new table and returns its version.
     pub fn install(&self, table: AgentConfigurations) -> u64 {
         let next = self.current.load().next(table);
         let version = next.version;
         self.current.store(Arc::new(next));
         self.changes.send_replace(version);
+        self.answers_changed.send_modify(|n| *n += 1);
         version
+    }
+
+    /// Serves a rollout's candidate to its waves' instances (`None`: to nobody any more); held
+    /// polls are woken to see it.
+    pub fn set_overlay(&self, overlay: Option<Arc<Overlay>>) {
+        self.overlay.store(overlay);
+        self.answers_changed.send_modify(|n| *n += 1);
+    }
+
+    /// The rollout overlay served now.
+    pub fn overlay(&self) -> Option<Arc<Overlay>> {
+        self.overlay.load_full()
+    }
+
+    /// A receiver that sees every change of any answer: installs and overlay changes.
+    pub fn subscribe_answers(&self) -> watch::Receiver<u64> {
+        self.answers_changed.subscribe()
     }
 
     /// Says that the table served as `version` was read from the store's document at `revision`
@@ -205,8 +358,6 @@ impl ServedTable {
 
 #[cfg(test)]
 mod tests {
-    use skyconf_core::Digest;
-
     use super::*;
 
     fn table(text: &str) -> AgentConfigurations {

@@ -167,8 +167,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
             })
         }),
     };
-    let local_agents: usize =
-        admin.fleet.counts(|service| snapshot.answer(service).digest.clone()).values().map(|c| c.agents).sum();
+    let local_agents: usize = admin.fleet.counts(&admin.served.serving()).values().map(|c| c.agents).sum();
     let replicas = replica_list(&admin, local_agents);
     let all_agents: u64 = replicas.iter().filter_map(|r| r["agents"].as_u64()).sum::<u64>().max(local_agents as u64);
     Json(json!({
@@ -225,8 +224,9 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
     ),
 )]
 pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
-    let snapshot = admin.served.snapshot();
-    let mut counts = admin.fleet.counts(|service| snapshot.answer(service).digest.clone());
+    let serving = admin.served.serving();
+    let snapshot = &serving.snapshot;
+    let mut counts = admin.fleet.counts(&serving);
     let local_agents = counts.values().map(|c| c.agents).sum();
     if let Some(replicas) = &admin.replicas {
         for (service, theirs) in replicas.peer_counts() {
@@ -288,10 +288,11 @@ pub(super) async fn service(
     State(admin): State<Admin>,
     AnyServiceName(name): AnyServiceName,
 ) -> Result<impl IntoResponse, AppError> {
-    let snapshot = admin.served.snapshot();
-    let release = admin.releases.served_as(snapshot.version);
+    let serving = admin.served.serving();
+    let snapshot = &serving.snapshot;
     let current = &snapshot.answer(&name).digest;
-    let agents = admin.fleet.agents_of(&name, current);
+    let release = admin.releases.served_as(snapshot.version);
+    let agents = admin.fleet.agents_of(&name, &serving);
     let config = snapshot.table.get(&name);
     let peers = peers(&admin);
     let polled_elsewhere = peers.iter().any(|peer| peer.services.contains_key(&name));
@@ -350,8 +351,7 @@ pub(super) async fn service(
     ),
 )]
 pub(super) async fn instances(State(admin): State<Admin>) -> Json<Value> {
-    let snapshot = admin.served.snapshot();
-    let listed = admin.fleet.instances(|service| snapshot.answer(service).digest.clone());
+    let listed = admin.fleet.instances(&admin.served.serving());
     let own = own_id(&admin);
     let mut instances: Vec<Value> = listed.instances.iter().map(|i| labelled(i, &own, None)).collect();
     let mut anonymous: Vec<Value> = listed.anonymous.iter().map(|a| labelled(a, &own, None)).collect();

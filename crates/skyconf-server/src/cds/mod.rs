@@ -25,7 +25,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use skyconf_core::answer::{FetchOutcome, ReplyOptions, reply};
+use skyconf_core::answer::{FetchOutcome, ReplyOptions, reply_to};
+use skyconf_core::targeting::InstanceRef;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use tonic::{Request, Response, Status};
 
@@ -117,10 +118,31 @@ impl CdsService {
         request: &ConfigurationSyncRequest,
         peer: Option<std::net::SocketAddr>,
     ) -> (Bytes, FetchOutcome) {
-        self.served.with_snapshot(|snapshot| {
-            let reply = reply(&snapshot.answers, request, self.options);
-            if let (Some(fleet), Some(peer), Some(current)) = (&self.fleet, peer, reply.current()) {
-                let configured = snapshot.table.get(&request.service).is_some();
+        self.answer_to(request, peer, true)
+    }
+
+    /// The answer for the agent at `peer`: its instance's (targeting, a rollout's waves) where
+    /// the service's answers vary per instance. `record`: the poll is recorded in the fleet table
+    /// (not again when a held poll is looked up anew).
+    fn answer_to(
+        &self,
+        request: &ConfigurationSyncRequest,
+        peer: Option<std::net::SocketAddr>,
+        record: bool,
+    ) -> (Bytes, FetchOutcome) {
+        self.served.with_view(|view| {
+            let choose = |instance: Option<&InstanceRef<'_>>| {
+                let (answers, _) = view.answers_for(&request.service, instance);
+                reply_to(answers, request, instance, self.options)
+            };
+            let reply = match (&self.fleet, peer) {
+                (Some(fleet), Some(peer)) if view.varies(&request.service) => {
+                    fleet.with_instance(peer, &request.service, choose)
+                }
+                _ => choose(None),
+            };
+            if let (true, Some(fleet), Some(peer), Some(current)) = (record, &self.fleet, peer, reply.current()) {
+                let configured = view.snapshot.table.get(&request.service).is_some();
                 fleet.observe(&request.service, &request.uuid, peer, &current.digest, configured);
             }
             (reply.encode(), reply.outcome())
@@ -140,8 +162,8 @@ impl ConfigurationDiscoveryService for CdsService {
         let peer = crate::socket::peer_of(request.extensions());
         let request = request.into_inner();
         // Subscribed before the lookup: a change between the two is not missed.
-        let changes = hold_for.map(|_| self.served.subscribe());
-        let Some((bytes, outcome)) = self.lookup(&request, peer) else {
+        let changes = hold_for.map(|_| self.served.subscribe_answers());
+        let Some((bytes, outcome)) = self.lookup(&request, peer, true) else {
             return Ok(Response::new(EncodedCommands(Bytes::new())));
         };
         let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
@@ -152,7 +174,7 @@ impl ConfigurationDiscoveryService for CdsService {
                 if let Some((fleet, peer)) = holding {
                     fleet.set_holding(&request.service, peer, true);
                 }
-                let held = self.hold(&request, hold_for, changes, slot).await;
+                let held = self.hold(&request, peer, hold_for, changes, slot).await;
                 if let Some((fleet, peer)) = holding {
                     fleet.set_holding(&request.service, peer, false);
                 }
@@ -167,13 +189,14 @@ impl ConfigurationDiscoveryService for CdsService {
 }
 
 impl CdsService {
-    /// [`Self::answer_from`], with a panic answered "no change" (`None`).
+    /// [`Self::answer_to`], with a panic answered "no change" (`None`).
     fn lookup(
         &self,
         request: &ConfigurationSyncRequest,
         peer: Option<std::net::SocketAddr>,
+        record: bool,
     ) -> Option<(Bytes, FetchOutcome)> {
-        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_from(request, peer)));
+        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_to(request, peer, record)));
         if answered.is_err() {
             tracing::error!(service = %request.service, "The configuration lookup panicked; answering \"no change\" so the agent keeps its configuration.");
         }
@@ -191,6 +214,7 @@ impl CdsService {
     async fn hold(
         &self,
         request: &ConfigurationSyncRequest,
+        peer: Option<std::net::SocketAddr>,
         hold_for: std::time::Duration,
         mut changes: tokio::sync::watch::Receiver<u64>,
         slot: Slot<'_>,
@@ -208,7 +232,7 @@ impl CdsService {
                         break (Release::Shutdown, None);
                     }
                     // The poll was recorded in the fleet when it arrived; this is the same poll.
-                    match self.lookup(request, None) {
+                    match self.lookup(request, peer, false) {
                         Some((_, FetchOutcome::Unchanged | FetchOutcome::NotReady)) => {}
                         Some(answer) => break (Release::Changed, Some(answer)),
                         None => break (Release::Expired, None),

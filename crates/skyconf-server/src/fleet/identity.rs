@@ -13,14 +13,15 @@
 //! not kept, and counted); and [`Fleet::sweep`] forgets an identity not refreshed for
 //! [`super::FleetOptions::expire_after`].
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use skyconf_core::Digest;
+use skyconf_core::targeting::InstanceRef;
 
-use super::{AgentState, Fleet, InstanceIdentity, MAX_KEPT_TEXT_BYTES, MAX_TRACKED_NAME_BYTES, cut};
+use super::{
+    AgentState, CurrentDigest, Currents, Fleet, InstanceIdentity, MAX_KEPT_TEXT_BYTES, MAX_TRACKED_NAME_BYTES, cut,
+};
 
 /// The most properties kept per instance; later ones in a report are dropped (and counted).
 pub const MAX_PROPERTIES: usize = 64;
@@ -54,6 +55,11 @@ impl Instance {
             properties_cut: 0,
             agent_version: None,
         }
+    }
+
+    /// What targeting selectors judge it by.
+    pub(super) fn as_ref(&self) -> InstanceRef<'_> {
+        InstanceRef { name: &self.name, properties: &self.properties, agent_version: self.agent_version.as_deref() }
     }
 
     /// The properties, as the API shows them.
@@ -179,6 +185,20 @@ impl Fleet {
         }
     }
 
+    /// Runs `f` with what is known of the instance polling for `service` from `peer`: `None`
+    /// when its connection never said which instance it is, or said it is one of another service.
+    /// Holds one shard's lock while `f` runs: `f` must not call into the fleet.
+    pub fn with_instance<R>(
+        &self,
+        peer: SocketAddr,
+        service: &str,
+        f: impl FnOnce(Option<&InstanceRef<'_>>) -> R,
+    ) -> R {
+        let shard = self.lock(&peer);
+        let instance = shard.peers.get(&peer).and_then(|p| p.instance.as_deref()).filter(|i| *i.service == *service);
+        f(instance.map(Instance::as_ref).as_ref())
+    }
+
     /// Records the instance name an agent at `peer` gave in a `ManagementService` call, as a
     /// `keepAlive` says it (no properties).
     pub fn observe_instance(&self, service: &str, instance: &str, peer: SocketAddr) {
@@ -243,8 +263,8 @@ impl Fleet {
 
     /// Every identified instance with the services its connection polls for, and every pair
     /// polling from a connection without an identity; each judged with `current_of(service)`.
-    pub fn instances(&self, current_of: impl Fn(&str) -> Digest) -> Instances {
-        let mut digests: HashMap<Arc<str>, Digest> = HashMap::new();
+    pub fn instances(&self, current_of: &(impl CurrentDigest + ?Sized)) -> Instances {
+        let mut currents = Currents::new(current_of);
         let mut out = Instances::default();
         for shard in &*self.shards {
             let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
@@ -253,10 +273,10 @@ impl Fleet {
                     .services
                     .iter()
                     .map(|(service, entry)| {
-                        let current = digests.entry(Arc::clone(service)).or_insert_with(|| current_of(service));
+                        let current = currents.of(service, peer);
                         InstanceService {
                             service: service.to_string(),
-                            state: self.state(peer, entry, current),
+                            state: self.state(peer, entry, &current),
                             digest: entry.echoed.as_str().to_owned(),
                             polls: entry.polls,
                             last_seen_ms: self.unix_ms(entry.seen_at(self.now())),

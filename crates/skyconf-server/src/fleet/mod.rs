@@ -47,9 +47,63 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use skyconf_core::Digest;
+use skyconf_core::targeting::InstanceRef;
 
 use identity::Instance;
 pub use identity::{AnonymousPoller, InstanceService, InstanceStatus, Instances, MAX_PROPERTIES, Property};
+
+/// What each agent is served now, to judge whether it holds it. A closure `Fn(&str) -> Digest`
+/// (one digest per service) and a [`Digest`] (one for every agent) are ones.
+pub trait CurrentDigest {
+    /// The digest served now to an agent of `service` that is `instance` (`None`: unknown).
+    fn current(&self, service: &str, instance: Option<&InstanceRef<'_>>) -> Digest;
+
+    /// Whether agents of `service` may be served different digests (targeting, a rollout's
+    /// waves); when not, [`Self::current`] is asked once per service.
+    fn per_instance(&self, _service: &str) -> bool {
+        false
+    }
+}
+
+impl<F: Fn(&str) -> Digest> CurrentDigest for F {
+    fn current(&self, service: &str, _instance: Option<&InstanceRef<'_>>) -> Digest {
+        self(service)
+    }
+}
+
+impl CurrentDigest for Digest {
+    fn current(&self, _service: &str, _instance: Option<&InstanceRef<'_>>) -> Digest {
+        self.clone()
+    }
+}
+
+/// Asks a [`CurrentDigest`] once per service where it does not vary per instance.
+struct Currents<'a, C: ?Sized> {
+    of: &'a C,
+    per_service: HashMap<Arc<str>, Option<Digest>>,
+}
+
+impl<'a, C: CurrentDigest + ?Sized> Currents<'a, C> {
+    fn new(of: &'a C) -> Self {
+        Self { of, per_service: HashMap::new() }
+    }
+
+    /// The digest served now to the agent of `service` at `peer`.
+    fn of(&mut self, service: &Arc<str>, peer: &Peer) -> Digest {
+        let of = self.of;
+        let cached = self
+            .per_service
+            .entry(Arc::clone(service))
+            .or_insert_with(|| (!of.per_instance(service)).then(|| of.current(service, None)));
+        match cached {
+            Some(digest) => digest.clone(),
+            None => {
+                let instance = peer.instance.as_deref().filter(|i| *i.service == **service);
+                of.current(service, instance.map(Instance::as_ref).as_ref())
+            }
+        }
+    }
+}
 
 /// How many independently locked shards the table has.
 pub const SHARDS: usize = 64;
@@ -586,13 +640,16 @@ impl Fleet {
     }
 
     /// Every agent polling `service`, judged against `current` (the digest served to it now).
-    pub fn agents_of(&self, service: &str, current: &Digest) -> Vec<AgentStatus> {
+    pub fn agents_of(&self, service: &str, current: &(impl CurrentDigest + ?Sized)) -> Vec<AgentStatus> {
         let mut out = Vec::new();
+        let mut currents = Currents::new(current);
+        let name: Arc<str> = Arc::from(service);
         for shard in &*self.shards {
             let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
             for (addr, peer) in &shard.peers {
                 if let Some(entry) = peer.services.get(service) {
-                    out.push(self.status(service, *addr, peer, entry, current));
+                    let current = currents.of(&name, peer);
+                    out.push(self.status(service, *addr, peer, entry, &current));
                 }
             }
         }
@@ -620,7 +677,7 @@ impl Fleet {
     /// The first `limit` agents of every service in (service, peer address) order, judged with
     /// `current_of(service)`, and how many agents there are. Only the pairs are collected from the
     /// whole table; rows are built for the `limit` kept.
-    pub fn agents(&self, limit: usize, current_of: impl Fn(&str) -> Digest) -> (Vec<AgentStatus>, usize) {
+    pub fn agents(&self, limit: usize, current_of: &(impl CurrentDigest + ?Sized)) -> (Vec<AgentStatus>, usize) {
         let mut pairs: Vec<(Arc<str>, SocketAddr)> = Vec::new();
         for shard in &*self.shards {
             let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
@@ -634,30 +691,30 @@ impl Fleet {
         }
         pairs.truncate(limit);
         pairs.sort_unstable();
-        let mut digests: HashMap<Arc<str>, Digest> = HashMap::new();
+        let mut currents = Currents::new(current_of);
         let mut out = Vec::with_capacity(pairs.len());
         for (service, addr) in pairs {
-            let current = digests.entry(Arc::clone(&service)).or_insert_with(|| current_of(&service));
             let shard = self.shards[shard_of(&addr)].lock().unwrap_or_else(|p| p.into_inner());
             // Forgotten since the first pass: left out.
             if let Some((peer, entry)) = shard.peers.get(&addr).and_then(|p| p.services.get(&*service).map(|e| (p, e)))
             {
-                out.push(self.status(&service, addr, peer, entry, current));
+                let current = currents.of(&service, peer);
+                out.push(self.status(&service, addr, peer, entry, &current));
             }
         }
         (out, total)
     }
 
     /// Counts per service, judging each agent with `current_of(service)`.
-    pub fn counts(&self, current_of: impl Fn(&str) -> Digest) -> BTreeMap<String, StateCounts> {
-        let mut digests: HashMap<Arc<str>, Digest> = HashMap::new();
+    pub fn counts(&self, current_of: &(impl CurrentDigest + ?Sized)) -> BTreeMap<String, StateCounts> {
+        let mut currents = Currents::new(current_of);
         let mut out: BTreeMap<String, StateCounts> = BTreeMap::new();
         for shard in &*self.shards {
             let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
             for peer in shard.peers.values() {
                 for (service, entry) in &peer.services {
-                    let current = digests.entry(Arc::clone(service)).or_insert_with(|| current_of(service));
-                    let state = self.state(peer, entry, current);
+                    let current = currents.of(service, peer);
+                    let state = self.state(peer, entry, &current);
                     match out.get_mut(&**service) {
                         Some(counts) => counts.add(state),
                         None => out.entry(service.to_string()).or_default().add(state),
@@ -790,7 +847,7 @@ mod tests {
         // An agent that said who it is (keepAlive) is a member from its first poll.
         fleet.observe_instance("svc", "pod-3", peer(3));
         fleet.observe("svc", "", peer(3), &v1, true);
-        let counts = fleet.counts(|_| v1.clone());
+        let counts = fleet.counts(&v1);
         assert_eq!(counts["svc"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0, new: 1, anonymous: 0 });
         assert_eq!(state(&fleet, "svc", 1, &v1), AgentState::New);
 
@@ -829,7 +886,7 @@ mod tests {
         fleet.observe("c", "", peer(3), &v1, true);
         assert_eq!(fleet.tracked(), 3);
         assert_eq!(fleet.untracked_polls(), 1);
-        let counts = fleet.counts(|_| v1.clone());
+        let counts = fleet.counts(&v1);
         assert_eq!(counts["a"], StateCounts { agents: 2, applied: 1, behind: 1, stuck: 0, new: 0, anonymous: 0 });
         assert_eq!(counts["b"].agents, 1);
         assert!(!counts.contains_key("c"));
@@ -907,7 +964,7 @@ mod tests {
         fleet.observe("svc", "", peer(1), &v1, true);
         fleet.advance(Duration::from_secs(30));
         fleet.observe_identity(peer(1), &keep_alive("svc", "pod-7@10.0.0.7"));
-        let listed = fleet.instances(|_| v1.clone());
+        let listed = fleet.instances(&v1);
         let instance = &listed.instances[0];
         assert_eq!(pairs(&instance.properties), java, "in order, the repeated key kept");
         assert_eq!(instance.agent_version.as_deref(), Some("9.4.0"), "a keepAlive without metadata keeps it");
@@ -916,7 +973,7 @@ mod tests {
         assert_eq!((pairs(&agent.properties), agent.agent_version.as_deref()), (java.to_vec(), Some("9.4.0")));
 
         fleet.observe_identity(peer(1), &report("svc", "pod-7@10.0.0.7", &[("hostname", "pod-7b")], Some("9.5.0")));
-        let instance = &fleet.instances(|_| v1.clone()).instances[0];
+        let instance = &fleet.instances(&v1).instances[0];
         assert_eq!(pairs(&instance.properties), [("hostname", "pod-7b")]);
         assert_eq!(instance.agent_version.as_deref(), Some("9.5.0"));
         assert_eq!(fleet.identified(), 1);
@@ -927,7 +984,7 @@ mod tests {
         let fleet = fleet();
         fleet.observe_identity(peer(1), &report("svc", "old", &[("hostname", "a")], Some("9.4.0")));
         fleet.observe_identity(peer(1), &keep_alive("svc", "new"));
-        let instance = &fleet.instances(|_| Digest::empty()).instances[0];
+        let instance = &fleet.instances(&Digest::empty()).instances[0];
         assert_eq!((instance.instance.as_str(), instance.properties.len()), ("new", 0));
         assert_eq!((instance.agent_version.as_deref(), instance.reported_ms), (None, None));
         assert_eq!(fleet.identified(), 1);
@@ -948,7 +1005,7 @@ mod tests {
             reported_properties: true,
         };
         fleet.observe_identity(peer(1), &identity);
-        let instance = &fleet.instances(|_| Digest::empty()).instances[0];
+        let instance = &fleet.instances(&Digest::empty()).instances[0];
         assert_eq!(instance.properties.len(), MAX_PROPERTIES);
         assert_eq!(instance.properties_cut, 6 + 2, "six dropped, two shortened");
         assert_eq!(fleet.properties_cut(), 8);
@@ -974,7 +1031,7 @@ mod tests {
         assert_eq!((fleet.identified(), fleet.unkept_identities()), (2, 1));
         fleet.observe_identity(peer(1), &keep_alive("svc", "i1"));
         assert_eq!(fleet.identified(), 2, "a known identity is refreshed, not counted again");
-        assert_eq!(fleet.instances(|_| Digest::empty()).instances.len(), 2);
+        assert_eq!(fleet.instances(&Digest::empty()).instances.len(), 2);
     }
 
     #[test]
@@ -990,11 +1047,11 @@ mod tests {
         };
         let gateway = Fleet::new(FleetOptions { expect_identity: true, ..FleetOptions::default() });
         feed(&gateway);
-        let counts = gateway.counts(|_| v1.clone());
+        let counts = gateway.counts(&v1);
         assert_eq!(counts["svc"], StateCounts { agents: 1, applied: 1, behind: 0, stuck: 0, new: 0, anonymous: 2 });
         assert_eq!(state(&gateway, "svc", 2, &v1), AgentState::Anonymous);
         assert_eq!(state(&gateway, "svc", 3, &v1), AgentState::Anonymous, "a one-off poll is anonymous too");
-        let listed = gateway.instances(|_| v1.clone());
+        let listed = gateway.instances(&v1);
         assert_eq!(listed.instances.len(), 1);
         assert_eq!(listed.instances[0].services[0].state, AgentState::Applied);
         let anonymous: Vec<_> = listed.anonymous.iter().map(|a| (a.peer.as_str(), a.state)).collect();
@@ -1006,9 +1063,9 @@ mod tests {
         // Without the expectation (behind a proxy): exactly as before.
         let plain = fleet();
         feed(&plain);
-        let counts = plain.counts(|_| v1.clone());
+        let counts = plain.counts(&v1);
         assert_eq!(counts["svc"], StateCounts { agents: 2, applied: 2, behind: 0, stuck: 0, new: 1, anonymous: 0 });
-        let listed = plain.instances(|_| v1.clone());
+        let listed = plain.instances(&v1);
         let states: Vec<_> = listed.anonymous.iter().map(|a| a.state).collect();
         assert_eq!(states, [AgentState::Applied, AgentState::New], "unidentified, in their usual states");
     }
@@ -1025,13 +1082,13 @@ mod tests {
         fleet.observe("svc", "", peer(2), &v1, true);
         fleet.advance(Duration::from_secs(2));
         fleet.sweep();
-        let listed = fleet.instances(|_| v1.clone());
+        let listed = fleet.instances(&v1);
         assert_eq!(listed.instances.iter().map(|i| i.instance.as_str()).collect::<Vec<_>>(), ["alive"]);
         assert_eq!(pairs(&listed.instances[0].properties), [("hostname", "b")], "kept through the keepAlive");
         assert_eq!(fleet.identified(), 1);
         fleet.advance(Duration::from_secs(601));
         assert_eq!(fleet.sweep(), 1);
-        assert_eq!((fleet.identified(), fleet.instances(|_| v1.clone()).instances.len()), (0, 0));
+        assert_eq!((fleet.identified(), fleet.instances(&v1).instances.len()), (0, 0));
     }
 
     #[test]
@@ -1043,7 +1100,7 @@ mod tests {
         fleet.observe_identity(peer(1), &keep_alive("a-svc", "x"));
         fleet.observe("z", "", peer(1), &v1, true);
         fleet.observe("a-svc", "", peer(1), &v1, true);
-        let listed = fleet.instances(|_| v1.clone());
+        let listed = fleet.instances(&v1);
         let order: Vec<_> = listed.instances.iter().map(|i| (i.service.as_str(), i.instance.as_str())).collect();
         assert_eq!(order, [("a-svc", "x"), ("a-svc", "y"), ("b-svc", "x")]);
         let services: Vec<_> = listed.instances[0].services.iter().map(|s| s.service.as_str()).collect();
@@ -1069,7 +1126,7 @@ mod tests {
         assert_eq!(fleet.evictions(), 990);
         assert_eq!(fleet.untracked_polls(), 0);
         let kept: Vec<_> = (990..1000).map(|i| format!("fake-{i}")).collect();
-        let counts = fleet.counts(|_| empty.clone());
+        let counts = fleet.counts(&empty);
         assert!(kept.iter().all(|name| counts.contains_key(name.as_str())), "the newest fakes are kept");
         // A real agent arriving after the flood, on another peer, is tracked; the first one stays.
         fleet.observe("svc-a", "", peer(3), &v1, true);
@@ -1106,7 +1163,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         fleet.observe("typo-svc", "", peer(1), &empty, false);
         fleet.observe("fake-1", "", peer(1), &empty, false);
-        let counts = fleet.counts(|_| empty.clone());
+        let counts = fleet.counts(&empty);
         assert!(counts.contains_key("typo-svc"), "{counts:?}");
         assert!(!counts.contains_key("fake-0"), "the least recently seen is evicted: {counts:?}");
     }

@@ -132,10 +132,9 @@ fn prefix(digest: &str) -> String {
 impl Summary {
     /// The summary of `fleet`, each agent judged against what `served` serves now.
     pub fn of(fleet: &Fleet, served: &ServedTable, replica: &str, admin_addr: Option<&str>) -> Self {
-        let snapshot = served.snapshot();
-        let current = |service: &str| snapshot.answer(service).digest.clone();
+        let current = served.serving();
         let mut services: BTreeMap<String, ServiceSummary> = fleet
-            .counts(current)
+            .counts(&current)
             .into_iter()
             .map(|(name, counts)| (name, ServiceSummary { counts, digests: BTreeMap::new() }))
             .collect();
@@ -144,7 +143,7 @@ impl Summary {
                 *summary.digests.entry(prefix(&digest)).or_default() += agents;
             }
         }
-        let (mut rows, rows_total) = fleet.agents(MAX_PUBLISHED_AGENTS, current);
+        let (mut rows, rows_total) = fleet.agents(MAX_PUBLISHED_AGENTS, &current);
         for row in &mut rows {
             row.properties.clear();
             row.digest = prefix(&row.digest);
