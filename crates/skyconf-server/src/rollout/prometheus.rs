@@ -80,7 +80,7 @@ impl GateReading {
             let what =
                 if first.value.is_nan() { "(never passes)".to_owned() } else { format!("> {}", format_value(max)) };
             format!(
-                "{} of {} samples fail: {} = {} {what}",
+                "{} of {} fail: {} = {} {what}",
                 failing.len(),
                 samples.len(),
                 describe_labels(&first.labels),
@@ -88,7 +88,8 @@ impl GateReading {
             )
         } else {
             let highest = samples.iter().map(|s| s.value).fold(f64::NEG_INFINITY, f64::max);
-            format!("{} samples, highest {} <= {}", samples.len(), format_value(highest), format_value(max))
+            let count = if samples.len() == 1 { "1 sample".to_owned() } else { format!("{} samples", samples.len()) };
+            format!("{count}, highest {} <= {}", format_value(highest), format_value(max))
         };
         Self { samples, max, passed, summary }
     }
@@ -361,7 +362,7 @@ mod tests {
     fn one_sample_above_max_fails_and_is_named() {
         let reading = read(&vector(&[("a", "0.01"), ("b", "0.2")]), 0.05).unwrap();
         assert!(!reading.passed);
-        assert_eq!(reading.summary, r#"1 of 2 samples fail: {instance="b"} = 0.2 > 0.05"#);
+        assert_eq!(reading.summary, r#"1 of 2 fail: {instance="b"} = 0.2 > 0.05"#);
         assert_eq!(reading.failing().map(|s| s.labels["instance"].as_str()).collect::<Vec<_>>(), ["b"]);
     }
 
@@ -378,7 +379,7 @@ mod tests {
         let nan = read(&vector(&[("a", "NaN")]), 0.05).unwrap();
         assert!(!nan.passed);
         assert!(nan.samples[0].value.is_nan());
-        assert_eq!(nan.summary, r#"1 of 1 samples fail: {instance="a"} = NaN (never passes)"#);
+        assert_eq!(nan.summary, r#"1 of 1 fail: {instance="a"} = NaN (never passes)"#);
         let inf = read(&vector(&[("a", "+Inf")]), 1e9).unwrap();
         assert!(!inf.passed);
         assert_eq!(inf.samples[0].value, f64::INFINITY);
