@@ -8,6 +8,7 @@ mod admin;
 mod admin_held;
 mod admin_history;
 mod admin_rollback;
+mod agent_identity;
 mod dcs;
 mod etcd;
 mod failover;
