@@ -27,6 +27,13 @@
 //! | `UNAUTHENTICATED`, `PERMISSION_DENIED` | the OAP checks a token and ours is missing or wrong ([`GrpcTransport::with_authentication`](crate::GrpcTransport::with_authentication)) | WARN on every failure |
 //! | `INVALID_ARGUMENT`, `OUT_OF_RANGE`, `FAILED_PRECONDITION` | the server refused the request itself (skyconf answers `OUT_OF_RANGE` above 64 KiB) | WARN on every failure |
 //!
+//! # Instance identity
+//!
+//! With [`AgentOptions::instance`] set, the agent also says which instance it is, as the Java
+//! agent does: `reportInstanceProperties` before its first poll, `keepAlive` every
+//! [`AgentOptions::keep_alive_interval`], on the same transport (see [`crate::identity`]). These
+//! calls never stop the polls: a failure is logged and retried with the next poll.
+//!
 //! An answer the agent cannot use is not a poll failure; it is a [`CommandOutcome`]: a command
 //! that repeats a setting is refused whole, a watcher error stops the command and keeps the uuid
 //! (the server sends the command again on the next poll, with a new serial number).
@@ -45,6 +52,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::identity::{self, DEFAULT_KEEP_ALIVE_INTERVAL, ManagementCall, Schedule};
 use crate::registry::{ChangeEvent, EventType, Holders, Registry, WatcherError};
 use crate::transport::{PollError, Transport};
 
@@ -69,17 +77,54 @@ pub struct AgentOptions {
     pub timeout: Duration,
     /// The longest wait between polls while the server keeps failing.
     pub max_backoff: Duration,
+    /// The instance name sent with `ManagementService` calls (`serviceInstance`, the Java agent's
+    /// `agent.instance_name`); none (or empty): the agent sends no such calls and stays
+    /// anonymous to the server.
+    pub instance: Option<String>,
+    /// The properties `reportInstanceProperties` carries, in order (a key may repeat, as the
+    /// Java agent's `ipv4` does); sent only with an [`instance`](Self::instance) name.
+    pub properties: Vec<(String, String)>,
+    /// Time between two `keepAlive` calls of a named instance.
+    pub keep_alive_interval: Duration,
 }
 
 impl AgentOptions {
-    /// The defaults for `service`: 20 s interval, 30 s deadline, back-off up to 2 minutes.
+    /// The defaults for `service`: 20 s interval, 30 s deadline, back-off up to 2 minutes, no
+    /// instance identity (keep-alive every 30 s once one is set).
     pub fn new(service: impl Into<String>) -> Self {
         Self {
             service: service.into(),
             interval: DEFAULT_INTERVAL,
             timeout: DEFAULT_TIMEOUT,
             max_backoff: DEFAULT_MAX_BACKOFF,
+            instance: None,
+            properties: Vec::new(),
+            keep_alive_interval: DEFAULT_KEEP_ALIVE_INTERVAL,
         }
+    }
+
+    /// Names the instance: the agent then reports it, with its
+    /// [properties](Self::property), before the first poll and keeps it alive.
+    pub fn instance(mut self, name: impl Into<String>) -> Self {
+        self.instance = Some(name.into());
+        self
+    }
+
+    /// Adds a property to the instance's report (`zone`, `version`, `hostname`...).
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the time between two `keepAlive` calls.
+    pub fn keep_alive_interval(mut self, interval: Duration) -> Self {
+        self.keep_alive_interval = interval;
+        self
+    }
+
+    /// The instance name, if one is set and not empty.
+    fn instance_name(&self) -> Option<&str> {
+        self.instance.as_deref().filter(|name| !name.is_empty())
     }
 
     /// Sets the poll interval.
@@ -199,6 +244,7 @@ pub struct Agent<T> {
     failures_in_a_row: u32,
     backoff: Backoff,
     status: watch::Sender<AgentStatus>,
+    management: Schedule,
 }
 
 impl<T> std::fmt::Debug for Agent<T> {
@@ -226,6 +272,7 @@ impl<T: Transport> Agent<T> {
             serials: SerialCache::default(),
             failures_in_a_row: 0,
             status: watch::Sender::new(AgentStatus::default()),
+            management: Schedule::default(),
         }
     }
 
@@ -244,8 +291,10 @@ impl<T: Transport> Agent<T> {
         self.status.subscribe()
     }
 
-    /// One poll: ask, apply, publish the status. Never panics on a bad answer.
+    /// One poll: ask, apply, publish the status. Never panics on a bad answer. A named instance
+    /// first sends the `ManagementService` call due, if any (its failure does not fail the poll).
     pub async fn poll_once(&mut self) -> Result<PollReport, PollError> {
+        self.identify_if_due().await;
         let count = self.registry.watcher_count();
         if count != self.watcher_count {
             // A watcher registered since the last poll has not seen the current configuration;
@@ -266,8 +315,55 @@ impl<T: Transport> Agent<T> {
             Ok(Err(status)) => Err(PollError::Status(status)),
             Err(_) => Err(PollError::Timeout(timeout)),
         };
+        if let Err(error) = &result
+            && error.code() == tonic::Code::Unavailable
+        {
+            // The connection that comes back may be to a server that does not know us.
+            self.management.forget();
+        }
         self.record(&result);
         result
+    }
+
+    /// Sends the `ManagementService` call due now, if the instance is named and one is due;
+    /// logs a failure and carries on.
+    async fn identify_if_due(&mut self) {
+        let Some(instance) = self.options.instance_name() else { return };
+        let now = Instant::now();
+        let Some(call) = self.management.due(now, self.options.keep_alive_interval) else { return };
+        let (service, timeout) = (self.options.service.as_str(), self.options.timeout);
+        let sent = match call {
+            ManagementCall::Report => {
+                let message = identity::properties_message(service, instance, &self.options.properties);
+                tokio::time::timeout(timeout, self.transport.report_instance_properties(message, timeout)).await
+            }
+            ManagementCall::KeepAlive => {
+                let message = identity::ping_message(service, instance);
+                tokio::time::timeout(timeout, self.transport.keep_alive(message, timeout)).await
+            }
+        };
+        let result = match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(status)) => Err(PollError::Status(status)),
+            Err(_) => Err(PollError::Timeout(timeout)),
+        };
+        self.management.record(call, now, result.is_ok());
+        match result {
+            Ok(()) => tracing::debug!(%call, instance, "Instance identity sent."),
+            Err(error) if self.management.failures_in_a_row == 1 => tracing::warn!(
+                %call,
+                instance,
+                code = ?error.code(),
+                %error,
+                "Instance identity not accepted; polling goes on, and the next poll reports it again."
+            ),
+            Err(error) => tracing::debug!(
+                %call,
+                failures = self.management.failures_in_a_row,
+                %error,
+                "Instance identity still not accepted."
+            ),
+        }
     }
 
     /// Polls until `stop` completes: at once, then every interval, backing off while the server
@@ -277,6 +373,7 @@ impl<T: Transport> Agent<T> {
         tracing::info!(
             service = %self.options.service,
             interval = ?self.options.interval,
+            instance = ?self.options.instance_name(),
             "Configuration discovery started."
         );
         loop {
@@ -290,12 +387,32 @@ impl<T: Transport> Agent<T> {
                 Ok(_) => started + self.options.interval,
                 Err(_) => Instant::now() + self.backoff.next_delay(),
             };
-            tokio::select! {
-                biased;
-                () = &mut stop => break,
-                () = tokio::time::sleep_until(next) => {}
+            // Until the next poll, wake for the keep-alives that fall due before it.
+            loop {
+                let keep_alive = self
+                    .options
+                    .instance_name()
+                    .and_then(|_| self.management.next_keep_alive(self.options.keep_alive_interval))
+                    .filter(|at| *at < next);
+                tokio::select! {
+                    biased;
+                    () = &mut stop => return self.stopped(),
+                    () = tokio::time::sleep_until(keep_alive.unwrap_or(next)) => {}
+                }
+                if keep_alive.is_none() {
+                    break;
+                }
+                tokio::select! {
+                    biased;
+                    () = &mut stop => return self.stopped(),
+                    () = self.identify_if_due() => {}
+                }
             }
         }
+        self.stopped();
+    }
+
+    fn stopped(&self) {
         tracing::info!(service = %self.options.service, "Configuration discovery stopped.");
     }
 

@@ -20,6 +20,13 @@
 //! does), and a failing server is retried with exponential back-off and jitter instead of every
 //! interval (see [`agent`] for what each gRPC status means).
 //!
+//! An agent may also say which instance it is ([`AgentOptions::instance`],
+//! [`AgentOptions::property`]): it then sends `ManagementService/reportInstanceProperties` before
+//! its first poll and `keepAlive` every 30 s, on the same gRPC channel as its polls, as the Java
+//! agent does. A server that keys agents by connection (skyconf's fleet status, an OAP) then shows
+//! the polls under the instance and its properties (see [`identity`]). A failing management call
+//! is logged and never stops the polls.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use skyconf_agent::{Agent, AgentOptions, GrpcTransport, Registry};
@@ -33,7 +40,8 @@
 //! registry.register(ignore.clone());
 //!
 //! let transport = GrpcTransport::lazy("oap:11800")?;
-//! let agent = Agent::new(AgentOptions::new("mall-order-service"), registry, transport).spawn();
+//! let options = AgentOptions::new("mall-order-service").instance("order-1").property("zone", "eu-1");
+//! let agent = Agent::new(options, registry, transport).spawn();
 //!
 //! // On the hot path, lock-free:
 //! if !ignore.is_ignored("/health") && sampler.try_sample() { /* trace it */ }
@@ -45,6 +53,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod identity;
 pub mod policy;
 pub mod registry;
 pub mod service_name;
@@ -52,6 +61,7 @@ pub mod transport;
 pub mod watchers;
 
 pub use agent::{Agent, AgentHandle, AgentOptions, AgentStatus, CommandOutcome, PollReport};
+pub use identity::ManagementCall;
 pub use policy::TracePolicy;
 pub use registry::{ChangeEvent, EventType, Registry, Watcher, WatcherError, WatcherKind};
 pub use service_name::service_name;

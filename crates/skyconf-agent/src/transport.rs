@@ -1,12 +1,16 @@
 //! How a poll reaches the server: the [`Transport`] trait, and [`GrpcTransport`], the tonic
 //! client every real deployment uses. Tests substitute an in-memory transport, which lets the poll
 //! loop run under paused tokio time.
+//!
+//! A transport also carries the instance's `ManagementService` calls (see [`crate::identity`]);
+//! [`GrpcTransport`] sends them on the channel its polls use, so on the same connection.
 
 use std::future::Future;
 use std::time::Duration;
 
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
-use skyconf_proto::v3::{Commands, ConfigurationSyncRequest};
+use skyconf_proto::v3::management_service_client::ManagementServiceClient;
+use skyconf_proto::v3::{Commands, ConfigurationSyncRequest, InstancePingPkg, InstanceProperties};
 use tonic::Code;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
@@ -16,7 +20,7 @@ use crate::AgentError;
 /// The metadata key the OAP checks when `receiver-sharing-server.default.authentication` is set.
 pub const AUTHENTICATION_METADATA: &str = "authentication";
 
-/// One `fetchConfigurations` call.
+/// One `fetchConfigurations` call, and the `ManagementService` calls of a named instance.
 pub trait Transport: Send + 'static {
     /// Sends `request` and returns the server's answer. `timeout` is the call's deadline; the
     /// agent also enforces it, so an implementation may ignore it.
@@ -25,6 +29,28 @@ pub trait Transport: Send + 'static {
         request: ConfigurationSyncRequest,
         timeout: Duration,
     ) -> impl Future<Output = Result<Commands, tonic::Status>> + Send;
+
+    /// Sends `reportInstanceProperties`, on the same connection as [`Self::fetch`] where the
+    /// transport has connections. The answer's commands are not used (an OAP sends none). By
+    /// default: `UNIMPLEMENTED`, for a transport that only polls.
+    fn report_instance_properties(
+        &mut self,
+        properties: InstanceProperties,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), tonic::Status>> + Send {
+        let _ = (properties, timeout);
+        async { Err(tonic::Status::unimplemented("this transport does not carry ManagementService")) }
+    }
+
+    /// Sends `keepAlive`, as [`Self::report_instance_properties`] does.
+    fn keep_alive(
+        &mut self,
+        ping: InstancePingPkg,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), tonic::Status>> + Send {
+        let _ = (ping, timeout);
+        async { Err(tonic::Status::unimplemented("this transport does not carry ManagementService")) }
+    }
 }
 
 /// Why a poll got no answer. The agent keeps every current value and its uuid in all cases.
@@ -87,10 +113,12 @@ impl PollError {
 }
 
 /// The tonic client: a lazily connected channel that reconnects on its own after a server
-/// restart, and the `authentication` metadata the OAP expects when it checks a token.
+/// restart, and the `authentication` metadata the OAP expects when it checks a token. Polls and
+/// `ManagementService` calls share the channel, so they share its connection.
 #[derive(Debug, Clone)]
 pub struct GrpcTransport {
     client: ConfigurationDiscoveryServiceClient<Channel>,
+    management: ManagementServiceClient<Channel>,
     token: Option<MetadataValue<tonic::metadata::Ascii>>,
 }
 
@@ -107,7 +135,22 @@ impl GrpcTransport {
 
     /// A transport over a channel the service already has (TLS, a shared connection).
     pub fn from_channel(channel: Channel) -> Self {
-        Self { client: ConfigurationDiscoveryServiceClient::new(channel), token: None }
+        Self {
+            management: ManagementServiceClient::new(channel.clone()),
+            client: ConfigurationDiscoveryServiceClient::new(channel),
+            token: None,
+        }
+    }
+
+    /// A request with the call's deadline (sent as `grpc-timeout`, so the server can give up
+    /// too) and the token.
+    fn request<M>(&self, message: M, timeout: Duration) -> tonic::Request<M> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(timeout);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert(AUTHENTICATION_METADATA, token.clone());
+        }
+        request
     }
 
     /// Sends `token` as the `authentication` metadata on every call, as the Java agent does with
@@ -120,16 +163,25 @@ impl GrpcTransport {
 
 impl Transport for GrpcTransport {
     async fn fetch(&mut self, request: ConfigurationSyncRequest, timeout: Duration) -> Result<Commands, tonic::Status> {
-        let mut request = tonic::Request::new(request);
-        // Sent as `grpc-timeout`, so the server can give up too.
-        request.set_timeout(timeout);
-        if let Some(token) = &self.token {
-            request.metadata_mut().insert(AUTHENTICATION_METADATA, token.clone());
-        }
+        let request = self.request(request, timeout);
         match self.client.fetch_configurations(request).await {
             Ok(response) => Ok(response.into_inner()),
             Err(status) => Err(local_failure_as_unavailable(status)),
         }
+    }
+
+    async fn report_instance_properties(
+        &mut self,
+        properties: InstanceProperties,
+        timeout: Duration,
+    ) -> Result<(), tonic::Status> {
+        let request = self.request(properties, timeout);
+        self.management.report_instance_properties(request).await.map(drop).map_err(local_failure_as_unavailable)
+    }
+
+    async fn keep_alive(&mut self, ping: InstancePingPkg, timeout: Duration) -> Result<(), tonic::Status> {
+        let request = self.request(ping, timeout);
+        self.management.keep_alive(request).await.map(drop).map_err(local_failure_as_unavailable)
     }
 }
 

@@ -17,6 +17,7 @@ pub mod persist;
 pub mod persister;
 pub mod releases;
 pub mod reload;
+pub mod rollout;
 pub mod security;
 pub mod served;
 pub mod shared_history;

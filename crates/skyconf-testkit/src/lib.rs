@@ -1,7 +1,8 @@
 //! Test infrastructure shared by every skyconf crate's integration tests, used only as a
 //! dev-dependency (never published):
 //!
-//! - [`servers`]: real etcd, ZooKeeper and rnacos processes on ephemeral loopback ports;
+//! - [`servers`]: real etcd, ZooKeeper, rnacos and Prometheus processes on ephemeral loopback
+//!   ports;
 //! - [`probe::SourceProbe`]: a [`skyconf_sources::Source`]'s `run` in a task, its updates pulled
 //!   one at a time with one timeout;
 //! - [`server::Server`]: a skyconf server on ephemeral loopback ports with a CDS client

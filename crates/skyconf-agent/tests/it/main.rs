@@ -4,6 +4,7 @@
 //! against skyconf's CDS service and against the OAP-equivalent Java reference server.
 
 mod common;
+mod identity;
 mod javaref;
 mod poll_loop;
 mod skyconf_server;

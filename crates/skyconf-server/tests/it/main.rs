@@ -1,12 +1,14 @@
 //! skyconf-server's integration tests, one binary (`cargo test -p skyconf-server --test it`; a
 //! module's tests alone with a filter, e.g. `-- etcd::`): the admin API and the CDS, DCS, fleet,
 //! metrics, security and TLS behaviour over real sockets, the web page in a real browser, and
-//! each remote store end to end against its real server (`skyconf_testkit::servers`).
+//! each remote store end to end against its real server (`skyconf_testkit::servers`), and the
+//! rollout's Prometheus gate against a real Prometheus.
 
 mod admin;
 mod admin_held;
 mod admin_history;
 mod admin_rollback;
+mod agent_identity;
 mod dcs;
 mod etcd;
 mod failover;
@@ -16,6 +18,7 @@ mod held;
 mod metrics;
 mod nacos;
 mod replicas;
+mod rollout_prometheus;
 mod security;
 mod serve;
 mod shared_writes;

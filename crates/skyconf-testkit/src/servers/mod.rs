@@ -1,12 +1,15 @@
 //! Real store servers for tests, each a child process on ephemeral loopback ports with a
 //! temporary data directory, killed when dropped; etcd and ZooKeeper also as three-member
-//! clusters ([`etcd::EtcdCluster`], [`zookeeper::ZkEnsemble`]) for replica tests.
+//! clusters ([`etcd::EtcdCluster`], [`zookeeper::ZkEnsemble`]) for replica tests; and a
+//! Prometheus ([`prometheus::PrometheusServer`]) for the rollout gate's tests.
 //!
 //! Each one skips (returns `None` after saying why) when its program is not installed, unless the
 //! matching `SKYCONF_REQUIRE_*` variable is set (scripts/test.sh sets them), in which case it
-//! panics: `SKYCONF_REQUIRE_ETCD`, `SKYCONF_REQUIRE_ZOOKEEPER`, `SKYCONF_REQUIRE_NACOS`.
+//! panics: `SKYCONF_REQUIRE_ETCD`, `SKYCONF_REQUIRE_ZOOKEEPER`, `SKYCONF_REQUIRE_NACOS`,
+//! `SKYCONF_REQUIRE_PROMETHEUS`.
 
 pub mod etcd;
+pub mod prometheus;
 pub mod rnacos;
 pub mod zookeeper;
 

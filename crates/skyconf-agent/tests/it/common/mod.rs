@@ -16,7 +16,9 @@ use prost::Message as _;
 use skyconf_agent::{AgentStatus, ChangeEvent, EventType, Transport, Watcher, WatcherError, WatcherKind};
 use skyconf_core::answer::{Answers, ReplyOptions, reply};
 use skyconf_core::{AgentConfigurations, ServiceConfig};
-use skyconf_proto::v3::{Command, Commands, ConfigurationSyncRequest, KeyStringValuePair};
+use skyconf_proto::v3::{
+    Command, Commands, ConfigurationSyncRequest, InstancePingPkg, InstanceProperties, KeyStringValuePair,
+};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -120,6 +122,28 @@ struct FakeState {
     hang: bool,
     scripted: VecDeque<Commands>,
     requests: Vec<(Instant, ConfigurationSyncRequest)>,
+    management_down: bool,
+    management: Vec<Managed>,
+}
+
+/// One `ManagementService` call the fake received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Managed {
+    /// When.
+    pub at: Instant,
+    /// How many polls it had received before this call.
+    pub after_polls: usize,
+    /// The call.
+    pub call: ManagementMessage,
+}
+
+/// A `ManagementService` message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ManagementMessage {
+    /// `reportInstanceProperties`.
+    Report(InstanceProperties),
+    /// `keepAlive`.
+    KeepAlive(InstancePingPkg),
 }
 
 /// An in-memory CDS server answering as the OAP does.
@@ -151,6 +175,17 @@ impl FakeCds {
     /// Answers the next call with `commands` instead of the table.
     pub fn script(&self, commands: Commands) {
         self.0.lock().unwrap().scripted.push_back(commands);
+    }
+
+    /// Makes every `ManagementService` call fail with UNAVAILABLE (true) or succeed (false);
+    /// polls are not affected.
+    pub fn set_management_down(&self, down: bool) {
+        self.0.lock().unwrap().management_down = down;
+    }
+
+    /// The `ManagementService` calls received, failed ones included.
+    pub fn management(&self) -> Vec<Managed> {
+        self.0.lock().unwrap().management.clone()
     }
 
     /// The requests received, with when.
@@ -196,6 +231,27 @@ impl Transport for FakeCds {
             std::future::pending::<()>().await;
         }
         answer
+    }
+
+    async fn report_instance_properties(
+        &mut self,
+        properties: InstanceProperties,
+        _timeout: Duration,
+    ) -> Result<(), tonic::Status> {
+        self.manage(ManagementMessage::Report(properties))
+    }
+
+    async fn keep_alive(&mut self, ping: InstancePingPkg, _timeout: Duration) -> Result<(), tonic::Status> {
+        self.manage(ManagementMessage::KeepAlive(ping))
+    }
+}
+
+impl FakeCds {
+    fn manage(&self, call: ManagementMessage) -> Result<(), tonic::Status> {
+        let mut state = self.0.lock().unwrap();
+        let after_polls = state.requests.len();
+        state.management.push(Managed { at: Instant::now(), after_polls, call });
+        if state.management_down || state.down { Err(tonic::Status::unavailable("connection refused")) } else { Ok(()) }
     }
 }
 

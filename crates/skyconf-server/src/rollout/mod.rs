@@ -1,0 +1,3 @@
+//! Staged rollouts.
+
+pub mod prometheus;
