@@ -15,7 +15,7 @@ use crate::shared_history::SharedHistory;
 use crate::startup::initial_state;
 use crate::{
     CdsService, Fleet, FleetOptions, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig,
-    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, security,
+    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, rollout, security,
 };
 
 /// How long open gRPC calls (forwarded streams, in gateway mode) may take to end after shutdown
@@ -216,6 +216,12 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         }
     });
 
+    // Rollouts resume before the admin port opens: a restart mid-rollout serves its waves at once.
+    let keeper = rollout::Rollouts::keeper(source.shared_records(), config.data_dir.as_deref());
+    let rollouts = rollout::Rollouts::new(Arc::clone(&served), Arc::clone(&fleet), keeper, replicas.id().to_owned())
+        .with_replicas(Arc::clone(&replicas));
+    let rollouts = Arc::new(rollouts);
+    rollouts.resume().await;
     let mut admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store));
     if let Some(upstreams) = &upstreams {
         admin = admin.with_gateway(Arc::clone(upstreams));
@@ -227,7 +233,13 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_replicas(Arc::clone(&replicas))
         .with_writer(source as Arc<dyn DynSource>)
         .with_held_control(held_control)
+        .with_rollouts(Arc::clone(&rollouts))
         .with_options(config.admin);
+    let (driven, stop) = (admin.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        rollouts.run(driven, stop).await;
+        Ok(())
+    });
     let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let stop = shutdown.clone();
     tasks.spawn(async move {

@@ -24,6 +24,7 @@ pub mod error;
 mod extract;
 pub(crate) mod openapi;
 pub mod read;
+pub mod rollouts;
 pub mod write;
 
 use std::fmt;
@@ -38,6 +39,7 @@ use serde_json::json;
 use skyconf_sources::DynSource;
 
 pub use error::AppError;
+pub(crate) use write::write_planned;
 
 use crate::fleet::{Fleet, FleetOptions};
 use crate::releases::{DEFAULT_RETENTION, ReleaseLog};
@@ -82,6 +84,8 @@ pub struct Admin {
     held_polls: Option<Arc<crate::cds::hold::HeldCount>>,
     /// This replica and the others' fleet summaries.
     replicas: Option<Arc<crate::fleet::replicas::Replicas>>,
+    /// Staged rollouts.
+    rollouts: Option<Arc<crate::rollout::Rollouts>>,
 }
 
 impl fmt::Debug for Admin {
@@ -111,6 +115,7 @@ impl Admin {
             gateway: None,
             held_polls: None,
             replicas: None,
+            rollouts: None,
         }
     }
 
@@ -118,6 +123,12 @@ impl Admin {
     /// views.
     pub fn with_replicas(mut self, replicas: Arc<crate::fleet::replicas::Replicas>) -> Self {
         self.replicas = Some(replicas);
+        self
+    }
+
+    /// Runs staged rollouts (`/api/v1/rollouts`).
+    pub fn with_rollouts(mut self, rollouts: Arc<crate::rollout::Rollouts>) -> Self {
+        self.rollouts = Some(rollouts);
         self
     }
 
@@ -186,6 +197,7 @@ impl Admin {
             .route("/api/v1/releases/{id}/compare/{other}", get(read::compare))
             .route("/api/v1/services/{name}/history", get(read::history))
             .route("/api/v1/configurations", get(read::configurations))
+            .route("/api/v1/rollouts", get(rollouts::current))
             .route("/api/v1/openapi.json", get(openapi::serve))
             .with_state(self.clone())
     }
@@ -203,6 +215,9 @@ impl Admin {
             .route("/api/v1/releases/{id}/rollback", post(write::rollback))
             .route("/api/v1/held/confirm", post(write::confirm_held))
             .route("/api/v1/held/discard", post(write::discard_held))
+            .route("/api/v1/rollouts", post(rollouts::start))
+            .route("/api/v1/rollouts/{id}/promote", post(rollouts::promote))
+            .route("/api/v1/rollouts/{id}/abort", post(rollouts::abort))
             .layer(DefaultBodyLimit::max(limit))
             .with_state(self.clone())
     }

@@ -54,6 +54,10 @@ use crate::store_view::StoreStatus;
         super::write::rollback,
         super::write::confirm_held,
         super::write::discard_held,
+        super::rollouts::current,
+        super::rollouts::start,
+        super::rollouts::promote,
+        super::rollouts::abort,
     ),
     components(schemas(
         ChangeKind,
@@ -425,6 +429,53 @@ pub(crate) struct InstanceList {
     /// The replicas that track more agents than they publish rows for (1000): their lists here
     /// are partial; their counts in `GET /api/v1/services` are not.
     partial_replicas: Vec<String>,
+}
+
+/// A rollout answer: `GET /api/v1/rollouts` and every rollout write.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RolloutAnswer {
+    /// The current (or last) rollout; `null` when there has been none.
+    #[schema(required = true)]
+    rollout: Option<RolloutView>,
+}
+
+/// A rollout with where it stands.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RolloutView {
+    #[serde(flatten)]
+    rollout: crate::rollout::Rollout,
+    /// The phase in words (`running`, `waiting for a promote`, `completed`, `reverted`, ...).
+    state: String,
+    /// The current wave's reach (empty once the rollout has ended).
+    progress: RolloutProgress,
+}
+
+/// The current wave's reach.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RolloutProgress {
+    /// The wave being run, from 1.
+    wave: usize,
+    /// How many waves there are.
+    waves: usize,
+    /// Agents reached so far (identified instances of the changed services).
+    reached: usize,
+    /// Of them, those holding their new digest.
+    applied: usize,
+    /// Each reached agent.
+    agents: Vec<ReachedAgent>,
+}
+
+/// One reached agent.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReachedAgent {
+    /// Its service.
+    service: String,
+    /// Its instance.
+    instance: String,
+    /// Whether it holds its new digest.
+    applied: bool,
+    /// When it was last seen.
+    last_seen_ms: u64,
 }
 
 /// `GET /api/v1/services`.

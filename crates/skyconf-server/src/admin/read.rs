@@ -351,7 +351,11 @@ pub(super) async fn service(
     ),
 )]
 pub(super) async fn instances(State(admin): State<Admin>) -> Json<Value> {
-    let listed = admin.fleet.instances(&admin.served.serving());
+    let serving = admin.served.serving();
+    let mut listed = admin.fleet.instances(&serving);
+    for instance in &mut listed.instances {
+        explain_targeting(&serving.view(), instance);
+    }
     let own = own_id(&admin);
     let mut instances: Vec<Value> = listed.instances.iter().map(|i| labelled(i, &own, None)).collect();
     let mut anonymous: Vec<Value> = listed.anonymous.iter().map(|a| labelled(a, &own, None)).collect();
@@ -381,6 +385,50 @@ pub(super) async fn instances(State(admin): State<Admin>) -> Json<Value> {
         "anonymous_total": anonymous_total,
         "partial_replicas": partial,
     }))
+}
+
+/// Says, for each service `instance` polls whose answers vary per instance, which group (and
+/// rollout) it is served as, and why.
+fn explain_targeting(view: &crate::served::View<'_>, instance: &mut crate::fleet::InstanceStatus) {
+    let properties: Vec<(Box<str>, Box<str>)> =
+        instance.properties.iter().map(|p| (Box::from(p.key.as_str()), Box::from(p.value.as_str()))).collect();
+    let who = skyconf_core::targeting::InstanceRef {
+        name: &instance.instance,
+        properties: &properties,
+        agent_version: instance.agent_version.as_deref(),
+    };
+    for polled in &mut instance.services {
+        if !view.varies(&polled.service) {
+            continue;
+        }
+        let choice = view.choose(&polled.service, Some(&who));
+        let mut reason = match choice.chosen.group {
+            Some(group) => format!("group `{}`: {}", group.name, group.selector.reason()),
+            None => {
+                let missed: Vec<String> = view
+                    .snapshot
+                    .table
+                    .targeting()
+                    .groups(&polled.service)
+                    .iter()
+                    .filter_map(|g| {
+                        g.selector.mismatch(&polled.service, &who).map(|why| format!("`{}`: {why}", g.name))
+                    })
+                    .collect();
+                if missed.is_empty() {
+                    "the service's own settings".to_owned()
+                } else {
+                    format!("the service's own settings; no group matches ({})", missed.join("; "))
+                }
+            }
+        };
+        if let Some(rollout) = choice.rollout {
+            reason = format!("reached by rollout {rollout}; {reason}");
+        }
+        polled.group = choice.chosen.group.map(|g| g.name.clone());
+        polled.rollout = choice.rollout.map(str::to_owned);
+        polled.reason = Some(reason);
+    }
 }
 
 /// Another replica's agent rows as `GET /api/v1/instances` rows: those of a connection that said

@@ -342,6 +342,37 @@ async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) 
         .into_response())
 }
 
+/// Writes `text` as the whole document on release `base` (a rollout's last step), waiting for it
+/// to be served: the release it became. Refused when the configuration changed since `base`.
+pub(crate) async fn write_planned(
+    admin: &Admin,
+    text: String,
+    attribution: Attribution,
+    base: u64,
+) -> Result<u64, AppError> {
+    let proposal = Proposal::read(admin, text)?;
+    let hash = proposal.text.as_deref().map(document_hash);
+    let guard = Arc::clone(&admin.write_lock).lock_owned().await;
+    let snapshot = admin.served.snapshot();
+    let options =
+        WriteOptions { dry_run: false, wait: admin.options.write_wait.max(PLANNED_WAIT), if_match: Some(base) };
+    let response = apply(admin, guard, snapshot, proposal, attribution, options, Basis::Snapshot).await?;
+    if response.status() != StatusCode::OK {
+        return Err(AppError::NotWritten(format!(
+            "the store took the document but it was not served as expected ({})",
+            response.status()
+        )));
+    }
+    admin
+        .releases
+        .find_after(base, hash.as_deref())
+        .map(|release| release.id)
+        .ok_or_else(|| AppError::NotWritten("the document was served but its release is not in the history".into()))
+}
+
+/// How long [`write_planned`] waits for its document to be served, at least.
+const PLANNED_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The JSON form of `PUT /api/v1/configurations`.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

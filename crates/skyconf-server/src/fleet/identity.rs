@@ -90,6 +90,13 @@ pub struct InstanceService {
     pub polls: u64,
     /// Its last poll (Unix milliseconds).
     pub last_seen_ms: u64,
+    /// The targeting group whose settings it is served (`null`: the service's own). Shown for
+    /// this replica's instances only.
+    pub group: Option<String>,
+    /// The rollout whose candidate it is served, if one of its waves reached it.
+    pub rollout: Option<String>,
+    /// Why it is served what it is, where its service's answers vary per instance.
+    pub reason: Option<String>,
 }
 
 /// One connection that said which instance it is.
@@ -280,6 +287,9 @@ impl Fleet {
                             digest: entry.echoed.as_str().to_owned(),
                             polls: entry.polls,
                             last_seen_ms: self.unix_ms(entry.seen_at(self.now())),
+                            group: None,
+                            rollout: None,
+                            reason: None,
                         }
                     })
                     .collect();

@@ -15,17 +15,17 @@ use skyconf_testkit::servers::prometheus::PrometheusServer;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-const GAUGE: &str = "skyconf_test_error_ratio";
+pub(crate) const GAUGE: &str = "skyconf_test_error_ratio";
 
 /// An exporter serving one gauge whose value the test sets.
-struct Exporter {
-    addr: SocketAddr,
+pub(crate) struct Exporter {
+    pub(crate) addr: SocketAddr,
     value: Arc<Mutex<f64>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Exporter {
-    async fn start(value: f64) -> Self {
+    pub(crate) async fn start(value: f64) -> Self {
         let value = Arc::new(Mutex::new(value));
         let shared = Arc::clone(&value);
         let app = Router::new().route(
@@ -46,7 +46,7 @@ impl Exporter {
         Self { addr, value, task }
     }
 
-    fn set(&self, value: f64) {
+    pub(crate) fn set(&self, value: f64) {
         *self.value.lock().unwrap() = value;
     }
 }

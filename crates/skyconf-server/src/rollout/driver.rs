@@ -1,0 +1,567 @@
+//! Runs rollouts: keeps the record where every replica reads it, serves its overlay, and moves it
+//! on with [`Rollout::step`] from what the fleet shows.
+//!
+//! **Where the record lives.** On a store with shared records (etcd, ZooKeeper, Nacos) it is the
+//! record `rollouts/current`, so every replica serves the same waves and a restarted one resumes
+//! where the rollout stood; a finished rollout is also kept as `rollouts/<id>`. On the file store
+//! it is `rollout.json` in the data directory (and in memory without one).
+//!
+//! **Who moves it on.** Every replica reads the record every [`TICK`] and serves its overlay; one,
+//! the *driver* named in the record, evaluates the gates and writes the record. It says it is alive
+//! every [`HEARTBEAT`]; when it has not for [`DRIVER_TIMEOUT`] (it stopped, or lost the store),
+//! the next replica to look takes over. A promote or an abort on any replica makes that replica the
+//! driver. The driver judges the agents it sees and those the other replicas publish in their
+//! fleet summaries (see [`crate::fleet::replicas`]), so a gate sees the whole fleet, a summary
+//! interval late for the others'.
+//!
+//! **Completion.** When the last wave passes, the candidate is written through the admin write
+//! path with `If-Match` on the release the rollout was planned on; once it is served, the overlay
+//! is dropped (the candidate's answers and the new table's are the same, so no agent sees a
+//! change). A configuration changed meanwhile refuses the write, and the rollout reverts.
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use skyconf_core::answer::Answers;
+use skyconf_core::{AgentConfigurations, diff::diff};
+use skyconf_sources::shared::{Lifetime, Records};
+use tokio::sync::{Mutex, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::plan::{Observed, Phase, Reading, Rollout, Step};
+use crate::fleet::{AgentState, Fleet};
+use crate::served::{Overlay, ServedTable};
+use crate::unix_time::now_ms;
+
+/// How often every replica reads the record, and the driver moves the rollout on.
+pub const TICK: Duration = Duration::from_millis(500);
+/// How often the driver says it is alive.
+pub const HEARTBEAT: Duration = Duration::from_secs(3);
+/// How long a silent driver is waited for before another replica takes over.
+pub const DRIVER_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often the Prometheus gate is queried during a bake.
+pub const PROMETHEUS_EVERY: Duration = Duration::from_secs(2);
+
+/// The record kind, and the current rollout's name.
+const KIND: &str = "rollouts";
+const CURRENT: &str = "current";
+/// The file the record is kept in without shared records.
+const FILE_NAME: &str = "rollout.json";
+
+/// Why a rollout operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    /// Another rollout is running.
+    #[error("{0}")]
+    Busy(String),
+    /// The request cannot be carried out as asked (a bad plan, a rollout that has ended).
+    #[error("{0}")]
+    Refused(String),
+    /// No such rollout.
+    #[error("{0}")]
+    NotFound(String),
+    /// The candidate document does not read.
+    #[error(transparent)]
+    Document(#[from] skyconf_core::ReadError),
+    /// The record could not be kept.
+    #[error("the rollout could not be saved: {0}")]
+    Store(String),
+}
+
+/// Where the record is kept.
+#[derive(Debug, Clone)]
+pub enum Keeper {
+    /// The store's shared records.
+    Records(Records),
+    /// A file in the data directory.
+    File(PathBuf),
+    /// Nowhere: lost on restart.
+    Memory,
+}
+
+impl Keeper {
+    async fn load(&self) -> Result<Option<Rollout>, String> {
+        let bytes = match self {
+            Self::Records(records) => records.get(KIND, CURRENT).await.map_err(|e| e.to_string())?,
+            Self::File(path) => match std::fs::read(path) {
+                Ok(bytes) => Some(bytes),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            },
+            Self::Memory => return Err("kept in memory".into()),
+        };
+        bytes
+            .map(|b| serde_json::from_slice(&b).map_err(|e| format!("a rollout record that does not read: {e}")))
+            .transpose()
+    }
+
+    async fn save(&self, rollout: &Rollout) -> Result<(), String> {
+        let bytes = serde_json::to_vec(rollout).expect("a rollout always serializes");
+        match self {
+            Self::Records(records) => {
+                records.put(KIND, CURRENT, &bytes, Lifetime::Durable).await.map_err(|e| e.to_string())?;
+                if !rollout.phase.is_active() {
+                    records.put(KIND, &rollout.id, &bytes, Lifetime::Durable).await.map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            Self::File(path) => {
+                skyconf_sources::fs::write_atomically(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+            }
+            Self::Memory => Ok(()),
+        }
+    }
+}
+
+/// What a new rollout is to do (the body of `POST /api/v1/rollouts`, checked).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The candidate document.
+    pub document: String,
+    /// The waves.
+    pub waves: Vec<super::plan::WaveSpec>,
+    /// The gates.
+    pub gates: super::plan::Gates,
+    /// Auto or manual.
+    pub advance: super::plan::Advance,
+    /// Who.
+    pub author: Option<String>,
+    /// Why.
+    pub message: Option<String>,
+}
+
+/// The rollouts of this server. Cheap to share: wrap it in an `Arc`.
+#[derive(Debug)]
+pub struct Rollouts {
+    served: Arc<ServedTable>,
+    fleet: Arc<Fleet>,
+    keeper: Keeper,
+    replica: String,
+    /// The newest record known (held across store I/O: a tokio lock).
+    current: Mutex<Option<Rollout>>,
+    /// The candidate read from the current record's document, by rollout id.
+    candidate: std::sync::Mutex<Option<(String, AgentConfigurations)>>,
+    wake: Notify,
+    http: reqwest::Client,
+    /// When the Prometheus gate was last read, and what it said.
+    last_reading: std::sync::Mutex<Option<(u64, Reading)>>,
+    /// Other replicas' agents, for the gates.
+    replicas: Option<Arc<crate::fleet::replicas::Replicas>>,
+}
+
+impl Rollouts {
+    /// Rollouts kept by `keeper`, served into `served`, judged on `fleet`, driven as `replica`.
+    pub fn new(served: Arc<ServedTable>, fleet: Arc<Fleet>, keeper: Keeper, replica: String) -> Self {
+        Self {
+            served,
+            fleet,
+            keeper,
+            replica,
+            current: Mutex::new(None),
+            candidate: std::sync::Mutex::new(None),
+            wake: Notify::new(),
+            http: reqwest::Client::new(),
+            last_reading: std::sync::Mutex::new(None),
+            replicas: None,
+        }
+    }
+
+    /// Also judges the agents other replicas publish.
+    pub fn with_replicas(mut self, replicas: Arc<crate::fleet::replicas::Replicas>) -> Self {
+        self.replicas = Some(replicas);
+        self
+    }
+
+    /// Where the record is kept for `data_dir` and `records`.
+    pub fn keeper(records: Option<Records>, data_dir: Option<&std::path::Path>) -> Keeper {
+        match (records, data_dir) {
+            (Some(records), _) => Keeper::Records(records),
+            (None, Some(dir)) => Keeper::File(dir.join(FILE_NAME)),
+            (None, None) => Keeper::Memory,
+        }
+    }
+
+    /// This replica's name.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// The current (or last) rollout.
+    pub async fn current(&self) -> Option<Rollout> {
+        self.current.lock().await.clone()
+    }
+
+    /// Reads the record kept before this process started and serves it: a restart mid-rollout
+    /// resumes it.
+    pub async fn resume(&self) {
+        match self.keeper.load().await {
+            Ok(Some(rollout)) => {
+                if rollout.phase.is_active() {
+                    tracing::info!(rollout = %rollout.id, wave = rollout.wave + 1, "Resuming a rollout.");
+                }
+                self.serve(Some(&rollout));
+                *self.current.lock().await = Some(rollout);
+            }
+            Ok(None) => {}
+            Err(error) if matches!(self.keeper, Keeper::Memory) => drop(error),
+            Err(error) => tracing::warn!(%error, "Cannot read the rollout record; none is resumed."),
+        }
+    }
+
+    /// Starts a rollout of `plan` on the release `base_release` (the one served now).
+    pub async fn start(&self, plan: Plan, base_release: u64) -> Result<Rollout, RolloutError> {
+        let mut current = self.current.lock().await;
+        if let Some(active) = current.as_ref().filter(|r| r.phase.is_active()) {
+            return Err(RolloutError::Busy(format!(
+                "rollout {} is {}; promote it to its end or abort it first",
+                active.id,
+                super::plan::phase_name(active.phase)
+            )));
+        }
+        if plan.waves.is_empty() {
+            return Err(RolloutError::Refused("a rollout needs at least one wave".into()));
+        }
+        for (i, wave) in plan.waves.iter().enumerate() {
+            wave.check().map_err(|why| RolloutError::Refused(format!("wave {}: {why}", i + 1)))?;
+        }
+        if let Some(gate) = &plan.gates.prometheus
+            && (gate.url.is_empty() || gate.query.is_empty() || !gate.max.is_finite())
+        {
+            return Err(RolloutError::Refused("the Prometheus gate needs a url, a query and a finite max".into()));
+        }
+        let candidate = skyconf_core::read(&plan.document)?;
+        let snapshot = self.served.snapshot();
+        if !snapshot.ready() {
+            return Err(RolloutError::Refused("no configuration is served yet".into()));
+        }
+        let services = changed_services(&snapshot.table, &candidate);
+        if services.is_empty() {
+            return Err(RolloutError::Refused("the candidate changes no service's configuration".into()));
+        }
+        let now = now_ms();
+        let mut rollout = Rollout {
+            id: format!("r{now}"),
+            document: plan.document,
+            base_release,
+            services,
+            waves: plan.waves,
+            gates: plan.gates,
+            advance: plan.advance,
+            author: plan.author,
+            message: plan.message,
+            created_ms: now,
+            phase: Phase::Running,
+            wave: 0,
+            wave_started_ms: now,
+            applied_ms: None,
+            named: Default::default(),
+            watched: Default::default(),
+            release: None,
+            events: Vec::new(),
+            driver: self.replica.clone(),
+            driver_seen_ms: now,
+        };
+        rollout.event(now, "started", format!("rollout of {} on release {base_release}", rollout.services.join(", ")));
+        let known = self.known(&rollout.services);
+        rollout.start_wave(0, now, &known);
+        self.keeper.save(&rollout).await.map_err(RolloutError::Store)?;
+        tracing::info!(rollout = %rollout.id, services = ?rollout.services, waves = rollout.waves.len(), "Started a rollout.");
+        self.serve(Some(&rollout));
+        *current = Some(rollout.clone());
+        self.wake.notify_one();
+        Ok(rollout)
+    }
+
+    /// Moves the rollout `id`, waiting after a passed wave, on to its next wave.
+    pub async fn promote(&self, id: &str) -> Result<Rollout, RolloutError> {
+        self.operate(id, |rollout, known| rollout.promote(now_ms(), known)).await
+    }
+
+    /// Stops the rollout `id` and gives every reached instance back what it had.
+    pub async fn abort(&self, id: &str, who: Option<&str>) -> Result<Rollout, RolloutError> {
+        let by = who.map(|w| format!(" by {w}")).unwrap_or_default();
+        self.operate(id, |rollout, _| {
+            if !rollout.phase.is_active() || rollout.phase == Phase::Completing {
+                return Err(format!("the rollout is {}", super::plan::phase_name(rollout.phase)));
+            }
+            rollout.revert(now_ms(), Phase::Aborted, format!("aborted{by} at wave {}", rollout.wave + 1));
+            Ok(())
+        })
+        .await
+    }
+
+    async fn operate(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Rollout, &[(String, String)]) -> Result<(), String>,
+    ) -> Result<Rollout, RolloutError> {
+        let mut current = self.current.lock().await;
+        // The store's record is the truth: another replica may have moved it on.
+        if let Ok(Some(stored)) = self.keeper.load().await {
+            *current = Some(stored);
+        }
+        let rollout = current
+            .as_mut()
+            .filter(|r| r.id == id)
+            .ok_or_else(|| RolloutError::NotFound(format!("no rollout `{id}` is current")))?;
+        let known = self.known(&rollout.services);
+        change(rollout, &known).map_err(RolloutError::Refused)?;
+        rollout.driver = self.replica.clone();
+        rollout.driver_seen_ms = now_ms();
+        self.keeper.save(rollout).await.map_err(RolloutError::Store)?;
+        self.serve(Some(rollout));
+        let done = rollout.clone();
+        drop(current);
+        self.wake.notify_one();
+        Ok(done)
+    }
+
+    /// Serves `rollout`'s overlay (or none when it is not active).
+    fn serve(&self, rollout: Option<&Rollout>) {
+        let Some(rollout) = rollout.filter(|r| r.phase.is_active()) else {
+            if self.served.overlay().is_some() {
+                self.served.set_overlay(None);
+            }
+            return;
+        };
+        let Some(candidate) = self.candidate_of(rollout) else {
+            return;
+        };
+        let services: HashSet<String> = rollout.services.iter().cloned().collect();
+        let members = rollout.members();
+        if let Some(now) = self.served.overlay()
+            && now.rollout == rollout.id
+            && now.members == members
+        {
+            return;
+        }
+        // Only the changed services' answers: the others are never served from the candidate.
+        let only: IndexMap<String, skyconf_core::ServiceConfig> = candidate
+            .services()
+            .filter(|s| services.contains(s.name()))
+            .map(|s| (s.name().to_owned(), s.clone()))
+            .collect();
+        let table = AgentConfigurations::from_services(only).with_targeting(candidate.targeting().clone());
+        let overlay = Overlay { rollout: rollout.id.clone(), services, candidate: Answers::new(&table), members };
+        self.served.set_overlay(Some(Arc::new(overlay)));
+    }
+
+    /// The candidate table of `rollout`, read once per rollout.
+    fn candidate_of(&self, rollout: &Rollout) -> Option<AgentConfigurations> {
+        let mut cached = self.candidate.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((id, table)) = cached.as_ref()
+            && *id == rollout.id
+        {
+            return Some(table.clone());
+        }
+        match skyconf_core::read(&rollout.document) {
+            Ok(table) => {
+                *cached = Some((rollout.id.clone(), table.clone()));
+                Some(table)
+            }
+            Err(error) => {
+                tracing::error!(rollout = %rollout.id, %error, "A rollout's candidate does not read; it is not served.");
+                None
+            }
+        }
+    }
+
+    /// Every (service, instance) of the changed services known now, here and on other replicas.
+    fn known(&self, services: &[String]) -> Vec<(String, String)> {
+        self.observe_with(services, &crate::served::WaveMembers::default())
+            .into_iter()
+            .map(|o| (o.service, o.instance))
+            .collect()
+    }
+
+    /// The agents of the changed services, judged against what they are served now.
+    fn observe(&self, rollout: &Rollout) -> Vec<Observed> {
+        self.observe_with(&rollout.services, &rollout.members())
+    }
+
+    fn observe_with(&self, services: &[String], members: &crate::served::WaveMembers) -> Vec<Observed> {
+        let wanted: HashSet<&str> = services.iter().map(String::as_str).collect();
+        let serving = self.served.serving();
+        let mut out: Vec<Observed> = Vec::new();
+        let listed = self.fleet.instances(&serving);
+        for instance in &listed.instances {
+            for polled in instance.services.iter().filter(|s| wanted.contains(s.service.as_str())) {
+                if polled.state == AgentState::New {
+                    continue;
+                }
+                out.push(Observed {
+                    service: polled.service.clone(),
+                    instance: instance.instance.clone(),
+                    reached: members.holds(&polled.service, &instance.instance),
+                    applied: polled.state == AgentState::Applied,
+                    last_seen_ms: polled.last_seen_ms,
+                });
+            }
+        }
+        if let Some(replicas) = &self.replicas {
+            for peer in replicas.peers().iter() {
+                for agent in peer.rows.iter().filter(|a| wanted.contains(a.service.as_str())) {
+                    let Some(instance) = &agent.instance else { continue };
+                    if agent.state == AgentState::New {
+                        continue;
+                    }
+                    out.push(Observed {
+                        service: agent.service.clone(),
+                        instance: instance.clone(),
+                        reached: members.holds(&agent.service, instance),
+                        applied: agent.state == AgentState::Applied,
+                        last_seen_ms: agent.last_seen_ms,
+                    });
+                }
+            }
+        }
+        // One row per instance: the one seen last (an instance that reconnected has two).
+        out.sort_by(|a, b| (&a.service, &a.instance, b.last_seen_ms).cmp(&(&b.service, &b.instance, a.last_seen_ms)));
+        out.dedup_by(|later, first| later.service == first.service && later.instance == first.instance);
+        out
+    }
+
+    /// The reached agents of the current rollout and where each stands, for the API.
+    pub fn progress(&self, rollout: &Rollout) -> Vec<Observed> {
+        self.observe(rollout).into_iter().filter(|o| o.reached).collect()
+    }
+
+    /// What the Prometheus gate says now (read at most every [`PROMETHEUS_EVERY`], during bakes).
+    async fn reading(&self, rollout: &Rollout, now: u64) -> Reading {
+        let Some(gate) = rollout.gates.prometheus.as_ref().filter(|_| rollout.applied_ms.is_some()) else {
+            return Reading::Unread;
+        };
+        if let Some((at, reading)) = self.last_reading.lock().unwrap_or_else(|p| p.into_inner()).clone()
+            && now < at + PROMETHEUS_EVERY.as_millis() as u64
+        {
+            return reading;
+        }
+        let reading = match gate.check(&self.http).await {
+            Ok(found) if found.passed => Reading::Pass,
+            Ok(found) => Reading::Fail(found.summary),
+            Err(error) => Reading::Error(error.to_string()),
+        };
+        *self.last_reading.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, reading.clone()));
+        reading
+    }
+
+    /// Reads the record, serves it, and moves it on where this replica drives, until `stop`.
+    pub async fn run(self: Arc<Self>, admin: crate::admin::Admin, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = self.wake.notified() => {}
+                () = stop.cancelled() => return,
+            }
+            self.tick(&admin).await;
+        }
+    }
+
+    async fn tick(&self, admin: &crate::admin::Admin) {
+        let mut current = self.current.lock().await;
+        match self.keeper.load().await {
+            Ok(Some(stored)) if current.as_ref() != Some(&stored) => *current = Some(stored),
+            Ok(_) => {}
+            Err(error) if !matches!(self.keeper, Keeper::Memory) => {
+                tracing::debug!(%error, "Cannot read the rollout record; serving the last one read.");
+            }
+            Err(_) => {}
+        }
+        self.serve(current.as_ref());
+        let Some(rollout) = current.as_mut().filter(|r| r.phase.is_active()) else {
+            return;
+        };
+        let now = now_ms();
+        let mut changed = false;
+        if rollout.driver != self.replica {
+            if now < rollout.driver_seen_ms + DRIVER_TIMEOUT.as_millis() as u64 {
+                return;
+            }
+            let message = format!(
+                "replica {} took over from {}, silent since {}",
+                self.replica, rollout.driver, rollout.driver_seen_ms
+            );
+            rollout.event(now, "driver", message);
+            rollout.driver = self.replica.clone();
+            changed = true;
+        }
+        if now >= rollout.driver_seen_ms + HEARTBEAT.as_millis() as u64 {
+            rollout.driver_seen_ms = now;
+            changed = true;
+        }
+        let mut complete = rollout.phase == Phase::Completing;
+        if !complete {
+            let observed = self.observe(rollout);
+            let reading = self.reading(rollout, now).await;
+            match rollout.step(now, &observed, &reading) {
+                Step::Same => {}
+                Step::Changed => changed = true,
+                Step::Complete => (changed, complete) = (true, true),
+            }
+            if let Some(event) = rollout.events.last().filter(|e| e.at_ms == now && changed) {
+                tracing::info!(rollout = %rollout.id, kind = %event.kind, "{}", event.message);
+            }
+        }
+        if changed {
+            if let Err(error) = self.keeper.save(rollout).await {
+                tracing::warn!(rollout = %rollout.id, %error, "Cannot save the rollout record; it is retried.");
+                return;
+            }
+            self.serve(Some(rollout));
+        }
+        if complete {
+            self.complete(admin, rollout).await;
+        }
+    }
+
+    /// Writes the candidate as the document, then stops serving the overlay.
+    async fn complete(&self, admin: &crate::admin::Admin, rollout: &mut Rollout) {
+        let attribution = crate::releases::Attribution {
+            author: rollout.author.clone(),
+            message: Some(rollout.message.clone().unwrap_or_else(|| format!("rollout {} completed", rollout.id))),
+            rollback_of: None,
+            origin: format!("rollout {}", rollout.id),
+        };
+        let written =
+            crate::admin::write_planned(admin, rollout.document.clone(), attribution, rollout.base_release).await;
+        let now = now_ms();
+        match written {
+            Ok(release) => {
+                rollout.phase = Phase::Completed;
+                rollout.release = Some(release);
+                rollout.event(now, "completed", format!("the candidate is release {release}, served to every agent"));
+            }
+            Err(error) => {
+                let why = format!("the candidate could not be written as the document: {error}");
+                rollout.revert(now, Phase::Reverted, why);
+            }
+        }
+        tracing::info!(rollout = %rollout.id, phase = ?rollout.phase, "A rollout ended.");
+        if let Err(error) = self.keeper.save(rollout).await {
+            tracing::warn!(rollout = %rollout.id, %error, "Cannot save the ended rollout's record.");
+        }
+        self.serve(Some(rollout));
+    }
+}
+
+/// The services whose answers differ between `before` and `after`: their configuration, or
+/// their targeting groups.
+pub fn changed_services(before: &AgentConfigurations, after: &AgentConfigurations) -> Vec<String> {
+    let mut changed: BTreeSet<String> = diff(before, after).into_iter().map(|c| c.service).collect();
+    for (service, groups) in after.targeting().services() {
+        if before.targeting().groups(service) != groups {
+            changed.insert(service.to_owned());
+        }
+    }
+    for (service, _) in before.targeting().services() {
+        if after.targeting().groups(service).is_empty() {
+            changed.insert(service.to_owned());
+        }
+    }
+    changed.into_iter().collect()
+}

@@ -1,0 +1,363 @@
+//! Per-instance targeting and staged rollouts end to end, with skyconf's Rust agent library as
+//! the fleet: each agent reports its instance (name, properties) on the channel it polls on, and
+//! holds its polls (a 12 s deadline), as a stock Java agent does with skyconf.
+//!
+//! - a targeting group reaches only its instances, each with its own digest;
+//! - a wave reaches only its instances; a promote moves on; the last wave writes the candidate;
+//! - a reached agent that stops polling reverts the wave, and the revert reaches the wave's other
+//!   agents within a second (measured from the revert's event to the agent holding its old value);
+//! - a restart mid-rollout resumes it;
+//! - the Prometheus gate, against a real Prometheus, reverts a wave when the error ratio rises.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skyconf_agent::watchers::StringWatcher;
+use skyconf_agent::{Agent, AgentHandle, AgentOptions, GrpcTransport, Registry};
+use skyconf_server::ServeConfig;
+use skyconf_sources::file::FileSource;
+use skyconf_testkit::PATIENCE;
+use skyconf_testkit::fixtures::temp_file;
+use skyconf_testkit::server::{AdminClient, Server, loopback};
+use tokio::time::Instant;
+
+const KEY: &str = "agent.sample_n_per_3_secs";
+const V1: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n";
+const V2: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
+
+/// One agent of the test fleet.
+struct TestAgent {
+    name: String,
+    sampling: Arc<StringWatcher>,
+    handle: AgentHandle,
+}
+
+impl TestAgent {
+    fn spawn(grpc: std::net::SocketAddr, name: &str, properties: &[(&str, &str)]) -> Self {
+        let registry = Registry::new();
+        let sampling = Arc::new(StringWatcher::new(KEY));
+        registry.register(Arc::clone(&sampling) as Arc<dyn skyconf_agent::Watcher>);
+        let mut options = AgentOptions::new("svc")
+            .interval(Duration::from_millis(50))
+            .timeout(Duration::from_secs(12))
+            .instance(name);
+        for (key, value) in properties {
+            options = options.property(*key, *value);
+        }
+        let transport = GrpcTransport::lazy(&grpc.to_string()).unwrap();
+        let handle = Agent::new(options, registry, transport).spawn();
+        Self { name: name.to_owned(), sampling, handle }
+    }
+
+    fn value(&self) -> Option<String> {
+        self.sampling.get().map(|v| v.to_string())
+    }
+}
+
+fn fleet(grpc: std::net::SocketAddr, count: usize) -> Vec<TestAgent> {
+    (0..count).map(|i| TestAgent::spawn(grpc, &format!("pod-{i}"), &[])).collect()
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let give_up = Instant::now() + PATIENCE;
+    while !done().await {
+        assert!(Instant::now() < give_up, "{what}: not within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn values(agents: &[TestAgent]) -> Vec<Option<String>> {
+    agents.iter().map(TestAgent::value).collect()
+}
+
+/// Waits until every agent holds `value` and the server counts all of them as applied
+/// identified instances (not one-off pollers): a rollout then knows them.
+async fn settled(admin: &AdminClient, agents: &[TestAgent], value: &str) {
+    until("every agent applied", async || {
+        let body = admin.get_json("/api/v1/instances").await;
+        let applied =
+            body["instances"].as_array().unwrap().iter().filter(|i| i["services"][0]["state"] == "applied").count();
+        applied == agents.len() && agents.iter().all(|a| a.value().as_deref() == Some(value))
+    })
+    .await;
+}
+
+async fn post(admin: &AdminClient, path: &str, body: &Value) -> (u16, Value) {
+    let reply = admin.send("POST", path, &[("content-type", "application/json")], &body.to_string()).await;
+    (reply.status, reply.json())
+}
+
+async fn rollout(admin: &AdminClient) -> Value {
+    admin.get_json("/api/v1/rollouts").await["rollout"].clone()
+}
+
+async fn until_state(admin: &AdminClient, state: &str) -> Value {
+    let mut last = Value::Null;
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        let now = rollout(admin).await;
+        if now["state"] == state {
+            return now;
+        }
+        if now != last {
+            last = now;
+        }
+        assert!(Instant::now() < give_up, "the rollout is not {state} within {PATIENCE:?}: {last:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn start_body(waves: Value, gates: Value, advance: &str) -> Value {
+    let mut body = json!({ "document": V2, "advance": advance, "author": "ops" });
+    body["waves"] = waves;
+    body["gates"] = gates;
+    body
+}
+
+async fn stop_all(agents: Vec<TestAgent>) {
+    for agent in agents {
+        agent.handle.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn targeting_groups_reach_only_their_instances_and_say_why() {
+    let document = format!(
+        "{V1}targeting:\n  svc:\n    - group: canary\n      instances: [\"canary-*\"]\n      settings: {{{KEY}: 100}}\n    - group: eu\n      properties: {{zone: eu-west-1a}}\n      settings: {{{KEY}: 20}}\n"
+    );
+    let (_dir, path) = temp_file("agents.yaml", &document);
+    let server = Server::start(FileSource::new(&path), loopback()).await;
+    let agents = vec![
+        TestAgent::spawn(server.grpc_addr, "canary-1", &[("zone", "eu-west-1a")]),
+        TestAgent::spawn(server.grpc_addr, "checkout-eu", &[("zone", "eu-west-1a")]),
+        TestAgent::spawn(server.grpc_addr, "checkout-us", &[("zone", "us-east-1")]),
+    ];
+    until("each instance holds its group's value", async || {
+        values(&agents) == [Some("100".into()), Some("20".into()), Some("10".into())]
+    })
+    .await;
+    // Each holds its own digest, and the server counts each as applied on it.
+    let admin = server.admin();
+    until("all applied", async || {
+        let body = admin.get_json("/api/v1/instances").await;
+        body["instances"].as_array().unwrap().iter().filter(|i| i["services"][0]["state"] == "applied").count() == 3
+    })
+    .await;
+    let body = admin.get_json("/api/v1/instances").await;
+    let row = |name: &str| {
+        body["instances"].as_array().unwrap().iter().find(|i| i["instance"] == name).unwrap()["services"][0].clone()
+    };
+    assert_eq!(row("canary-1")["group"], "canary");
+    assert!(row("canary-1")["reason"].as_str().unwrap().contains("instance name in [`canary-*`]"), "{body}");
+    assert_eq!(row("checkout-eu")["group"], "eu");
+    assert_eq!(row("checkout-us")["group"], Value::Null);
+    let why = row("checkout-us")["reason"].as_str().unwrap().to_owned();
+    assert!(why.contains("`eu`: its `zone` is not one of [`eu-west-1a`]"), "{why}");
+    let digests: std::collections::HashSet<String> = ["canary-1", "checkout-eu", "checkout-us"]
+        .iter()
+        .map(|n| row(n)["digest"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(digests.len(), 3, "three digests for three configurations");
+    // An agent whose connection never says which instance it is gets the service's own.
+    let anonymous = server.cds().await.fetch("svc", "").await.unwrap();
+    assert_eq!(anonymous.config, [(KEY.to_owned(), "10".to_owned())]);
+    stop_all(agents).await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wave_reaches_only_its_instances_and_the_last_one_writes_the_candidate() {
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let server = Server::start(FileSource::new(&path), loopback()).await;
+    let admin = server.admin();
+    let agents = fleet(server.grpc_addr, 4);
+    settled(&admin, &agents, "10").await;
+
+    let gates = json!({"apply_within_s": 20, "bake_s": 1, "lost_after_s": 10});
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual"))
+            .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["rollout"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(body["rollout"]["services"], json!(["svc"]));
+    // A second rollout waits for this one.
+    let (status, refused) =
+        post(&admin, "/api/v1/rollouts", &start_body(json!([{"share": "100%"}]), json!({}), "auto")).await;
+    assert_eq!(status, 409, "{refused}");
+
+    let waiting = until_state(&admin, "waiting for a promote").await;
+    let picked = waiting["named"]["svc"][0].as_str().unwrap().to_owned();
+    assert_eq!((waiting["progress"]["reached"].as_u64(), waiting["progress"]["applied"].as_u64()), (Some(1), Some(1)));
+    for agent in &agents {
+        let expected = if agent.name == picked { "20" } else { "10" };
+        assert_eq!(agent.value().as_deref(), Some(expected), "{} in wave 1 of {picked}", agent.name);
+    }
+    let body = admin.get_json("/api/v1/instances").await;
+    let reached: Vec<&Value> =
+        body["instances"].as_array().unwrap().iter().filter(|i| i["services"][0]["rollout"] == id.as_str()).collect();
+    assert_eq!(reached.len(), 1, "{body}");
+    assert_eq!(reached[0]["instance"], picked.as_str());
+
+    let (status, body) = post(&admin, &format!("/api/v1/rollouts/{id}/promote"), &json!({"author": "ops"})).await;
+    assert_eq!(status, 200, "{body}");
+    let done = until_state(&admin, "completed").await;
+    let release = done["release"].as_u64().unwrap();
+    until("every agent holds the candidate", async || agents.iter().all(|a| a.value().as_deref() == Some("20"))).await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V2, "the candidate is the document");
+    let served = admin.get_json("/api/v1/configurations").await;
+    assert_eq!(served["release"].as_u64(), Some(release), "{served}");
+    let kinds: Vec<&str> = done["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["started", "wave", "applied", "passed", "promoted", "wave", "applied", "passed", "completed"]);
+    let history = admin.get_json(&format!("/api/v1/releases/{release}")).await;
+    assert!(history.to_string().contains(&format!("rollout {id}")), "{history}");
+    stop_all(agents).await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reached_agent_that_stops_polling_reverts_the_wave_within_a_second_for_the_others() {
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let server = Server::start(FileSource::new(&path), loopback()).await;
+    let admin = server.admin();
+    let mut agents = fleet(server.grpc_addr, 5);
+    settled(&admin, &agents, "10").await;
+
+    let gates = json!({"apply_within_s": 20, "bake_s": 60, "lost_after_s": 1});
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start_body(json!([{"instances": 2}, {"share": "100%"}]), gates, "auto"))
+            .await;
+    assert_eq!(status, 201, "{body}");
+    let picked: Vec<String> = serde_json::from_value(body["rollout"]["named"]["svc"].clone()).unwrap();
+    assert_eq!(picked.len(), 2);
+    until("the wave holds the candidate", async || {
+        agents.iter().all(|a| a.value().as_deref() == Some(if picked.contains(&a.name) { "20" } else { "10" }))
+    })
+    .await;
+    until_state(&admin, "running").await;
+    // One reached agent crashes; the other stays.
+    let crashed = agents.iter().position(|a| a.name == picked[0]).unwrap();
+    agents.remove(crashed).handle.stop().await;
+    let survivor = agents.iter().find(|a| a.name == picked[1]).unwrap();
+    let give_up = Instant::now() + PATIENCE;
+    while survivor.value().as_deref() != Some("10") {
+        assert!(Instant::now() < give_up, "the survivor was not given back its value");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let observed_ms = unix_ms();
+    let reverted = until_state(&admin, "reverted").await;
+    let event = reverted["events"].as_array().unwrap().iter().find(|e| e["kind"] == "reverted").unwrap().clone();
+    assert!(event["message"].as_str().unwrap().contains(&picked[0]), "{event}");
+    let revert_to_served_ms = observed_ms.saturating_sub(event["at_ms"].as_u64().unwrap());
+    eprintln!("{}", json!({"measure": "rollout_revert_to_served_ms", "value": revert_to_served_ms}));
+    assert!(revert_to_served_ms <= 1000, "the revert reached the wave's agents {revert_to_served_ms} ms after it");
+    assert!(agents.iter().all(|a| a.value().as_deref() == Some("10")), "{:?}", values(&agents));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "the document is untouched");
+    stop_all(agents).await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restart_mid_rollout_resumes_it() {
+    let (dir, path) = temp_file("agents.yaml", V1);
+    let config = ServeConfig { data_dir: Some(dir.path().join("data")), ..loopback() };
+    let server = Server::start(FileSource::new(&path), config.clone()).await;
+    let (grpc, admin_addr) = (server.grpc_addr, server.admin_addr);
+    let agents = fleet(grpc, 3);
+    settled(&server.admin(), &agents, "10").await;
+    let gates = json!({"apply_within_s": 20, "bake_s": 1, "lost_after_s": 30});
+    let (status, body) = post(
+        &server.admin(),
+        "/api/v1/rollouts",
+        &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual"),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["rollout"]["id"].as_str().unwrap().to_owned();
+    until_state(&server.admin(), "waiting for a promote").await;
+    server.stop().await.unwrap();
+
+    // The same ports, so the agents come back to it.
+    let config = ServeConfig { grpc_addr: grpc, admin_addr, ..config };
+    let server = Server::start(FileSource::new(&path), config).await;
+    let admin = server.admin();
+    let resumed = rollout(&admin).await;
+    assert_eq!((resumed["id"].as_str(), resumed["state"].as_str()), (Some(id.as_str()), Some("waiting for a promote")));
+    until("the resumed wave's agent is counted again", async || {
+        let now = rollout(&admin).await;
+        now["progress"]["reached"] == 1 && now["progress"]["applied"] == 1
+    })
+    .await;
+    assert_eq!(values(&agents).iter().filter(|v| v.as_deref() == Some("20")).count(), 1);
+    let (status, body) = post(&admin, &format!("/api/v1/rollouts/{id}/promote"), &json!(null)).await;
+    assert_eq!(status, 200, "{body}");
+    until_state(&admin, "completed").await;
+    until("every agent holds the candidate", async || agents.iter().all(|a| a.value().as_deref() == Some("20"))).await;
+    stop_all(agents).await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_plans_are_refused_with_the_reason() {
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let server = Server::start(FileSource::new(&path), loopback()).await;
+    let admin = server.admin();
+    let cases = [
+        (json!({"document": V1, "waves": [{"share": "100%"}]}), 400, "changes no service"),
+        (json!({"document": "configurations:\n  svc: [", "waves": [{"share": "100%"}]}), 400, "refused"),
+        (json!({"document": V2, "waves": []}), 400, "at least one wave"),
+        (json!({"document": V2, "waves": [{"share": "150%"}]}), 400, "wave 1"),
+        (json!({"document": V2, "waves": [{"share": "1%", "instances": 1}]}), 400, "either"),
+        (json!({"document": V2, "waves": [{"share": "1%"}], "gates": {"bake": 1}}), 400, "bake"),
+    ];
+    for (body, status, message) in cases {
+        let (got, answer) = post(&admin, "/api/v1/rollouts", &body).await;
+        assert_eq!(got, status, "{body}: {answer}");
+        assert!(answer.to_string().contains(message), "{body}: {answer}");
+    }
+    let (status, answer) = post(&admin, "/api/v1/rollouts/r1/abort", &json!(null)).await;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(rollout(&admin).await, Value::Null);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_prometheus_gate_reverts_a_wave_when_the_error_ratio_rises() {
+    use crate::rollout_prometheus::{Exporter, GAUGE};
+    use skyconf_testkit::servers::prometheus::PrometheusServer;
+    let exporter = Exporter::start(0.01).await;
+    let Some(prometheus) = PrometheusServer::start(exporter.addr).await else { return };
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let server = Server::start(FileSource::new(&path), loopback()).await;
+    let admin = server.admin();
+    let agents = fleet(server.grpc_addr, 3);
+    settled(&admin, &agents, "10").await;
+    let gates = json!({
+        "apply_within_s": 20, "bake_s": 6, "lost_after_s": 30,
+        "prometheus": {"url": prometheus.url(), "query": GAUGE, "max": 0.05},
+    });
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual"))
+            .await;
+    assert_eq!(status, 201, "{body}");
+    // Wave 1 passes its gates while the ratio is 1 %.
+    until_state(&admin, "waiting for a promote").await;
+    let id = body["rollout"]["id"].as_str().unwrap().to_owned();
+    let (status, body) = post(&admin, &format!("/api/v1/rollouts/{id}/promote"), &json!(null)).await;
+    assert_eq!(status, 200, "{body}");
+    until("wave 2 holds the candidate", async || agents.iter().all(|a| a.value().as_deref() == Some("20"))).await;
+    // Errors rise while wave 2 bakes: the rollout reverts, and every agent is given back 10.
+    exporter.set(0.2);
+    let reverted = until_state(&admin, "reverted").await;
+    let event = reverted["events"].as_array().unwrap().last().unwrap().clone();
+    assert!(event["message"].as_str().unwrap().contains("Prometheus gate failed"), "{event}");
+    until("every agent is given back its value", async || agents.iter().all(|a| a.value().as_deref() == Some("10")))
+        .await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V1);
+    stop_all(agents).await;
+    server.stop().await.unwrap();
+}
