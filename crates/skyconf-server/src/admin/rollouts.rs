@@ -33,6 +33,7 @@ pub struct StartRollout {
     /// The candidate: a whole agent-configurations document.
     pub document: String,
     /// The waves, in order; the last usually `{"share": "100%"}`.
+    #[schema(min_items = 1)]
     pub waves: Vec<WaveSpec>,
     /// The gates between waves (defaults: apply within 60 s, bake 60 s, lost after 45 s).
     #[serde(default)]
@@ -46,11 +47,12 @@ pub struct StartRollout {
     pub message: Option<String>,
 }
 
-/// The body of a promote or an abort (optional).
-#[derive(Debug, Default, serde::Deserialize)]
+/// The optional body of a promote or an abort.
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Operator {
-    author: Option<String>,
+pub struct Operator {
+    /// Who promotes or aborts (recorded in the rollout's events).
+    pub author: Option<String>,
 }
 
 fn rollouts(admin: &Admin) -> Result<&Rollouts, AppError> {
@@ -151,9 +153,11 @@ pub(super) async fn start(
     operation_id = "promote_rollout",
     security(("bearer" = [])),
     params(("id" = String, Path, description = "The rollout's id.")),
+    request_body(content = Option<Operator>, content_type = "application/json",
+        description = "Optional: who promotes."),
     responses(
         (status = 200, description = "The next wave started.", body = super::openapi::RolloutAnswer),
-        (status = 400, description = "The rollout is not waiting for a promote.", body = ErrorBody),
+        (status = 400, description = "The rollout is not waiting for a promote, or bad JSON.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such rollout is current.", body = ErrorBody),
@@ -167,8 +171,8 @@ pub(super) async fn promote(
     WriteRequest { body, .. }: WriteRequest,
 ) -> Result<Json<Value>, AppError> {
     let rollouts = rollouts(&admin)?;
-    let _operator = operator(&body)?;
-    let rollout = rollouts.promote(&id).await?;
+    let operator = operator(&body)?;
+    let rollout = rollouts.promote(&id, operator.author.as_deref()).await?;
     Ok(Json(json!({ "rollout": view(rollouts, &rollout) })))
 }
 
@@ -180,9 +184,11 @@ pub(super) async fn promote(
     operation_id = "abort_rollout",
     security(("bearer" = [])),
     params(("id" = String, Path, description = "The rollout's id.")),
+    request_body(content = Option<Operator>, content_type = "application/json",
+        description = "Optional: who aborts."),
     responses(
         (status = 200, description = "Aborted: every reached instance is served what it had.", body = super::openapi::RolloutAnswer),
-        (status = 400, description = "The rollout has ended.", body = ErrorBody),
+        (status = 400, description = "The rollout has ended, or bad JSON.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such rollout is current.", body = ErrorBody),

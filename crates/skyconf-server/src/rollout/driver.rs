@@ -276,8 +276,8 @@ impl Rollouts {
     }
 
     /// Moves the rollout `id`, waiting after a passed wave, on to its next wave.
-    pub async fn promote(&self, id: &str) -> Result<Rollout, RolloutError> {
-        self.operate(id, |rollout, known| rollout.promote(now_ms(), known)).await
+    pub async fn promote(&self, id: &str, who: Option<&str>) -> Result<Rollout, RolloutError> {
+        self.operate(id, |rollout, known| rollout.promote(now_ms(), who, known)).await
     }
 
     /// Stops the rollout `id` and gives every reached instance back what it had.

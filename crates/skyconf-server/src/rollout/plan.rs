@@ -279,11 +279,12 @@ impl Rollout {
         self.event(now_ms, kind, why);
     }
 
-    /// Moves a waiting rollout on to its next wave.
-    pub fn promote(&mut self, now_ms: u64, known: &[(String, String)]) -> Result<(), String> {
+    /// Moves a waiting rollout on to its next wave (`who` promotes it, if known).
+    pub fn promote(&mut self, now_ms: u64, who: Option<&str>, known: &[(String, String)]) -> Result<(), String> {
         match self.phase {
             Phase::Waiting => {
-                self.event(now_ms, "promoted", format!("wave {} promoted", self.wave + 1));
+                let by = who.map(|w| format!(" by {w}")).unwrap_or_default();
+                self.event(now_ms, "promoted", format!("wave {} promoted{by}", self.wave + 1));
                 self.start_wave(self.wave + 1, now_ms, known);
                 Ok(())
             }
@@ -518,11 +519,11 @@ mod tests {
         assert_eq!(r.phase, Phase::Running, "an unread gate neither passes nor fails");
         r.step(6000, &fleet(&r, 6000, true), &Reading::Pass);
         assert_eq!(r.phase, Phase::Waiting, "manual: waits for a promote");
-        assert!(r.promote(6500, &[]).is_ok());
+        assert!(r.promote(6500, Some("ops"), &[]).is_ok());
         assert_eq!((r.wave, r.phase), (1, Phase::Running));
         r.step(7000, &fleet(&r, 7000, true), &Reading::Fail("0.2 > 0.1".into()));
         assert_eq!(r.phase, Phase::Reverted);
-        assert!(r.promote(8000, &[]).unwrap_err().contains("reverted"));
+        assert!(r.promote(8000, None, &[]).unwrap_err().contains("reverted"));
     }
 
     #[test]
