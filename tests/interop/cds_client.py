@@ -6,8 +6,12 @@ skyconf's interop tests. Stubs are generated at run time from skyconf's own .pro
     cds_client.py check --addr HOST:PORT --golden FILE               assert the server answers
                                                                      exactly as the OAP would
     cds_client.py poll --addr HOST:PORT --service NAME [--interval S] [--seconds S] [--stuck]
+                       [--instance I [--property K=V ...]]
                                                                      poll like an agent, one JSON
-                                                                     line per applied change
+                                                                     line per applied change; with
+                                                                     --instance, first report the
+                                                                     instance's properties on the
+                                                                     same channel, as agents do
     cds_client.py java-poll --addr HOST:PORT --service NAME [--interval S] [--timeout S]
                                                                      poll as the Java agent times
                                                                      it (30 s deadline, fixed
@@ -34,7 +38,8 @@ EMPTY_DIGEST = ("410bb567794fe14362a2fb5912af7331eba74877614b82f36f3861fe86201c6
 
 def load_stubs():
     out = tempfile.mkdtemp(prefix="skyconf-grpcio-")
-    protos = ["skywalking/v3/common.proto", "skywalking/v3/configuration_discovery.proto"]
+    protos = ["skywalking/v3/common.proto", "skywalking/v3/configuration_discovery.proto",
+              "skywalking/v3/management.proto"]
     subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_ROOT,
                            "--python_out=" + out, "--grpc_python_out=" + out] + protos)
     sys.path.insert(0, out)
@@ -89,6 +94,19 @@ def check(stub, pb, golden):
     check_command(call(stub, pb, unknown), EMPTY_DIGEST, [], seen)
     expect(len(call(stub, pb, unknown, EMPTY_DIGEST).commands) == 0, "unknown service echoing EMPTY gets no command")
     print(json.dumps({"ok": True, "services": len(services), "calls": len(seen) + len(services) + 1}))
+
+
+def report_instance(channel, service, instance, properties):
+    """ManagementService.reportInstanceProperties on `channel`, as an agent sends it at start."""
+    from skywalking.v3 import common_pb2, management_pb2 as mpb, management_pb2_grpc as mrpc
+    pairs = []
+    for pair in properties:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"expected KEY=VALUE, got {pair!r}")
+        pairs.append(common_pb2.KeyStringValuePair(key=key, value=value))
+    request = mpb.InstanceProperties(service=service, serviceInstance=instance, properties=pairs)
+    mrpc.ManagementServiceStub(channel).reportInstanceProperties(request, timeout=10)
 
 
 def poll(stub, pb, service, interval, seconds, stuck):
@@ -174,10 +192,15 @@ def main():
                     help="deadline of each call in seconds, 0 for none (fetch: 10, java-poll: 30)")
     ap.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0: until SIGTERM)")
     ap.add_argument("--stuck", action="store_true", help="apply the first configuration only")
+    ap.add_argument("--instance", help="poll: report this instance name first, on the same channel")
+    ap.add_argument("--property", action="append", default=[], help="poll --instance: a reported KEY=VALUE")
     a = ap.parse_args()
     import grpc
     pb, rpc = load_stubs()
-    stub = rpc.ConfigurationDiscoveryServiceStub(grpc.insecure_channel(a.addr))
+    channel = grpc.insecure_channel(a.addr)
+    stub = rpc.ConfigurationDiscoveryServiceStub(channel)
+    if a.instance:
+        report_instance(channel, a.service, a.instance, a.property)
     if a.mode == "fetch":
         print(json.dumps(as_json(call(stub, pb, a.service, a.uuid, 10.0 if a.timeout is None else a.timeout))))
     elif a.mode == "java-poll":

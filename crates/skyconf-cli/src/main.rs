@@ -45,6 +45,8 @@ enum Command {
     Validate(commands::validate::Args),
     /// Follow a service's configuration as a Rust agent does; print one JSON line per change.
     Agent(commands::agent::Args),
+    /// Start, watch, promote or abort a staged rollout through a server's admin API (JSON out).
+    Rollout(commands::rollout::Args),
     /// Load-test a configuration discovery endpoint (any server); also memory, scale and propagation probes.
     Bench(commands::bench::Args),
 }
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         Command::Digest(args) => commands::digest::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
         Command::Agent(args) => commands::agent::run(args),
+        Command::Rollout(args) => commands::rollout::run(args),
         Command::Bench(args) => commands::bench::run(args),
     };
     match result {

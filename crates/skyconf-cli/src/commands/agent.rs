@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use serde_json::json;
 use skyconf_agent::watchers::{JAVA_KEYS, StringWatcher};
 use skyconf_agent::{Agent, AgentOptions, ChangeEvent, GrpcTransport, Registry, Transport, Watcher, WatcherError};
-use skyconf_proto::v3::{Commands, ConfigurationSyncRequest};
+use skyconf_proto::v3::{Commands, ConfigurationSyncRequest, InstancePingPkg, InstanceProperties};
 
 use crate::args::{ClientArgs, ServerAddr, parse_duration};
 
@@ -38,6 +38,17 @@ pub(crate) struct Args {
     /// A key to watch (repeatable); default: the Java agent's keys.
     #[arg(long = "key", value_name = "KEY")]
     keys: Vec<String>,
+    /// The instance name to report (`ManagementService`, on the polls' connection, as agents do),
+    /// so targeting groups and rollout waves can reach this agent.
+    #[arg(long)]
+    instance: Option<String>,
+    /// A reported instance property, `KEY=VALUE` (repeatable; with --instance).
+    #[arg(long = "property", value_name = "KEY=VALUE", value_parser = parse_property, requires = "instance")]
+    properties: Vec<(String, String)>,
+}
+
+fn parse_property(text: &str) -> Result<(String, String), String> {
+    text.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("`{text}` is not KEY=VALUE"))
 }
 
 /// A string watcher that also prints each event it receives.
@@ -101,6 +112,18 @@ impl Transport for Connecting {
             }
         }
     }
+
+    async fn report_instance_properties(
+        &mut self,
+        properties: InstanceProperties,
+        timeout: Duration,
+    ) -> Result<(), tonic::Status> {
+        self.inner.report_instance_properties(properties, timeout).await
+    }
+
+    async fn keep_alive(&mut self, ping: InstancePingPkg, timeout: Duration) -> Result<(), tonic::Status> {
+        self.inner.keep_alive(ping, timeout).await
+    }
 }
 
 /// Follows the configuration, printing events to `out`, until `stop` completes.
@@ -109,7 +132,8 @@ async fn follow<W: Write + Send + 'static>(
     out: Arc<Mutex<W>>,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let Args { client: ClientArgs { addr, service, timeout, authentication }, interval, keys } = args;
+    let Args { client: ClientArgs { addr, service, timeout, authentication }, interval, keys, instance, properties } =
+        args;
     // As `GrpcTransport::lazy`, for every spelling of --addr (https:// included).
     let channel = addr.endpoint()?.connect_timeout(Duration::from_secs(10)).tcp_nodelay(true).connect_lazy();
     let mut transport = GrpcTransport::from_channel(channel);
@@ -121,7 +145,13 @@ async fn follow<W: Write + Send + 'static>(
     for key in keys {
         registry.register(Arc::new(Printer { inner: StringWatcher::new(key), out: Arc::clone(&out) }));
     }
-    let options = AgentOptions::new(service).interval(interval).timeout(timeout);
+    let mut options = AgentOptions::new(service).interval(interval).timeout(timeout);
+    if let Some(instance) = instance {
+        options = options.instance(instance);
+    }
+    for (key, value) in properties {
+        options = options.property(key, value);
+    }
     let transport = Connecting { inner: transport, addr, down: false };
     let handle = Agent::new(options, registry, transport).spawn();
     stop.await;
@@ -212,6 +242,8 @@ mod tests {
             },
             interval: Duration::from_millis(20),
             keys: vec![],
+            instance: None,
+            properties: vec![],
         };
         let stop = {
             let done = Arc::clone(&done);

@@ -9,5 +9,6 @@ mod fleet;
 mod gateway;
 mod held;
 mod logging;
+mod rollout;
 mod security;
 mod util;

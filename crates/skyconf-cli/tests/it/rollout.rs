@@ -1,0 +1,170 @@
+//! `skyconf rollout` against a real server whose fleet is two independent clients that report
+//! their instances: the grpcio (C-core) client (`tests/interop/cds_client.py poll --instance`) and
+//! `skyconf agent --instance` (skyconf-agent). A wave of one instance reaches one of them; a
+//! promote reaches all and writes the candidate; an aborted rollout gives every agent back what
+//! it had, and `status --watch` says so with exit status 4.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use skyconf_server::Running;
+use skyconf_server::fleet::{AgentState, AgentStatus};
+use skyconf_sources::file::FileSource;
+use skyconf_testkit::fixtures::temp_file;
+use skyconf_testkit::server::{Server, loopback};
+
+use crate::util::{grpcio_available, repo_root, skyconf};
+
+const V1: &str = "configurations:\n  roll-svc:\n    agent.sample_n_per_3_secs: 10\n";
+const V2: &str = "configurations:\n  roll-svc:\n    agent.sample_n_per_3_secs: 20\n";
+const V3: &str = "configurations:\n  roll-svc:\n    agent.sample_n_per_3_secs: 30\n";
+
+/// A child process killed when the test ends, pass or fail.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn grpcio(running: &Running, instance: &str) -> Guard {
+    let child = Command::new("python3")
+        .arg(repo_root().join("tests/interop/cds_client.py"))
+        .args(["poll", "--addr", &running.grpc_addr.to_string(), "--service", "roll-svc", "--interval", "0.2"])
+        .args(["--instance", instance, "--property", "language=python"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    Guard(child)
+}
+
+fn agent(running: &Running, instance: &str) -> Guard {
+    let child = Command::new(env!("CARGO_BIN_EXE_skyconf"))
+        .args(["agent", "--addr", &running.grpc_addr.to_string(), "--service", "roll-svc", "--interval", "200ms"])
+        .args(["--instance", instance, "--property", "language=rust"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Guard(child)
+}
+
+/// Every agent of the service, each judged against what it is served.
+fn agents(running: &Running) -> Vec<AgentStatus> {
+    running.fleet.agents_of("roll-svc", &running.served.serving())
+}
+
+async fn wait_until(running: &Running, what: &str, condition: impl Fn(&[AgentStatus]) -> bool) -> Vec<AgentStatus> {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = agents(running);
+        if condition(&now) {
+            return now;
+        }
+        assert!(Instant::now() < give_up, "{what}: {now:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `skyconf rollout ARGS` with the server's admin URL: its exit status and its last JSON line.
+async fn rollout(running: &Running, args: &[&str]) -> (i32, Value) {
+    let mut command = skyconf();
+    command.args(["rollout", "--admin", &format!("http://{}", running.admin_addr)]).args(args);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().map_or(Value::Null, |l| serde_json::from_str(l).unwrap());
+    if !output.status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    }
+    (output.status.code().unwrap_or(-1), last)
+}
+
+async fn until_state(running: &Running, state: &str) -> Value {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, now) = rollout(running, &["status"]).await;
+        assert_eq!(code, 0);
+        if now["rollout"]["state"] == state {
+            return now["rollout"].clone();
+        }
+        assert!(Instant::now() < give_up, "not {state}: {now:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The digest of `roll-svc` in `document`.
+fn digest_of(document: &str) -> String {
+    skyconf_core::read(document).unwrap().get("roll-svc").unwrap().digest().as_str().to_owned()
+}
+
+/// How many of `agents` echo the digest of `document`.
+fn holding(agents: &[AgentStatus], document: &str) -> usize {
+    agents.iter().filter(|a| a.digest == digest_of(document)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_rolls_a_document_out_to_grpcio_and_rust_agents_and_aborts_one() {
+    if !grpcio_available() {
+        return;
+    }
+    let (dir, path) = temp_file("agents.yaml", V1);
+    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let _fleet = [grpcio(&running, "py-1"), grpcio(&running, "py-2"), agent(&running, "rs-1"), agent(&running, "rs-2")];
+    wait_until(&running, "four identified agents applied", |a| {
+        a.len() == 4 && a.iter().all(|a| a.state == AgentState::Applied && a.instance.is_some())
+    })
+    .await;
+
+    let candidate = dir.path().join("candidate.yaml");
+    std::fs::write(&candidate, V2).unwrap();
+    let candidate = candidate.to_str().unwrap();
+    let timing = ["--apply-within", "20s", "--bake", "1s", "--lost-after", "30s"];
+    let (code, started) =
+        rollout(&running, &[&["start", candidate, "--waves", "1,100%", "--manual"][..], &timing].concat()).await;
+    assert_eq!(code, 0, "{started}");
+    let id = started["rollout"]["id"].as_str().unwrap().to_owned();
+    let waiting = until_state(&running, "waiting for a promote").await;
+    let picked = waiting["named"]["roll-svc"][0].as_str().unwrap().to_owned();
+    let now = agents(&running);
+    assert_eq!(holding(&now, V2), 1, "one instance in wave 1: {now:#?}");
+    let reached = now.iter().find(|a| a.digest == digest_of(V2)).unwrap();
+    assert_eq!(reached.instance.as_deref(), Some(picked.as_str()));
+
+    let (code, promoted) = rollout(&running, &["promote", &id]).await;
+    assert_eq!(code, 0, "{promoted}");
+    let (code, done) = rollout(&running, &["status", "--watch"]).await;
+    assert_eq!((code, done["rollout"]["state"].as_str()), (0, Some("completed")), "{done}");
+    wait_until(&running, "every agent holds the candidate", |a| holding(a, V2) == 4).await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V2);
+
+    // A second rollout, aborted in its first wave: every agent holds V2 again.
+    let next = dir.path().join("next.yaml");
+    std::fs::write(&next, V3).unwrap();
+    let (code, started) = rollout(
+        &running,
+        &[&["start", next.to_str().unwrap(), "--waves", "50%,100%", "--manual"][..], &timing].concat(),
+    )
+    .await;
+    assert_eq!(code, 0, "{started}");
+    let id = started["rollout"]["id"].as_str().unwrap().to_owned();
+    until_state(&running, "waiting for a promote").await;
+    let (code, aborted) = rollout(&running, &["abort", &id]).await;
+    assert_eq!((code, aborted["rollout"]["state"].as_str()), (0, Some("aborted")), "{aborted}");
+    let (code, _) = rollout(&running, &["status", "--watch"]).await;
+    assert_eq!(code, 4, "a watched rollout that ended aborted");
+    wait_until(&running, "every agent is back on V2", |a| holding(a, V2) == 4).await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V2);
+    // A refused candidate is said with its line.
+    std::fs::write(&next, "configurations:\n  roll-svc: [\n").unwrap();
+    let mut command = skyconf();
+    command.args(["rollout", "--admin", &format!("http://{}", running.admin_addr), "start", next.to_str().unwrap()]);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("400") && stderr.contains("line 2"), "{stderr}");
+    running.stop().await.unwrap();
+}
