@@ -42,11 +42,17 @@ enum Command {
     Promote {
         /// The rollout's id.
         id: String,
+        /// Who promotes it (recorded in its events).
+        #[arg(long)]
+        author: Option<String>,
     },
     /// Stop a rollout: every instance it reached gets back what it had.
     Abort {
         /// The rollout's id.
         id: String,
+        /// Who aborts it (recorded in its events).
+        #[arg(long)]
+        author: Option<String>,
     },
 }
 
@@ -135,16 +141,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
             Command::Status { watch: true } => watch(&client).await,
-            Command::Promote { id } => {
-                print(&client.send("POST", &format!("/api/v1/rollouts/{id}/promote"), Some(&json!(null))).await?);
-                Ok(ExitCode::SUCCESS)
-            }
-            Command::Abort { id } => {
-                print(&client.send("POST", &format!("/api/v1/rollouts/{id}/abort"), Some(&json!(null))).await?);
-                Ok(ExitCode::SUCCESS)
-            }
+            Command::Promote { id, author } => operate(&client, &id, "promote", author).await,
+            Command::Abort { id, author } => operate(&client, &id, "abort", author).await,
         }
     })
+}
+
+/// `POST /api/v1/rollouts/{id}/{action}` with who does it; prints the answer.
+async fn operate(client: &Client, id: &str, action: &str, author: Option<String>) -> anyhow::Result<ExitCode> {
+    let body = json!({ "author": author });
+    print(&client.send("POST", &format!("/api/v1/rollouts/{id}/{action}"), Some(&body)).await?);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the rollout each time its state, wave or reach changes, until it ends.

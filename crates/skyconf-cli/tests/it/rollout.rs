@@ -141,30 +141,33 @@ async fn the_cli_rolls_a_document_out_to_grpcio_and_rust_agents_and_aborts_one()
     wait_until(&running, "every agent holds the candidate", |a| holding(a, V2) == 4).await;
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V2);
 
-    // A second rollout, aborted in its first wave: every agent holds V2 again.
+    // A second rollout, aborted after its first wave reached one agent: every agent holds V2 again.
     let next = dir.path().join("next.yaml");
     std::fs::write(&next, V3).unwrap();
     let (code, started) = rollout(
         &running,
-        &[&["start", next.to_str().unwrap(), "--waves", "50%,100%", "--manual"][..], &timing].concat(),
+        &[&["start", next.to_str().unwrap(), "--waves", "1,100%", "--manual", "--author", "ops"][..], &timing].concat(),
     )
     .await;
     assert_eq!(code, 0, "{started}");
     let id = started["rollout"]["id"].as_str().unwrap().to_owned();
     until_state(&running, "waiting for a promote").await;
-    let (code, aborted) = rollout(&running, &["abort", &id]).await;
+    wait_until(&running, "one agent holds the second candidate", |a| holding(a, V3) == 1 && holding(a, V2) == 3).await;
+    let (code, aborted) = rollout(&running, &["abort", &id, "--author", "ops"]).await;
     assert_eq!((code, aborted["rollout"]["state"].as_str()), (0, Some("aborted")), "{aborted}");
+    let said = aborted["rollout"]["events"].as_array().unwrap().last().unwrap()["message"].clone();
+    assert_eq!(said, "aborted by ops at wave 1", "{aborted}");
     let (code, _) = rollout(&running, &["status", "--watch"]).await;
     assert_eq!(code, 4, "a watched rollout that ended aborted");
     wait_until(&running, "every agent is back on V2", |a| holding(a, V2) == 4).await;
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V2);
-    // A refused candidate is said with its line.
+    // A refused candidate is said with its line (the unclosed flow sequence is found at the end).
     std::fs::write(&next, "configurations:\n  roll-svc: [\n").unwrap();
     let mut command = skyconf();
     command.args(["rollout", "--admin", &format!("http://{}", running.admin_addr), "start", next.to_str().unwrap()]);
     let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("400") && stderr.contains("line 2"), "{stderr}");
+    assert!(stderr.contains("400") && stderr.contains("line 3, column 1"), "{stderr}");
     running.stop().await.unwrap();
 }
