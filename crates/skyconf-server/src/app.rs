@@ -219,7 +219,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     // Rollouts resume before the admin port opens: a restart mid-rollout serves its waves at once.
     let keeper = rollout::Rollouts::keeper(source.shared_records(), config.data_dir.as_deref());
     let rollouts = rollout::Rollouts::new(Arc::clone(&served), Arc::clone(&fleet), keeper, replicas.id().to_owned())
-        .with_replicas(Arc::clone(&replicas));
+        .with_replicas(Arc::clone(&replicas))
+        .with_events(metrics.events());
     let rollouts = Arc::new(rollouts);
     rollouts.resume().await;
     let mut admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store));

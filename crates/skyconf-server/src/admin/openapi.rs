@@ -437,6 +437,8 @@ pub(crate) struct RolloutAnswer {
     /// The current (or last) rollout; `null` when there has been none.
     #[schema(required = true)]
     rollout: Option<RolloutView>,
+    /// The ended rollouts kept (the newest 20), newest first; the last one too once ended.
+    history: Vec<crate::rollout::plan::Summary>,
 }
 
 /// A rollout with where it stands.

@@ -79,6 +79,11 @@ fn view(rollouts: &Rollouts, rollout: &Rollout) -> Value {
     body
 }
 
+/// Every rollout answer: `rollout` and the `history` of ended ones.
+fn answer(rollouts: &Rollouts, rollout: Option<&Rollout>) -> Value {
+    json!({ "rollout": rollout.map(|r| view(rollouts, r)), "history": rollouts.history() })
+}
+
 /// `GET /api/v1/rollouts`.
 #[utoipa::path(
     get,
@@ -87,17 +92,17 @@ fn view(rollouts: &Rollouts, rollout: &Rollout) -> Value {
     operation_id = "get_rollout",
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The current (or last) rollout with its reached agents, or `null`.", body = super::openapi::RolloutAnswer),
+        (status = 200, description = "The current (or last) rollout with its reached agents, or `null`; and the ended ones, newest first.", body = super::openapi::RolloutAnswer),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
     ),
 )]
 pub(super) async fn current(State(admin): State<Admin>) -> Json<Value> {
     let Some(rollouts) = admin.rollouts.as_deref() else {
-        return Json(json!({ "rollout": null }));
+        return Json(json!({ "rollout": null, "history": [] }));
     };
     let rollout = rollouts.current().await;
-    Json(json!({ "rollout": rollout.as_ref().map(|r| view(rollouts, r)) }))
+    Json(answer(rollouts, rollout.as_ref()))
 }
 
 /// `POST /api/v1/rollouts`.
@@ -142,7 +147,7 @@ pub(super) async fn start(
         message: request.message,
     };
     let rollout = rollouts.start(plan, base).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "rollout": view(rollouts, &rollout) }))).into_response())
+    Ok((StatusCode::CREATED, Json(answer(rollouts, Some(&rollout)))).into_response())
 }
 
 /// `POST /api/v1/rollouts/{id}/promote`.
@@ -173,7 +178,7 @@ pub(super) async fn promote(
     let rollouts = rollouts(&admin)?;
     let operator = operator(&body)?;
     let rollout = rollouts.promote(&id, operator.author.as_deref()).await?;
-    Ok(Json(json!({ "rollout": view(rollouts, &rollout) })))
+    Ok(Json(answer(rollouts, Some(&rollout))))
 }
 
 /// `POST /api/v1/rollouts/{id}/abort`.
@@ -204,7 +209,7 @@ pub(super) async fn abort(
     let rollouts = rollouts(&admin)?;
     let operator = operator(&body)?;
     let rollout = rollouts.abort(&id, operator.author.as_deref()).await?;
-    Ok(Json(json!({ "rollout": view(rollouts, &rollout) })))
+    Ok(Json(answer(rollouts, Some(&rollout))))
 }
 
 fn operator(body: &[u8]) -> Result<Operator, AppError> {

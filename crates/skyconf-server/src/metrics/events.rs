@@ -23,6 +23,14 @@ pub(crate) struct GrpcDeniedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RolloutEventLabels {
+    pub(crate) kind: String,
+}
+
+/// The rollout events counted from the start, at zero (the others appear when they happen).
+const ROLLOUT_KINDS: [&str; 5] = ["started", "passed", "reverted", "aborted", "completed"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct AdminDeniedLabels {
     pub(crate) status: &'static str,
 }
@@ -68,6 +76,7 @@ pub struct Events {
     store_failures: Family<StoreLabels, Counter>,
     grpc_denied: Family<GrpcDeniedLabels, Counter>,
     admin_denied: Family<AdminDeniedLabels, Counter>,
+    rollout_events: Family<RolloutEventLabels, Counter>,
 }
 
 impl Events {
@@ -97,8 +106,16 @@ impl Events {
             "Admin API requests refused: 401 (no or unknown token) or 403 (read token on a write)",
             self.admin_denied.clone(),
         );
+        registry.register(
+            "skyconf_rollout_events",
+            "What staged rollouts did, by kind (started, wave, applied, passed, promoted, reverted, aborted, completed, ...), counted by the replica that recorded it",
+            self.rollout_events.clone(),
+        );
         // Present from the start, at zero: a rate over a series that appears late misses its
         // first increment.
+        for kind in ROLLOUT_KINDS {
+            let _ = self.rollout_events.get_or_create_owned(&RolloutEventLabels { kind: kind.to_owned() });
+        }
         for service in [GuardedService::Cds, GuardedService::Management, GuardedService::Dcs] {
             let _ = self.grpc_denied.get_or_create_owned(&GrpcDeniedLabels { service: service.as_str() });
         }
@@ -137,6 +154,16 @@ impl Events {
             token_sent,
             "Refused a call with PERMISSION_DENIED: the Authentication metadata does not match."
         );
+    }
+
+    /// A staged rollout recorded an event: a revert or an abort is a warning, the rest news.
+    pub fn rollout_event(&self, rollout: &str, kind: &str, message: &str) {
+        self.rollout_events.get_or_create(&RolloutEventLabels { kind: kind.to_owned() }).inc();
+        if matches!(kind, "reverted" | "aborted" | "failed") {
+            tracing::warn!(rollout, kind, "{message}");
+        } else {
+            tracing::info!(rollout, kind, "{message}");
+        }
     }
 
     /// An admin request was turned away.

@@ -22,6 +22,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -31,7 +32,7 @@ use skyconf_sources::shared::{Lifetime, Records};
 use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{Observed, Phase, Reading, Rollout, Step};
+use super::plan::{Event, Observed, Phase, Reading, Rollout, Step, Summary};
 use crate::fleet::{AgentState, Fleet};
 use crate::served::{Overlay, ServedTable};
 use crate::unix_time::now_ms;
@@ -48,8 +49,13 @@ pub const PROMETHEUS_EVERY: Duration = Duration::from_secs(2);
 /// The record kind, and the current rollout's name.
 const KIND: &str = "rollouts";
 const CURRENT: &str = "current";
-/// The file the record is kept in without shared records.
+/// The file the record is kept in without shared records, and the folder of ended ones beside it.
 const FILE_NAME: &str = "rollout.json";
+const HISTORY_DIR: &str = "rollouts";
+/// How many ended rollouts the store keeps (older ones are deleted).
+pub const HISTORY_KEPT: usize = 50;
+/// How many ended rollouts the history shows.
+pub const HISTORY_SHOWN: usize = 20;
 
 /// Why a rollout operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -98,22 +104,84 @@ impl Keeper {
             .transpose()
     }
 
+    /// Keeps `rollout` as the current record; an ended one also joins the history (the oldest
+    /// beyond [`HISTORY_KEPT`] leave it).
     async fn save(&self, rollout: &Rollout) -> Result<(), String> {
         let bytes = serde_json::to_vec(rollout).expect("a rollout always serializes");
+        let ended = !rollout.phase.is_active();
         match self {
             Self::Records(records) => {
                 records.put(KIND, CURRENT, &bytes, Lifetime::Durable).await.map_err(|e| e.to_string())?;
-                if !rollout.phase.is_active() {
+                if ended {
                     records.put(KIND, &rollout.id, &bytes, Lifetime::Durable).await.map_err(|e| e.to_string())?;
+                    let names = self.ended_names().await?;
+                    for old in &names[..names.len().saturating_sub(HISTORY_KEPT)] {
+                        records.delete(KIND, old).await.map_err(|e| e.to_string())?;
+                    }
                 }
                 Ok(())
             }
             Self::File(path) => {
-                skyconf_sources::fs::write_atomically(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+                let io = |path: &std::path::Path, e: std::io::Error| format!("{}: {e}", path.display());
+                skyconf_sources::fs::write_atomically(path, &bytes).map_err(|e| io(path, e))?;
+                if ended {
+                    let dir = history_dir(path);
+                    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+                    let file = dir.join(format!("{}.json", rollout.id));
+                    skyconf_sources::fs::write_atomically(&file, &bytes).map_err(|e| io(&file, e))?;
+                    let names = self.ended_names().await?;
+                    for old in &names[..names.len().saturating_sub(HISTORY_KEPT)] {
+                        let file = dir.join(format!("{old}.json"));
+                        std::fs::remove_file(&file).map_err(|e| io(&file, e))?;
+                    }
+                }
+                Ok(())
             }
             Self::Memory => Ok(()),
         }
     }
+
+    /// The ids of the ended rollouts kept, oldest first (ids are `r` and a start time, all of
+    /// one length for centuries, so they sort by time).
+    async fn ended_names(&self) -> Result<Vec<String>, String> {
+        let mut names: Vec<String> = match self {
+            Self::Records(records) => records.names(KIND).await.map_err(|e| e.to_string())?,
+            Self::File(path) => match std::fs::read_dir(history_dir(path)) {
+                Ok(entries) => entries
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".json").map(str::to_owned))
+                    .collect(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(format!("{}: {e}", history_dir(path).display())),
+            },
+            Self::Memory => Vec::new(),
+        };
+        names.retain(|name| name != CURRENT);
+        names.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+        Ok(names)
+    }
+
+    /// The newest [`HISTORY_SHOWN`] ended rollouts kept, newest first.
+    async fn history(&self) -> Result<Vec<Summary>, String> {
+        let names = self.ended_names().await?;
+        let mut out = Vec::new();
+        for name in names.iter().rev().take(HISTORY_SHOWN) {
+            let bytes = match self {
+                Self::Records(records) => records.get(KIND, name).await.map_err(|e| e.to_string())?,
+                Self::File(path) => std::fs::read(history_dir(path).join(format!("{name}.json"))).ok(),
+                Self::Memory => None,
+            };
+            // One record that does not read is left out, not the whole history.
+            if let Some(rollout) = bytes.and_then(|b| serde_json::from_slice::<Rollout>(&b).ok()) {
+                out.push(rollout.summary());
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The folder of ended rollouts beside the current one's file.
+fn history_dir(current: &std::path::Path) -> PathBuf {
+    current.with_file_name(HISTORY_DIR)
 }
 
 /// What a new rollout is to do (the body of `POST /api/v1/rollouts`, checked).
@@ -150,6 +218,12 @@ pub struct Rollouts {
     last_reading: std::sync::Mutex<Option<(u64, Reading)>>,
     /// Other replicas' agents, for the gates.
     replicas: Option<Arc<crate::fleet::replicas::Replicas>>,
+    /// The ended rollouts, newest first (at most [`HISTORY_SHOWN`]).
+    history: std::sync::Mutex<Vec<Summary>>,
+    /// Logs and counts each event this replica records.
+    events: crate::metrics::Events,
+    /// The current record holds a change served here that the keeper has not taken yet.
+    unsaved: AtomicBool,
 }
 
 impl Rollouts {
@@ -166,7 +240,16 @@ impl Rollouts {
             http: reqwest::Client::new(),
             last_reading: std::sync::Mutex::new(None),
             replicas: None,
+            history: std::sync::Mutex::new(Vec::new()),
+            events: crate::metrics::Events::default(),
+            unsaved: AtomicBool::new(false),
         }
+    }
+
+    /// Logs and counts events through `events` (`skyconf_rollout_events_total`).
+    pub fn with_events(mut self, events: crate::metrics::Events) -> Self {
+        self.events = events;
+        self
     }
 
     /// Also judges the agents other replicas publish.
@@ -194,15 +277,45 @@ impl Rollouts {
         self.current.lock().await.clone()
     }
 
+    /// The ended rollouts, newest first: the current one too once it has ended.
+    pub fn history(&self) -> Vec<Summary> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Adds `rollout`, which has ended, to the history (once).
+    fn remember(&self, rollout: &Rollout) {
+        if rollout.phase.is_active() {
+            return;
+        }
+        let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        history.retain(|r| r.id != rollout.id);
+        history.push(rollout.summary());
+        history.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then_with(|| b.id.cmp(&a.id)));
+        history.truncate(HISTORY_SHOWN);
+    }
+
+    /// Logs and counts the events `rollout` gained after `before` (its last event then).
+    fn announce(&self, rollout: &Rollout, before: Option<&Event>) {
+        let start = before.and_then(|b| rollout.events.iter().rposition(|e| e == b)).map_or(0, |i| i + 1);
+        for event in &rollout.events[start..] {
+            self.events.rollout_event(&rollout.id, &event.kind, &event.message);
+        }
+    }
+
     /// Reads the record kept before this process started and serves it: a restart mid-rollout
     /// resumes it.
     pub async fn resume(&self) {
+        match self.keeper.history().await {
+            Ok(ended) => *self.history.lock().unwrap_or_else(|p| p.into_inner()) = ended,
+            Err(error) => tracing::warn!(%error, "Cannot read the rollout history; it starts empty here."),
+        }
         match self.keeper.load().await {
             Ok(Some(rollout)) => {
                 if rollout.phase.is_active() {
                     tracing::info!(rollout = %rollout.id, wave = rollout.wave + 1, "Resuming a rollout.");
                 }
                 self.serve(Some(&rollout));
+                self.remember(&rollout);
                 *self.current.lock().await = Some(rollout);
             }
             Ok(None) => {}
@@ -268,7 +381,7 @@ impl Rollouts {
         let known = self.known(&rollout.services);
         rollout.start_wave(0, now, &known);
         self.keeper.save(&rollout).await.map_err(RolloutError::Store)?;
-        tracing::info!(rollout = %rollout.id, services = ?rollout.services, waves = rollout.waves.len(), "Started a rollout.");
+        self.announce(&rollout, None);
         self.serve(Some(&rollout));
         *current = Some(rollout.clone());
         self.wake.notify_one();
@@ -299,8 +412,11 @@ impl Rollouts {
         change: impl FnOnce(&mut Rollout, &[(String, String)]) -> Result<(), String>,
     ) -> Result<Rollout, RolloutError> {
         let mut current = self.current.lock().await;
-        // The store's record is the truth: another replica may have moved it on.
-        if let Ok(Some(stored)) = self.keeper.load().await {
+        // The store's record is the truth (another replica may have moved it on), unless this
+        // replica serves a change the store has not taken yet.
+        if !self.unsaved.load(Ordering::Relaxed)
+            && let Ok(Some(stored)) = self.keeper.load().await
+        {
             *current = Some(stored);
         }
         let rollout = current
@@ -308,10 +424,17 @@ impl Rollouts {
             .filter(|r| r.id == id)
             .ok_or_else(|| RolloutError::NotFound(format!("no rollout `{id}` is current")))?;
         let known = self.known(&rollout.services);
-        change(rollout, &known).map_err(RolloutError::Refused)?;
-        rollout.driver = self.replica.clone();
-        rollout.driver_seen_ms = now_ms();
-        self.keeper.save(rollout).await.map_err(RolloutError::Store)?;
+        let before = rollout.events.last().cloned();
+        let mut changed = rollout.clone();
+        change(&mut changed, &known).map_err(RolloutError::Refused)?;
+        changed.driver = self.replica.clone();
+        changed.driver_seen_ms = now_ms();
+        // Kept first: a change the store did not take is not served, nor said to have happened.
+        self.keeper.save(&changed).await.map_err(RolloutError::Store)?;
+        self.unsaved.store(false, Ordering::Relaxed);
+        *rollout = changed;
+        self.announce(rollout, before.as_ref());
+        self.remember(rollout);
         self.serve(Some(rollout));
         let done = rollout.clone();
         drop(current);
@@ -464,8 +587,24 @@ impl Rollouts {
 
     async fn tick(&self, admin: &crate::admin::Admin) {
         let mut current = self.current.lock().await;
+        if self.unsaved.load(Ordering::Relaxed)
+            && let Some(rollout) = current.as_ref()
+        {
+            // A change this replica serves but could not keep: kept first, before the store's
+            // older record could undo it here.
+            if let Err(error) = self.keeper.save(rollout).await {
+                tracing::debug!(rollout = %rollout.id, %error, "Still cannot save the rollout record.");
+                self.serve(Some(rollout));
+                return;
+            }
+            self.unsaved.store(false, Ordering::Relaxed);
+        }
         match self.keeper.load().await {
-            Ok(Some(stored)) if current.as_ref() != Some(&stored) => *current = Some(stored),
+            Ok(Some(stored)) if current.as_ref() != Some(&stored) => {
+                // Another replica may have ended it.
+                self.remember(&stored);
+                *current = Some(stored);
+            }
             Ok(_) => {}
             Err(error) if !matches!(self.keeper, Keeper::Memory) => {
                 tracing::debug!(%error, "Cannot read the rollout record; serving the last one read.");
@@ -478,6 +617,7 @@ impl Rollouts {
         };
         let now = now_ms();
         let mut changed = false;
+        let before = rollout.events.last().cloned();
         if rollout.driver != self.replica {
             if now < rollout.driver_seen_ms + DRIVER_TIMEOUT.as_millis() as u64 {
                 return;
@@ -503,16 +643,18 @@ impl Rollouts {
                 Step::Changed => changed = true,
                 Step::Complete => (changed, complete) = (true, true),
             }
-            if let Some(event) = rollout.events.last().filter(|e| e.at_ms == now && changed) {
-                tracing::info!(rollout = %rollout.id, kind = %event.kind, "{}", event.message);
-            }
         }
         if changed {
+            // Served at once, kept after: a revert reaches the wave's agents now, also while the
+            // store is away; the record is then saved on a later tick, before any is read.
+            self.announce(rollout, before.as_ref());
+            self.remember(rollout);
+            self.serve(Some(rollout));
             if let Err(error) = self.keeper.save(rollout).await {
-                tracing::warn!(rollout = %rollout.id, %error, "Cannot save the rollout record; it is retried.");
+                tracing::warn!(rollout = %rollout.id, %error, "Cannot save the rollout record; serving it and retrying.");
+                self.unsaved.store(true, Ordering::Relaxed);
                 return;
             }
-            self.serve(Some(rollout));
         }
         if complete {
             self.complete(admin, rollout).await;
@@ -530,6 +672,7 @@ impl Rollouts {
         let written =
             crate::admin::write_planned(admin, rollout.document.clone(), attribution, rollout.base_release).await;
         let now = now_ms();
+        let before = rollout.events.last().cloned();
         match written {
             Ok(release) => {
                 rollout.phase = Phase::Completed;
@@ -541,11 +684,13 @@ impl Rollouts {
                 rollout.revert(now, Phase::Reverted, why);
             }
         }
-        tracing::info!(rollout = %rollout.id, phase = ?rollout.phase, "A rollout ended.");
-        if let Err(error) = self.keeper.save(rollout).await {
-            tracing::warn!(rollout = %rollout.id, %error, "Cannot save the ended rollout's record.");
-        }
+        self.announce(rollout, before.as_ref());
+        self.remember(rollout);
         self.serve(Some(rollout));
+        if let Err(error) = self.keeper.save(rollout).await {
+            tracing::warn!(rollout = %rollout.id, %error, "Cannot save the ended rollout's record; retrying.");
+            self.unsaved.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -564,4 +709,74 @@ pub fn changed_services(before: &AgentConfigurations, after: &AgentConfiguration
         }
     }
     changed.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::plan::{Advance, Gates, WaveSpec};
+
+    fn ended(id: &str, created_ms: u64, phase: Phase) -> Rollout {
+        let mut rollout = Rollout {
+            id: id.to_owned(),
+            document: String::new(),
+            base_release: 1,
+            services: vec!["svc".into()],
+            waves: vec![WaveSpec { share: Some("100%".into()), instances: None }],
+            gates: Gates::default(),
+            advance: Advance::Auto,
+            author: None,
+            message: None,
+            created_ms,
+            phase,
+            wave: 0,
+            wave_started_ms: created_ms,
+            applied_ms: None,
+            named: Default::default(),
+            watched: Default::default(),
+            release: None,
+            events: Vec::new(),
+            driver: "a".into(),
+            driver_seen_ms: created_ms,
+        };
+        rollout.event(created_ms + 5, "reverted", format!("{id} ended"));
+        rollout
+    }
+
+    #[tokio::test]
+    async fn a_data_directory_keeps_the_newest_ended_rollouts_and_reads_them_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let keeper = Rollouts::keeper(None, Some(dir.path()));
+        // Older ids are shorter numbers: the history sorts them by time, not as text.
+        let ids: Vec<String> = (0..HISTORY_KEPT + 3).map(|i| format!("r{}", 900 + i * 10)).collect();
+        for (i, id) in ids.iter().enumerate() {
+            keeper.save(&ended(id, 900 + i as u64 * 10, Phase::Reverted)).await.unwrap();
+        }
+        // An active one is the current record only.
+        keeper.save(&ended("r99999", 99_999, Phase::Running)).await.unwrap();
+
+        let again = Rollouts::keeper(None, Some(dir.path()));
+        assert_eq!(again.load().await.unwrap().unwrap().id, "r99999");
+        let kept = again.ended_names().await.unwrap();
+        assert_eq!(kept, ids[3..], "the oldest beyond {HISTORY_KEPT} are deleted");
+        let history = again.history().await.unwrap();
+        assert_eq!(history.len(), HISTORY_SHOWN);
+        assert_eq!(history[0].id, *ids.last().unwrap(), "newest first");
+        assert_eq!(
+            (history[0].state.as_str(), history[0].outcome.clone()),
+            ("reverted", format!("{} ended", history[0].id))
+        );
+        assert_eq!(history[0].ended_ms, history[0].created_ms + 5);
+    }
+
+    #[tokio::test]
+    async fn a_record_that_does_not_read_leaves_the_rest_of_the_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let keeper = Rollouts::keeper(None, Some(dir.path()));
+        keeper.save(&ended("r1000", 1000, Phase::Aborted)).await.unwrap();
+        std::fs::write(dir.path().join(HISTORY_DIR).join("r2000.json"), b"{ torn").unwrap();
+        let history = keeper.history().await.unwrap();
+        assert_eq!(history.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["r1000"]);
+        assert_eq!(history[0].state, "aborted");
+    }
 }

@@ -185,6 +185,35 @@ pub struct Rollout {
     pub driver_seen_ms: u64,
 }
 
+/// An ended rollout as the history lists it: what it rolled out, how far it got, how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Summary {
+    /// Its id.
+    pub id: String,
+    /// How it ended, in words (`completed`, `reverted`, `aborted`).
+    pub state: String,
+    /// How it ended.
+    pub phase: Phase,
+    /// The services it changed.
+    pub services: Vec<String>,
+    /// Its waves.
+    pub waves: Vec<WaveSpec>,
+    /// The last wave it ran, from 1.
+    pub wave: usize,
+    /// When it started (Unix milliseconds).
+    pub created_ms: u64,
+    /// When it ended (its last event).
+    pub ended_ms: u64,
+    /// Who started it.
+    pub author: Option<String>,
+    /// Why.
+    pub message: Option<String>,
+    /// The release the candidate became, if it completed.
+    pub release: Option<u64>,
+    /// Its last event: why it was reverted, who aborted it, the release it became.
+    pub outcome: String,
+}
+
 /// One agent of a changed service as the fleet sees it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
@@ -231,6 +260,25 @@ impl Rollout {
         if self.events.len() > MAX_EVENTS {
             let extra = self.events.len() - MAX_EVENTS;
             self.events.drain(..extra);
+        }
+    }
+
+    /// The rollout as the history lists it.
+    pub fn summary(&self) -> Summary {
+        let last = self.events.last();
+        Summary {
+            id: self.id.clone(),
+            state: phase_name(self.phase).to_owned(),
+            phase: self.phase,
+            services: self.services.clone(),
+            waves: self.waves.clone(),
+            wave: self.wave + 1,
+            created_ms: self.created_ms,
+            ended_ms: last.map_or(self.created_ms, |e| e.at_ms),
+            author: self.author.clone(),
+            message: self.message.clone(),
+            release: self.release,
+            outcome: last.map(|e| e.message.clone()).unwrap_or_default(),
         }
     }
 

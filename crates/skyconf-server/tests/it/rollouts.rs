@@ -257,6 +257,16 @@ async fn a_reached_agent_that_stops_polling_reverts_the_wave_within_a_second_for
     assert!(revert_to_served_ms <= 1000, "the revert reached the wave's agents {revert_to_served_ms} ms after it");
     assert!(agents.iter().all(|a| a.value().as_deref() == Some("10")), "{:?}", values(&agents));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "the document is untouched");
+    // The history says it was reverted, and why; the metrics count it.
+    let history = admin.get_json("/api/v1/rollouts").await["history"].clone();
+    assert_eq!((history[0]["id"].clone(), history[0]["state"].as_str()), (reverted["id"].clone(), Some("reverted")));
+    assert!(history[0]["outcome"].as_str().unwrap().contains(&picked[0]), "{history:#}");
+    let metrics = admin.get("/metrics").await.body;
+    for line in
+        ["skyconf_rollout_events_total{kind=\"reverted\"} 1", "skyconf_rollout_events_total{kind=\"started\"} 1"]
+    {
+        assert!(metrics.lines().any(|l| l == line), "no `{line}` in\n{metrics}");
+    }
     stop_all(agents).await;
     server.stop().await.unwrap();
 }
@@ -283,7 +293,7 @@ async fn a_restart_mid_rollout_resumes_it() {
 
     // The same ports, so the agents come back to it.
     let config = ServeConfig { grpc_addr: grpc, admin_addr, ..config };
-    let server = Server::start(FileSource::new(&path), config).await;
+    let server = Server::start(FileSource::new(&path), config.clone()).await;
     let admin = server.admin();
     let resumed = rollout(&admin).await;
     assert_eq!((resumed["id"].as_str(), resumed["state"].as_str()), (Some(id.as_str()), Some("waiting for a promote")));
@@ -297,6 +307,17 @@ async fn a_restart_mid_rollout_resumes_it() {
     assert_eq!(status, 200, "{body}");
     until_state(&admin, "completed").await;
     until("every agent holds the candidate", async || agents.iter().all(|a| a.value().as_deref() == Some("20"))).await;
+    server.stop().await.unwrap();
+
+    // Once more: the ended rollout is in the history read back from the data directory.
+    let server = Server::start(FileSource::new(&path), config).await;
+    let answer = server.admin().get_json("/api/v1/rollouts").await;
+    assert_eq!(answer["history"].as_array().map(Vec::len), Some(1), "{answer:#}");
+    assert_eq!(
+        (answer["history"][0]["id"].as_str(), answer["history"][0]["state"].as_str()),
+        (Some(id.as_str()), Some("completed"))
+    );
+    assert!(answer["history"][0]["release"].is_u64(), "{answer:#}");
     stop_all(agents).await;
     server.stop().await.unwrap();
 }
