@@ -103,8 +103,19 @@ pub struct Attribution {
     pub message: Option<String>,
     /// The release this change restores, for a rollback.
     pub rollback_of: Option<u64>,
-    /// Where it came from (`api`).
+    /// Where it came from (`api`, `rollout <id>`).
     pub origin: String,
+}
+
+/// The origin of a document written through the admin API.
+pub const ORIGIN_API: &str = "api";
+/// The origin of a document a staged rollout wrote, before its id.
+pub const ORIGIN_ROLLOUT: &str = "rollout ";
+
+/// Whether `origin` names a write made through a replica's admin API (a plain write or a
+/// rollout's last step), rather than a change found in the store.
+pub fn written_through_admin(origin: &str) -> bool {
+    origin == ORIGIN_API || origin.starts_with(ORIGIN_ROLLOUT)
 }
 
 /// One accepted document.

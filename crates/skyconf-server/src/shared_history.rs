@@ -65,14 +65,12 @@ fn record_name(id: u64) -> String {
 pub struct SharedHistory {
     records: Records,
     releases: Arc<ReleaseLog>,
-    /// The origin of releases written through this replica's admin API.
-    own_origin: &'static str,
 }
 
 impl SharedHistory {
     /// Shares `releases` through `records`.
     pub fn new(records: Records, releases: Arc<ReleaseLog>) -> Self {
-        Self { records, releases, own_origin: "api" }
+        Self { records, releases }
     }
 
     /// Reads the shared history into the local log: records newer than the newest local release
@@ -196,7 +194,7 @@ impl SharedHistory {
     /// Puts one release in the shared history, or takes the history's attribution of it.
     async fn share(&self, release: &ReleaseSummary) -> Shared {
         let name = record_name(release.id);
-        if release.origin != self.own_origin {
+        if !crate::releases::written_through_admin(&release.origin) {
             // Another replica's write, or the store's own change: the writer's record, if one comes.
             let deadline = tokio::time::Instant::now() + WAIT_FOR_WRITER;
             loop {

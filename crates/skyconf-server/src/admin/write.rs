@@ -113,7 +113,7 @@ fn attribution(
     }
     let author = author.or(header_author).filter(|a| !a.is_empty());
     let message = message.or(header_message).filter(|m| !m.is_empty());
-    Ok(Attribution { author, message, rollback_of, origin: "api".to_owned() })
+    Ok(Attribution { author, message, rollback_of, origin: crate::releases::ORIGIN_API.to_owned() })
 }
 
 /// The optional JSON body of a delete or rollback.

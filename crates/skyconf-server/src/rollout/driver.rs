@@ -494,7 +494,7 @@ impl Rollouts {
 
     /// Every (service, instance) of the changed services known now, here and on other replicas.
     fn known(&self, services: &[String]) -> Vec<(String, String)> {
-        self.observe_with(services, &crate::served::WaveMembers::default())
+        self.observe_with(services, &crate::served::WaveMembers::default(), 0)
             .into_iter()
             .map(|o| (o.service, o.instance))
             .collect()
@@ -502,10 +502,20 @@ impl Rollouts {
 
     /// The agents of the changed services, judged against what they are served now.
     fn observe(&self, rollout: &Rollout) -> Vec<Observed> {
-        self.observe_with(&rollout.services, &rollout.members())
+        // Another replica serves a wave from its next read of the record (within a tick); a
+        // summary it computed before then judged its agents against the old answers.
+        let fresh_after_ms = rollout.wave_started_ms + TICK.as_millis() as u64;
+        self.observe_with(&rollout.services, &rollout.members(), fresh_after_ms)
     }
 
-    fn observe_with(&self, services: &[String], members: &crate::served::WaveMembers) -> Vec<Observed> {
+    /// The agents of `services`, here and on the other replicas; another replica's agent counts
+    /// as applied only by a summary computed after `fresh_after_ms`.
+    fn observe_with(
+        &self,
+        services: &[String],
+        members: &crate::served::WaveMembers,
+        fresh_after_ms: u64,
+    ) -> Vec<Observed> {
         let wanted: HashSet<&str> = services.iter().map(String::as_str).collect();
         let serving = self.served.serving();
         let mut out: Vec<Observed> = Vec::new();
@@ -535,7 +545,7 @@ impl Rollouts {
                         service: agent.service.clone(),
                         instance: instance.clone(),
                         reached: members.holds(&agent.service, instance),
-                        applied: agent.state == AgentState::Applied,
+                        applied: agent.state == AgentState::Applied && peer.updated_ms > fresh_after_ms,
                         last_seen_ms: agent.last_seen_ms,
                     });
                 }
@@ -601,7 +611,13 @@ impl Rollouts {
         }
         match self.keeper.load().await {
             Ok(Some(stored)) if current.as_ref() != Some(&stored) => {
-                // Another replica may have ended it.
+                // Another replica ended it, or started another: one this replica saw running
+                // may have ended unseen, so the history is read again.
+                if current.as_ref().is_some_and(|c| c.id != stored.id)
+                    && let Ok(ended) = self.keeper.history().await
+                {
+                    *self.history.lock().unwrap_or_else(|p| p.into_inner()) = ended;
+                }
                 self.remember(&stored);
                 *current = Some(stored);
             }
@@ -667,7 +683,7 @@ impl Rollouts {
             author: rollout.author.clone(),
             message: Some(rollout.message.clone().unwrap_or_else(|| format!("rollout {} completed", rollout.id))),
             rollback_of: None,
-            origin: format!("rollout {}", rollout.id),
+            origin: format!("{}{}", crate::releases::ORIGIN_ROLLOUT, rollout.id),
         };
         let written =
             crate::admin::write_planned(admin, rollout.document.clone(), attribution, rollout.base_release).await;

@@ -19,6 +19,7 @@ mod metrics;
 mod nacos;
 mod replicas;
 mod rollout_prometheus;
+mod rollout_replicas;
 mod rollouts;
 mod security;
 mod serve;

@@ -22,19 +22,19 @@ use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{AdminClient, Server, loopback};
 use tokio::time::Instant;
 
-const KEY: &str = "agent.sample_n_per_3_secs";
-const V1: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n";
-const V2: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
+pub(crate) const KEY: &str = "agent.sample_n_per_3_secs";
+pub(crate) const V1: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n";
+pub(crate) const V2: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
 
 /// One agent of the test fleet.
-struct TestAgent {
-    name: String,
+pub(crate) struct TestAgent {
+    pub(crate) name: String,
     sampling: Arc<StringWatcher>,
-    handle: AgentHandle,
+    pub(crate) handle: AgentHandle,
 }
 
 impl TestAgent {
-    fn spawn(grpc: std::net::SocketAddr, name: &str, properties: &[(&str, &str)]) -> Self {
+    pub(crate) fn spawn(grpc: std::net::SocketAddr, name: &str, properties: &[(&str, &str)]) -> Self {
         let registry = Registry::new();
         let sampling = Arc::new(StringWatcher::new(KEY));
         registry.register(Arc::clone(&sampling) as Arc<dyn skyconf_agent::Watcher>);
@@ -50,7 +50,7 @@ impl TestAgent {
         Self { name: name.to_owned(), sampling, handle }
     }
 
-    fn value(&self) -> Option<String> {
+    pub(crate) fn value(&self) -> Option<String> {
         self.sampling.get().map(|v| v.to_string())
     }
 }
@@ -63,7 +63,7 @@ fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
-async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+pub(crate) async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let give_up = Instant::now() + PATIENCE;
     while !done().await {
         assert!(Instant::now() < give_up, "{what}: not within {PATIENCE:?}");
@@ -71,7 +71,7 @@ async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
     }
 }
 
-fn values(agents: &[TestAgent]) -> Vec<Option<String>> {
+pub(crate) fn values(agents: &[TestAgent]) -> Vec<Option<String>> {
     agents.iter().map(TestAgent::value).collect()
 }
 
@@ -87,16 +87,16 @@ async fn settled(admin: &AdminClient, agents: &[TestAgent], value: &str) {
     .await;
 }
 
-async fn post(admin: &AdminClient, path: &str, body: &Value) -> (u16, Value) {
+pub(crate) async fn post(admin: &AdminClient, path: &str, body: &Value) -> (u16, Value) {
     let reply = admin.send("POST", path, &[("content-type", "application/json")], &body.to_string()).await;
     (reply.status, reply.json())
 }
 
-async fn rollout(admin: &AdminClient) -> Value {
+pub(crate) async fn rollout(admin: &AdminClient) -> Value {
     admin.get_json("/api/v1/rollouts").await["rollout"].clone()
 }
 
-async fn until_state(admin: &AdminClient, state: &str) -> Value {
+pub(crate) async fn until_state(admin: &AdminClient, state: &str) -> Value {
     let mut last = Value::Null;
     let give_up = Instant::now() + PATIENCE;
     loop {
@@ -112,14 +112,14 @@ async fn until_state(admin: &AdminClient, state: &str) -> Value {
     }
 }
 
-fn start_body(waves: Value, gates: Value, advance: &str) -> Value {
+pub(crate) fn start_body(waves: Value, gates: Value, advance: &str) -> Value {
     let mut body = json!({ "document": V2, "advance": advance, "author": "ops" });
     body["waves"] = waves;
     body["gates"] = gates;
     body
 }
 
-async fn stop_all(agents: Vec<TestAgent>) {
+pub(crate) async fn stop_all(agents: Vec<TestAgent>) {
     for agent in agents {
         agent.handle.stop().await;
     }

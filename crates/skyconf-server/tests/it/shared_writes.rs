@@ -17,7 +17,7 @@ use skyconf_testkit::server::{AdminClient, Server, eventually_async, loopback};
 use skyconf_testkit::servers::etcd::EtcdServer;
 use skyconf_testkit::servers::zookeeper::{ZkServer, namespace, upsert};
 
-const ETCD_AGENT_KEY: &str = "/skywalking/configuration-discovery.default.agentConfigurations";
+pub(crate) const ETCD_AGENT_KEY: &str = "/skywalking/configuration-discovery.default.agentConfigurations";
 
 fn config() -> ServeConfig {
     ServeConfig { require_initial_load: false, reset_guard: Guard::OFF, ..loopback() }
@@ -31,7 +31,7 @@ async fn replicas<S: Source>(count: usize, source: impl Fn() -> S) -> Vec<Server
     servers
 }
 
-fn etcd_source(etcd: &EtcdServer) -> EtcdSource {
+pub(crate) fn etcd_source(etcd: &EtcdServer) -> EtcdSource {
     EtcdSource::new(EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() })
         .unwrap()
         .with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
