@@ -32,7 +32,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
                     service.entries().iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
                 out.insert(service.name().to_owned(), json!({ "uuid": service.digest().as_str(), "config": config }));
             }
-            println!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
+            crate::commands::outln!("{}", serde_json::to_string_pretty(&Value::Object(out))?);
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {

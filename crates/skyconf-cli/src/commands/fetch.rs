@@ -64,7 +64,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                         json!({ "command": c.command, "args": args })
                     })
                     .collect();
-                println!("{}", json!({ "commands": commands }));
+                crate::commands::outln!("{}", json!({ "commands": commands }));
                 Ok(ExitCode::SUCCESS)
             }
             // A status with a cause is the client's own (the connection broke, the deadline
@@ -74,7 +74,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Err(status) => {
                 let code = status.code();
-                println!(
+                crate::commands::outln!(
                     "{}",
                     json!({ "error": format!("{code:?}"), "code": code as i32, "message": status.message() })
                 );

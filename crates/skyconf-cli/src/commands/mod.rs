@@ -13,6 +13,29 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use skyconf_core::store::AGENT_CONFIGURATIONS_KEY;
 
+/// Writes to standard output. A reader that went away (`skyconf digest doc.yaml | head`) ends the
+/// command quietly with status 0, as ripgrep does, instead of the panic `print!` raises; any
+/// other failure to write is status 1.
+pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = out.write_fmt(args).and_then(|()| out.flush()) {
+        std::process::exit(i32::from(error.kind() != std::io::ErrorKind::BrokenPipe));
+    }
+}
+
+/// `print!` through [`write_out`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::commands::write_out(format_args!($($arg)*)) };
+}
+
+/// `println!` through [`write_out`].
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::commands::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub(crate) use {out, outln};
+
 /// Exit status of `digest` and `validate` for a document skyconf would refuse.
 pub(crate) const EXIT_REFUSED: u8 = 2;
 

@@ -174,7 +174,7 @@ async fn watch(client: &Client) -> anyhow::Result<ExitCode> {
 }
 
 fn print(value: &Value) {
-    println!("{value}");
+    crate::commands::outln!("{value}");
 }
 
 /// The admin API over HTTP, with the token.

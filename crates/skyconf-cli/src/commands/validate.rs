@@ -163,7 +163,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Err(error) => {
             if args.json {
                 let (at, message) = split_position(&error);
-                println!(
+                crate::commands::outln!(
                     "{}",
                     json!({ "valid": false, "path": name, "error": message,
                             "line": at.map(|p| p.line), "column": at.map(|p| p.column) })
@@ -205,7 +205,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             }
             let settings: usize = table.services().map(|s| s.entries().len()).sum();
             if args.json {
-                println!(
+                crate::commands::outln!(
                     "{}",
                     json!({ "valid": true, "path": name, "services": table.len(), "settings": settings, "warnings": warnings })
                 );
@@ -213,7 +213,11 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 for warning in &warnings {
                     eprintln!("{}", warning.text(name));
                 }
-                println!("{name}: valid, {} services, {settings} settings, {} warnings", table.len(), warnings.len());
+                crate::commands::outln!(
+                    "{name}: valid, {} services, {settings} settings, {} warnings",
+                    table.len(),
+                    warnings.len()
+                );
             }
             Ok(if args.strict && !warnings.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
         }

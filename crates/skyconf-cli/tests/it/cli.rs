@@ -28,6 +28,27 @@ fn digest_prints_what_the_server_would_serve() {
     );
 }
 
+/// `skyconf digest doc.yaml | head`: a reader that leaves ends the command quietly, not in a panic.
+#[test]
+fn digest_into_a_pipe_closed_early_exits_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    // More than a pipe's buffer (64 KiB) of output: the write meets the closed pipe.
+    let services: String = (0..2000).map(|i| format!("  svc-{i}:\n    agent.sample_n_per_3_secs: {i}\n")).collect();
+    let path = write(&dir, "a.yaml", &format!("configurations:\n{services}"));
+    let mut child = skyconf()
+        .arg("digest")
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+}
+
 #[test]
 fn digest_and_validate_refuse_a_bad_document_with_line_and_column() {
     let dir = tempfile::tempdir().unwrap();

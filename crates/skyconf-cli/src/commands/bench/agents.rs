@@ -96,7 +96,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Every agent has polled at least once after one interval: the steady state to measure.
         let steady_at = started + args.interval.min(args.duration);
         tokio::time::sleep_until(steady_at.into()).await;
-        println!(
+        crate::commands::outln!(
             "{}",
             json!({"event": "steady", "connections": args.connections, "calls": stats.done.load(Ordering::Relaxed)})
         );

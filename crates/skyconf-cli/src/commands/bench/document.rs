@@ -28,7 +28,7 @@ pub(super) struct Args {
 
 /// Prints the document.
 pub(super) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    print!("{}", document(&args.service_prefix, args.services, args.keys, args.revision));
+    crate::commands::out!("{}", document(&args.service_prefix, args.services, args.keys, args.revision));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -415,7 +415,7 @@ fn progress(quiet: bool, len: u64, what: &str) -> Progress {
 /// Prints `report` as JSON or as a two-column table.
 fn print_report(report: &Value, as_json: bool) {
     if as_json {
-        println!("{report}");
+        crate::commands::outln!("{report}");
         return;
     }
     fn walk(prefix: &str, value: &Value, out: &mut String) {
@@ -437,7 +437,7 @@ fn print_report(report: &Value, as_json: bool) {
     }
     let mut out = String::new();
     walk("", report, &mut out);
-    print!("{out}");
+    crate::commands::out!("{out}");
 }
 
 /// 1 when a call failed, an answer was wrong or no call succeeded at all; 0 otherwise.
