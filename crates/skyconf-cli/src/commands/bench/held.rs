@@ -28,8 +28,9 @@ use skyconf_core::backoff::Rng;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 
-use super::{Stats, Target, connect, print_report, progress, runtime, service_name};
+use super::{Client, Stats, Target, connect_channel, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
 /// Arguments of `skyconf bench held`.
@@ -93,10 +94,62 @@ enum Mode {
 }
 
 /// A command an agent received: which service, which digest, when.
-struct Receipt {
+pub(super) struct Receipt {
     service: usize,
     digest: String,
     at: Instant,
+}
+
+/// When an agent polls: the Java agent's fixed rate and per-call deadline.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timing {
+    pub(super) interval: Duration,
+    pub(super) deadline: Duration,
+}
+
+/// One agent's poll loop: its service (`service_index` of the synthetic document), polled at a
+/// fixed rate with the Java agent's deadline, echoing the digest of the last command.
+pub(super) struct Poller {
+    pub(super) service_index: usize,
+    pub(super) service: String,
+    pub(super) timing: Timing,
+}
+
+impl Poller {
+    /// Polls from `first` on until `stop`, reporting every command received on `receipts`.
+    pub(super) async fn run(
+        self,
+        mut client: Client,
+        first: Instant,
+        stats: Arc<Stats>,
+        stop: CancellationToken,
+        receipts: mpsc::UnboundedSender<Receipt>,
+    ) {
+        let Self { service_index, service, timing } = self;
+        let mut next = first;
+        let mut uuid = String::new();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next.into()) => {}
+                () = stop.cancelled() => return,
+            }
+            let sent = Instant::now();
+            next = sent + timing.interval;
+            let mut request =
+                tonic::Request::new(ConfigurationSyncRequest { service: service.clone(), uuid: uuid.clone() });
+            request.set_timeout(timing.deadline);
+            let result = tokio::select! {
+                result = client.fetch_configurations(request) => result,
+                () = stop.cancelled() => return,
+            };
+            if let Some(digest) = stats.check(result, None) {
+                uuid.clone_from(&digest);
+                let _ = receipts.send(Receipt { service: service_index, digest, at: Instant::now() });
+            }
+            stats.record_latency(sent.elapsed());
+            stats.done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Runs the agents, the idle window and the writes, and prints the report.
@@ -136,21 +189,9 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
     let rss_before_kb = server.as_ref().map(Proc::rss_kb).transpose()?;
 
     // Connect every agent.
-    let bar = progress(target.quiet, args.agents as u64, "connecting");
     let ramp = Instant::now();
-    let mut clients = Vec::with_capacity(args.agents);
-    let mut pending = tokio::task::JoinSet::new();
-    for i in 0..args.agents {
-        let target = Arc::clone(&target);
-        pending.spawn(async move { connect(&target, i).await });
-        if pending.len() >= args.connect_batch.max(1) || i + 1 == args.agents {
-            while let Some(joined) = pending.join_next().await {
-                clients.push(joined.context("a connect task panicked")??);
-                bar.inc(1);
-            }
-        }
-    }
-    bar.finish_and_clear();
+    let clients: Vec<Client> =
+        connect_all(&target, args.agents, args.connect_batch).await?.into_iter().map(Client::new).collect();
     let connect_seconds = ramp.elapsed().as_secs_f64();
 
     // The agents: each polls its service at a fixed rate with the Java agent's deadline, echoing
@@ -161,37 +202,13 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
     let mut tasks = tokio::task::JoinSet::new();
     let mut rng = Rng::from_seed(0x9E37_79B9_7F4A_7C15);
     let started = Instant::now();
-    for (i, mut client) in clients.into_iter().enumerate() {
-        let (stats, stop, tx) = (Arc::clone(&stats), stop.clone(), receipts_tx.clone());
+    let timing = Timing { interval: args.interval, deadline: args.deadline };
+    for (i, client) in clients.into_iter().enumerate() {
         let service_index = i % services;
-        let service = service_name(&target, service_index);
+        let poller = Poller { service_index, service: service_name(&target, service_index), timing };
         // Agents start at random points of their interval, as a real fleet does.
-        let mut next = started + args.interval.mul_f64(rng.fraction());
-        let (interval, deadline) = (args.interval, args.deadline);
-        tasks.spawn(async move {
-            let mut uuid = String::new();
-            loop {
-                tokio::select! {
-                    () = tokio::time::sleep_until(next.into()) => {}
-                    () = stop.cancelled() => return,
-                }
-                let sent = Instant::now();
-                next = sent + interval;
-                let mut request =
-                    tonic::Request::new(ConfigurationSyncRequest { service: service.clone(), uuid: uuid.clone() });
-                request.set_timeout(deadline);
-                let result = tokio::select! {
-                    result = client.fetch_configurations(request) => result,
-                    () = stop.cancelled() => return,
-                };
-                if let Some(digest) = stats.check(result, None) {
-                    uuid.clone_from(&digest);
-                    let _ = tx.send(Receipt { service: service_index, digest, at: Instant::now() });
-                }
-                stats.record_latency(sent.elapsed());
-                stats.done.fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        let first = started + args.interval.mul_f64(rng.fraction());
+        tasks.spawn(poller.run(client, first, Arc::clone(&stats), stop.clone(), receipts_tx.clone()));
     }
     drop(receipts_tx);
 
@@ -303,17 +320,36 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
     Ok(if stats.failed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
+/// Opens `agents` connections to the target, `batch` at a time, with a progress bar.
+pub(super) async fn connect_all(target: &Arc<Target>, agents: usize, batch: usize) -> anyhow::Result<Vec<Channel>> {
+    let bar = progress(target.quiet, agents as u64, "connecting");
+    let mut channels = Vec::with_capacity(agents);
+    let mut pending = tokio::task::JoinSet::new();
+    for i in 0..agents {
+        let target = Arc::clone(target);
+        pending.spawn(async move { connect_channel(&target, i).await });
+        if pending.len() >= batch.max(1) || i + 1 == agents {
+            while let Some(joined) = pending.join_next().await {
+                channels.push(joined.context("a connect task panicked")??);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(channels)
+}
+
 /// Which agents hold the wanted digest of their service, and after how long.
-struct Holding {
+pub(super) struct Holding {
     agents: usize,
     /// Agents per service.
     per_service: Vec<usize>,
     /// The delay of each receipt of the wanted digest in the current round.
-    delays: Vec<Duration>,
+    pub(super) delays: Vec<Duration>,
 }
 
 impl Holding {
-    fn new(agents: usize, services: usize) -> Self {
+    pub(super) fn new(agents: usize, services: usize) -> Self {
         let mut per_service = vec![0; services];
         for i in 0..agents {
             per_service[i % services] += 1;
@@ -323,7 +359,7 @@ impl Holding {
 
     /// Waits until every agent has received its service's wanted digest (receipts of other
     /// digests, left from before, are skipped); the time from `since` to the last one.
-    async fn wait_all(
+    pub(super) async fn wait_all(
         &mut self,
         receipts: &mut mpsc::UnboundedReceiver<Receipt>,
         wants: &[String],
@@ -360,7 +396,7 @@ impl Holding {
 
 /// Writes the synthetic document of `revision` (every service changed) by rename, as editors
 /// and ConfigMap mounts replace a file; each service's digest in it.
-fn write_document(
+pub(super) fn write_document(
     path: &Path,
     prefix: &str,
     services: usize,
@@ -368,27 +404,32 @@ fn write_document(
     revision: u64,
 ) -> anyhow::Result<Vec<String>> {
     let text = super::document::document_every_service(prefix, services, keys, revision);
-    let table = skyconf_core::read(&text).context("the synthetic document is refused")?;
-    let wants = (0..services)
-        .map(|i| {
-            table
-                .get(&format!("{prefix}{i}"))
-                .map(|s| s.digest().as_str().to_owned())
-                .context("the synthetic document lacks a service")
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let wants = digests(&text, prefix, services)?;
     let staged = path.with_extension("bench-tmp");
     std::fs::write(&staged, &text).with_context(|| format!("cannot write {}", staged.display()))?;
     std::fs::rename(&staged, path).with_context(|| format!("cannot replace {}", path.display()))?;
     Ok(wants)
 }
 
+/// Each service's digest in `text` (a synthetic document of `services` services), in order.
+pub(super) fn digests(text: &str, prefix: &str, services: usize) -> anyhow::Result<Vec<String>> {
+    let table = skyconf_core::read(text).context("the synthetic document is refused")?;
+    (0..services)
+        .map(|i| {
+            table
+                .get(&format!("{prefix}{i}"))
+                .map(|s| s.digest().as_str().to_owned())
+                .context("the synthetic document lacks a service")
+        })
+        .collect()
+}
+
 /// The server's process, read from `/proc`.
-struct Proc(u32);
+pub(super) struct Proc(pub(super) u32);
 
 impl Proc {
     /// VmRSS, in KiB.
-    fn rss_kb(&self) -> anyhow::Result<u64> {
+    pub(super) fn rss_kb(&self) -> anyhow::Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.0))
             .with_context(|| format!("cannot read /proc/{}/status", self.0))?;
         status
@@ -485,7 +526,7 @@ fn metric(text: &str, name: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+pub(super) fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -493,7 +534,7 @@ fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
-fn round3(x: f64) -> f64 {
+pub(super) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
@@ -515,6 +556,15 @@ mod tests {
         assert_eq!(nearest_rank(&sorted, 0.5), 5.0);
         assert_eq!(nearest_rank(&sorted, 0.99), 10.0);
         assert_eq!(nearest_rank(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn digests_follow_the_service_order() {
+        let text = super::super::document::document_every_service("s", 2, 3, 1);
+        let table = skyconf_core::read(&text).unwrap();
+        let got = digests(&text, "s", 2).unwrap();
+        assert_eq!(got[1], table.get("s1").unwrap().digest().as_str());
+        assert!(digests(&text, "s", 3).is_err(), "a missing service is an error");
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - `skyconf bench held`: thousands of agents with the Java agent's timing (30 s deadline, 20 s
 //!   fixed rate), each on its own connection, against a server that holds unchanged polls (or
 //!   not): write → all agents hold the new digest, memory per agent, idle CPU.
+//! - `skyconf bench revert`: agents that report instance names, and rollouts whose Prometheus
+//!   gate fails: the failure → the server's revert → every agent holding its old digest again.
 //! - `skyconf bench propagation`: rewrites a served file and times how long until the new digest
 //!   is answered.
 //! - `skyconf bench reload`: parses a document and builds its served table in process (digests and
@@ -28,7 +30,7 @@
 //! terminal, a plain line every few seconds when it is not (a pipe, a CI log).
 //!
 //! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`, `held.rs`,
-//! `propagation.rs`, `reload.rs`, `document.rs`, `soak.rs` and `sink.rs`; `raw.rs` holds the calls
+//! `propagation.rs`, `revert.rs`, `reload.rs`, `document.rs`, `soak.rs` and `sink.rs`; `raw.rs` holds the calls
 //! to any path (`--path`, `--body-file`). This file holds what they share: the
 //! [`Target`] flags, connecting, the outcome counters ([`Stats`]) and the report.
 
@@ -39,6 +41,7 @@ mod load;
 mod propagation;
 mod raw;
 mod reload;
+mod revert;
 mod sink;
 mod soak;
 
@@ -91,6 +94,8 @@ enum Mode {
     Held(held::Args),
     /// Rewrites a served document and times each edit until its new digest is answered.
     Propagation(propagation::Args),
+    /// Agents with instance names; rollouts whose gate fails: the failure → every agent reverted.
+    Revert(revert::Args),
     /// Times parsing a document and building its served table (digests, pre-encoded answers).
     Reload(reload::Args),
     /// Prints a synthetic agent-configurations document.
@@ -138,6 +143,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(Mode::Agents(a)) => agents::run(a),
         Some(Mode::Held(a)) => held::run(a),
         Some(Mode::Propagation(a)) => propagation::run(a),
+        Some(Mode::Revert(a)) => revert::run(a),
         Some(Mode::Reload(a)) => reload::run(&a),
         Some(Mode::Document(a)) => document::run(&a),
         Some(Mode::Soak(a)) => soak::run(a),
