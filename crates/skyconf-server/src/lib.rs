@@ -9,6 +9,7 @@
 pub mod admin;
 mod app;
 pub mod cds;
+mod chunked_text;
 pub mod dcs;
 pub mod fleet;
 pub mod gateway;

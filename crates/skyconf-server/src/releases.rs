@@ -11,7 +11,9 @@
 //! and the first changed services); the full release (every digest, key-level changes) and its
 //! text stay in memory only until its file is on disk (for good if it cannot be written), and are
 //! read from the file when asked for ([`ReleaseLog::full`]). Without a data directory everything
-//! lives in memory. Only the newest `retention` releases are kept. Why files and not an embedded database: a release is written a few times a day, never
+//! lives in memory, compactly: a release's text shares its chunks with the release before it
+//! ([`crate::chunked_text`]) and its digests are read again from the text when asked for, so a
+//! history of one-service edits costs about one document, not one per release. Only the newest `retention` releases are kept. Why files and not an embedded database: a release is written a few times a day, never
 //! updated, read by id or newest first; files are inspectable with `cat` and `jq`, need no new
 //! dependency, and retention is deleting a file.
 //!
@@ -49,6 +51,7 @@ use skyconf_core::store::content_hash;
 
 use skyconf_sources::fs::write_atomically;
 
+use crate::chunked_text::ChunkedText;
 use crate::persister::Persister;
 use crate::unix_time::now_ms;
 
@@ -222,11 +225,69 @@ impl ReleaseSummary {
 }
 
 /// A release not (yet) on disk: all of them without a data directory, else those whose file is
-/// not written (yet).
+/// not written (yet). Kept small, since without a data directory there are `retention` of them:
+/// the digests are left out (they follow from the text, and at 10,000 services they are
+/// megabytes, nearly the same in every release), and the text shares its chunks with the
+/// release kept before it.
 #[derive(Debug)]
 struct Kept {
+    /// The release, with no digests.
     release: Arc<Release>,
-    document: Option<Arc<str>>,
+    document: Option<ChunkedText>,
+}
+
+impl Kept {
+    /// Keeps `release` and its text, sharing the text's chunks with `like`'s.
+    fn new(release: &Release, text: Option<&str>, like: Option<&Self>) -> Self {
+        let like = like.and_then(|kept| kept.document.as_ref());
+        Self { release: Arc::new(release.without_digests()), document: text.map(|t| ChunkedText::new(t, like)) }
+    }
+
+    /// The release in full, its digests read again from its text, and the text. Reads a whole
+    /// document: call it without the log's lock, off the async threads.
+    fn full(release: &Release, document: Option<&ChunkedText>) -> (Release, Option<String>) {
+        let text = document.map(ChunkedText::text);
+        let mut full = release.without_digests();
+        if let Some(text) = &text {
+            match skyconf_core::read(text) {
+                Ok(table) => full.digests = digests(&table),
+                // It was read when it was recorded; the same reader cannot refuse it now.
+                Err(error) => tracing::error!(release = release.id, %error, "A kept release no longer reads."),
+            }
+        }
+        (full, text)
+    }
+}
+
+/// Every service's digest in `table`, as a release records them.
+fn digests(table: &AgentConfigurations) -> BTreeMap<String, String> {
+    table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect()
+}
+
+impl Release {
+    /// A copy without the digests (never copying them).
+    fn without_digests(&self) -> Self {
+        Self {
+            id: self.id,
+            at_ms: self.at_ms,
+            author: self.author.clone(),
+            message: self.message.clone(),
+            origin: self.origin.clone(),
+            rollback_of: self.rollback_of,
+            version: self.version,
+            document_sha256: self.document_sha256.clone(),
+            store_revision: self.store_revision,
+            digests: BTreeMap::new(),
+            changes: self.changes.clone(),
+        }
+    }
+}
+
+/// Where a release is: in memory (without its digests), in its file, or not kept.
+enum Stored {
+    Gone,
+    Memory(Arc<Release>, Option<ChunkedText>),
+    File(PathBuf),
 }
 
 /// What [`ReleaseLog::append`] leaves for [`ReleaseLog::save`].
@@ -534,7 +595,7 @@ impl ReleaseLog {
                 version,
                 document_sha256: hash,
                 store_revision,
-                digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
+                digests: digests(table),
                 changes: diff(previous, table),
             });
             Self::serve_as(&mut state, version, release.id, self.retention);
@@ -556,7 +617,8 @@ impl ReleaseLog {
             state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
         }
         // Until its file is on disk (for good without a data directory).
-        state.documents.insert(release.id, Kept { release: Arc::clone(release), document: text.map(Arc::from) });
+        let kept = Kept::new(release, text, Self::kept_before(state, release.id));
+        state.documents.insert(release.id, kept);
         let reserve = self.reserve_more(state);
         Appended { summary, evicted: self.evict(state), reserve }
     }
@@ -633,7 +695,7 @@ impl ReleaseLog {
             version: 0,
             document_sha256: shared.document.as_deref().map(document_hash),
             store_revision: Some(shared.id),
-            digests: table.services().map(|s| (s.name().to_owned(), s.digest().to_string())).collect(),
+            digests: digests(&table),
             changes: diff(&previous, &table),
         });
         let document = shared.document.as_deref();
@@ -678,11 +740,10 @@ impl ReleaseLog {
                 }
             }
             if let Some(kept) = state.documents.get_mut(&next.id) {
-                kept.release = Arc::clone(&next);
+                kept.release = Arc::new(next.without_digests());
             }
-            state
-                .documents
-                .insert(release.id, Kept { release: Arc::clone(&release), document: document.map(Arc::from) });
+            let kept = Kept::new(&release, document, Self::kept_before(&state, release.id));
+            state.documents.insert(release.id, kept);
             state.next_id = state.next_id.max(release.id.saturating_add(1));
             self.evict(&mut state)
         };
@@ -740,11 +801,10 @@ impl ReleaseLog {
         if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
             // After any write of the old file still queued: the persister writes in order.
             let file = match kept {
-                Some((release, document)) => Some(ReleaseFile {
-                    format: 1,
-                    release: (*release).clone(),
-                    document: document.map(|d| d.to_string()),
-                }),
+                Some((release, document)) => {
+                    let (release, document) = Kept::full(&release, document.as_ref());
+                    Some(ReleaseFile { format: 1, release, document })
+                }
                 None => read_release_file(&release_path(dir, id)).ok().map(|mut file| {
                     apply(&mut file.release);
                     file
@@ -930,24 +990,44 @@ impl ReleaseLog {
     /// The text of release `id`: `Ok(None)` when it is not kept, `Ok(Some(None))` for a delete.
     /// Reads a file: call it off the async threads.
     pub fn document(&self, id: u64) -> Result<Option<Option<String>>, ReleaseError> {
-        Ok(self.full(id)?.map(|(_, document)| document))
+        match self.kept(id) {
+            Stored::Gone => Ok(None),
+            Stored::Memory(_, document) => Ok(Some(document.as_ref().map(ChunkedText::text))),
+            Stored::File(path) => Ok(Some(read_release_file(&path)?.document)),
+        }
     }
 
     /// Release `id` in full (digests, key-level changes) with its text, from memory or from its
-    /// file: `Ok(None)` when it is not kept. Reads a file: call it off the async threads.
+    /// file: `Ok(None)` when it is not kept. Reads a file, or a whole document from memory (to
+    /// give the digests): call it off the async threads.
     pub fn full(&self, id: u64) -> Result<Option<(Release, Option<String>)>, ReleaseError> {
-        {
-            let state = self.lock();
-            if state.releases.binary_search_by_key(&id, |r| r.id).is_err() {
-                return Ok(None);
-            }
-            if let Some(kept) = state.documents.get(&id) {
-                return Ok(Some(((*kept.release).clone(), kept.document.as_deref().map(str::to_owned))));
+        match self.kept(id) {
+            Stored::Gone => Ok(None),
+            Stored::Memory(release, document) => Ok(Some(Kept::full(&release, document.as_ref()))),
+            Stored::File(path) => {
+                let file = read_release_file(&path)?;
+                Ok(Some((file.release, file.document)))
             }
         }
-        let Some(dir) = &self.dir else { return Ok(None) };
-        let file = read_release_file(&release_path(dir, id))?;
-        Ok(Some((file.release, file.document)))
+    }
+
+    /// Where release `id` is kept; the lock is held only to find out.
+    fn kept(&self, id: u64) -> Stored {
+        let state = self.lock();
+        if state.releases.binary_search_by_key(&id, |r| r.id).is_err() {
+            return Stored::Gone;
+        }
+        if let Some(kept) = state.documents.get(&id) {
+            return Stored::Memory(Arc::clone(&kept.release), kept.document.clone());
+        }
+        self.dir.as_ref().map_or(Stored::Gone, |dir| Stored::File(release_path(dir, id)))
+    }
+
+    /// The kept release just older than `id` (the one whose text `id`'s most likely shares).
+    fn kept_before(state: &LogState, id: u64) -> Option<&Kept> {
+        let position = state.releases.partition_point(|r| r.id < id);
+        let before = state.releases.get(position.checked_sub(1)?)?;
+        state.documents.get(&before.id)
     }
 
     /// The table of release `id`, if its text is still readable.
@@ -1179,6 +1259,47 @@ mod tests {
         assert!(rejected.truncated);
         log.clear_rejection();
         assert!(log.last_rejection().is_none());
+    }
+
+    /// Without a data directory, a history of near-identical large documents costs about one
+    /// text: the texts share their chunks and the digests are read again when asked for.
+    #[test]
+    fn in_memory_releases_share_their_texts_and_give_back_the_same_digests() {
+        let document = |edit: usize| {
+            let services: String =
+                (0..2_000).map(|i| format!("  s{i}:\n    k: {}\n", if i == edit { edit + 7 } else { 1 })).collect();
+            format!("configurations:\n{services}")
+        };
+        let log = ReleaseLog::in_memory(100);
+        let mut previous = AgentConfigurations::default();
+        let mut recorded = Vec::new();
+        for edit in 0..50 {
+            let text = document(edit * 37);
+            let next = table(&text);
+            let summary = log.record(&previous, &next, Some(&text), edit as u64 + 1, None, "mem");
+            recorded.push((summary.id, text, digests(&next)));
+            previous = next;
+        }
+        for (id, text, digests) in &recorded {
+            let (full, document) = log.full(*id).unwrap().unwrap();
+            assert_eq!(document.as_ref(), Some(text));
+            assert_eq!(&full.digests, digests, "release {id}'s digests, read again from its text");
+            assert_eq!(log.document(*id).unwrap(), Some(Some(text.clone())));
+        }
+        // Every distinct chunk counted once: one text plus about a chunk per edit (whole texts
+        // would be 50 of them).
+        let state = log.lock();
+        let mut seen = std::collections::HashSet::new();
+        let held: usize = state
+            .documents
+            .values()
+            .flat_map(|kept| kept.document.iter().flat_map(ChunkedText::chunks))
+            .filter(|chunk| seen.insert(Arc::as_ptr(chunk) as *const u8 as usize))
+            .map(|chunk| chunk.len())
+            .sum();
+        let one = recorded[0].1.len();
+        assert!(held < one + 50 * 16 * 1024, "50 texts of {one} bytes hold {held} bytes");
+        assert!(state.documents.values().all(|kept| kept.release.digests.is_empty()), "no digests kept");
     }
 
     #[test]
