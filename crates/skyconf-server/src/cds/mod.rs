@@ -122,8 +122,9 @@ impl CdsService {
     }
 
     /// The answer for the agent at `peer`: its instance's (targeting, a rollout's waves) where
-    /// the service's answers vary per instance. `record`: the poll is recorded in the fleet table
-    /// (not again when a held poll is looked up anew).
+    /// the service's answers vary per instance. `record`: the poll is recorded in the fleet table;
+    /// when a held poll is looked up anew (`false`) it is not recorded again, but a command it is
+    /// answered with is, so that the fleet knows what the agent was sent after its echo.
     fn answer_to(
         &self,
         request: &ConfigurationSyncRequest,
@@ -141,9 +142,13 @@ impl CdsService {
                 }
                 _ => choose(None),
             };
-            if let (true, Some(fleet), Some(peer), Some(current)) = (record, &self.fleet, peer, reply.current()) {
-                let configured = view.snapshot.table.get(&request.service).is_some();
-                fleet.observe(&request.service, &request.uuid, peer, &current.digest, configured);
+            if let (Some(fleet), Some(peer), Some(current)) = (&self.fleet, peer, reply.current()) {
+                if record {
+                    let configured = view.snapshot.table.get(&request.service).is_some();
+                    fleet.observe(&request.service, &request.uuid, peer, &current.digest, configured);
+                } else if reply.outcome() != FetchOutcome::Unchanged {
+                    fleet.sent(&request.service, peer, &current.digest);
+                }
             }
             (reply.encode(), reply.outcome())
         })

@@ -443,6 +443,19 @@ impl Fleet {
         }
     }
 
+    /// Records that a held poll of `peer` for `service` was answered with `sent`'s command, after
+    /// the poll was recorded: the agent holds `sent` from now on, whatever it echoed before (so a
+    /// rollout reverted and started again does not count an agent as applied by a stale echo).
+    pub fn sent(&self, service: &str, peer: SocketAddr, sent: &Digest) {
+        let mut shard = self.lock(&peer);
+        if let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service))
+            && entry.target != *sent
+        {
+            entry.target = sent.clone();
+            entry.polls_behind = 0;
+        }
+    }
+
     /// Records one poll: `peer` asked for `service` (`configured`: it has configuration) echoing
     /// `uuid` and was served `current`.
     pub fn observe(&self, service: &str, uuid: &str, peer: SocketAddr, current: &Digest, configured: bool) {
@@ -630,7 +643,8 @@ impl Fleet {
             AgentState::Anonymous
         } else if entry.is_one_off(peer) {
             AgentState::New
-        } else if entry.echoed.as_str() == current.as_str() {
+        } else if entry.echoed.as_str() == current.as_str() && entry.target == *current {
+            // It echoed what it is served now, and was not sent anything else since.
             AgentState::Applied
         } else if entry.target == *current && entry.polls_behind >= self.options.stuck_after_polls {
             AgentState::Stuck
@@ -812,6 +826,30 @@ mod tests {
         assert_eq!(state(&fleet, "svc", 1, &v2), AgentState::Applied);
         let agent = &fleet.agents_of("svc", &v2)[0];
         assert_eq!((agent.polls, agent.digest.as_str(), agent.polls_behind), (4, v2.as_str(), 0));
+    }
+
+    /// A rollout reverted and started again serves the same candidate: an agent that echoed it
+    /// before the revert holds the old configuration now, and is applied only once it echoes the
+    /// candidate again.
+    #[test]
+    fn an_agent_sent_something_else_since_its_echo_is_not_applied_by_that_echo() {
+        let fleet = fleet();
+        let (old, candidate) = (Digest::of_text("old"), Digest::of_text("candidate"));
+        fleet.observe("svc", "", peer(1), &candidate, true);
+        fleet.observe("svc", candidate.as_str(), peer(1), &candidate, true);
+        assert_eq!(state(&fleet, "svc", 1, &candidate), AgentState::Applied);
+        // Its held poll is answered with the revert.
+        fleet.sent("svc", peer(1), &old);
+        assert_eq!(state(&fleet, "svc", 1, &candidate), AgentState::Behind, "it holds the old one now");
+        assert_eq!(state(&fleet, "svc", 1, &old), AgentState::Behind, "until it echoes it");
+        fleet.observe("svc", old.as_str(), peer(1), &candidate, true);
+        assert_eq!(state(&fleet, "svc", 1, &candidate), AgentState::Behind, "sent the candidate again");
+        fleet.observe("svc", candidate.as_str(), peer(1), &candidate, true);
+        assert_eq!(state(&fleet, "svc", 1, &candidate), AgentState::Applied);
+        // The same through a poll answered at once: it echoed `old` and was sent the candidate.
+        fleet.observe("svc", old.as_str(), peer(2), &old, true);
+        fleet.observe("svc", old.as_str(), peer(2), &candidate, true);
+        assert_eq!(state(&fleet, "svc", 2, &old), AgentState::Behind, "sent the candidate since its echo");
     }
 
     #[test]

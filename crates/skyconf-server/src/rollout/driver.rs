@@ -214,8 +214,8 @@ pub struct Rollouts {
     candidate: std::sync::Mutex<Option<(String, AgentConfigurations)>>,
     wake: Notify,
     http: reqwest::Client,
-    /// When the Prometheus gate was last read, and what it said.
-    last_reading: std::sync::Mutex<Option<(u64, Reading)>>,
+    /// When the Prometheus gate was last read, for which rollout and wave, and what it said.
+    last_reading: std::sync::Mutex<Option<(ReadingOf, Reading)>>,
     /// Other replicas' agents, for the gates.
     replicas: Option<Arc<crate::fleet::replicas::Replicas>>,
     /// The ended rollouts, newest first (at most [`HISTORY_SHOWN`]).
@@ -224,6 +224,14 @@ pub struct Rollouts {
     events: crate::metrics::Events,
     /// The current record holds a change served here that the keeper has not taken yet.
     unsaved: AtomicBool,
+}
+
+/// Which bake a Prometheus reading was taken in, and when (Unix milliseconds).
+#[derive(Debug, Clone)]
+struct ReadingOf {
+    rollout: String,
+    wave: usize,
+    at: u64,
 }
 
 impl Rollouts {
@@ -567,8 +575,12 @@ impl Rollouts {
         let Some(gate) = rollout.gates.prometheus.as_ref().filter(|_| rollout.applied_ms.is_some()) else {
             return Reading::Unread;
         };
-        if let Some((at, reading)) = self.last_reading.lock().unwrap_or_else(|p| p.into_inner()).clone()
-            && now < at + PROMETHEUS_EVERY.as_millis() as u64
+        // A reading serves only the bake it was taken in: a rollout started again right after one
+        // its gate reverted must not be reverted by the old reading.
+        let of = ReadingOf { rollout: rollout.id.clone(), wave: rollout.wave, at: now };
+        if let Some((taken, reading)) = self.last_reading.lock().unwrap_or_else(|p| p.into_inner()).clone()
+            && (taken.rollout == of.rollout && taken.wave == of.wave)
+            && now < taken.at + PROMETHEUS_EVERY.as_millis() as u64
         {
             return reading;
         }
@@ -577,7 +589,7 @@ impl Rollouts {
             Ok(found) => Reading::Fail(found.summary),
             Err(error) => Reading::Error(error.to_string()),
         };
-        *self.last_reading.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, reading.clone()));
+        *self.last_reading.lock().unwrap_or_else(|p| p.into_inner()) = Some((of, reading.clone()));
         reading
     }
 
