@@ -413,7 +413,8 @@ async fn the_page_of_one_replica_shows_the_agents_of_another() {
 /// for `go` on its standard input, so the test checks the agents between the page's actions.
 struct Steps {
     child: std::process::Child,
-    stdin: std::process::ChildStdin,
+    /// Closed to stop the script: it reads the end of its input as "stop", and quits the browser.
+    stdin: Option<std::process::ChildStdin>,
     lines: tokio::sync::mpsc::UnboundedReceiver<String>,
     stderr: Option<std::thread::JoinHandle<String>>,
     said: Vec<String>,
@@ -452,7 +453,7 @@ impl Steps {
             let _ = stderr.read_to_string(&mut text);
             text
         });
-        Self { child, stdin, lines, stderr: Some(stderr), said: Vec::new() }
+        Self { child, stdin: Some(stdin), lines, stderr: Some(stderr), said: Vec::new() }
     }
 
     /// The next line the script prints, parsed; fails the test with what it said when it ended or
@@ -466,7 +467,11 @@ impl Steps {
                 value
             }
             _ => {
-                let _ = self.child.kill();
+                // A failed script ends by itself once it has quit the browser (killed, it would
+                // leave chromedriver and chromium behind); one that says nothing is stuck.
+                if line.is_none() {
+                    let _ = self.child.kill();
+                }
                 let _ = self.child.wait();
                 let stderr = self.stderr.take().map(|t| t.join().unwrap_or_default()).unwrap_or_default();
                 panic!("the browser test failed: {line:?}\nbefore: {:?}\n{stderr}", self.said);
@@ -484,7 +489,8 @@ impl Steps {
     /// Lets the script go on.
     fn go(&mut self) {
         use std::io::Write as _;
-        self.stdin.write_all(b"go\n").and_then(|()| self.stdin.flush()).unwrap();
+        let stdin = self.stdin.as_mut().expect("the script's input is open");
+        stdin.write_all(b"go\n").and_then(|()| stdin.flush()).unwrap();
     }
 
     /// The script's last line: `{"ok": true, ...}`.
@@ -497,12 +503,11 @@ impl Steps {
 }
 
 impl Drop for Steps {
-    /// A failed assertion between steps: the script (blocked on its input) is stopped with it.
+    /// A failed assertion between steps: the script, waiting on its input, is told to stop and
+    /// quits the browser before it exits.
     fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        drop(self.stdin.take());
+        let _ = self.child.wait();
     }
 }
 
