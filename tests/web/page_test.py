@@ -10,6 +10,8 @@ WebDriver HTTP API (no pip package: the protocol is plain JSON over HTTP).
     page_test.py --url URL --scenario browse --service NAME --key KEY --compare A B --services N --history N
     page_test.py --url URL --scenario instances --service NAME --instance I --host H --ip IP [--ip IP2]
                  --language L --agent-version V --anonymous-state S
+    page_test.py --url URL --scenario rollouts --service NAME --key KEY --document TEXT --waves 1,100%
+                 --served V --value NEW [--author A]
     (any of them with --screenshot DIR: PNGs of the page, for the README, written into DIR)
 
 editing: opens NAME by its URL (#/services/NAME); the whole-document editor shows the served
@@ -32,6 +34,17 @@ its host H, every IP, language L and agent version V, applied on NAME; its prope
 IPs listed) and stay unfolded through a refresh; the filter finds it by IP and hides it for
 another text; the anonymous pollers are listed apart in state S; "close" hides the view and the
 header's link opens it again; NAME's row in the services table counts the anonymous poller.
+
+rollouts (run step by step: at each step it prints {"step": NAME, ...} and waits for a line "go"
+on its standard input, while the caller checks the agents): types TEXT into the whole-document
+editor and opens "Roll out in waves…" under it; a wave the page cannot read and one the server
+refuses (150%) are errors in the notice and keep the form open. Started with WAVES, bake 0 and
+manual advance, the Rollouts view opens on wave 1 of 2 waiting for a promote, exactly one agent
+reached and applied, the header's badge on (step wave-1). The Instances view names the rollout in
+the "served as" cell of that instance only. Promote, confirmed, starts wave 2; the rollout ends
+completed in the history, promote and abort gone (step completed). Then NAME's editor shows KEY = V
+and {KEY: NEW} typed there is rolled out from the form under the service's editor (step
+service-wave-1); Abort, confirmed, ends it aborted, first in the history (step aborted).
 
 Loads the page, waits for the held-change notice, clicks its confirm (or discard) button and then
 the confirmation; waits for the page to report the change installed (or discarded) and the notice
@@ -542,6 +555,207 @@ def run_replicas(a, driver):
     return {"ok": True, "header": header, "cell": cell}
 
 
+def step(name, **info):
+    """Says where the rollouts scenario stands and waits for the caller's "go" on standard input:
+    the caller checks the agents (over gRPC, through the API) before the page moves on."""
+    print(json.dumps({"step": name, **info}), flush=True)
+    line = sys.stdin.readline().strip()
+    if line != "go":
+        raise Failure(f"the caller stopped the run at {name}: {line or 'end of input'}")
+
+
+def accept_confirm(driver, seconds=10):
+    """Waits for the page's confirm(), accepts it; returns its question."""
+    def open_dialog():
+        try:
+            return driver.call("GET", driver.s("/alert/text"))
+        except Failure:
+            return None
+    question = driver.wait_for(open_dialog, seconds, "the page asked for no confirmation")
+    driver.call("POST", driver.s("/alert/accept"), {})
+    return question
+
+
+def rollout_shown(driver):
+    """The Rollouts view's current rollout: id, phase, wave (from 1) and the reached agents."""
+    return driver.script(
+        "const box = document.getElementById('rollout-current');"
+        "if (box.hidden || !document.getElementById('rollouts-view').dataset.loaded) return null;"
+        "const agents = [...box.querySelectorAll('#rollout-waves-list tr[data-current=true] tr[data-instance]')]"
+        "  .map(t => ({instance: t.dataset.instance, applied: t.dataset.applied === 'true'}));"
+        "const count = box.querySelector('#rollout-waves-list tr[data-current=true] .reached-count');"
+        "return {id: box.dataset.id, phase: box.dataset.phase, wave: Number(box.dataset.wave),"
+        "  waves: box.querySelectorAll('#rollout-waves-list tr[data-wave]').length, agents,"
+        "  count: count ? count.textContent : null};")
+
+
+def history_state(driver, rollout_id):
+    return driver.script("const r = document.querySelector(`#rollout-history tr[data-rollout=\"${arguments[0]}\"]`);"
+                         "return r ? r.dataset.state : null", rollout_id)
+
+
+def fill_rollout_form(driver, waves, bake, advance):
+    clear(driver, "rollout-form-waves")
+    driver.send_keys("#rollout-form-waves", waves)
+    clear(driver, "rollout-form-bake")
+    driver.send_keys("#rollout-form-bake", bake)
+    driver.script("document.getElementById('rollout-form-advance').value = arguments[0]", advance)
+
+
+def start_rollout(driver, previous_id):
+    """Clicks "Start the rollout"; waits for the Rollouts view to show the new rollout's first
+    wave passed (manual advance: waiting for a promote) with one agent reached and applied."""
+    driver.script("document.getElementById('notice').replaceChildren()")
+    driver.click("#rollout-form-start")
+    note = driver.wait_for(lambda: note_text(driver), 30, "the rollout's start never answered")
+    if not note.startswith("ok:") or "started" not in note:
+        raise Failure(f"the start: {note}")
+    driver.wait_for(lambda: driver.script("return location.hash") == "#/rollouts" and shown(driver, "rollouts-view"), 10,
+                    "a started rollout does not open the Rollouts view")
+    if shown(driver, "rollout-form"):
+        raise Failure("the form stays open after the start")
+
+    def waiting():
+        r = rollout_shown(driver)
+        return r if r and r["id"] != previous_id and r["phase"] == "waiting" and r["agents"] else None
+    r = driver.wait_for(waiting, 60, f"wave 1 never waits for a promote: {rollout_shown(driver)}")
+    if (r["wave"], r["waves"]) != (1, 2):
+        raise Failure(f"not wave 1 of 2: {r}")
+    if len(r["agents"]) != 1 or not r["agents"][0]["applied"] or r["count"] != "1 reached, 1 applied":
+        raise Failure(f"wave 1 does not show exactly 1 agent reached and applied: {r}")
+    header = driver.text(driver.find("#rollouts-active")[0])
+    if "wave 1 of 2" not in header:
+        raise Failure(f"the header's rollout badge: {header!r}")
+    promote = driver.text(driver.find("#rollout-promote")[0])
+    if not shown(driver, "rollout-promote") or promote != "Promote to wave 2 of 2" or not shown(driver, "rollout-abort"):
+        raise Failure(f"promote/abort buttons: {promote!r}")
+    return note[3:], r
+
+
+def run_rollouts(a, driver):
+    """rollouts: a staged rollout started from the whole-document editor, promoted, completed; a
+    second one started from a service's editor, aborted. Stops at each step for the caller."""
+    from urllib.parse import quote
+    loaded(driver, a.url)
+    driver.wait_for(lambda: a.service in (value_of(driver, "document-edit") or ""), 10,
+                    "the whole-document editor does not show the served document")
+    driver.script("const e = document.getElementById('author'); e.value = arguments[0]; e.dispatchEvent(new Event('change'));", a.author)
+    clear(driver, "document-edit")
+    driver.click("#document-edit")
+    driver.send_keys("#document-edit", a.document)
+    if value_of(driver, "document-edit") != a.document:
+        raise Failure(f"typing gave {value_of(driver, 'document-edit')!r}")
+    driver.send_keys("#document-message", "canary first")
+
+    # The form opens under the document editor.
+    driver.click("#document-rollout")
+    driver.wait_for(lambda: shown(driver, "rollout-form"), 5, "Roll out in waves… opens no form")
+    if not driver.script("return document.getElementById('rollout-form').previousElementSibling.contains(document.getElementById('document-rollout'))"):
+        raise Failure("the form does not open under the document editor")
+
+    # Refused plans are errors in the notice: one the page reads, one the server refuses.
+    fill_rollout_form(driver, "1,abc", "0", "manual")
+    driver.script("document.getElementById('notice').replaceChildren()")
+    driver.click("#rollout-form-start")
+    bad_wave = driver.wait_for(lambda: note_text(driver), 5, "a bad wave is not refused")
+    if not bad_wave.startswith("err:") or "abc" not in bad_wave:
+        raise Failure(f"a bad wave: {bad_wave}")
+    fill_rollout_form(driver, "1,150%", "0", "manual")
+    driver.script("document.getElementById('notice').replaceChildren()")
+    driver.click("#rollout-form-start")
+    refused = driver.wait_for(lambda: note_text(driver), 10, "a wave of 150% is not refused")
+    if not refused.startswith("err:") or "150%" not in refused:
+        raise Failure(f"a wave of 150%: {refused}")
+    if not shown(driver, "rollout-form") or driver.script("return location.hash") == "#/rollouts":
+        raise Failure("a refused plan closed the form")
+
+    fill_rollout_form(driver, a.waves, "0", "manual")
+    started, r = start_rollout(driver, None)
+    first = r["id"]
+    reached = r["agents"][0]["instance"]
+    events = driver.script("return [...document.querySelectorAll('#rollout-events tr')].map(t => t.dataset.kind)")
+    if "started" not in events or "passed" not in events:
+        raise Failure(f"the events: {events}")
+    meta = driver.text(driver.find("#rollout-meta")[0])
+    if a.author not in meta or "canary first" not in meta or "advance manual" not in meta:
+        raise Failure(f"the rollout's line: {meta!r}")
+    driver.script("document.getElementById('rollouts-view').scrollIntoView()")
+    shoot(a, driver, "page-rollouts.png")
+    step("wave-1", rollout=first, instance=reached)
+
+    # The Instances view names the rollout for the reached instance only.
+    driver.click("#instances-link")
+    driver.wait_for(lambda: shown(driver, "instances-view") and driver.find(f'#instances tr[data-instance="{reached}"]'), 10,
+                    "the Instances view does not list the reached instance")
+    served_as = lambda: driver.script(
+        "return Object.fromEntries([...document.querySelectorAll('#instances tr[data-instance]')].map(t => {"
+        "  const c = t.querySelector('td.served-as [data-rollout]'); return [t.dataset.instance, c ? c.dataset.rollout : null]; }))")
+    driver.wait_for(lambda: (served_as() or {}).get(reached) == first, 10, f"served as: {served_as()}")
+    cells = served_as()
+    if [name for name, rollout in cells.items() if rollout] != [reached]:
+        raise Failure(f"the served-as column names the rollout for {cells}")
+    reason = cell(driver, f'#instances tr[data-instance="{reached}"]', "td.served-as")
+    if f"rollout {first}" not in reason:
+        raise Failure(f"the reached instance's served-as cell: {reason!r}")
+
+    # Promote: wave 2 reaches everyone, then the rollout completes.
+    driver.click("#rollouts-link")
+    driver.wait_for(lambda: shown(driver, "rollout-promote"), 10, "no Promote button")
+    driver.script("document.getElementById('notice').replaceChildren()")
+    driver.click("#rollout-promote")
+    question = accept_confirm(driver)
+    if first not in question or "wave 2 of 2" not in question:
+        raise Failure(f"the promote's question: {question!r}")
+    promoted = driver.wait_for(lambda: note_text(driver), 10, "the promote never answered")
+    if not promoted.startswith("ok:") or "wave 2 of 2 started" not in promoted:
+        raise Failure(f"the promote: {promoted}")
+    driver.wait_for(lambda: history_state(driver, first) == "completed", 60,
+                    f"the rollout is not listed completed: {rollout_shown(driver)}")
+    current = rollout_shown(driver)
+    if current["phase"] != "completed" or shown(driver, "rollout-promote") or shown(driver, "rollout-abort") or shown(driver, "rollouts-active"):
+        raise Failure(f"a completed rollout still offers promote or abort: {current}")
+    step("completed", rollout=first)
+
+    # A second rollout, from the service's editor, aborted in wave 1.
+    loaded(driver, a.url + "#/services/" + quote(a.service, safe=""))
+    driver.wait_for(lambda: cell_value(driver, a.key) == a.served, 10,
+                    f"{a.key} shows {cell_value(driver, a.key)!r}, not the completed rollout's {a.served}")
+    clear(driver, "config-edit")
+    driver.click("#config-edit")
+    driver.send_keys("#config-edit", json.dumps({a.key: a.value}))
+    driver.send_keys("#service-message", "try a new sampling rate")
+    driver.click("#service-rollout")
+    driver.wait_for(lambda: shown(driver, "rollout-form"), 5, "Roll out in waves… opens no form in the service editor")
+    if not driver.script("return document.getElementById('service-detail').contains(document.getElementById('rollout-form'))"):
+        raise Failure("the form does not open under the service's editor")
+    fill_rollout_form(driver, a.waves, "0", "manual")
+    _, r = start_rollout(driver, first)
+    second = r["id"]
+    services = driver.text(driver.find("#rollout-meta")[0])
+    if f"1 service: {a.service}" not in services:
+        raise Failure(f"the second rollout's line: {services!r}")
+    step("service-wave-1", rollout=second, instance=r["agents"][0]["instance"])
+
+    driver.script("document.getElementById('notice').replaceChildren()")
+    driver.click("#rollout-abort")
+    question = accept_confirm(driver)
+    if second not in question:
+        raise Failure(f"the abort's question: {question!r}")
+    aborted = driver.wait_for(lambda: note_text(driver), 10, "the abort never answered")
+    if not aborted.startswith("ok:") or "aborted" not in aborted:
+        raise Failure(f"the abort: {aborted}")
+    driver.wait_for(lambda: history_state(driver, second) == "aborted", 10, "the aborted rollout is not in the history")
+    current = rollout_shown(driver)
+    if current["id"] != second or current["phase"] != "aborted" or shown(driver, "rollout-abort"):
+        raise Failure(f"after the abort: {current}")
+    history = driver.script("return [...document.querySelectorAll('#rollout-history tr[data-rollout]')].map(t => [t.dataset.rollout, t.dataset.state])")
+    if history != [[second, "aborted"], [first, "completed"]]:
+        raise Failure(f"the history: {history}")
+    step("aborted", rollout=second)
+    return {"ok": True, "started": started, "promoted": promoted[3:], "aborted": aborted[3:], "refused": refused[4:],
+            "served_as": reason, "history": history}
+
+
 def run_held(a, driver):
     driver.go(a.url)
     driver.wait_for(lambda: driver.script("return document.body.dataset.loaded === 'true'"), 20, "the page never loaded its data")
@@ -571,7 +785,7 @@ def main():
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
     ap.add_argument("--held", choices=["confirm", "discard"])
-    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "replicas"])
+    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "replicas", "rollouts"])
     ap.add_argument("--replica")
     ap.add_argument("--peer-replica")
     ap.add_argument("--instance")
@@ -584,6 +798,10 @@ def main():
     ap.add_argument("--compare", nargs=2, type=int)
     ap.add_argument("--services", type=int)
     ap.add_argument("--history", type=int, default=1)
+    ap.add_argument("--document", help="rollouts: the candidate typed into the whole-document editor")
+    ap.add_argument("--waves", default="1,100%")
+    ap.add_argument("--served", help="rollouts: KEY's value once the first rollout completed")
+    ap.add_argument("--author", default="page-tester")
     ap.add_argument("--screenshot", metavar="DIR", help="write PNGs of the page into DIR")
     a = ap.parse_args()
     if not a.held and not a.scenario and None in (a.service, a.key, a.value, a.rollback_to, a.expect):
@@ -595,7 +813,7 @@ def main():
     try:
         driver = Driver(chromium, chromedriver, profile)
         scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse, "instances": run_instances,
-                     "replicas": run_replicas}
+                     "replicas": run_replicas, "rollouts": run_rollouts}
         chosen = run_held if a.held else scenarios[a.scenario] if a.scenario else run
         print(json.dumps(chosen(a, driver)), flush=True)
     except Failure as e:

@@ -3,9 +3,10 @@
 //! button restores exactly what an agent fetched before — checked over gRPC with a tonic client.
 //! It keeps unsaved edits through its periodic refresh and saves what was typed, says when the
 //! store's document is refused, pages, sorts and filters the services, opens services and
-//! releases by URL, compares any two releases, and shows the instances agents said they are.
+//! releases by URL, compares any two releases, shows the instances agents said they are, and
+//! starts, promotes and aborts staged rollouts (the agents checked between the page's steps).
 //!
-//! `SKYCONF_SCREENSHOTS=DIR` makes the browse and editing tests write the README's screenshots
+//! `SKYCONF_SCREENSHOTS=DIR` makes the page tests write the README's screenshots
 //! (`docs/page-*.png`) into DIR.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium`, `chromium-driver`) and python3.
@@ -406,4 +407,210 @@ async fn the_page_of_one_replica_shows_the_agents_of_another() {
     assert!(out.contains("replica-a"), "{out}");
     a.stop().await.unwrap();
     b.stop().await.unwrap();
+}
+
+/// `page_test.py` run step by step: it prints a `{"step": ...}` line where it stands and waits
+/// for `go` on its standard input, so the test checks the agents between the page's actions.
+struct Steps {
+    child: std::process::Child,
+    /// Closed to stop the script: it reads the end of its input as "stop", and quits the browser.
+    stdin: Option<std::process::ChildStdin>,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+    said: Vec<String>,
+}
+
+impl Steps {
+    fn start(running: &Server, args: Vec<String>) -> Self {
+        use std::io::{BufRead as _, Read as _};
+        use std::process::Stdio;
+        let script = repo_root().join("tests/web/page_test.py");
+        let mut args = args;
+        if let Some(dir) = std::env::var_os("SKYCONF_SCREENSHOTS") {
+            args.extend(["--screenshot".to_owned(), dir.to_string_lossy().into_owned()]);
+        }
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(["--url", &format!("http://{}/", running.admin_addr)])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (stdin, stdout, mut stderr) =
+            (child.stdin.take().unwrap(), child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let (sender, lines) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        Self { child, stdin: Some(stdin), lines, stderr: Some(stderr), said: Vec::new() }
+    }
+
+    /// The next line the script prints, parsed; fails the test with what it said when it ended or
+    /// failed instead.
+    async fn next(&mut self) -> serde_json::Value {
+        let line = tokio::time::timeout(Duration::from_secs(180), self.lines.recv()).await.ok().flatten();
+        let parsed = line.as_deref().and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+        match parsed {
+            Some(value) if value["ok"] != false => {
+                self.said.push(value.to_string());
+                value
+            }
+            _ => {
+                // A failed script ends by itself once it has quit the browser (killed, it would
+                // leave chromedriver and chromium behind); one that says nothing is stuck.
+                if line.is_none() {
+                    let _ = self.child.kill();
+                }
+                let _ = self.child.wait();
+                let stderr = self.stderr.take().map(|t| t.join().unwrap_or_default()).unwrap_or_default();
+                panic!("the browser test failed: {line:?}\nbefore: {:?}\n{stderr}", self.said);
+            }
+        }
+    }
+
+    /// Waits for step `name`; its line.
+    async fn at(&mut self, name: &str) -> serde_json::Value {
+        let line = self.next().await;
+        assert_eq!(line["step"], name, "{line}");
+        line
+    }
+
+    /// Lets the script go on.
+    fn go(&mut self) {
+        use std::io::Write as _;
+        let stdin = self.stdin.as_mut().expect("the script's input is open");
+        stdin.write_all(b"go\n").and_then(|()| stdin.flush()).unwrap();
+    }
+
+    /// The script's last line: `{"ok": true, ...}`.
+    async fn finish(mut self) -> serde_json::Value {
+        let last = self.next().await;
+        assert_eq!(last["ok"], true, "{last}");
+        assert!(self.child.wait().unwrap().success());
+        last
+    }
+}
+
+impl Drop for Steps {
+    /// A failed assertion between steps: the script, waiting on its input, is told to stop and
+    /// quits the browser before it exits.
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 15's page: a staged rollout started from the whole-document editor (waves `1,100%`,
+/// manual advance) reaches exactly one agent, which the Rollouts view shows reached and applied
+/// and the Instances view shows served as the rollout; Promote (confirmed) gives every agent the
+/// candidate and the rollout completes into the document and the history. A second rollout,
+/// started from the service's editor, is aborted in the page: its agent gets back what it had.
+/// Checked on the agents themselves (skyconf's Rust agent over gRPC) at each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_starts_promotes_and_aborts_staged_rollouts() {
+    use crate::rollouts::{KEY, TestAgent, V1, V2, rollout, stop_all, until, values};
+    if !browser_available() {
+        return;
+    }
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let admin = running.admin();
+    let agents: Vec<TestAgent> =
+        (0..3).map(|i| TestAgent::spawn(running.grpc_addr, &format!("pod-{i}"), &[])).collect();
+    until("every agent applied the document", async || {
+        let body = admin.get_json("/api/v1/instances").await;
+        let applied =
+            body["instances"].as_array().unwrap().iter().filter(|i| i["services"][0]["state"] == "applied").count();
+        applied == agents.len() && agents.iter().all(|a| a.value().as_deref() == Some("10"))
+    })
+    .await;
+    // What each agent holds when exactly the one the page names holds `value`, the others `others`.
+    let only = |reached: &str, value: &str, others: &str| -> Vec<Option<String>> {
+        agents.iter().map(|a| Some(if a.name == reached { value } else { others }.to_owned())).collect()
+    };
+    let all = |value: &str| vec![Some(value.to_owned()); agents.len()];
+
+    let mut page = Steps::start(
+        &running,
+        strings(&[
+            "--scenario",
+            "rollouts",
+            "--service",
+            "svc",
+            "--key",
+            KEY,
+            "--document",
+            V2,
+            "--waves",
+            "1,100%",
+            "--served",
+            "20",
+            "--value",
+            "30",
+            "--author",
+            "page-tester",
+        ]),
+    );
+
+    // Wave 1: the one instance the page shows is the only one served the candidate.
+    let step = page.at("wave-1").await;
+    let (first, reached) =
+        (step["rollout"].as_str().unwrap().to_owned(), step["instance"].as_str().unwrap().to_owned());
+    until("the reached agent holds the candidate", async || values(&agents) == only(&reached, "20", "10")).await;
+    let now = rollout(&admin).await;
+    assert_eq!(now["id"], first.as_str());
+    assert_eq!(now["named"]["svc"], serde_json::json!([reached]), "{now:#}");
+    assert_eq!((now["author"].as_str(), now["message"].as_str()), (Some("page-tester"), Some("canary first")));
+    assert_eq!((now["advance"].as_str(), now["gates"]["bake_s"].as_u64()), (Some("manual"), Some(0)));
+    assert_eq!(now["waves"], serde_json::json!([{"instances": 1}, {"share": "100%"}]));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "not written before the last wave");
+    page.go();
+
+    // Promoted in the page: every agent holds the candidate, which is the document now.
+    page.at("completed").await;
+    let done = rollout(&admin).await;
+    assert_eq!((done["id"].as_str(), done["state"].as_str()), (Some(first.as_str()), Some("completed")), "{done:#}");
+    assert!(done["events"].to_string().contains("wave 1 promoted by page-tester"), "{done:#}");
+    until("every agent holds the candidate", async || values(&agents) == all("20")).await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V2, "the candidate is the document, as typed");
+    page.go();
+
+    // From the service's editor: the served document with svc's edited configuration, to one agent.
+    let step = page.at("service-wave-1").await;
+    let (second, reached) =
+        (step["rollout"].as_str().unwrap().to_owned(), step["instance"].as_str().unwrap().to_owned());
+    until("the reached agent holds the service's edit", async || values(&agents) == only(&reached, "30", "20")).await;
+    let now = rollout(&admin).await;
+    assert_eq!((now["id"].as_str(), now["services"].clone()), (Some(second.as_str()), serde_json::json!(["svc"])));
+    assert_eq!(now["message"], "try a new sampling rate");
+    assert!(now["document"].as_str().unwrap().contains("30"), "{now:#}");
+    page.go();
+
+    // Aborted in the page: the reached agent is given back what it had; the document is untouched.
+    page.at("aborted").await;
+    until("the reached agent is given back its value", async || values(&agents) == all("20")).await;
+    let history = admin.get_json("/api/v1/rollouts").await["history"].clone();
+    assert_eq!(
+        (history[0]["id"].as_str(), history[0]["state"].as_str(), history[1]["state"].as_str()),
+        (Some(second.as_str()), Some("aborted"), Some("completed")),
+        "{history:#}"
+    );
+    assert!(history[0]["outcome"].as_str().unwrap().contains("aborted by page-tester at wave 1"), "{history:#}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V2);
+    page.go();
+    let out = page.finish().await;
+    assert!(out["refused"].as_str().unwrap().contains("150%"), "{out}");
+    stop_all(agents).await;
+    running.stop().await.unwrap();
 }
