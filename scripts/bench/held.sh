@@ -22,7 +22,7 @@
 # AGENTS=19000 fits both: one generator process then holds 19,000 connections and the server
 # 19,000 of its 19,616.
 #
-# Issue 16's run (about 20 minutes: with the Java agent's timing each held write waits up to 20 s
+# Issue 16's run (about 10 minutes: with the Java agent's timing each held write waits up to 20 s
 # for every agent to poll again):
 #
 #   AGENTS=19000 WRITES=10 scripts/bench/held.sh docs/benchmarks/scale.json
