@@ -75,7 +75,10 @@ pub struct HoldOptions {
     /// How long a call is held at most, whatever its deadline: holds must end before a proxy's
     /// read timeout (nginx: 60 s) would cut them.
     pub cap: Duration,
-    /// Held calls at once, in all.
+    /// Held calls at once, in all: a memory bound (a held call costs about 5 KB beside its
+    /// connection, BENCHMARKS.md "Scale"). Twice the largest fleet skyconf is sized for
+    /// (100,000 agents, one held call each), so that such a fleet is held whole even while some
+    /// agents briefly have a second call (a reconnect before the old connection is found dead).
     pub max_held: usize,
     /// Held calls at once on one connection (a proxy may carry many agents on one). Kept below
     /// the connection's stream limit, so held polls never take every stream of a connection.
@@ -90,7 +93,7 @@ impl Default for HoldOptions {
             margin: Duration::from_secs(2),
             without_deadline: NoDeadline::GoAgents,
             cap: Duration::from_secs(30),
-            max_held: 100_000,
+            max_held: 200_000,
             max_held_per_connection: 256,
         }
     }

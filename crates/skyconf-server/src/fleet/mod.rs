@@ -127,6 +127,8 @@ pub struct FleetOptions {
     /// Agents not seen for this long are forgotten.
     pub expire_after: Duration,
     /// At most this many (service, peer) pairs are tracked; more are answered but not tracked.
+    /// Twice the largest fleet skyconf is sized for (100,000 agents): an agent that reconnects
+    /// polls from a new port, a new pair, while its old one stays until it expires.
     pub max_agents: usize,
     /// At most this many of them are of services without configuration; beyond it, the least
     /// recently seen of those is evicted.
@@ -143,7 +145,7 @@ impl Default for FleetOptions {
         Self {
             stuck_after_polls: 3,
             expire_after: Duration::from_secs(600),
-            max_agents: 100_000,
+            max_agents: 200_000,
             max_unconfigured: 10_000,
             expect_identity: false,
         }

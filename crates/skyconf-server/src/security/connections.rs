@@ -59,6 +59,11 @@ impl ConnectionLimits {
             Some(soft) => tracing::info!(open_file_limit = soft, "Read the process's open-file limit."),
             None => tracing::info!("Cannot read the process's open-file limit; assuming 1024."),
         }
+        self.grpc_cap_under(soft)
+    }
+
+    /// [`Self::grpc_cap`] under the soft open-file limit `soft` (`None`: unknown, 1024).
+    fn grpc_cap_under(&self, soft: Option<u64>) -> usize {
         if let Some(configured) = self.max_grpc_connections {
             return configured.max(1);
         }
@@ -294,6 +299,38 @@ mod tests {
         assert_eq!(parse_open_file_limit(limits), Some(1024));
         assert_eq!(parse_open_file_limit("Max open files  unlimited unlimited files"), None);
         assert_eq!(parse_open_file_limit(""), None);
+    }
+
+    #[test]
+    fn the_grpc_cap_follows_the_open_file_limit_to_100_000_agents_and_beyond() {
+        let limits = ConnectionLimits::default();
+        // This machine's limit (issue 16): 20,000 descriptors, 19,616 agent connections.
+        assert_eq!(limits.grpc_cap_under(Some(20_000)), 20_000 - 256 - 128);
+        // A host whose limit is raised (systemd's LimitNOFILE=1048576): 100,000 agents fit.
+        assert_eq!(limits.grpc_cap_under(Some(1_048_576)), 1_048_576 - 256 - 128);
+        assert_eq!(limits.grpc_cap_under(None), 1024 - 256 - 128, "unknown: the usual 1024");
+        assert_eq!(limits.grpc_cap_under(Some(100)), 16, "never below 16");
+        let configured = ConnectionLimits { max_grpc_connections: Some(150_000), ..limits };
+        assert_eq!(configured.grpc_cap_under(Some(20_000)), 150_000, "as configured");
+    }
+
+    #[tokio::test]
+    async fn an_acceptor_capped_at_100_000_takes_connections_until_its_slots_run_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut acceptor = Acceptor::new(listener, 100_000, "test");
+        // 100,000 connections would need as many descriptors; the slots they hold are counted
+        // the same way: take all but one, then one connection takes the last.
+        let held: Vec<_> = (0..99_999).map(|_| Arc::clone(&acceptor.slots).try_acquire_owned().unwrap()).collect();
+        let client = TcpStream::connect(addr).await.unwrap();
+        let (_stream, _, last) = acceptor.accept().await;
+        assert_eq!(acceptor.slots.available_permits(), 0);
+        let waiting = TcpStream::connect(addr).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_millis(200), acceptor.accept()).await;
+        assert!(next.is_err(), "the 100,001st connection waits while every slot is taken");
+        drop((held, last, client));
+        let (_stream, _, _permit) = acceptor.accept().await;
+        drop(waiting);
     }
 
     fn guarded(opening: Opening) -> Guarded<()> {
