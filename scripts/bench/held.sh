@@ -30,13 +30,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
-COMMAND=""
-for v in AGENTS SERVICES WRITES IDLE SERVER_CPU LOAD_CPU SKIP_BUILD; do
-  [ -n "${!v:-}" ] && COMMAND="$COMMAND$v=${!v} "
-done
-COMMAND="${COMMAND}scripts/bench/held.sh${1:+ $1}"
+# shellcheck source=scripts/bench/lib.sh
+. "$ROOT/scripts/bench/lib.sh"
+COMMIT=$(bench_commit)
+COMMAND=$(bench_command scripts/bench/held.sh "${1:-}" AGENTS SERVICES WRITES IDLE SERVER_CPU LOAD_CPU SKIP_BUILD)
 OUT=${1:-$ROOT/docs/benchmarks/held.json}
 AGENTS=${AGENTS:-10000}
 SERVICES=${SERVICES:-1000}
@@ -47,10 +44,6 @@ LOAD_CPU=${LOAD_CPU:-1}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/skyconf-held.XXXXXX")
 
-# shellcheck source=scripts/bench/lib.sh
-. "$ROOT/scripts/bench/lib.sh"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_ready() {
   for _ in $(seq 1 300); do
     curl -fs "127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0
@@ -97,7 +90,7 @@ run plain --no-hold-polls
 log "Report"
 mkdir -p "$(dirname "$OUT")"
 python3 - "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
-  "$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB, Linux $(uname -r)" \
+  "$(machine)" \
   "$SERVER_CPU" "$LOAD_CPU" <<'EOF'
 import datetime, json, sys
 work, out, command, commit, machine, server_cpu, load_cpu = sys.argv[1:]

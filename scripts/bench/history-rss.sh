@@ -16,13 +16,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
-COMMAND=""
-for v in SERVICES KEYS RELEASES SERVER_CPU BEFORE SKIP_BUILD; do
-  [ -n "${!v:-}" ] && COMMAND="$COMMAND$v=${!v} "
-done
-COMMAND="${COMMAND}scripts/bench/history-rss.sh${1:+ $1}"
+# shellcheck source=scripts/bench/lib.sh
+. "$ROOT/scripts/bench/lib.sh"
+COMMIT=$(bench_commit)
+COMMAND=$(bench_command scripts/bench/history-rss.sh "${1:-}" SERVICES KEYS RELEASES SERVER_CPU BEFORE SKIP_BUILD)
 OUT=${1:-$ROOT/docs/benchmarks/history-rss.json}
 SERVICES=${SERVICES:-10000}
 KEYS=${KEYS:-6}
@@ -31,15 +28,11 @@ SERVER_CPU=${SERVER_CPU:-0}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/skyconf-history.XXXXXX")
 
-# shellcheck source=scripts/bench/lib.sh
-. "$ROOT/scripts/bench/lib.sh"
-
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "Build (release)"
   cargo build --release -q -p skyconf-cli
 fi
 SKY=$TARGET/release/skyconf
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # run NAME BINARY [SERVE FLAGS...]: one server, RELEASES - 1 edits; its report in $WORK/NAME.json.
 run() {
@@ -53,9 +46,9 @@ run() {
     --admin-addr "127.0.0.1:$admin" "$@" >"$WORK/$name-serve.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
-  python3 - "$name" "$pid" "$admin" "$doc" "$RELEASES" >"$WORK/$name.json" <<'EOF' || { cat "$WORK/$name-serve.log" >&2; exit 1; }
+  python3 - "$name" "$pid" "$admin" "$doc" "$RELEASES" "$SERVICES" >"$WORK/$name.json" <<'EOF' || { cat "$WORK/$name-serve.log" >&2; exit 1; }
 import json, os, re, sys, time, urllib.request
-name, pid, admin, doc, releases = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+name, pid, admin, doc, releases, services = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
 
 def get(path):
     with urllib.request.urlopen(f"http://127.0.0.1:{admin}{path}", timeout=10) as reply:
@@ -93,7 +86,7 @@ text = open(doc).read()
 edits_ms = []
 for edit in range(1, releases):
     # One service's sample rate changes: `bench-svc-<i>:` then its first key.
-    i = (edit * 7919) % 10_000
+    i = (edit * 7919) % services
     text, n = re.subn(rf"(\n  bench-svc-{i}:\n    agent\.sample_n_per_3_secs: )\d+", rf"\g<1>{100_000 + edit}", text, count=1)
     if n != 1:
         sys.exit(f"{name}: edit {edit} found no service {i}")
@@ -130,7 +123,7 @@ fi
 log "Report"
 mkdir -p "$(dirname "$OUT")"
 python3 - "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
-  "$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB, Linux $(uname -r), load average $(cut -d' ' -f1-3 /proc/loadavg)" \
+  "$(machine)" \
   "${NAMES[@]}" <<'EOF'
 import datetime, json, sys
 work, out, command, commit, machine, *names = sys.argv[1:]
