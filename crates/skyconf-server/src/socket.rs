@@ -12,9 +12,10 @@
 //! Reads: h2 reads into a buffer sized for the frame it is decoding (8 to 16 KiB), so a client
 //! streaming large messages (trace segments through the gateway) costs a `recvfrom` per 8 KiB.
 //! Once a read fills h2's whole buffer (more is likely waiting), the socket reads up to
-//! [`READ_AHEAD`] at once into a buffer of its own and hands it out from there; the buffer is
-//! freed as soon as it is drained, so an idle connection holds none, and a small request (a CDS
-//! poll) is read straight into h2's buffer as before.
+//! [`READ_AHEAD`] at once into a buffer of its own and hands it out from there. While reads keep
+//! filling it the buffer is reused (a fresh one is a zeroed 64 KiB allocation per read); it is
+//! freed once a read comes back short or finds nothing, so an idle connection holds none, and a
+//! small request (a CDS poll) is read straight into h2's buffer as before.
 //!
 //! Each connection also carries an [`AgentConnection`] into its calls' extensions: the peer
 //! address (fleet status keys on it) and, in gateway mode, the OAP its forwarded calls are pinned
@@ -79,7 +80,8 @@ pub const READ_AHEAD: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct BatchedWrites {
     stream: TcpStream,
-    /// Read but not yet handed out: `ahead[start..end]`; `None` when drained.
+    /// Read but not yet handed out: `ahead[start..end]`. Kept, drained, while the client streams
+    /// (the next read ahead fills it again without a fresh zeroed allocation); `None` otherwise.
     ahead: Option<Box<[u8]>>,
     start: usize,
     end: usize,
@@ -93,13 +95,14 @@ impl BatchedWrites {
         Self { stream, ahead: None, start: 0, end: 0, streaming: false }
     }
 
-    /// Hands out what was read ahead; frees the buffer once it is drained.
+    /// Hands out what was read ahead; frees the buffer once it is drained, unless the client is
+    /// still streaming (the next read ahead reuses it).
     fn hand_out(&mut self, buf: &mut ReadBuf<'_>) {
         let Some(ahead) = &self.ahead else { return };
         let n = (self.end - self.start).min(buf.remaining());
         buf.put_slice(&ahead[self.start..self.start + n]);
         self.start += n;
-        if self.start == self.end {
+        if self.start == self.end && !self.streaming {
             self.ahead = None;
         }
     }
@@ -116,12 +119,13 @@ impl Connected for BatchedWrites {
 impl AsyncRead for BatchedWrites {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.ahead.is_some() {
+        if this.start < this.end {
             this.hand_out(buf);
             return Poll::Ready(Ok(()));
         }
         let wanted = buf.remaining();
         if !this.streaming || wanted >= READ_AHEAD {
+            this.ahead = None;
             let before = buf.filled().len();
             let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
             if polled.is_ready() {
@@ -129,7 +133,7 @@ impl AsyncRead for BatchedWrites {
             }
             return polled;
         }
-        let mut ahead = vec![0; READ_AHEAD].into_boxed_slice();
+        let mut ahead = this.ahead.take().unwrap_or_else(|| vec![0; READ_AHEAD].into_boxed_slice());
         let mut into = ReadBuf::new(&mut ahead);
         match Pin::new(&mut this.stream).poll_read(cx, &mut into) {
             Poll::Ready(Ok(())) => {
@@ -142,6 +146,7 @@ impl AsyncRead for BatchedWrites {
                 }
                 Poll::Ready(Ok(()))
             }
+            // Nothing waiting: the buffer goes, so that an idle connection holds none.
             other => other,
         }
     }
@@ -228,7 +233,9 @@ mod tests {
         writer.await.unwrap();
         assert_eq!(got, sent, "every byte, in order");
         assert!(large > 0, "the socket read ahead ({reads} reads)");
-        assert!(server.ahead.is_none(), "a drained read-ahead buffer is freed");
+        // The client is gone (its task ended): the read finding nothing frees the buffer.
+        assert_eq!(server.read(&mut [0; 8 * 1024]).await.unwrap(), 0);
+        assert!(server.ahead.is_none(), "a drained read-ahead buffer is freed once the stream pauses");
 
         // A small request alone is read straight in, holding no buffer.
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
