@@ -8,7 +8,8 @@
 //! - [`upstream`]: the connections to the OAPs, their health, and which agent connection is
 //!   pinned to which OAP;
 //! - [`forward`]: one call, forwarded as bytes, and how failures reach the agent;
-//! - [`identity`]: `ManagementService` calls read in passing, for fleet status by instance.
+//! - [`identity`]: `ManagementService` calls read in passing, for fleet status by instance;
+//! - [`coalesce`]: the writes to an OAP, gathered into one per round of work.
 //!
 //! The forwarder is the gRPC router's fallback: the locally answered services keep their routes,
 //! and any other path goes to the OAP. One difference from talking to the OAP remains: tonic's
@@ -16,6 +17,7 @@
 //! the call CANCELLED when it passes, where the OAP would end it DEADLINE_EXCEEDED a moment
 //! later. A client has ended the call on its own deadline by then.
 
+pub mod coalesce;
 pub mod forward;
 pub mod identity;
 pub mod upstream;

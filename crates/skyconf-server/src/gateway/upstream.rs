@@ -17,12 +17,13 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_util::sync::CancellationToken;
 
+use super::coalesce::{CoalescedWrites, RoundExecutor, Rounds};
 use super::{GatewayConfig, GatewayError};
 
 /// The request body the gateway sends upstream.
@@ -236,7 +237,10 @@ impl Upstreams {
         let io_error = |cause: std::io::Error| GatewayError::Connect { addr: addr.to_owned(), cause };
         let tcp = TcpStream::connect(addr).await.map_err(io_error)?;
         let _ = tcp.set_nodelay(true);
-        let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+        // Writes go out once per round of the connection's tasks ([`super::coalesce`]).
+        let rounds = Rounds::default();
+        let tcp = CoalescedWrites::new(tcp, rounds.clone());
+        let mut builder = hyper::client::conn::http2::Builder::new(RoundExecutor::new(rounds));
         builder
             .timer(TokioTimer::new())
             .initial_stream_window_size(STREAM_WINDOW)

@@ -80,7 +80,7 @@ impl GrpcLimits {
             let (stream, _, permit) = acceptor.accept().await;
             let _ = stream.set_nodelay(true);
             set_tcp_keepalive(&stream, tcp_keepalive);
-            let stream = crate::socket::BatchedWrites::new(stream);
+            let stream = crate::socket::BatchedWrites::new(stream).with_frame_boundaries();
             Some((Ok(Guarded::new(stream, Opening::Http2, handshake_timeout, permit)), acceptor))
         })
     }
