@@ -38,6 +38,11 @@ impl ChunkedText {
         Self { chunks, len: text.len() }
     }
 
+    /// `text` as one chunk (a text kept only briefly: not worth cutting).
+    pub(crate) fn whole(text: &str) -> Self {
+        Self { chunks: Arc::from([Arc::from(text)]), len: text.len() }
+    }
+
     /// The whole text.
     pub(crate) fn text(&self) -> String {
         let mut text = String::with_capacity(self.len);

@@ -237,25 +237,25 @@ struct Kept {
 }
 
 impl Kept {
-    /// Keeps `release` and its text, sharing the text's chunks with `like`'s.
-    fn new(release: &Release, text: Option<&str>, like: Option<&Self>) -> Self {
-        let like = like.and_then(|kept| kept.document.as_ref());
-        Self { release: Arc::new(release.without_digests()), document: text.map(|t| ChunkedText::new(t, like)) }
+    /// Keeps `release` and its text (chunked by [`ReleaseLog::chunk`], outside the lock).
+    fn new(release: &Release, document: Option<ChunkedText>) -> Self {
+        Self { release: Arc::new(release.without_digests()), document }
     }
 
-    /// The release in full, its digests read again from its text, and the text. Reads a whole
-    /// document: call it without the log's lock, off the async threads.
-    fn full(release: &Release, document: Option<&ChunkedText>) -> (Release, Option<String>) {
+    /// The release in full, its digests read again from its text, the text and its table. Reads
+    /// a whole document: call it without the log's lock, off the async threads.
+    fn full(
+        release: &Release,
+        document: Option<&ChunkedText>,
+    ) -> Result<(Release, Option<String>, AgentConfigurations), skyconf_core::ReadError> {
         let text = document.map(ChunkedText::text);
+        let table = match &text {
+            Some(text) => skyconf_core::read(text)?,
+            None => AgentConfigurations::default(),
+        };
         let mut full = release.without_digests();
-        if let Some(text) = &text {
-            match skyconf_core::read(text) {
-                Ok(table) => full.digests = digests(&table),
-                // It was read when it was recorded; the same reader cannot refuse it now.
-                Err(error) => tracing::error!(release = release.id, %error, "A kept release no longer reads."),
-            }
-        }
-        (full, text)
+        full.digests = digests(&table);
+        Ok((full, text, table))
     }
 }
 
@@ -568,6 +568,7 @@ impl ReleaseLog {
         origin: &str,
     ) -> Arc<ReleaseSummary> {
         let hash = text.map(document_hash);
+        let chunked = self.chunk(text);
         let now = Instant::now();
         let (release, appended) = {
             let mut state = self.lock();
@@ -599,7 +600,7 @@ impl ReleaseLog {
                 changes: diff(previous, table),
             });
             Self::serve_as(&mut state, version, release.id, self.retention);
-            let appended = self.append(&mut state, &release, text);
+            let appended = self.append(&mut state, &release, chunked);
             (release, appended)
         };
         let summary = self.save(&release, text, appended);
@@ -608,7 +609,7 @@ impl ReleaseLog {
     }
 
     /// Adds `release` (newer than every kept one) to the log; what [`ReleaseLog::save`] needs.
-    fn append(&self, state: &mut LogState, release: &Arc<Release>, text: Option<&str>) -> Appended {
+    fn append(&self, state: &mut LogState, release: &Arc<Release>, document: Option<ChunkedText>) -> Appended {
         // Never wraps: ids above MAX_ID are refused at start-up, so this cannot saturate.
         state.next_id = state.next_id.max(release.id.saturating_add(1));
         let summary = Arc::new(ReleaseSummary::of(release));
@@ -617,8 +618,7 @@ impl ReleaseLog {
             state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
         }
         // Until its file is on disk (for good without a data directory).
-        let kept = Kept::new(release, text, Self::kept_before(state, release.id));
-        state.documents.insert(release.id, kept);
+        state.documents.insert(release.id, Kept::new(release, document));
         let reserve = self.reserve_more(state);
         Appended { summary, evicted: self.evict(state), reserve }
     }
@@ -699,23 +699,31 @@ impl ReleaseLog {
             changes: diff(&previous, &table),
         });
         let document = shared.document.as_deref();
+        let chunked = self.chunk(document);
         let Some(next_id) = next_id else {
             let appended = {
                 let mut state = self.lock();
                 if state.releases.back().is_some_and(|l| l.id >= shared.id) {
                     return Ok(false);
                 }
-                self.append(&mut state, &release, document)
+                self.append(&mut state, &release, chunked)
             };
             self.save(&release, document, appended);
             tracing::info!(release = release.id, origin = %release.origin, "Imported a release from the shared history.");
             return Ok(true);
         };
         // Between two kept releases: the next one changed from this one, not from the one before.
-        let Ok(Some((mut next, next_document))) = self.full(next_id) else { return Ok(false) };
-        let next_table = match &next_document {
-            Some(text) => skyconf_core::read(text)?,
-            None => AgentConfigurations::default(),
+        let (mut next, next_document, next_table) = match self.kept(next_id) {
+            Stored::Gone => return Ok(false),
+            Stored::Memory(release, document) => Kept::full(&release, document.as_ref())?,
+            Stored::File(path) => {
+                let Ok(file) = read_release_file(&path) else { return Ok(false) };
+                let table = match &file.document {
+                    Some(text) => skyconf_core::read(text)?,
+                    None => AgentConfigurations::default(),
+                };
+                (file.release, file.document, table)
+            }
         };
         let before = std::mem::replace(&mut next.changes, diff(&table, &next_table));
         let next = Arc::new(next);
@@ -742,8 +750,7 @@ impl ReleaseLog {
             if let Some(kept) = state.documents.get_mut(&next.id) {
                 kept.release = Arc::new(next.without_digests());
             }
-            let kept = Kept::new(&release, document, Self::kept_before(&state, release.id));
-            state.documents.insert(release.id, kept);
+            state.documents.insert(release.id, Kept::new(&release, chunked));
             state.next_id = state.next_id.max(release.id.saturating_add(1));
             self.evict(&mut state)
         };
@@ -801,10 +808,11 @@ impl ReleaseLog {
         if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
             // After any write of the old file still queued: the persister writes in order.
             let file = match kept {
-                Some((release, document)) => {
-                    let (release, document) = Kept::full(&release, document.as_ref());
-                    Some(ReleaseFile { format: 1, release, document })
-                }
+                // A text that no longer reads (it cannot: it was read when recorded) leaves the
+                // file as it is rather than rewrite it without its digests.
+                Some((release, document)) => Kept::full(&release, document.as_ref())
+                    .ok()
+                    .map(|(release, document, _)| ReleaseFile { format: 1, release, document }),
                 None => read_release_file(&release_path(dir, id)).ok().map(|mut file| {
                     apply(&mut file.release);
                     file
@@ -1003,7 +1011,14 @@ impl ReleaseLog {
     pub fn full(&self, id: u64) -> Result<Option<(Release, Option<String>)>, ReleaseError> {
         match self.kept(id) {
             Stored::Gone => Ok(None),
-            Stored::Memory(release, document) => Ok(Some(Kept::full(&release, document.as_ref()))),
+            Stored::Memory(release, document) => match Kept::full(&release, document.as_ref()) {
+                Ok((release, document, _)) => Ok(Some((release, document))),
+                Err(error) => {
+                    // It was read when it was recorded; the same reader cannot refuse it now.
+                    tracing::error!(release = id, %error, "A kept release no longer reads.");
+                    Ok(Some(((*release).clone(), document.as_ref().map(ChunkedText::text))))
+                }
+            },
             Stored::File(path) => {
                 let file = read_release_file(&path)?;
                 Ok(Some((file.release, file.document)))
@@ -1023,11 +1038,29 @@ impl ReleaseLog {
         self.dir.as_ref().map_or(Stored::Gone, |dir| Stored::File(release_path(dir, id)))
     }
 
-    /// The kept release just older than `id` (the one whose text `id`'s most likely shares).
-    fn kept_before(state: &LogState, id: u64) -> Option<&Kept> {
-        let position = state.releases.partition_point(|r| r.id < id);
-        let before = state.releases.get(position.checked_sub(1)?)?;
-        state.documents.get(&before.id)
+    /// What release `id` changed, key by key: `Ok(None)` when it is not kept. Reads a file
+    /// (never a whole document from memory): call it off the async threads.
+    pub fn changes(&self, id: u64) -> Result<Option<Vec<ServiceChange>>, ReleaseError> {
+        match self.kept(id) {
+            Stored::Gone => Ok(None),
+            Stored::Memory(release, _) => Ok(Some(release.changes.clone())),
+            Stored::File(path) => Ok(Some(read_release_file(&path)?.release.changes)),
+        }
+    }
+
+    /// `text` as a kept release keeps it: without a data directory, in chunks shared with the
+    /// newest kept release's text (the one it most likely shares them with; taken in a short
+    /// lock, the chunking done outside it); with one, whole (kept only until its file is written).
+    fn chunk(&self, text: Option<&str>) -> Option<ChunkedText> {
+        let text = text?;
+        if self.dir.is_some() {
+            return Some(ChunkedText::whole(text));
+        }
+        let like = {
+            let state = self.lock();
+            state.releases.back().and_then(|r| state.documents.get(&r.id)).and_then(|k| k.document.clone())
+        };
+        Some(ChunkedText::new(text, like.as_ref()))
     }
 
     /// The table of release `id`, if its text is still readable.

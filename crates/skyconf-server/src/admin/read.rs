@@ -680,10 +680,10 @@ pub(super) async fn history(
             if !named && release.changed <= MAX_SUMMARY_CHANGES {
                 continue;
             }
-            let Some((full, _)) = releases.full(release.id).map_err(|e| AppError::Unavailable(e.to_string()))? else {
+            let Some(changes) = releases.changes(release.id).map_err(|e| AppError::Unavailable(e.to_string()))? else {
                 continue;
             };
-            if let Some(change) = full.changes.into_iter().find(|c| c.service == service) {
+            if let Some(change) = changes.into_iter().find(|c| c.service == service) {
                 entries.push((release, change));
                 if entries.len() > limit {
                     break;

@@ -161,7 +161,7 @@ pub enum AgentState {
     /// It has polled once: a new agent, or a one-off poll (`skyconf fetch`, a probe). Not a fleet
     /// member until it polls again, and forgotten after [`ONE_OFF_EXPIRY`] if it does not.
     New,
-    /// It echoes the current digest.
+    /// It echoes the current digest, and was sent nothing else since.
     Applied,
     /// It does not yet, within the allowed number of polls.
     Behind,
