@@ -25,8 +25,13 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Buffered bytes at which the buffer is written out without waiting for the round to end.
-pub const WRITE_BATCH: usize = 128 * 1024;
+/// Buffered bytes at which the buffer is written out without waiting for the round to end: a
+/// bound on the buffer (it keeps its capacity, so each upstream connection holds up to this
+/// much), large enough that a busy round is still one write. Under 32 agents streaming
+/// segments a round gathers a median of about 300 KiB; a 128 KiB bound split it into several
+/// writes, each waking the OAP, and cost 3-10 % more CPU per forwarded segment call than
+/// this bound (`scripts/bench/gateway-cpu.sh`; BENCHMARKS.md, "Gateway").
+pub const WRITE_BATCH: usize = 1024 * 1024;
 
 /// Polls of one upstream connection's tasks so far; 0 while none was polled.
 #[derive(Debug, Clone, Default)]
