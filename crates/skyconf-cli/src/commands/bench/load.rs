@@ -68,8 +68,8 @@ pub(super) struct Args {
     /// Calls made before measuring starts (checked, reported apart under `warmup`).
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     warmup: Duration,
-    /// Fixed-rate open loop at this many calls per second in total, latency measured from the
-    /// scheduled send time (no coordinated omission).
+    /// Fixed-rate open loop at this many calls per second in total, evenly spaced (warm-up
+    /// included), latency measured from the time a call is due (no coordinated omission).
     #[arg(long)]
     rate: Option<f64>,
     /// How much of each answer to check.
@@ -151,6 +151,43 @@ fn plan(load: &Args, digests: &[Option<String>]) -> Vec<Call> {
     }
 }
 
+/// Hands out send times at `rate` per second from `from` until `deadline`, round robin over
+/// `callers`, from a thread of its own: tokio's timer wakes at most once a millisecond, so
+/// callers sleeping on their own schedules set off together, ~rate/1000 calls in a burst at
+/// each tick, and a server's queueing under that burst was counted as its latency. The thread
+/// sleeps with the kernel's resolution (tens of microseconds) and, when it wakes late, hands
+/// out every call due at once, each stamped with that moment. It stops at the deadline, or
+/// when no caller is left.
+fn pace(
+    rate: f64,
+    from: Instant,
+    deadline: Option<Instant>,
+    callers: Vec<tokio::sync::mpsc::UnboundedSender<Instant>>,
+) {
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    std::thread::spawn(move || {
+        let mut next = from;
+        let mut caller = 0;
+        loop {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return;
+            }
+            if next > now {
+                std::thread::sleep(next - now);
+                continue;
+            }
+            while next <= now {
+                if callers[caller].send(now).is_err() && callers.iter().all(|c| c.is_closed()) {
+                    return;
+                }
+                caller = (caller + 1) % callers.len();
+                next += interval;
+            }
+        }
+    });
+}
+
 /// Runs the load and prints its report.
 pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(load.connections > 0 && load.streams > 0, "--connections and --streams must be > 0");
@@ -201,6 +238,16 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
             (None, None) => unreachable!("a duration is set when no request count is"),
         };
 
+        // Open loop: a pacer thread hands out send times, round robin over the callers.
+        let mut tickets: Vec<Option<_>> = match load.rate {
+            Some(rate) => {
+                let (senders, receivers): (_, Vec<_>) = (0..workers).map(|_| tokio::sync::mpsc::unbounded_channel()).unzip();
+                pace(rate, started, deadline, senders);
+                receivers.into_iter().map(Some).collect()
+            }
+            None => (0..workers).map(|_| None).collect(),
+        };
+
         let mut tasks = tokio::task::JoinSet::new();
         for w in 0..workers {
             let mut client = clients[w % load.connections].clone();
@@ -209,28 +256,19 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
             let warmup = Arc::clone(&warmup);
             let issued = Arc::clone(&issued);
             let check = load.check;
-            // Open loop: each worker sends every `period`, workers staggered evenly.
-            let schedule = load.rate.map(|rate| {
-                let period = Duration::from_secs_f64(workers as f64 / rate);
-                (period, measure_from + period.mul_f64(w as f64 / workers as f64))
-            });
+            let mut tickets = tickets[w].take();
             tasks.spawn(async move {
                 let mut k = w;
-                let mut next = schedule.map(|(_, first)| first);
                 loop {
-                    let now = Instant::now();
-                    if deadline.is_some_and(|d| now >= d) {
-                        break;
-                    }
-                    // The send time latency counts from: when the schedule says (if we are late,
-                    // the wait is the server's), or when the timer actually woke us.
-                    let start = match next {
-                        Some(at) if at > now => {
-                            tokio::time::sleep_until(at.into()).await;
-                            Instant::now()
-                        }
-                        Some(at) => at,
-                        None => now,
+                    // When the call is sent, which latency counts from: open loop, the time the
+                    // pacer handed it out (if this caller is still busy then, the wait is the
+                    // server's); closed loop, now.
+                    let start = match tickets.as_mut() {
+                        Some(tickets) => match tickets.recv().await {
+                            Some(at) => at,
+                            None => break,
+                        },
+                        None => Instant::now(),
                     };
                     if deadline.is_some_and(|d| start >= d) {
                         break;
@@ -252,9 +290,6 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
                     } else {
                         warmup.check(result, expect);
                         warmup.done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if let (Some((period, _)), Some(at)) = (schedule, next.as_mut()) {
-                        *at += period;
                     }
                 }
             });
