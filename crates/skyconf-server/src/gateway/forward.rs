@@ -62,15 +62,15 @@ impl Forwarder {
 
     /// Forwards one call and answers with the OAP's response.
     pub async fn forward(&self, request: Request<Body>) -> Response<Body> {
-        let connection = crate::socket::connection_of(request.extensions()).cloned();
+        let agent = crate::socket::connection_of(request.extensions()).cloned();
         // A call without a connection record (not through the gRPC port) is pinned on its own.
-        let state = connection.as_ref().map_or_else(Arc::default, |c| Arc::clone(&c.state));
-        let Some((mut sender, member)) = self.upstreams.wait_for_sender(&state.pin).await else {
+        let state = agent.as_ref().map_or_else(Arc::default, |c| Arc::clone(&c.state));
+        let Some((mut connection, member)) = self.upstreams.wait_for_sender(&state.pin).await else {
             self.metrics.no_upstream();
             return status_response(Status::unavailable("no OAP is reachable from the gateway"));
         };
         let (mut parts, body) = request.into_parts();
-        let peer = connection.as_ref().and_then(|c| c.remote_addr());
+        let peer = agent.as_ref().and_then(|c| c.remote_addr());
         let body = match (&self.fleet, peer, super::identity::call_of(parts.uri.path())) {
             (Some(fleet), Some(peer), Some(call)) => {
                 let agent_version = parts.headers.get("agent-version").and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -82,7 +82,8 @@ impl Forwarder {
         // The server's own records (connection info) stay here.
         parts.extensions = http::Extensions::new();
         let upstream = member.addr.as_str();
-        match sender.send_request(Request::from_parts(parts, body)).await {
+        let body = connection.body(body);
+        match connection.sender.send_request(Request::from_parts(parts, body)).await {
             Ok(response) => {
                 self.metrics.forwarded(upstream);
                 response

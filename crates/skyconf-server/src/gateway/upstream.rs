@@ -23,14 +23,28 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_util::sync::CancellationToken;
 
-use super::coalesce::{CoalescedWrites, RoundExecutor, Rounds};
+use super::coalesce::{CoalescedWrites, LendingBody, Lent, RoundExecutor, Rounds};
 use super::{GatewayConfig, GatewayError};
 
-/// The request body the gateway sends upstream.
-pub type UpstreamBody = axum::body::Body;
-
 /// A handle on one upstream HTTP/2 connection, to send calls on.
-pub type Sender = SendRequest<UpstreamBody>;
+pub type Sender = SendRequest<LendingBody>;
+
+/// One upstream HTTP/2 connection: where calls are sent, and where the payloads of their
+/// request bodies are recorded so they are written without a copy ([`super::coalesce`]).
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// Sends calls.
+    pub sender: Sender,
+    /// `None` on a TLS connection (rustls encrypts into buffers of its own).
+    pub lent: Option<Lent>,
+}
+
+impl Connection {
+    /// `body`, ready to be sent on this connection.
+    pub fn body(&self, body: axum::body::Body) -> LendingBody {
+        LendingBody::new(body, self.lent.clone())
+    }
+}
 
 /// The receive windows of upstream connections. Responses on SkyWalking's paths are small
 /// (`Commands`); the stream window bounds what one slow agent can hold of an OAP's answers, and
@@ -47,7 +61,7 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::fro
 pub struct Member {
     /// `host:port`, as configured.
     pub addr: String,
-    connections: Box<[ArcSwapOption<Sender>]>,
+    connections: Box<[ArcSwapOption<Connection>]>,
     /// Agent connections pinned to this OAP.
     pinned: AtomicUsize,
     /// Which connection the next pinned agent connection uses.
@@ -69,7 +83,7 @@ impl Member {
 
     /// Whether at least one connection to this OAP is open.
     pub fn is_healthy(&self) -> bool {
-        self.connections.iter().any(|c| c.load().as_ref().is_some_and(|s| !s.is_closed()))
+        self.connections.iter().any(|c| c.load().as_ref().is_some_and(|c| !c.sender.is_closed()))
     }
 
     /// Agent connections pinned here now.
@@ -78,11 +92,11 @@ impl Member {
     }
 
     /// An open connection, starting with `preferred`.
-    fn sender(&self, preferred: usize) -> Option<Sender> {
+    fn sender(&self, preferred: usize) -> Option<Connection> {
         let n = self.connections.len();
         (0..n).find_map(|i| {
             let slot = self.connections[(preferred + i) % n].load();
-            slot.as_ref().filter(|s| !s.is_closed()).map(|s| Sender::clone(s))
+            slot.as_ref().filter(|c| !c.sender.is_closed()).map(|c| Connection::clone(c))
         })
     }
 }
@@ -233,13 +247,15 @@ impl Upstreams {
     async fn connect(
         &self,
         addr: &str,
-    ) -> Result<(Sender, impl std::future::Future<Output = hyper::Result<()>> + use<>), GatewayError> {
+    ) -> Result<(Connection, impl std::future::Future<Output = hyper::Result<()>> + use<>), GatewayError> {
         let io_error = |cause: std::io::Error| GatewayError::Connect { addr: addr.to_owned(), cause };
         let tcp = TcpStream::connect(addr).await.map_err(io_error)?;
         let _ = tcp.set_nodelay(true);
         // Writes go out once per round of the connection's tasks ([`super::coalesce`]).
         let rounds = Rounds::default();
-        let tcp = CoalescedWrites::new(tcp, rounds.clone());
+        // Payloads are written from where they are, except under TLS.
+        let lent = self.tls.is_none().then(Lent::default);
+        let tcp = CoalescedWrites::new(tcp, rounds.clone(), lent.clone());
         let mut builder = hyper::client::conn::http2::Builder::new(RoundExecutor::new(rounds));
         builder
             .timer(TokioTimer::new())
@@ -252,7 +268,7 @@ impl Upstreams {
         match &self.tls {
             None => {
                 let (sender, conn) = builder.handshake(TokioIo::new(tcp)).await.map_err(handshake_error)?;
-                Ok((sender, futures_util::future::Either::Left(conn)))
+                Ok((Connection { sender, lent }, futures_util::future::Either::Left(conn)))
             }
             Some((connector, name)) => {
                 let name = match name {
@@ -265,14 +281,14 @@ impl Upstreams {
                 };
                 let tls = connector.connect(name, tcp).await.map_err(io_error)?;
                 let (sender, conn) = builder.handshake(TokioIo::new(tls)).await.map_err(handshake_error)?;
-                Ok((sender, futures_util::future::Either::Right(conn)))
+                Ok((Connection { sender, lent }, futures_util::future::Either::Right(conn)))
             }
         }
     }
 
     /// The connection to send a call of the agent connection `pin` on: its OAP's, pinning it
     /// first (again, if its OAP went away). `None`: no OAP is reachable.
-    pub fn sender_for(self: &Arc<Self>, pin: &Pin) -> Option<(Sender, &Member)> {
+    pub fn sender_for(self: &Arc<Self>, pin: &Pin) -> Option<(Connection, &Member)> {
         if let Some(member) = pin.member.load(Ordering::Relaxed).checked_sub(1) {
             let m = &self.members[member];
             if let Some(sender) = m.sender(pin.connection.load(Ordering::Relaxed)) {
@@ -310,7 +326,7 @@ pub const CONNECTION_WAIT: Duration = Duration::from_secs(1);
 impl Upstreams {
     /// [`Self::sender_for`], waiting up to [`CONNECTION_WAIT`] for a connection when no OAP is
     /// reachable now.
-    pub async fn wait_for_sender(self: &Arc<Self>, pin: &Pin) -> Option<(Sender, &Member)> {
+    pub async fn wait_for_sender(self: &Arc<Self>, pin: &Pin) -> Option<(Connection, &Member)> {
         let waited = tokio::time::timeout(CONNECTION_WAIT, async {
             loop {
                 let connected = self.connected.notified();
