@@ -156,8 +156,9 @@ def main():
     for t in TARGETS:
         w(f"| {t} | {fmt(umax.get(t))} | {times(ratio(umax.get(t), umax.get('direct')))} |")
     w("")
-    w("Latency, open loop (`skyconf bench --path … --rate R`, 512 callers on 32 connections, latency counted "
-      "from the scheduled send time, every answer checked), at two rates: **half of the direct maximum** (the "
+    w("Latency, open loop (`skyconf bench --path … --rate R`, 512 callers on 32 connections handed evenly "
+      "spaced send times by a pacer thread, latency counted from each call's send time, every answer checked), "
+      "at two rates: **half of the direct maximum** (the "
       f"lower of h2load's, {fmt(umax.get('direct'))}/s, and the checked client's own, {fmt(bench_direct)}/s, so the "
       "client's queue stays out of the figures), where a proxy whose own maximum is below that rate is "
       "overloaded; and **half of the slowest target's maximum**, where every target runs at half of its capacity "

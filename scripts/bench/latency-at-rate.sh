@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Latency at a realistic load (issue 16): 100,000 agents polling every 20 s make 5,000 calls/s.
-# `skyconf bench` sends RATE calls/s (default 5,000) as a fixed-rate open loop (latency counted
-# from each call's scheduled send time, so a stalled server cannot hide its queue), spread over
-# CONNECTIONS connections (default 1,000) with one call in flight each, in the fleet's mix (80 %
+# `skyconf bench` sends RATE calls/s (default 5,000) as a fixed-rate open loop (calls evenly
+# spaced, latency counted from each call's send time, so a stalled server cannot hide its queue),
+# spread over CONNECTIONS connections (default 1,000) with one call in flight each, in the fleet's mix (80 %
 # unchanged, 15 % changed, 5 % unknown services) over a 10,000-service document, and checks every
 # answer. The method that keeps the load generator's own scheduling out of the figure: the server
 # is pinned to CPU $SERVER_CPU and the generator to CPU $LOAD_CPU (taskset), so they never share a

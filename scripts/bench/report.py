@@ -210,8 +210,9 @@ def main():
     # Latency
     w("## Latency at half of the maximum rate (open loop)")
     w("")
-    w("`skyconf bench --rate R`: 512 callers on 32 connections send on a fixed schedule and latency counts "
-      "from the scheduled send time, so a server that falls behind cannot hide its queue. R is half of the "
+    w("`skyconf bench --rate R`: 512 callers on 32 connections are handed evenly spaced send times by a "
+      "pacer thread and latency counts from each call's send time, so a server that falls behind cannot hide "
+      "its queue. R is half of the "
       "server's maximum: its best h2load figure above, or, where lower, the closed-loop figure `skyconf bench` "
       "reaches against it (the checked tonic client costs more per call than h2load, and past its own "
       "maximum the latency measured would be the client's queue). Compare the rate asked with the h2load "

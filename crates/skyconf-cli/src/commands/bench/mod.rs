@@ -3,11 +3,11 @@
 //!
 //! - `skyconf bench [--scenario unchanged|changed|mixed] [--rate R]`: many HTTP/2 connections,
 //!   many concurrent streams each, closed loop (as fast as answers come) or, with `--rate`, a
-//!   fixed-rate open loop whose latencies are measured from the scheduled send time (so a stalled
-//!   server cannot hide its queue). Every answer's grpc-status is checked and, with
-//!   `--check full` (the default), its content: an agent that echoes the digest must get an empty
-//!   `Commands`, one that does not must get exactly one `ConfigurationDiscoveryCommand` carrying
-//!   the digest and a 36-character serial number.
+//!   fixed-rate open loop, calls evenly spaced by a pacer thread, whose latencies are measured
+//!   from each call's send time (so a stalled server cannot hide its queue). Every answer's
+//!   grpc-status is checked and, with `--check full` (the default), its content: an agent that
+//!   echoes the digest must get an empty `Commands`, one that does not must get exactly one
+//!   `ConfigurationDiscoveryCommand` carrying the digest and a 36-character serial number.
 //! - `skyconf bench agents`: thousands of idle agents, each on its own connection and polling every
 //!   `--interval` like a stock agent (memory per connection, connection scale).
 //! - `skyconf bench held`: thousands of agents with the Java agent's timing (30 s deadline, 20 s
