@@ -65,7 +65,7 @@ impl Forwarder {
         let agent = crate::socket::connection_of(request.extensions()).cloned();
         // A call without a connection record (not through the gRPC port) is pinned on its own.
         let state = agent.as_ref().map_or_else(Arc::default, |c| Arc::clone(&c.state));
-        let Some((mut connection, member)) = self.upstreams.wait_for_sender(&state.pin).await else {
+        let Some((mut connection, member)) = self.upstreams.wait_for_connection(&state.pin).await else {
             self.metrics.no_upstream();
             return status_response(Status::unavailable("no OAP is reachable from the gateway"));
         };

@@ -92,7 +92,7 @@ impl Member {
     }
 
     /// An open connection, starting with `preferred`.
-    fn sender(&self, preferred: usize) -> Option<Connection> {
+    fn connection(&self, preferred: usize) -> Option<Connection> {
         let n = self.connections.len();
         (0..n).find_map(|i| {
             let slot = self.connections[(preferred + i) % n].load();
@@ -204,8 +204,8 @@ impl Upstreams {
         let mut failing = false;
         loop {
             match tokio::time::timeout(self.config.connect_timeout, self.connect(&m.addr)).await {
-                Ok(Ok((sender, conn))) => {
-                    m.connections[connection].store(Some(Arc::new(sender)));
+                Ok(Ok((opened, conn))) => {
+                    m.connections[connection].store(Some(Arc::new(opened)));
                     self.connected.notify_waiters();
                     if !m.up.swap(true, Ordering::Relaxed) {
                         tracing::info!(upstream = %m.addr, "Connected to the OAP.");
@@ -243,7 +243,7 @@ impl Upstreams {
         }
     }
 
-    /// One HTTP/2 connection to `addr`: the sender, and the future that drives it.
+    /// One HTTP/2 connection to `addr`: where calls are sent, and the future that drives it.
     async fn connect(
         &self,
         addr: &str,
@@ -288,11 +288,11 @@ impl Upstreams {
 
     /// The connection to send a call of the agent connection `pin` on: its OAP's, pinning it
     /// first (again, if its OAP went away). `None`: no OAP is reachable.
-    pub fn sender_for(self: &Arc<Self>, pin: &Pin) -> Option<(Connection, &Member)> {
+    pub fn connection_for(self: &Arc<Self>, pin: &Pin) -> Option<(Connection, &Member)> {
         if let Some(member) = pin.member.load(Ordering::Relaxed).checked_sub(1) {
             let m = &self.members[member];
-            if let Some(sender) = m.sender(pin.connection.load(Ordering::Relaxed)) {
-                return Some((sender, m));
+            if let Some(connection) = m.connection(pin.connection.load(Ordering::Relaxed)) {
+                return Some((connection, m));
             }
         }
         let chosen = self
@@ -315,7 +315,7 @@ impl Upstreams {
                 let _ = pin.upstreams.set(Arc::clone(self));
             }
         }
-        Some((m.sender(connection)?, m))
+        Some((m.connection(connection)?, m))
     }
 }
 
@@ -324,14 +324,14 @@ impl Upstreams {
 pub const CONNECTION_WAIT: Duration = Duration::from_secs(1);
 
 impl Upstreams {
-    /// [`Self::sender_for`], waiting up to [`CONNECTION_WAIT`] for a connection when no OAP is
+    /// [`Self::connection_for`], waiting up to [`CONNECTION_WAIT`] for a connection when no OAP is
     /// reachable now.
-    pub async fn wait_for_sender(self: &Arc<Self>, pin: &Pin) -> Option<(Connection, &Member)> {
+    pub async fn wait_for_connection(self: &Arc<Self>, pin: &Pin) -> Option<(Connection, &Member)> {
         let waited = tokio::time::timeout(CONNECTION_WAIT, async {
             loop {
                 let connected = self.connected.notified();
-                if let Some((sender, member)) = self.sender_for(pin) {
-                    return (sender, member);
+                if let Some((connection, member)) = self.connection_for(pin) {
+                    return (connection, member);
                 }
                 connected.await;
             }
@@ -370,7 +370,7 @@ mod tests {
     fn without_an_open_connection_nothing_is_pinned() {
         let upstreams = Arc::new(Upstreams::new(&GatewayConfig::new(vec!["a:1".into(), "b:1".into()])).unwrap());
         let pin = Pin::default();
-        assert!(upstreams.sender_for(&pin).is_none());
+        assert!(upstreams.connection_for(&pin).is_none());
         assert_eq!(pin.member.load(Ordering::Relaxed), 0);
         assert!(upstreams.members.iter().all(|m| m.pinned() == 0));
     }
