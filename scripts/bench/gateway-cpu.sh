@@ -60,31 +60,8 @@ SINK_BIN=${SINK:-${BIN[${NAMES[1]}]}}
 python3 scripts/bench/gateway_bodies.py "$WORK" 100 >/dev/null
 P_SINK=$(free_port) P_PROXY=$(free_port) P_ADMIN=$(free_port)
 PATH_SEGMENTS=/skywalking.v3.TraceSegmentReportService/collect
-mkdir -p "$WORK/nginx/logs" "$WORK/nginx/tmp"
-user=""
-[ "$(id -u)" = 0 ] && user="user $(id -un) $(id -gn);"
-# The same nginx as gateway.sh's: one worker, HTTP/2 keepalive to the upstream.
-cat >"$WORK/nginx/nginx.conf" <<EOF
-$user
-daemon off;
-worker_processes 1;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/logs/error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/tmp/body;
-  proxy_temp_path $WORK/nginx/tmp/proxy;
-  fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
-  uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
-  scgi_temp_path $WORK/nginx/tmp/scgi;
-  client_max_body_size 0;
-  keepalive_requests 1000000;
-  keepalive_timeout 600s;
-  upstream sink { server 127.0.0.1:$P_SINK; keepalive 1024; keepalive_requests 1000000; keepalive_timeout 600s; }
-  server { listen 127.0.0.1:$P_PROXY http2; location / { grpc_pass grpc://sink; } }
-}
-EOF
+# The same nginx as gateway.sh's.
+nginx_grpc_conf "$WORK/nginx" "$P_PROXY" "$P_SINK"
 
 # utime + stime of a process, in clock ticks.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
