@@ -238,15 +238,17 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
             (None, None) => unreachable!("a duration is set when no request count is"),
         };
 
-        // Open loop: a pacer thread hands out send times, round robin over the callers.
-        let mut tickets: Vec<Option<_>> = match load.rate {
+        // Open loop: a pacer thread hands out send times, round robin over the callers (closed
+        // loop: none).
+        let mut tickets = match load.rate {
             Some(rate) => {
                 let (senders, receivers): (_, Vec<_>) = (0..workers).map(|_| tokio::sync::mpsc::unbounded_channel()).unzip();
                 pace(rate, started, deadline, senders);
-                receivers.into_iter().map(Some).collect()
+                receivers
             }
-            None => (0..workers).map(|_| None).collect(),
-        };
+            None => Vec::new(),
+        }
+        .into_iter();
 
         let mut tasks = tokio::task::JoinSet::new();
         for w in 0..workers {
@@ -256,7 +258,7 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
             let warmup = Arc::clone(&warmup);
             let issued = Arc::clone(&issued);
             let check = load.check;
-            let mut tickets = tickets[w].take();
+            let mut tickets = tickets.next();
             tasks.spawn(async move {
                 let mut k = w;
                 loop {
