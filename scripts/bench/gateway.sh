@@ -3,7 +3,7 @@
 # direct connection, in one run, against the same upstream: `skyconf bench sink`, an OAP stand-in
 # that reads every request stream and answers an empty Commands with grpc-status 0.
 #
-#   scripts/bench/gateway.sh            # about 4 minutes
+#   scripts/bench/gateway.sh            # about 10 minutes
 #   scripts/bench/gateway.sh --quick    # shorter runs, one round
 #
 # Three targets, the same sink behind each:
@@ -14,7 +14,8 @@
 #   (a) trace-segment streaming: h2load sending client streams of $SEGMENTS framed SegmentObjects
 #       (about 1.3 KB each) to TraceSegmentReportService/collect: segments/s and MB/s;
 #   (b) added latency of a forwarded unary call (JVMMetricReportService/collect) at half of the
-#       direct maximum rate, open loop (`skyconf bench --path --rate`): p50/p99, proxy minus direct;
+#       direct maximum rate and at half of the slowest target's, open loop (`skyconf bench --path
+#       --rate`): p50/p99, proxy minus direct, in $LAT_ROUNDS paired rounds of $LAT_SECONDS s;
 #   (c) RSS per proxied agent connection: $AGENTS connections, each one forwarded call, held open;
 #   (d) CDS throughput of skyconf with and without --upstream (answered locally either way).
 # Honesty: every target is first called with `skyconf bench --path`, which checks grpc-status and
@@ -29,9 +30,10 @@
 # Until skyconf has gateway mode (`skyconf serve --upstream`), skyconf is left out and the report
 # says "skyconf gateway not available in this build".
 #
-# Environment: DURATION (seconds per h2load run, 5), ROUNDS (2), WARMUP (1), SEGMENTS (segments per
-# call, 100), AGENTS (2000), SERVER_CPU, LOAD_CPU, CARGO_TARGET_DIR, SKY (a built skyconf: no
-# build), BENCH_OUT (BENCHMARKS.md; its "Gateway" section is replaced), BENCH_NOTE.
+# Environment: DURATION (seconds per h2load run, 5), ROUNDS (2), WARMUP (1), LAT_ROUNDS (latency
+# rounds, 15), LAT_SECONDS (seconds per latency run, 3), SEGMENTS (segments per call, 100), AGENTS
+# (2000), SERVER_CPU, LOAD_CPU, CARGO_TARGET_DIR, SKY (a built skyconf: no build), BENCH_OUT
+# (BENCHMARKS.md; its "Gateway" section is replaced), BENCH_NOTE.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -41,13 +43,15 @@ git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT (with uncommitted changes)"
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 COMMAND=""
-for v in DURATION ROUNDS WARMUP SEGMENTS AGENTS SERVER_CPU LOAD_CPU; do
+for v in DURATION ROUNDS WARMUP LAT_ROUNDS LAT_SECONDS SEGMENTS AGENTS SERVER_CPU LOAD_CPU; do
   [ -n "${!v:-}" ] && COMMAND="$COMMAND$v=${!v} "
 done
 COMMAND="${COMMAND}scripts/bench/gateway.sh${1:+ $1}"
 DURATION=${DURATION:-$([ $QUICK = 1 ] && echo 3 || echo 5)}
 ROUNDS=${ROUNDS:-$([ $QUICK = 1 ] && echo 1 || echo 2)}
 WARMUP=${WARMUP:-1}
+LAT_ROUNDS=${LAT_ROUNDS:-$([ $QUICK = 1 ] && echo 3 || echo 15)}
+LAT_SECONDS=${LAT_SECONDS:-3}
 SEGMENTS=${SEGMENTS:-100}
 AGENTS=${AGENTS:-2000}
 SERVER_CPU=${SERVER_CPU:-0}
@@ -312,11 +316,17 @@ print(round(direct / 2), round(min(r["calls_per_s"] for r in rows) / 2))
 EOF
 )
 read -r RATE RATE_LOW <<<"$rates"
+# Paired rounds: the latency of one target is only compared with the direct one measured right
+# before or after it. This VM stalls for milliseconds a few times a second, which moves a p99
+# measured seconds apart by more than the forwarding costs; many short rounds, the targets' order
+# rotated every round, give per-round differences whose median the report takes.
 for basis in direct slowest; do
   rate=$([ $basis = direct ] && echo "$RATE" || echo "$RATE_LOW")
-  for round in $(seq 1 "$ROUNDS"); do
-    for t in "${TARGETS[@]}"; do
-      json=$(load "$t" --path $PATH_JVM --body-file "$WORK/jvm.bin" -c 32 -m 16 --rate "$rate" --duration "$((DURATION + 2))s" --warmup 1s) ||
+  for round in $(seq 1 "$LAT_ROUNDS"); do
+    n=${#TARGETS[@]}
+    for i in $(seq 0 $((n - 1))); do
+      t=${TARGETS[$(((i + round) % n))]}
+      json=$(load "$t" --path $PATH_JVM --body-file "$WORK/jvm.bin" -c 32 -m 16 --rate "$rate" --duration "${LAT_SECONDS}s" --warmup 1s) ||
         fail "the latency run through $t failed: $json"
       echo "round $round $t at $rate/s: $(echo "$json" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["calls_per_s"], "calls/s", r["latency_us"])')" >&2
       record "{\"kind\": \"latency\", \"basis\": \"$basis\", \"target\": \"$t\", \"round\": $round, \"rate\": $rate, \"result\": $json}"
