@@ -3,7 +3,7 @@
 # direct connection, in one run, against the same upstream: `skyconf bench sink`, an OAP stand-in
 # that reads every request stream and answers an empty Commands with grpc-status 0.
 #
-#   scripts/bench/gateway.sh            # about 10 minutes
+#   scripts/bench/gateway.sh            # about 12 minutes
 #   scripts/bench/gateway.sh --quick    # shorter runs, one round
 #
 # Three targets, the same sink behind each:
@@ -30,7 +30,7 @@
 # Until skyconf has gateway mode (`skyconf serve --upstream`), skyconf is left out and the report
 # says "skyconf gateway not available in this build".
 #
-# Environment: DURATION (seconds per h2load run, 5), ROUNDS (2), WARMUP (1), LAT_ROUNDS (latency
+# Environment: DURATION (seconds per h2load run, 5), ROUNDS (5), WARMUP (1), LAT_ROUNDS (latency
 # rounds, 15), LAT_SECONDS (seconds per latency run, 3), SEGMENTS (segments per call, 100), AGENTS
 # (2000), SERVER_CPU, LOAD_CPU, CARGO_TARGET_DIR, SKY (a built skyconf: no build), BENCH_OUT
 # (BENCHMARKS.md; its "Gateway" section is replaced), BENCH_NOTE.
@@ -48,7 +48,7 @@ for v in DURATION ROUNDS WARMUP LAT_ROUNDS LAT_SECONDS SEGMENTS AGENTS SERVER_CP
 done
 COMMAND="${COMMAND}scripts/bench/gateway.sh${1:+ $1}"
 DURATION=${DURATION:-$([ $QUICK = 1 ] && echo 3 || echo 5)}
-ROUNDS=${ROUNDS:-$([ $QUICK = 1 ] && echo 1 || echo 2)}
+ROUNDS=${ROUNDS:-$([ $QUICK = 1 ] && echo 1 || echo 5)}
 WARMUP=${WARMUP:-1}
 LAT_ROUNDS=${LAT_ROUNDS:-$([ $QUICK = 1 ] && echo 3 || echo 15)}
 LAT_SECONDS=${LAT_SECONDS:-3}
@@ -273,8 +273,11 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 log "(a) Trace-segment streaming: h2load, 32 connections x 2 streams, $SEGMENTS segments a call, $ROUNDS round(s) of ${DURATION}s"
+# Rounds as in (b): every target once per round, in an order rotated from round to round.
 for round in $(seq 1 "$ROUNDS"); do
-  for t in "${TARGETS[@]}"; do
+  n=${#TARGETS[@]}
+  for i in $(seq 0 $((n - 1))); do
+    t=${TARGETS[$(((i + round) % n))]}
     before=$(sink_counters)
     json=$(h2 "$t" $PATH_SEGMENTS "$WORK/segments.bin" 32 2 "$DURATION")
     after=$(sink_counters)

@@ -159,8 +159,11 @@ def main():
         if by.get("skyconf") and by.get("nginx"):
             per_round.append(by["skyconf"] / by["nginx"])
     per_round_median = median(per_round) if per_round else None
-    w(f"skyconf / nginx: **{times(seg_ratio)}** (best rounds); round by round "
-      f"{', '.join(times(x) for x in per_round) or '–'}, median {times(per_round_median)}.")
+    # Each round measures the targets back to back, so a round's ratio compares like with like;
+    # the best rounds of two targets may come from different minutes of a noisy machine.
+    w(f"skyconf / nginx: **{times(per_round_median)}**, the median of the per-round ratios (each round measures "
+      f"the targets back to back, in an order rotated from round to round): {', '.join(times(x) for x in per_round) or '–'}; "
+      f"best round against best round {times(seg_ratio)}.")
     w("")
 
     # (b)
@@ -305,8 +308,8 @@ def main():
     w("")
     w("| target | measured | |")
     w("|---|---|---|")
-    w(f"| segment streaming, skyconf / nginx ≥ 1.0× | {times(seg_ratio)} | "
-      f"{met(None if seg_ratio is None else seg_ratio >= 1.0)} |")
+    w(f"| segment streaming, skyconf / nginx ≥ 1.0× (median of paired rounds) | {times(per_round_median)} | "
+      f"{met(None if per_round_median is None else per_round_median >= 1.0)} |")
     for basis, label in (("direct", "half of the direct maximum"), ("slowest", "half of the slowest target's maximum")):
         sky, ngx = added_p99.get((basis, "skyconf")), added_p99.get((basis, "nginx"))
         verdict = "–"
