@@ -179,15 +179,16 @@ def main():
     for t in TARGETS:
         w(f"| {t} | {fmt(umax.get(t))} | {times(ratio(umax.get(t), umax.get('direct')))} |")
     w("")
-    lat_rounds = sorted({r["round"] for r in lat})
+    lat_rounds = {b: len({r["round"] for r in lat if r.get("basis", "direct") == b}) for b in ("direct", "slowest")}
     w("Latency, open loop (`skyconf bench --path … --rate R`, 512 callers on 32 connections handed evenly "
       "spaced send times by a pacer thread, latency counted from each call's send time, every answer checked), "
       "at two rates: **half of the direct maximum** (the "
       f"lower of h2load's, {fmt(umax.get('direct'))}/s, and the checked client's own, {fmt(bench_direct)}/s, so the "
       "client's queue stays out of the figures), where a proxy whose own maximum is below that rate is "
       "overloaded; and **half of the slowest target's maximum**, where every target runs at half of its capacity "
-      f"or less and the difference from direct is the forwarding's own cost. {len(lat_rounds)} paired rounds per "
-      "rate: each round measures every target once, back to back, in an order rotated from round to round. "
+      f"or less and the difference from direct is the forwarding's own cost. {lat_rounds['slowest']} paired rounds at "
+      f"the lower rate, {lat_rounds['direct']} at the higher: each round measures every target once, back to "
+      "back, in an order rotated from round to round. "
       "This VM stalls for milliseconds a few times a second, so a p99 moves by more between two runs seconds "
       "apart than forwarding adds; *added* is therefore the proxy's figure minus the direct one **of the same "
       "round**, and the table gives the median over the rounds with a distribution-free 95 % interval for that "
