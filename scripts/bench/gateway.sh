@@ -386,7 +386,8 @@ if [ $GATEWAY = 1 ]; then
   PORT[plain]=$P_PLAIN
   "$SKY" fetch --addr 127.0.0.1:$P_PLAIN --service "$CDS_SERVICE" | grep -q "$DIGEST" || fail "skyconf (no upstream) did not answer CDS"
   for round in $(seq 1 "$ROUNDS"); do
-    for t in skyconf plain; do
+    # Rotated, as in (a) and (b).
+    for t in $([ $((round % 2)) = 1 ] && echo skyconf plain || echo plain skyconf); do
       json=$(h2 "$t" $PATH_FETCH "$WORK/cds.bin" 32 16 "$DURATION")
       echo "round $round $t: $json" >&2
       record "{\"kind\": \"cds\", \"target\": \"$([ $t = plain ] && echo skyconf-no-upstream || echo skyconf-gateway)\", \"round\": $round, \"calls_per_s\": $(python3 -c "import json; print(json.loads('$json')['req_s'])")}"
