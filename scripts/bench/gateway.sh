@@ -208,6 +208,13 @@ if [ $GATEWAY = 1 ]; then
 fi
 sleep 1
 
+# rotated ROUND: the targets, each once, starting one further along each round. Every comparison
+# below is between targets measured back to back in one round, so none always runs first or last.
+rotated() {
+  local n=${#TARGETS[@]} i
+  for i in $(seq 0 $((n - 1))); do echo "${TARGETS[$(((i + $1) % n))]}"; done
+}
+
 # skyconf bench TARGET ARGS...: the checked load on a forwarded path; prints its JSON.
 load() {
   local t=$1
@@ -274,11 +281,8 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 log "(a) Trace-segment streaming: h2load, 32 connections x 2 streams, $SEGMENTS segments a call, $ROUNDS round(s) of ${DURATION}s"
-# Rounds as in (b): every target once per round, in an order rotated from round to round.
 for round in $(seq 1 "$ROUNDS"); do
-  n=${#TARGETS[@]}
-  for i in $(seq 0 $((n - 1))); do
-    t=${TARGETS[$(((i + round) % n))]}
+  for t in $(rotated "$round"); do
     before=$(sink_counters)
     json=$(h2 "$t" $PATH_SEGMENTS "$WORK/segments.bin" 32 2 "$DURATION")
     after=$(sink_counters)
@@ -330,9 +334,7 @@ for basis in direct slowest; do
   rate=$([ $basis = direct ] && echo "$RATE" || echo "$RATE_LOW")
   rounds=$([ $basis = direct ] && [ "$LAT_ROUNDS" -gt 9 ] && echo 9 || echo "$LAT_ROUNDS")
   for round in $(seq 1 "$rounds"); do
-    n=${#TARGETS[@]}
-    for i in $(seq 0 $((n - 1))); do
-      t=${TARGETS[$(((i + round) % n))]}
+    for t in $(rotated "$round"); do
       json=$(load "$t" --path $PATH_JVM --body-file "$WORK/jvm.bin" -c 32 -m 16 --rate "$rate" --duration "${LAT_SECONDS}s" --warmup 1s) ||
         fail "the latency run through $t failed: $json"
       echo "round $round $t at $rate/s: $(echo "$json" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["calls_per_s"], "calls/s", r["latency_us"])')" >&2
@@ -386,7 +388,7 @@ if [ $GATEWAY = 1 ]; then
   PORT[plain]=$P_PLAIN
   "$SKY" fetch --addr 127.0.0.1:$P_PLAIN --service "$CDS_SERVICE" | grep -q "$DIGEST" || fail "skyconf (no upstream) did not answer CDS"
   for round in $(seq 1 "$ROUNDS"); do
-    # Rotated, as in (a) and (b).
+    # Alternating, as (a) and (b) rotate.
     for t in $([ $((round % 2)) = 1 ] && echo skyconf plain || echo plain skyconf); do
       json=$(h2 "$t" $PATH_FETCH "$WORK/cds.bin" 32 16 "$DURATION")
       echo "round $round $t: $json" >&2
