@@ -314,6 +314,20 @@ mod tests {
         assert_eq!(upstream_uri(&bare, "oap:11800", false).to_string(), "http://oap:11800/foo.Bar/baz?x=1");
     }
 
+    /// Header blocks are counted as HTTP/2 counts them: name, value and 32 bytes per field.
+    #[test]
+    fn header_blocks_are_measured_as_http2_measures_them() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        assert_eq!(header_list_size(&trailers), 11 + 1 + 32);
+        let big = "a".repeat(MAX_ANSWER_HEADER_BYTES - 44 - 5 - 32);
+        trailers.insert("x-big", http::HeaderValue::from_str(&big).unwrap());
+        assert_eq!(header_list_size(&trailers), MAX_ANSWER_HEADER_BYTES, "at the bound: passed on");
+        let status = status_trailers(&oversized("trailers", MAX_ANSWER_HEADER_BYTES + 1));
+        assert_eq!(status["grpc-status"], "13");
+        assert!(status["grpc-message"].to_str().unwrap().contains("8193%20bytes"), "{status:?}");
+    }
+
     #[test]
     fn a_status_response_is_trailers_only_grpc() {
         let response = status_response(Status::unavailable("no OAP"));
