@@ -18,8 +18,8 @@
 //! The OAP's answers may carry header blocks of up to [`MAX_HEADER_LIST_BYTES`]: far more than
 //! any agent takes, so that h2 decodes a too-large block and [`super::forward`] refuses it for
 //! that one call. With hyper's default of 16 KiB, h2 treats a block over four times the limit
-//! (64 KiB) as an attack on the whole connection (GOAWAY `ENHANCE_YOUR_CALM`), which ended every
-//! other agent's call on it (N5 in RELIABILITY.md). The same happens beyond 64 MiB decoded, or
+//! (64 KiB) as an attack on the whole connection (GOAWAY `ENHANCE_YOUR_CALM`), which would end
+//! every other agent's call on it (N5 in RELIABILITY.md). The same happens beyond 64 MiB decoded, or
 //! 20 MiB in `CONTINUATION` frames of 16 KiB, which is h2's own defence and out of reach of any
 //! real OAP.
 

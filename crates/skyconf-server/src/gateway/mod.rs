@@ -103,9 +103,8 @@ pub struct GatewayConfig {
     /// while every stream the OAP allows on the open ones is in use (its
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`), and closed again once idle.
     pub max_connections_per_upstream: usize,
-    /// The most calls waiting for a stream to one OAP once it has `max_connections_per_upstream`
-    /// connections with every stream in use; a call beyond it ends at once with
-    /// DEADLINE_EXCEEDED.
+    /// The most calls waiting for a stream to one OAP (while every stream it allows on its open
+    /// connections is in use); a call beyond it ends at once with DEADLINE_EXCEEDED.
     pub max_queued_calls: usize,
     /// How long a call waits for a stream at most before it ends with DEADLINE_EXCEEDED (a call
     /// whose own `grpc-timeout` is shorter ends at that instead).
