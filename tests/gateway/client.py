@@ -10,6 +10,7 @@
     keepalive --service S --instance I       ManagementService.keepAlive
     cds --service S [--uuid U]               ConfigurationDiscoveryService.fetchConfigurations
     raw --path P --kind unary|client_stream|server_stream|bidi [--message BASE64 ...]
+    hold --streams N                         N TraceSegmentReportService.collect streams at once
 
 Messages are built with the stubs compiled from proto/ and sent as raw bytes, so what was sent
 and what came back can be compared byte for byte with what the upstream recorded. Prints one JSON
@@ -23,6 +24,9 @@ line at the end:
 streaming call sends its messages, prints {"event": "sent", "messages": n}, and then waits on
 stdin: `close` (or end of input) ends the stream, `cancel` cancels the call. flood prints
 {"event": "progress", "bytes": n, "messages": m} each time another MiB has been taken by grpcio.
+hold opens N streams on the one connection, each sending one segment, prints {"event": "sent",
+"streams": N} once grpcio has taken every one, and waits likewise (`close` or `cancel` applies to
+all); its result is {"code": the one code of all of them (or MIXED), "codes": {code: count}}.
 """
 import argparse
 import json
@@ -135,6 +139,41 @@ def client_stream(channel, path, requests, metadata, timeout, hold, m, progress=
     return result(future, responses, [] if progress else feed.messages, metadata, m)
 
 
+def hold_many(channel, streams, metadata, timeout, m):
+    taken = threading.Semaphore(0)
+    release = threading.Event()
+
+    def feed():
+        yield segment(m, 0).SerializeToString()
+        taken.release()
+        release.wait()
+
+    calls = [channel.stream_unary(protos.TRACE_COLLECT).future(feed(), metadata=metadata, timeout=timeout)
+             for _ in range(streams)]
+    for _ in range(streams):
+        taken.acquire()
+    emit({"event": "sent", "streams": streams})
+    for line in sys.stdin:
+        if line.strip() == "cancel":
+            for call in calls:
+                call.cancel()
+            break
+        if line.strip() == "close":
+            break
+    release.set()
+    codes = {}
+    for call in calls:
+        try:
+            call.result()
+            code = "OK"
+        except grpc.RpcError as e:
+            code = e.code().name
+        except grpc.FutureCancelledError:
+            code = "CANCELLED"
+        codes[code] = codes.get(code, 0) + 1
+    return {"code": next(iter(codes)) if len(codes) == 1 else "MIXED", "codes": codes}
+
+
 def streaming_response(call_iter, requests, metadata, m):
     responses = []
     try:
@@ -174,6 +213,8 @@ def main():
     r.add_argument("--path", required=True)
     r.add_argument("--kind", choices=["unary", "client_stream", "server_stream", "bidi"], required=True)
     r.add_argument("--message", action="append", default=[], help="base64 bytes of one request message")
+    h = sub.add_parser("hold")
+    h.add_argument("--streams", type=int, required=True)
     a = ap.parse_args()
 
     m = protos.load()
@@ -205,6 +246,8 @@ def main():
     elif a.command == "keepalive":
         req = m.management.InstancePingPkg(service=a.service, serviceInstance=a.instance)
         out = unary(channel, protos.KEEP_ALIVE, req.SerializeToString(), metadata, a.timeout, m)
+    elif a.command == "hold":
+        out = hold_many(channel, a.streams, metadata, a.timeout, m)
     elif a.command == "cds":
         req = m.configuration_discovery.ConfigurationSyncRequest(service=a.service, uuid=a.uuid)
         out = unary(channel, protos.FETCH_CONFIGURATIONS, req.SerializeToString(), metadata, a.timeout, m)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A recording stand-in for an OAP, on grpcio (C-core), for skyconf's gateway tests.
 
-    upstream.py --record FILE [--port 0] [--name NAME] [--scenario FILE]
+    upstream.py --record FILE [--port 0] [--name NAME] [--scenario FILE] [--max-streams N]
 
 Answers ANY method path with one generic handler that takes raw bytes (no deserializer), so what
 arrives is recorded byte for byte. Prints `LISTENING <port>` once it listens (port 0: an
@@ -26,7 +26,8 @@ object from path (or "*" for any other) to:
      "initial_metadata": [[k, v]], "trailers": [[k, v]],
      "code": "OK", "details": ""}
 
-Without a scenario entry a call is answered with one Commands message holding
+--max-streams N advertises SETTINGS_MAX_CONCURRENT_STREAMS N on every connection (Satellite's
+default is 32). Without a scenario entry a call is answered with one Commands message holding
 `UpstreamAck(upstream=NAME, path=PATH, messages=N)`, so a client sees which upstream answered.
 """
 import argparse
@@ -154,17 +155,21 @@ def main():
     ap.add_argument("--record", required=True, help="JSON lines of every call event")
     ap.add_argument("--name", default="upstream", help="named in the default reply")
     ap.add_argument("--scenario", help="JSON file: path -> behaviour")
+    ap.add_argument("--max-streams", type=int, help="streams allowed at once per connection")
     a = ap.parse_args()
     scenario = {}
     if a.scenario:
         with open(a.scenario, encoding="utf-8") as f:
             scenario = json.load(f)
     messages = protos.load()
+    options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
+               ("grpc.so_reuseport", 0)]
+    if a.max_streams:
+        options.append(("grpc.max_concurrent_streams", a.max_streams))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=64),
         handlers=[Handler(a.name, scenario, Recorder(a.record), messages)],
-        options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
-                 ("grpc.so_reuseport", 0)])
+        options=options)
     port = server.add_insecure_port(f"127.0.0.1:{a.port}")
     server.start()
     signal.signal(signal.SIGTERM, lambda *_: server.stop(0))

@@ -30,7 +30,8 @@
 //! `capSecs`, `maxHeld`, `maxHeldPerConnection`).
 //!
 //! Gateway mode lives under `skyconf.gateway` (`upstreams: [oap-0:11800]`, `tls: {ca, cert, key,
-//! serverName}`, `connectionsPerUpstream`).
+//! serverName}`, `connectionsPerUpstream`, `maxConnectionsPerUpstream`, `maxQueuedCalls`,
+//! `queueWaitSecs`).
 //!
 //! Security settings live under `skyconf.security` (tokens, TLS) and `skyconf.limits`; the agent
 //! token can also come from the OAP's own `receiver-sharing-server.default.authentication`.
@@ -99,6 +100,13 @@ pub(crate) struct GatewaySection {
     pub(crate) upstreams: Vec<String>,
     /// HTTP/2 connections kept open to each OAP [default: 2].
     pub(crate) connections_per_upstream: Option<usize>,
+    /// The most HTTP/2 connections to one OAP, opened while every stream it allows on the open
+    /// ones is in use [default: 16].
+    pub(crate) max_connections_per_upstream: Option<usize>,
+    /// The most calls waiting for a stream to one OAP [default: 1024].
+    pub(crate) max_queued_calls: Option<usize>,
+    /// How long a call waits for a stream at most, in seconds [default: 10].
+    pub(crate) queue_wait_secs: Option<u64>,
     /// TLS towards the OAPs.
     pub(crate) tls: UpstreamTlsSettings,
 }

@@ -176,9 +176,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     add_some(&mut routes, dcs_guarded);
     let mut routes = routes.routes();
     if let Some(upstreams) = &upstreams {
-        let forwarder = gateway::Forwarder::new(Arc::clone(upstreams))
-            .with_fleet(Arc::clone(&fleet))
-            .with_metrics(metrics.gateway());
+        let forwarder = gateway::Forwarder::new(Arc::clone(upstreams)).with_fleet(Arc::clone(&fleet));
         let router = routes.into_axum_router().fallback(move |request: axum::extract::Request| {
             let forwarder = forwarder.clone();
             async move { forwarder.forward(request).await }

@@ -191,6 +191,22 @@ fn gateway(args: GatewayArgs, own: GatewaySection) -> anyhow::Result<Option<Gate
     if let Some(n) = own.connections_per_upstream {
         config.connections_per_upstream = n.max(1);
     }
+    config.max_connections_per_upstream = match own.max_connections_per_upstream {
+        Some(n) if n < config.connections_per_upstream => bail!(
+            "skyconf.gateway.maxConnectionsPerUpstream ({n}) is below connectionsPerUpstream ({})",
+            config.connections_per_upstream
+        ),
+        Some(n) => n,
+        None => config.max_connections_per_upstream.max(config.connections_per_upstream),
+    };
+    if let Some(n) = own.max_queued_calls {
+        config.max_queued_calls = n;
+    }
+    match own.queue_wait_secs {
+        Some(0) => bail!("skyconf.gateway.queueWaitSecs must be at least 1"),
+        Some(secs) => config.queue_wait = std::time::Duration::from_secs(secs),
+        None => {}
+    }
     Ok(Some(config))
 }
 

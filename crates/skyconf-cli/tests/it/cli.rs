@@ -434,6 +434,16 @@ fn gateway_settings_that_cannot_work_stop_the_start_with_a_reason() {
     serve(&[], Some(&config)).stderr(predicate::str::contains("upstream `oap`: expected HOST:PORT"));
     let config = write(&dir, "skyconf.yaml", "skyconf:\n  gateway:\n    upstream: [oap:11800]\n");
     serve(&[], Some(&config)).stderr(predicate::str::contains("unknown field `upstream`, expected one of `upstreams`"));
+    let config = write(
+        &dir,
+        "skyconf.yaml",
+        "skyconf:\n  gateway:\n    upstreams: [oap:11800]\n    connectionsPerUpstream: 4\n    maxConnectionsPerUpstream: 3\n",
+    );
+    serve(&[], Some(&config))
+        .stderr(predicate::str::contains("maxConnectionsPerUpstream (3) is below connectionsPerUpstream (4)"));
+    let config =
+        write(&dir, "skyconf.yaml", "skyconf:\n  gateway:\n    upstreams: [oap:11800]\n    queueWaitSecs: 0\n");
+    serve(&[], Some(&config)).stderr(predicate::str::contains("queueWaitSecs must be at least 1"));
 }
 
 #[test]

@@ -74,6 +74,11 @@ struct Upstream {
 impl Upstream {
     /// Starts one with `scenario` (path -> behaviour, see upstream.py) and waits for it to listen.
     fn start(name: &str, scenario: &Value) -> Self {
+        Self::start_with(name, scenario, &[])
+    }
+
+    /// [`Self::start`] with more of upstream.py's options.
+    fn start_with(name: &str, scenario: &Value, options: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("record.jsonl");
         let scenario_file = dir.path().join("scenario.json");
@@ -84,6 +89,7 @@ impl Upstream {
             .arg(&record)
             .arg("--scenario")
             .arg(&scenario_file)
+            .args(options)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -685,4 +691,59 @@ fn reported_instance_properties_show_in_the_admin_api() {
         .and_then(|all| all.iter().find(|i| i["instance"] == "order-1@10.0.0.7"))
         .unwrap_or_else(|| panic!("{body}"));
     assert_eq!(again["properties"], instance["properties"], "{body}");
+}
+
+/// N6 with independent HTTP/2 stacks on both sides: a grpcio OAP stand-in that allows 8 streams
+/// per connection, one grpcio client holding 40 streams open through skyconf, and other agents'
+/// calls that all still reach the OAP, over the connections skyconf opens as it needs them (the
+/// `skyconf.gateway` settings read from skyconf.yaml).
+#[test]
+fn an_oaps_stream_limit_is_not_the_fleets_with_grpcio_on_both_sides() {
+    if !grpcio_available() {
+        return;
+    }
+    let upstream = Upstream::start_with("oap-a", &json!({TRACE_COLLECT: {"mode": "stall"}}), &["--max-streams", "8"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("skyconf.yaml");
+    let yaml = format!(
+        "skyconf:\n  gateway:\n    upstreams: [\"{}\"]\n    connectionsPerUpstream: 1\n    maxConnectionsPerUpstream: 8\n    maxQueuedCalls: 100\n    queueWaitSecs: 7\n",
+        upstream.addr()
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let mut command = serve_command();
+    command.arg("--file").arg(example_document()).arg("--config").arg(&config);
+    let server = Server::spawn(command);
+    let admin = AdminClient::new(&server.admin_addr);
+    let gateway = || admin.send_blocking("GET", "/api/v1/status").json()["gateway"].clone();
+    let give_up = Instant::now() + PATIENCE;
+    while gateway()["upstreams"][0]["up"] != true {
+        assert!(Instant::now() < give_up, "never connected: {}", gateway());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let settings = gateway();
+    assert_eq!(settings["max_connections_per_upstream"], 8, "{settings}");
+    assert_eq!(settings["max_queued_calls"], 100);
+    assert_eq!(settings["queue_wait_ms"], 7000);
+
+    let mut hog = HeldClient::start(&server.grpc_addr, &["hold", "--streams", "40"]);
+    hog.wait_sent();
+    upstream.wait_until("the 40 held streams", |calls| calls.iter().filter(|c| c.path == TRACE_COLLECT).count() == 40);
+    let agents: Vec<_> = (0..4)
+        .map(|_| {
+            let addr = server.grpc_addr.clone();
+            std::thread::spawn(move || client(&addr, &["--timeout", "5", "jvm"]))
+        })
+        .collect();
+    for agent in agents {
+        let result = agent.join().unwrap();
+        assert_eq!(result["code"], "OK", "{result}");
+        assert_eq!(result["commands"][0][0]["args"][0], json!(["upstream", "oap-a"]), "{result}");
+    }
+    let oap = gateway()["upstreams"][0].clone();
+    assert_eq!(oap["stream_limit"], 8, "{oap}");
+    assert_eq!(oap["calls_in_flight"], 40, "{oap}");
+    let connections = oap["connections"].as_u64().unwrap();
+    assert!((5..=8).contains(&connections), "{oap}");
+    hog.say("cancel");
+    assert_eq!(hog.result()["codes"], json!({"CANCELLED": 40}));
 }

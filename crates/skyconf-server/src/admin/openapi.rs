@@ -341,11 +341,21 @@ pub(crate) struct ServiceReplica {
     listed: u64,
 }
 
-/// The gateway part of `GET /api/v1/status`.
+/// The gateway part of `GET /api/v1/status` (the numbers of the `skyconf_gateway_*` metrics).
 #[derive(Serialize, ToSchema)]
 pub(crate) struct GatewayStatus {
     /// Whether the OAPs are reached over TLS.
     tls: bool,
+    /// HTTP/2 connections kept open to each OAP.
+    connections_per_upstream: u64,
+    /// The most connections to one OAP, opened while every stream it allows is in use.
+    max_connections_per_upstream: u64,
+    /// The most calls waiting for a stream to one OAP.
+    max_queued_calls: u64,
+    /// How long a call waits for a stream at most, in milliseconds.
+    queue_wait_ms: u64,
+    /// Calls answered UNAVAILABLE because no OAP was reachable, so far.
+    no_upstream: u64,
     /// Every OAP, as configured.
     upstreams: Vec<UpstreamStatus>,
 }
@@ -355,10 +365,46 @@ pub(crate) struct GatewayStatus {
 pub(crate) struct UpstreamStatus {
     /// `host:port`.
     addr: String,
-    /// Whether a connection to it is open.
+    /// Whether a connection to it is open (one on which it has spoken HTTP/2).
     up: bool,
     /// Agent connections whose forwarded calls go to it.
     agent_connections: u64,
+    /// Open HTTP/2 connections to it.
+    connections: u64,
+    /// Forwarded calls holding a stream to it.
+    calls_in_flight: u64,
+    /// Calls waiting for a stream to it.
+    queued_calls: u64,
+    /// Its `SETTINGS_MAX_CONCURRENT_STREAMS` per connection; `null`: no limit (or no connection).
+    stream_limit: Option<u64>,
+    /// Calls it answered (whatever their status), so far.
+    forwarded: u64,
+    /// Calls that failed before it answered (a reset, the connection lost), so far.
+    failed: u64,
+    /// Its answers not passed on (the call ended INTERNAL), by reason.
+    answers_refused: AnswersRefused,
+    /// Calls never sent to it for want of a stream, by reason.
+    unsent: UnsentCalls,
+}
+
+/// OAP answers not passed on.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct AnswersRefused {
+    /// A header block (response headers or trailers) over 8 KiB.
+    oversized: u64,
+    /// Refused by HTTP/2 for its stream (malformed, or a header block over 16 MiB).
+    malformed: u64,
+}
+
+/// Calls never sent to an OAP for want of a stream.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct UnsentCalls {
+    /// Ended DEADLINE_EXCEEDED after waiting as long as the queue allows.
+    deadline: u64,
+    /// Ended DEADLINE_EXCEEDED at once: the queue was full.
+    full: u64,
+    /// Ended while waiting: their own deadline passed or the agent cancelled them.
+    left: u64,
 }
 
 /// A refused document, as `GET /api/v1/status` shows it.

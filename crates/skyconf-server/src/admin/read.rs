@@ -185,14 +185,7 @@ pub(super) async fn status(State(admin): State<Admin>) -> Json<Value> {
         "last_rejection": rejection,
         "held": admin.served.held(),
         "held_polls": admin.held_polls.as_ref().map_or(0, |held| held.get()),
-        "gateway": admin.gateway.as_ref().map(|upstreams| json!({
-            "tls": upstreams.is_tls(),
-            "upstreams": upstreams.members().iter().map(|m| json!({
-                "addr": m.addr,
-                "up": m.is_healthy(),
-                "agent_connections": m.pinned(),
-            })).collect::<Vec<_>>(),
-        })),
+        "gateway": admin.gateway.as_ref().map(|upstreams| gateway_status(upstreams)),
         "fleet": {
             "agents": local_agents,
             "agents_all_replicas": all_agents,
@@ -749,4 +742,33 @@ pub(super) async fn configurations(State(admin): State<Admin>) -> Result<impl In
         "document": document,
     });
     Ok((etag(release), Json(body)))
+}
+
+/// The gateway part of `GET /api/v1/status`: the same numbers as the `skyconf_gateway_*` metrics.
+fn gateway_status(upstreams: &crate::gateway::Upstreams) -> serde_json::Value {
+    let config = upstreams.config();
+    json!({
+        "tls": upstreams.is_tls(),
+        "connections_per_upstream": config.connections_per_upstream,
+        "max_connections_per_upstream": config.max_connections_per_upstream,
+        "max_queued_calls": config.max_queued_calls,
+        "queue_wait_ms": config.queue_wait.as_millis() as u64,
+        "no_upstream": upstreams.no_upstream(),
+        "upstreams": upstreams.members().iter().map(|m| {
+            let s = m.stats();
+            json!({
+                "addr": m.addr,
+                "up": s.up,
+                "agent_connections": s.agent_connections,
+                "connections": s.connections,
+                "calls_in_flight": s.calls_in_flight,
+                "queued_calls": s.queued_calls,
+                "stream_limit": s.stream_limit,
+                "forwarded": s.forwarded,
+                "failed": s.failed,
+                "answers_refused": { "oversized": s.answers_oversized, "malformed": s.answers_malformed },
+                "unsent": { "deadline": s.unsent.deadline, "full": s.unsent.full, "left": s.unsent.left },
+            })
+        }).collect::<Vec<_>>(),
+    })
 }

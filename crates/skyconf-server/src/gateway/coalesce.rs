@@ -187,18 +187,26 @@ impl Buf for LentChunk {
 
 pin_project_lite::pin_project! {
     /// A request body on its way to an OAP: its payloads recorded in the connection's [`Lent`]
-    /// registry (`None`: not recorded, for a TLS connection).
+    /// registry (`None`: not recorded, for a TLS connection), holding the call's stream
+    /// ([`super::admission`]) for as long as hyper holds the body.
     pub struct LendingBody {
         #[pin]
         inner: axum::body::Body,
         lent: Option<Lent>,
+        stream: Option<super::admission::Stream>,
     }
 }
 
 impl LendingBody {
     /// `inner`, its payloads recorded in `lent`.
     pub fn new(inner: axum::body::Body, lent: Option<Lent>) -> Self {
-        Self { inner, lent }
+        Self { inner, lent, stream: None }
+    }
+
+    /// The same body, holding `stream` while it lives.
+    pub fn holding(mut self, stream: super::admission::Stream) -> Self {
+        self.stream = Some(stream);
+        self
     }
 }
 

@@ -5,8 +5,11 @@
 //! heard of) is forwarded to an OAP unchanged: headers and metadata, every message, trailers,
 //! statuses, deadlines and cancellation, with HTTP/2 flow control end to end.
 //!
-//! - [`upstream`]: the connections to the OAPs, their health, and which agent connection is
-//!   pinned to which OAP;
+//! - [`upstream`]: the OAPs, their connections and health, and which agent connection is pinned
+//!   to which OAP;
+//! - [`connect`]: one HTTP/2 connection to an OAP, open once the OAP has spoken HTTP/2;
+//! - [`admission`]: which connection's stream a call gets, and the bounded queue of calls that
+//!   wait while every stream the OAP allows is in use;
 //! - [`forward`]: one call, forwarded as bytes, and how failures reach the agent;
 //! - [`identity`]: `ManagementService` calls read in passing, for fleet status by instance;
 //! - [`coalesce`]: the writes to an OAP, gathered into one per round of work.
@@ -17,7 +20,9 @@
 //! the call CANCELLED when it passes, where the OAP would end it DEADLINE_EXCEEDED a moment
 //! later. A client has ended the call on its own deadline by then.
 
+pub mod admission;
 pub mod coalesce;
+pub mod connect;
 pub mod forward;
 pub mod identity;
 pub mod upstream;
@@ -75,6 +80,14 @@ pub enum GatewayError {
         /// Why.
         cause: hyper::Error,
     },
+    /// The OAP accepted the connection but sent no HTTP/2 SETTINGS allowing a stream in time.
+    #[error("{addr} accepted the connection but did not speak HTTP/2 within {timeout:?}")]
+    Silent {
+        /// The OAP.
+        addr: String,
+        /// The connect deadline.
+        timeout: Duration,
+    },
 }
 
 /// Where the OAP cluster is and how to reach it.
@@ -86,7 +99,22 @@ pub struct GatewayConfig {
     pub tls: Option<UpstreamTls>,
     /// HTTP/2 connections kept open to each OAP; agents' calls are multiplexed over them.
     pub connections_per_upstream: usize,
-    /// How long connecting to an OAP (TCP, TLS and the HTTP/2 handshake) may take.
+    /// The most HTTP/2 connections to one OAP: more than `connections_per_upstream` are opened
+    /// while every stream the OAP allows on the open ones is in use (its
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`), and closed again once idle.
+    pub max_connections_per_upstream: usize,
+    /// The most calls waiting for a stream to one OAP (while every stream it allows on its open
+    /// connections is in use); a call beyond it ends at once with DEADLINE_EXCEEDED.
+    pub max_queued_calls: usize,
+    /// How long a call waits for a stream at most before it ends with DEADLINE_EXCEEDED (a call
+    /// whose own `grpc-timeout` is shorter ends at that instead).
+    pub queue_wait: Duration,
+    /// How often a connection opened beyond `connections_per_upstream` is checked for calls in
+    /// flight; it is closed at the second check in a row that finds none.
+    pub on_demand_idle: Duration,
+    /// How long connecting to an OAP may take: TCP, TLS, and the HTTP/2 handshake up to the
+    /// OAP's own SETTINGS frame. A connection that has not heard the OAP speak HTTP/2 by then is
+    /// closed and never used (a hung OAP is down, not up).
     pub connect_timeout: Duration,
     /// How often an OAP connection is pinged to find a dead OAP.
     pub keepalive_interval: Duration,
@@ -101,6 +129,10 @@ impl GatewayConfig {
             upstreams,
             tls: None,
             connections_per_upstream: 2,
+            max_connections_per_upstream: 16,
+            max_queued_calls: 1024,
+            queue_wait: Duration::from_secs(10),
+            on_demand_idle: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(10),
             keepalive_timeout: Duration::from_secs(5),

@@ -1,59 +1,36 @@
-//! The OAPs behind the gateway: a few HTTP/2 connections to each, kept open and pinged, and
-//! which agent connection is pinned to which OAP.
+//! The OAPs behind the gateway: their HTTP/2 connections, their health, and which agent
+//! connection is pinned to which OAP.
 //!
-//! Each OAP ([`Member`]) has [`GatewayConfig::connections_per_upstream`] connections, each kept
-//! by a task of its own that connects (TCP, optionally TLS, the HTTP/2 handshake), serves until
-//! the connection ends (the OAP closed it, a ping went unanswered), and connects again with a
-//! backoff. An OAP is healthy while at least one of its connections is open.
+//! Each OAP ([`Member`]) has [`GatewayConfig::connections_per_upstream`] connections kept open,
+//! each by a task of its own that connects ([`super::connect`]), serves until the connection
+//! ends (the OAP closed it, a ping went unanswered), and connects again with a backoff. When
+//! every stream the OAP allows on its open connections is in use, another connection is opened
+//! on demand, one at a time, up to [`GatewayConfig::max_connections_per_upstream`]; such a
+//! connection is closed again once it has had no call in flight at two checks
+//! [`GatewayConfig::on_demand_idle`] apart. An OAP is healthy while at least one of its
+//! connections is open.
 //!
 //! An agent's HTTP/2 connection is pinned to one OAP at its first forwarded call (the healthy
 //! OAP with the fewest pinned agent connections) and stays there, as the OAP cluster expects of
 //! an agent connected to it directly. When that OAP goes away, the calls in flight end with
-//! UNAVAILABLE (see [`super::forward`]) and the next call is pinned afresh to a healthy OAP.
+//! UNAVAILABLE (see [`super::forward`]), the calls waiting for a stream to it are re-pinned, and
+//! the next call is pinned afresh to a healthy OAP.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_util::sync::CancellationToken;
 
-use super::coalesce::{CoalescedWrites, LendingBody, Lent, RoundExecutor, Rounds};
+use super::admission::{Attempt, Queue, Stream, Unsent, UnsentCounts};
+use super::connect::{self, Driver, Link, Tls};
 use super::{GatewayConfig, GatewayError};
 
-/// A handle on one upstream HTTP/2 connection, to send calls on.
-pub type Sender = SendRequest<LendingBody>;
-
-/// One upstream HTTP/2 connection: where calls are sent, and where the payloads of their
-/// request bodies are recorded so they are written without a copy ([`super::coalesce`]).
-#[derive(Debug, Clone)]
-pub struct Connection {
-    /// Sends calls.
-    pub sender: Sender,
-    /// `None` on a TLS connection (rustls encrypts into buffers of its own).
-    pub lent: Option<Lent>,
-}
-
-impl Connection {
-    /// `body`, ready to be sent on this connection.
-    pub fn body(&self, body: axum::body::Body) -> LendingBody {
-        LendingBody::new(body, self.lent.clone())
-    }
-}
-
-/// The receive windows of upstream connections. Responses on SkyWalking's paths are small
-/// (`Commands`); the stream window bounds what one slow agent can hold of an OAP's answers, and
-/// the connection window is large so that a few such agents never stall the others sharing it.
-const STREAM_WINDOW: u32 = 256 * 1024;
-const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
-
 /// How long a failed connection waits before the next attempt: doubling from the first to the
-/// last.
+/// last. A connection opened on demand that fails holds the next one off for the first.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 /// One OAP.
@@ -61,29 +38,82 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::fro
 pub struct Member {
     /// `host:port`, as configured.
     pub addr: String,
-    connections: Box<[ArcSwapOption<Connection>]>,
+    /// The open connections: the first `kept` always wanted, the rest opened on demand.
+    links: Box<[ArcSwapOption<Link>]>,
+    kept: usize,
     /// Agent connections pinned to this OAP.
     pinned: AtomicUsize,
-    /// Which connection the next pinned agent connection uses.
+    /// Which kept connection the next pinned agent connection starts with.
     next_connection: AtomicUsize,
     /// Whether any connection is open (logged on change).
     up: AtomicBool,
+    /// Whether a connection is being opened on demand now.
+    opening: AtomicBool,
+    /// No connection is opened on demand before this (ms since `Upstreams::born`).
+    open_again_at_ms: AtomicU64,
+    /// The calls waiting for a stream.
+    pub(super) queue: Queue,
+    counts: CallCounts,
+}
+
+/// Calls and answers of one OAP, counted as they pass.
+#[derive(Debug, Default)]
+struct CallCounts {
+    forwarded: AtomicU64,
+    failed: AtomicU64,
+    oversized: AtomicU64,
+    malformed: AtomicU64,
+}
+
+/// What [`Member::stats`] reports (the admin API and the metrics read the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberStats {
+    /// At least one connection is open.
+    pub up: bool,
+    /// Agent connections pinned to it.
+    pub agent_connections: usize,
+    /// Open HTTP/2 connections.
+    pub connections: usize,
+    /// Calls holding one of their streams.
+    pub calls_in_flight: usize,
+    /// Calls waiting for a stream.
+    pub queued_calls: usize,
+    /// The OAP's `SETTINGS_MAX_CONCURRENT_STREAMS` (the smallest over its open connections);
+    /// `None`: no limit, or no connection.
+    pub stream_limit: Option<usize>,
+    /// Calls the OAP answered (whatever the status), so far.
+    pub forwarded: u64,
+    /// Calls that failed before the OAP answered (a reset, the connection lost), so far.
+    pub failed: u64,
+    /// Answers not passed on: a header block over `forward::MAX_ANSWER_HEADER_BYTES`.
+    pub answers_oversized: u64,
+    /// Answers not passed on: h2 refused them for the one stream (malformed, or a header block
+    /// over `connect::MAX_HEADER_LIST_BYTES`).
+    pub answers_malformed: u64,
+    /// Calls never sent for want of a stream.
+    pub unsent: UnsentCounts,
 }
 
 impl Member {
-    fn new(addr: String, connections: usize) -> Self {
+    fn new(addr: String, config: &GatewayConfig) -> Self {
+        let kept = config.connections_per_upstream.max(1);
         Self {
             addr,
-            connections: (0..connections.max(1)).map(|_| ArcSwapOption::empty()).collect(),
+            links: (0..config.max_connections_per_upstream.max(kept)).map(|_| ArcSwapOption::empty()).collect(),
+            kept,
             pinned: AtomicUsize::new(0),
             next_connection: AtomicUsize::new(0),
             up: AtomicBool::new(false),
+            opening: AtomicBool::new(false),
+            open_again_at_ms: AtomicU64::new(0),
+            queue: Queue::new(config.max_queued_calls, config.queue_wait),
+            counts: CallCounts::default(),
         }
     }
 
     /// Whether at least one connection to this OAP is open.
     pub fn is_healthy(&self) -> bool {
-        self.connections.iter().any(|c| c.load().as_ref().is_some_and(|c| !c.sender.is_closed()))
+        self.links.iter().any(|l| l.load().as_ref().is_some_and(|l| l.is_open()))
     }
 
     /// Agent connections pinned here now.
@@ -91,12 +121,60 @@ impl Member {
         self.pinned.load(Ordering::Relaxed)
     }
 
-    /// An open connection, starting with `preferred`.
-    fn connection(&self, preferred: usize) -> Option<Connection> {
-        let n = self.connections.len();
+    /// Its state and counts now.
+    pub fn stats(&self) -> MemberStats {
+        let (mut connections, mut calls_in_flight, mut stream_limit) = (0, 0, None::<usize>);
+        for link in self.links.iter() {
+            if let Some(link) = link.load().as_ref().filter(|l| l.is_open()) {
+                connections += 1;
+                calls_in_flight += link.in_flight();
+                let limit = link.stream_limit();
+                if limit != usize::MAX {
+                    stream_limit = Some(stream_limit.map_or(limit, |l| l.min(limit)));
+                }
+            }
+        }
+        MemberStats {
+            up: connections > 0,
+            agent_connections: self.pinned(),
+            connections,
+            calls_in_flight,
+            queued_calls: self.queue.waiting(),
+            stream_limit,
+            forwarded: self.counts.forwarded.load(Ordering::Relaxed),
+            failed: self.counts.failed.load(Ordering::Relaxed),
+            answers_oversized: self.counts.oversized.load(Ordering::Relaxed),
+            answers_malformed: self.counts.malformed.load(Ordering::Relaxed),
+            unsent: self.queue.unsent(),
+        }
+    }
+
+    /// Counts a call the OAP answered.
+    pub fn count_forwarded(&self) {
+        self.counts.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a call that failed before the OAP answered.
+    pub fn count_failed(&self) {
+        self.counts.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an answer not passed on because a header block is too large.
+    pub fn count_oversized(&self) {
+        self.counts.oversized.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an answer h2 refused for its stream.
+    pub fn count_malformed(&self) {
+        self.counts.malformed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stream on an open connection with room, starting with the connection `preferred`.
+    fn try_take(&self, preferred: usize) -> Option<Arc<Link>> {
+        let n = self.links.len();
         (0..n).find_map(|i| {
-            let slot = self.connections[(preferred + i) % n].load();
-            slot.as_ref().filter(|c| !c.sender.is_closed()).map(|c| Connection::clone(c))
+            let slot = self.links[(preferred + i) % n].load();
+            slot.as_ref().filter(|l| l.is_open() && l.try_take()).map(Arc::clone)
         })
     }
 }
@@ -104,10 +182,15 @@ impl Member {
 /// Every OAP and the connections to them.
 pub struct Upstreams {
     members: Box<[Arc<Member>]>,
-    tls: Option<(TlsConnector, Option<ServerName<'static>>)>,
+    tls: Option<Tls>,
     config: GatewayConfig,
     /// Told of every new connection, for calls waiting for one.
     connected: tokio::sync::Notify,
+    /// Calls answered UNAVAILABLE because no OAP was reachable.
+    no_upstream: AtomicU64,
+    /// The shutdown signal, for the connections opened on demand.
+    stop: OnceLock<CancellationToken>,
+    born: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for Upstreams {
@@ -116,14 +199,14 @@ impl std::fmt::Debug for Upstreams {
     }
 }
 
-/// Which OAP (and which of its connections) one agent connection uses. Dropped with the agent's
-/// connection, which then no longer counts towards that OAP.
+/// Which OAP (and which of its kept connections first) one agent connection uses. Dropped with
+/// the agent's connection, which then no longer counts towards that OAP.
 #[derive(Debug, Default)]
 pub struct Pin {
     /// `member index + 1`, or 0 while not pinned.
     member: AtomicUsize,
     connection: AtomicUsize,
-    upstreams: std::sync::OnceLock<Arc<Upstreams>>,
+    upstreams: OnceLock<Arc<Upstreams>>,
 }
 
 impl Drop for Pin {
@@ -135,6 +218,10 @@ impl Drop for Pin {
         }
     }
 }
+
+/// How long a call waits for a connection to an OAP when none is open (at start-up, or while
+/// every OAP is coming back) before it ends with UNAVAILABLE.
+pub const CONNECTION_WAIT: Duration = Duration::from_secs(1);
 
 impl Upstreams {
     /// The OAPs of `config`, not yet connected ([`Self::spawn`] connects them). Reads the TLS
@@ -159,12 +246,16 @@ impl Upstreams {
                 Some((TlsConnector::from(crate::security::tls::upstream_client_config(tls)?), server_name))
             }
         };
-        let members = config
-            .upstreams
-            .iter()
-            .map(|addr| Arc::new(Member::new(addr.clone(), config.connections_per_upstream)))
-            .collect();
-        Ok(Self { members, tls, config: config.clone(), connected: tokio::sync::Notify::new() })
+        let members = config.upstreams.iter().map(|addr| Arc::new(Member::new(addr.clone(), config))).collect();
+        Ok(Self {
+            members,
+            tls,
+            config: config.clone(),
+            connected: tokio::sync::Notify::new(),
+            no_upstream: AtomicU64::new(0),
+            stop: OnceLock::new(),
+            born: tokio::time::Instant::now(),
+        })
     }
 
     /// The OAPs.
@@ -172,9 +263,19 @@ impl Upstreams {
         &self.members
     }
 
+    /// The settings.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+
     /// Whether calls go to the OAPs over TLS.
     pub fn is_tls(&self) -> bool {
         self.tls.is_some()
+    }
+
+    /// Calls answered UNAVAILABLE because no OAP was reachable, so far.
+    pub fn no_upstream(&self) -> u64 {
+        self.no_upstream.load(Ordering::Relaxed)
     }
 
     /// Starts the tasks that keep every connection open, until `stop`.
@@ -183,8 +284,9 @@ impl Upstreams {
         tasks: &mut tokio::task::JoinSet<Result<(), crate::ServerError>>,
         stop: &CancellationToken,
     ) {
+        let _ = self.stop.set(stop.clone());
         for member in 0..self.members.len() {
-            for connection in 0..self.members[member].connections.len() {
+            for connection in 0..self.members[member].kept {
                 let (upstreams, stop) = (Arc::clone(self), stop.clone());
                 tasks.spawn(async move {
                     tokio::select! {
@@ -198,42 +300,22 @@ impl Upstreams {
     }
 
     /// Connects, serves the connection until it ends, and connects again: for ever.
-    async fn keep_connected(&self, member: usize, connection: usize) {
+    async fn keep_connected(&self, member: usize, slot: usize) {
         let m = &self.members[member];
         let mut backoff = BACKOFF.0;
         let mut failing = false;
         loop {
-            match tokio::time::timeout(self.config.connect_timeout, self.connect(&m.addr)).await {
-                Ok(Ok((opened, conn))) => {
-                    m.connections[connection].store(Some(Arc::new(opened)));
-                    self.connected.notify_waiters();
-                    if !m.up.swap(true, Ordering::Relaxed) {
-                        tracing::info!(upstream = %m.addr, "Connected to the OAP.");
-                    }
+            match connect::open(&m.addr, self.tls.as_ref(), &self.config).await {
+                Ok((link, driver)) => {
                     failing = false;
                     backoff = BACKOFF.0;
-                    let ended = conn.await;
-                    m.connections[connection].store(None);
-                    if !m.is_healthy() && m.up.swap(false, Ordering::Relaxed) {
-                        match ended {
-                            Ok(()) => {
-                                tracing::warn!(upstream = %m.addr, "The OAP closed the connection; forwarded calls pinned to it end with UNAVAILABLE and new ones go to another OAP.")
-                            }
-                            Err(error) => {
-                                tracing::warn!(upstream = %m.addr, %error, "Lost the connection to the OAP; forwarded calls pinned to it end with UNAVAILABLE and new ones go to another OAP.")
-                            }
-                        }
-                    }
+                    self.opened(m, slot, link);
+                    let ended = driver.await;
+                    self.closed(m, slot, ended);
                 }
-                Ok(Err(error)) => {
+                Err(error) => {
                     if !failing {
                         tracing::warn!(upstream = %m.addr, %error, "Cannot connect to the OAP; retrying.");
-                    }
-                    failing = true;
-                }
-                Err(_) => {
-                    if !failing {
-                        tracing::warn!(upstream = %m.addr, timeout = ?self.config.connect_timeout, "Connecting to the OAP timed out; retrying.");
                     }
                     failing = true;
                 }
@@ -243,57 +325,112 @@ impl Upstreams {
         }
     }
 
-    /// One HTTP/2 connection to `addr`: where calls are sent, and the future that drives it.
-    async fn connect(
-        &self,
-        addr: &str,
-    ) -> Result<(Connection, impl std::future::Future<Output = hyper::Result<()>> + use<>), GatewayError> {
-        let io_error = |cause: std::io::Error| GatewayError::Connect { addr: addr.to_owned(), cause };
-        let tcp = TcpStream::connect(addr).await.map_err(io_error)?;
-        let _ = tcp.set_nodelay(true);
-        // Writes go out once per round of the connection's tasks ([`super::coalesce`]).
-        let rounds = Rounds::default();
-        // Payloads are written from where they are, except under TLS.
-        let lent = self.tls.is_none().then(Lent::default);
-        let tcp = CoalescedWrites::new(tcp, rounds.clone(), lent.clone());
-        let mut builder = hyper::client::conn::http2::Builder::new(RoundExecutor::new(rounds));
-        builder
-            .timer(TokioTimer::new())
-            .initial_stream_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            .keep_alive_interval(self.config.keepalive_interval)
-            .keep_alive_timeout(self.config.keepalive_timeout)
-            .keep_alive_while_idle(true);
-        let handshake_error = |cause: hyper::Error| GatewayError::Handshake { addr: addr.to_owned(), cause };
-        match &self.tls {
-            None => {
-                let (sender, conn) = builder.handshake(TokioIo::new(tcp)).await.map_err(handshake_error)?;
-                Ok((Connection { sender, lent }, futures_util::future::Either::Left(conn)))
+    /// `link` is open in `slot` of `m`.
+    fn opened(&self, m: &Member, slot: usize, link: Arc<Link>) {
+        m.links[slot].store(Some(link));
+        self.connected.notify_waiters();
+        m.queue.wake_all();
+        if !m.up.swap(true, Ordering::Relaxed) {
+            tracing::info!(upstream = %m.addr, "Connected to the OAP.");
+        }
+    }
+
+    /// The connection in `slot` of `m` has ended.
+    fn closed(&self, m: &Member, slot: usize, ended: hyper::Result<()>) {
+        m.links[slot].store(None);
+        if m.is_healthy() || !m.up.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        // The calls waiting for a stream go to another OAP.
+        m.queue.wake_all();
+        match ended {
+            Ok(()) => {
+                tracing::warn!(upstream = %m.addr, "The OAP closed the connection; forwarded calls pinned to it end with UNAVAILABLE and new ones go to another OAP.")
             }
-            Some((connector, name)) => {
-                let name = match name {
-                    Some(name) => name.clone(),
-                    None => {
-                        let (host, _) = split_host_port(addr)?;
-                        ServerName::try_from(host.to_owned())
-                            .map_err(|_| GatewayError::ServerName { name: host.to_owned() })?
-                    }
-                };
-                let tls = connector.connect(name, tcp).await.map_err(io_error)?;
-                let (sender, conn) = builder.handshake(TokioIo::new(tls)).await.map_err(handshake_error)?;
-                Ok((Connection { sender, lent }, futures_util::future::Either::Right(conn)))
+            Err(error) => {
+                tracing::warn!(upstream = %m.addr, %error, "Lost the connection to the OAP; forwarded calls pinned to it end with UNAVAILABLE and new ones go to another OAP.")
             }
         }
     }
 
-    /// The connection to send a call of the agent connection `pin` on: its OAP's, pinning it
-    /// first (again, if its OAP went away). `None`: no OAP is reachable.
-    pub fn connection_for(self: &Arc<Self>, pin: &Pin) -> Option<(Connection, &Member)> {
-        if let Some(member) = pin.member.load(Ordering::Relaxed).checked_sub(1) {
-            let m = &self.members[member];
-            if let Some(connection) = m.connection(pin.connection.load(Ordering::Relaxed)) {
-                return Some((connection, m));
+    /// Opens another connection to `m` in the background, unless one is being opened, every
+    /// connection allowed is open, or a connection opened on demand failed a moment ago.
+    fn grow(self: &Arc<Self>, member: usize) {
+        let m = &self.members[member];
+        if m.opening.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let now_ms = self.born.elapsed().as_millis() as u64;
+        let free = (m.kept..m.links.len()).find(|&slot| m.links[slot].load().is_none());
+        let (Some(slot), Some(stop), true) =
+            (free, self.stop.get(), now_ms >= m.open_again_at_ms.load(Ordering::Relaxed))
+        else {
+            m.opening.store(false, Ordering::Release);
+            return;
+        };
+        let (upstreams, stop) = (Arc::clone(self), stop.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = upstreams.open_on_demand(member, slot) => {}
             }
+        });
+    }
+
+    /// A connection opened on demand in `slot`: served until it ends or idles.
+    async fn open_on_demand(&self, member: usize, slot: usize) {
+        let m = &self.members[member];
+        let opened = connect::open(&m.addr, self.tls.as_ref(), &self.config).await;
+        let (link, driver) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                tracing::debug!(upstream = %m.addr, %error, "Cannot open another connection to the OAP.");
+                let again = self.born.elapsed() + BACKOFF.0;
+                m.open_again_at_ms.store(again.as_millis() as u64, Ordering::Relaxed);
+                m.opening.store(false, Ordering::Release);
+                return;
+            }
+        };
+        tracing::debug!(upstream = %m.addr, slot, "Opened another connection to the OAP: every stream it allows on the others is in use.");
+        self.opened(m, slot, Arc::clone(&link));
+        m.opening.store(false, Ordering::Release);
+        let idle = self.serve_until_idle(&link, driver).await;
+        match idle {
+            Err(ended) => self.closed(m, slot, ended),
+            Ok(driver) => {
+                tracing::debug!(upstream = %m.addr, slot, "Closing a connection to the OAP opened on demand: idle.");
+                m.links[slot].store(None);
+                drop(link);
+                // The calls still holding it end first.
+                let _ = driver.await;
+            }
+        }
+    }
+
+    /// Drives `link` until it ends (`Err`: how) or has had no call in flight at two checks in a
+    /// row (`Ok`: its driver, still to be driven to its end).
+    async fn serve_until_idle(&self, link: &Link, mut driver: Driver) -> Result<Driver, hyper::Result<()>> {
+        let mut idle_checks = 0;
+        loop {
+            tokio::select! {
+                ended = &mut driver => return Err(ended),
+                () = tokio::time::sleep(self.config.on_demand_idle) => {
+                    idle_checks = if link.in_flight() == 0 { idle_checks + 1 } else { 0 };
+                    if idle_checks >= 2 {
+                        return Ok(driver);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The OAP the agent connection of `pin` uses, pinning it first (again, if its OAP went
+    /// away), and its kept connection to start with. `None`: no OAP is reachable.
+    fn member_for(self: &Arc<Self>, pin: &Pin) -> Option<(usize, usize)> {
+        if let Some(member) = pin.member.load(Ordering::Relaxed).checked_sub(1)
+            && self.members[member].is_healthy()
+        {
+            return Some((member, pin.connection.load(Ordering::Relaxed)));
         }
         let chosen = self
             .members
@@ -303,7 +440,7 @@ impl Upstreams {
             .min_by_key(|(_, m)| m.pinned())
             .map(|(i, _)| i)?;
         let m = &self.members[chosen];
-        let connection = m.next_connection.fetch_add(1, Ordering::Relaxed) % m.connections.len();
+        let connection = m.next_connection.fetch_add(1, Ordering::Relaxed) % m.kept;
         m.pinned.fetch_add(1, Ordering::Relaxed);
         pin.connection.store(connection, Ordering::Relaxed);
         let previous = pin.member.swap(chosen + 1, Ordering::Relaxed);
@@ -315,28 +452,67 @@ impl Upstreams {
                 let _ = pin.upstreams.set(Arc::clone(self));
             }
         }
-        Some((m.connection(connection)?, m))
+        Some((chosen, connection))
     }
-}
 
-/// How long a call waits for a connection to an OAP when none is open (at start-up, or while
-/// every OAP is coming back) before it ends with UNAVAILABLE.
-pub const CONNECTION_WAIT: Duration = Duration::from_secs(1);
-
-impl Upstreams {
-    /// [`Self::connection_for`], waiting up to [`CONNECTION_WAIT`] for a connection when no OAP is
+    /// [`Self::member_for`], waiting up to [`CONNECTION_WAIT`] for a connection when no OAP is
     /// reachable now.
-    pub async fn wait_for_connection(self: &Arc<Self>, pin: &Pin) -> Option<(Connection, &Member)> {
+    async fn wait_for_member(self: &Arc<Self>, pin: &Pin) -> Option<(usize, usize)> {
         let waited = tokio::time::timeout(CONNECTION_WAIT, async {
             loop {
                 let connected = self.connected.notified();
-                if let Some((connection, member)) = self.connection_for(pin) {
-                    return (connection, member);
+                if let Some(found) = self.member_for(pin) {
+                    return found;
                 }
                 connected.await;
             }
         });
         waited.await.ok()
+    }
+
+    /// A stream for one call of the agent connection of `pin`, on a connection to its OAP (see
+    /// [`super::admission`]).
+    pub async fn stream_for(self: &Arc<Self>, pin: &Pin) -> Result<Stream, Unsent> {
+        // The common case: the pinned OAP has room and no call is waiting for it.
+        if let Some(member) = pin.member.load(Ordering::Relaxed).checked_sub(1) {
+            let m = &self.members[member];
+            if m.queue.waiting() == 0
+                && let Some(link) = m.try_take(pin.connection.load(Ordering::Relaxed))
+            {
+                return Ok(Stream::new(link, m));
+            }
+        }
+        // A call whose OAP goes down while it waits is pinned to another one, once.
+        for _ in 0..2 {
+            let Some((member, preferred)) = self.wait_for_member(pin).await else { break };
+            let m = &self.members[member];
+            if m.queue.waiting() == 0
+                && let Some(link) = m.try_take(preferred)
+            {
+                return Ok(Stream::new(link, m));
+            }
+            self.grow(member);
+            let waited = m
+                .queue
+                .wait(|| {
+                    if let Some(link) = m.try_take(preferred) {
+                        return Attempt::Taken(link);
+                    }
+                    if !m.is_healthy() {
+                        return Attempt::Down;
+                    }
+                    self.grow(member);
+                    Attempt::Retry
+                })
+                .await;
+            match waited {
+                Ok(link) => return Ok(Stream::new(link, m)),
+                Err(Unsent::Down) => {}
+                Err(unsent) => return Err(unsent),
+            }
+        }
+        self.no_upstream.fetch_add(1, Ordering::Relaxed);
+        Err(Unsent::NoUpstream)
     }
 }
 
@@ -370,8 +546,19 @@ mod tests {
     fn without_an_open_connection_nothing_is_pinned() {
         let upstreams = Arc::new(Upstreams::new(&GatewayConfig::new(vec!["a:1".into(), "b:1".into()])).unwrap());
         let pin = Pin::default();
-        assert!(upstreams.connection_for(&pin).is_none());
+        assert!(upstreams.member_for(&pin).is_none());
         assert_eq!(pin.member.load(Ordering::Relaxed), 0);
         assert!(upstreams.members.iter().all(|m| m.pinned() == 0));
+    }
+
+    /// With no OAP reachable, a call waits a moment for a connection, then gets none, and is
+    /// counted.
+    #[tokio::test(start_paused = true)]
+    async fn without_an_oap_a_call_gets_no_stream_after_the_connection_wait() {
+        let upstreams = Arc::new(Upstreams::new(&GatewayConfig::new(vec!["a:1".into()])).unwrap());
+        let started = tokio::time::Instant::now();
+        assert_eq!(upstreams.stream_for(&Pin::default()).await.unwrap_err(), Unsent::NoUpstream);
+        assert_eq!(started.elapsed(), CONNECTION_WAIT);
+        assert_eq!(upstreams.no_upstream(), 1);
     }
 }

@@ -1,90 +1,139 @@
-//! Gateway metrics: forwarded calls by OAP and outcome, and, read at scrape time from the
-//! upstream pool, whether each OAP is reachable and how many agent connections are pinned to it.
+//! Gateway metrics, read at scrape time from the upstream pool (the counts live there, where
+//! calls pass, and `GET /api/v1/status` reads the same): forwarded calls by OAP and outcome,
+//! answers not passed on, calls never sent for want of a stream, and per OAP whether it is
+//! reachable, its connections, calls in flight and waiting, and agent connections pinned to it.
 
 use std::sync::{Arc, OnceLock};
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::gateway::upstream::Upstreams;
+use crate::gateway::upstream::{MemberStats, Upstreams};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CallLabels {
-    upstream: String,
-    outcome: &'static str,
-}
-
-/// The gateway's metrics. Cheap to clone; [`GatewayMetrics::default`] counts into nothing that is
-/// exposed.
+/// The gateway's metrics. Cheap to clone; without [`GatewayMetrics::watch`] nothing is exposed.
 #[derive(Debug, Clone, Default)]
 pub struct GatewayMetrics {
-    calls: Family<CallLabels, Counter>,
     upstreams: Arc<OnceLock<Arc<Upstreams>>>,
 }
 
 impl GatewayMetrics {
-    /// A call the OAP answered (whatever its gRPC status).
-    pub fn forwarded(&self, upstream: &str) {
-        self.count(upstream, "forwarded");
-    }
-
-    /// A call that failed before the OAP answered (reset, or the connection lost).
-    pub fn failed(&self, upstream: &str) {
-        self.count(upstream, "failed");
-    }
-
-    /// A call answered UNAVAILABLE because no OAP was reachable.
-    pub fn no_upstream(&self) {
-        self.count("", "no_upstream");
-    }
-
-    fn count(&self, upstream: &str, outcome: &'static str) {
-        self.calls.get_or_create(&CallLabels { upstream: upstream.to_owned(), outcome }).inc();
-    }
-
     /// Reports the state of `upstreams` on every scrape.
     pub fn watch(&self, upstreams: &Arc<Upstreams>) {
         let _ = self.upstreams.set(Arc::clone(upstreams));
     }
 
     pub(super) fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "skyconf_gateway_calls",
-            "Calls forwarded to the OAPs, by OAP and outcome (forwarded: the OAP answered; failed: reset or connection lost before it answered; no_upstream: no OAP was reachable)",
-            self.calls.clone(),
-        );
-        registry.register_collector(Box::new(UpstreamGauges(Arc::clone(&self.upstreams))));
+        registry.register_collector(Box::new(UpstreamMetrics(Arc::clone(&self.upstreams))));
     }
 }
 
 #[derive(Debug)]
-struct UpstreamGauges(Arc<OnceLock<Arc<Upstreams>>>);
+struct UpstreamMetrics(Arc<OnceLock<Arc<Upstreams>>>);
 
-impl Collector for UpstreamGauges {
+/// One labelled series per OAP (and outcome).
+type Series<'a> = Vec<(Vec<(&'static str, &'a str)>, u64)>;
+
+fn encode(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    series: Series<'_>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, value) in series {
+        let mut metric = family.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => metric.encode_counter::<NoLabelSet, _, u64>(&value, None)?,
+            _ => metric.encode_gauge(&value)?,
+        }
+    }
+    Ok(())
+}
+
+impl Collector for UpstreamMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let Some(upstreams) = self.0.get() else { return Ok(()) };
-        let mut up = encoder.encode_descriptor(
+        let stats: Vec<(&str, MemberStats)> =
+            upstreams.members().iter().map(|m| (m.addr.as_str(), m.stats())).collect();
+        let per = |value: fn(&MemberStats) -> u64| -> Series<'_> {
+            stats.iter().map(|(addr, s)| (vec![("upstream", *addr)], value(s))).collect()
+        };
+        let mut calls: Series<'_> = Vec::new();
+        for (addr, s) in &stats {
+            calls.push((vec![("upstream", *addr), ("outcome", "forwarded")], s.forwarded));
+            calls.push((vec![("upstream", *addr), ("outcome", "failed")], s.failed));
+            calls.push((vec![("upstream", *addr), ("outcome", "no_stream")], s.unsent.deadline + s.unsent.full));
+        }
+        calls.push((vec![("upstream", ""), ("outcome", "no_upstream")], upstreams.no_upstream()));
+        encode(
+            &mut encoder,
+            "skyconf_gateway_calls",
+            "Calls forwarded to the OAPs, by OAP and outcome (forwarded: the OAP answered; failed: reset or connection lost before it answered; no_stream: ended DEADLINE_EXCEEDED waiting for a stream; no_upstream: no OAP was reachable)",
+            MetricType::Counter,
+            calls,
+        )?;
+        let mut refused: Series<'_> = Vec::new();
+        for (addr, s) in &stats {
+            refused.push((vec![("upstream", *addr), ("reason", "oversized")], s.answers_oversized));
+            refused.push((vec![("upstream", *addr), ("reason", "malformed")], s.answers_malformed));
+        }
+        encode(
+            &mut encoder,
+            "skyconf_gateway_answers_refused",
+            "OAP answers not passed on, the call ended INTERNAL, by reason (oversized: a header block over 8 KiB; malformed: refused by HTTP/2 for its stream)",
+            MetricType::Counter,
+            refused,
+        )?;
+        let mut unsent: Series<'_> = Vec::new();
+        for (addr, s) in &stats {
+            unsent.push((vec![("upstream", *addr), ("reason", "deadline")], s.unsent.deadline));
+            unsent.push((vec![("upstream", *addr), ("reason", "full")], s.unsent.full));
+            unsent.push((vec![("upstream", *addr), ("reason", "left")], s.unsent.left));
+        }
+        encode(
+            &mut encoder,
+            "skyconf_gateway_unsent_calls",
+            "Calls never sent to the OAP for want of a stream, by reason (deadline: waited the queue's bound; full: the queue was full; left: the call ended while waiting)",
+            MetricType::Counter,
+            unsent,
+        )?;
+        encode(
+            &mut encoder,
             "skyconf_gateway_upstream_up",
             "Whether the gateway has an open connection to the OAP (1) or not (0)",
-            None,
             MetricType::Gauge,
+            per(|s| u64::from(s.up)),
         )?;
-        for member in upstreams.members() {
-            up.encode_family(&[("upstream", member.addr.as_str())])?.encode_gauge(&u64::from(member.is_healthy()))?;
-        }
-        let mut pinned = encoder.encode_descriptor(
+        encode(
+            &mut encoder,
+            "skyconf_gateway_upstream_connections",
+            "Open HTTP/2 connections to the OAP",
+            MetricType::Gauge,
+            per(|s| s.connections as u64),
+        )?;
+        encode(
+            &mut encoder,
+            "skyconf_gateway_calls_in_flight",
+            "Forwarded calls holding a stream to the OAP",
+            MetricType::Gauge,
+            per(|s| s.calls_in_flight as u64),
+        )?;
+        encode(
+            &mut encoder,
+            "skyconf_gateway_queued_calls",
+            "Calls waiting for a stream to the OAP (every stream it allows is in use)",
+            MetricType::Gauge,
+            per(|s| s.queued_calls as u64),
+        )?;
+        encode(
+            &mut encoder,
             "skyconf_gateway_agent_connections",
             "Agent connections whose forwarded calls go to the OAP",
-            None,
             MetricType::Gauge,
-        )?;
-        for member in upstreams.members() {
-            pinned.encode_family(&[("upstream", member.addr.as_str())])?.encode_gauge(&(member.pinned() as u64))?;
-        }
-        Ok(())
+            per(|s| s.agent_connections as u64),
+        )
     }
 }

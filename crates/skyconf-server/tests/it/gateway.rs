@@ -415,3 +415,478 @@ async fn shutdown_closes_forwarded_streams_that_do_not_end_within_the_drain() {
     let took = started.elapsed();
     assert!(took >= Duration::from_secs(9), "the stream had its drain: {took:?}");
 }
+
+/// The value of the metric line starting with `series` (name and labels), if any.
+fn metric(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// A gateway with one connection to `upstream`, and `agents` agent connections each holding
+/// an `echo` call open on it (one message sent, the request not ended).
+async fn agents_holding_calls(
+    server: &Server,
+    upstream: &Upstream,
+    agents: usize,
+) -> Vec<(h2::client::ResponseFuture, h2::SendStream<Bytes>)> {
+    let mut held = Vec::new();
+    for i in 0..agents {
+        let client = connect(server.grpc_addr).await;
+        let (response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/echo", &[]).await;
+        send.send_data(Bytes::from(framed(format!("held {i}").as_bytes())), false).unwrap();
+        held.push((response, send));
+    }
+    upstream
+        .wait_for("every held call's first message", |calls| {
+            calls.iter().filter(|c| c.path.ends_with("/echo") && !c.body.is_empty()).count() >= agents
+        })
+        .await;
+    held
+}
+
+/// Ends the held calls and checks each is answered in full (OK, its message echoed).
+async fn assert_held_calls_complete(held: Vec<(h2::client::ResponseFuture, h2::SendStream<Bytes>)>) {
+    for (i, (response, mut send)) in held.into_iter().enumerate() {
+        send.send_data(Bytes::new(), true).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), read(response)).await.expect("the answer");
+        assert_eq!(outcome.grpc_status().as_deref(), Some("0"), "held call {i}: {outcome:?}");
+        assert_eq!(outcome.body, framed(format!("held {i}").as_bytes()), "held call {i}");
+    }
+}
+
+/// N5: an OAP answer whose header block or trailers are far too large fails that call with
+/// INTERNAL (a status that does not make a Java agent drop its channel), and the upstream
+/// connection every other agent's call shares lives on.
+#[tokio::test]
+async fn an_oversized_oap_answer_fails_that_call_only_and_the_shared_connection_lives() {
+    let upstream = Upstream::start("oap-a").await;
+    let mut config = GatewayConfig::new(vec![upstream.addr.to_string()]);
+    config.connections_per_upstream = 1;
+    let (_dir, server) = gateway_with(&[&upstream], ServeConfig { gateway: Some(config), ..loopback() }).await;
+    let held = agents_holding_calls(&server, &upstream, 10).await;
+
+    let mut client = connect(server.grpc_addr).await;
+    for (method, bytes) in [
+        ("bigtrailers", 64 * 1024),
+        ("bigtrailers", 1024 * 1024),
+        ("bigtrailers", 8 * 1024 * 1024),
+        ("bigheaders", 64 * 1024),
+        ("bigheaders", 8 * 1024 * 1024),
+    ] {
+        let path = format!("/skywalking.v3.LogReportService/{method}");
+        let size = bytes.to_string();
+        let outcome = call(&mut client, &path, &[("x-big-bytes", &size)], &framed(b"log")).await;
+        assert_eq!(outcome.grpc_status().as_deref(), Some("13"), "{method} of {bytes} bytes: INTERNAL: {outcome:?}");
+        assert!(
+            outcome.headers.get("x-big").is_none()
+                && outcome.trailers.as_ref().is_none_or(|t| t.get("x-big").is_none()),
+            "the oversized block is not passed on"
+        );
+    }
+    // Small ones still pass whole.
+    let outcome =
+        call(&mut client, "/skywalking.v3.LogReportService/bigtrailers", &[("x-big-bytes", "4000")], &framed(b"l"))
+            .await;
+    assert_eq!(outcome.grpc_status().as_deref(), Some("0"), "{outcome:?}");
+    assert_eq!(outcome.trailers.as_ref().unwrap()["x-big"].len(), 4000);
+
+    assert_held_calls_complete(held).await;
+    assert_eq!(upstream.connections(), 1, "the shared upstream connection was never lost");
+}
+
+/// Request headers over the agent port's limit (16 KiB) are refused for that call only (HTTP
+/// 431 on that stream); the connection and other calls on it go on.
+#[tokio::test]
+async fn request_headers_over_the_limit_fail_that_call_only() {
+    let upstream = Upstream::start("oap-a").await;
+    let (_dir, server) = gateway(&[&upstream]).await;
+    let held = agents_holding_calls(&server, &upstream, 3).await;
+    let mut client = connect(server.grpc_addr).await;
+    let big = "h".repeat(17 * 1024);
+    let (response, mut send) = open(&client, "/skywalking.v3.LogReportService/echo", &[("x-big", &big)]).await;
+    let _ = send.send_data(Bytes::from(framed(b"log")), true);
+    let response = response.await.expect("an answer on that stream");
+    assert_eq!(response.status(), http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    // The same connection's next call passes, and so do the held ones.
+    let outcome = call(&mut client, "/skywalking.v3.LogReportService/echo", &[], &framed(b"log")).await;
+    assert_eq!(outcome.grpc_status().as_deref(), Some("0"), "{outcome:?}");
+    assert_held_calls_complete(held).await;
+    assert!(upstream.calls().iter().all(|c| !c.headers.contains_key("x-big")), "never forwarded");
+}
+
+/// N6: an OAP's per-connection stream limit (Satellite's default: 32) is not the fleet's. One
+/// client holding 256 streams open does not keep 8 other agents' calls from the OAP: the
+/// gateway opens more connections to it when its streams are all in use.
+#[tokio::test]
+async fn an_oaps_stream_limit_is_not_the_fleets() {
+    let options = skyconf_testkit::upstream::UpstreamOptions { max_concurrent_streams: Some(32) };
+    let upstream = Upstream::start_with("oap-a", "127.0.0.1:0".parse().unwrap(), options).await;
+    let (_dir, server) = gateway(&[&upstream]).await;
+
+    let hog = connect(server.grpc_addr).await;
+    let mut hog_calls = Vec::new();
+    for _ in 0..256 {
+        let (response, mut send) = open(&hog, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
+        send.send_data(Bytes::from(framed(b"held")), false).unwrap();
+        hog_calls.push((response, send));
+    }
+    // What one connection at 32 streams can take reaches the OAP in any case.
+    upstream.wait_for("the first 32 held streams", |calls| calls.len() >= 32).await;
+
+    let agents = (0..8).map(|i| {
+        let addr = server.grpc_addr;
+        tokio::spawn(async move {
+            let mut client = connect(addr).await;
+            let message = framed(format!("agent {i}").as_bytes());
+            let path = "/skywalking.v3.JVMMetricReportService/echo";
+            (call(&mut client, path, &[("grpc-timeout", "5S")], &message).await, message)
+        })
+    });
+    for (i, agent) in agents.enumerate() {
+        let (outcome, message) = agent.await.unwrap();
+        assert_eq!(outcome.grpc_status().as_deref(), Some("0"), "agent {i}: {outcome:?}");
+        assert_eq!(outcome.body, message, "agent {i}");
+    }
+    upstream
+        .wait_for("every held stream", |calls| calls.iter().filter(|c| c.path.ends_with("/stall")).count() == 256)
+        .await;
+    let connections = upstream.connections();
+    assert!((8..=16).contains(&connections), "{connections} connections for 256 + 8 calls at 32 streams each");
+    let (status, metrics) = gateway_numbers(&server, &upstream).await;
+    assert_eq!(status["calls_in_flight"], 256, "{status}");
+    assert_eq!(status["stream_limit"], 32);
+    assert_eq!(status["queued_calls"], 0);
+    let series = |name: &str| format!("{name}{{upstream=\"{}\"}}", upstream.addr);
+    assert_eq!(metric(&metrics, &series("skyconf_gateway_calls_in_flight")), Some(256.0), "{metrics}");
+    assert_eq!(
+        metric(&metrics, &series("skyconf_gateway_upstream_connections")),
+        status["connections"].as_f64(),
+        "{metrics}"
+    );
+    drop(hog_calls);
+}
+
+/// N13: an OAP that accepts TCP connections and never speaks HTTP/2 is never counted up, its
+/// connection attempts are given up (and closed) at the connect deadline, and calls go to
+/// another OAP; with no other OAP they fail fast with UNAVAILABLE, not at their deadline.
+#[tokio::test]
+async fn an_oap_that_never_speaks_http2_is_down_and_calls_go_elsewhere_or_fail_fast() {
+    let silent = skyconf_testkit::upstream::Silent::start().await;
+    let good = Upstream::start("oap-b").await;
+    let mut config = GatewayConfig::new(vec![silent.addr.to_string(), good.addr.to_string()]);
+    config.connect_timeout = Duration::from_millis(300);
+    let (_dir, server) = gateway_with(&[&good], ServeConfig { gateway: Some(config.clone()), ..loopback() }).await;
+    // Every connection the gateway opened to it has been given up and closed at least once.
+    eventually_async("a connection to the silent OAP given up", async || silent.closed() >= 1).await;
+    let admin = server.admin();
+    let metrics = admin.get("/metrics").await.body;
+    let up = |addr: SocketAddr| format!("skyconf_gateway_upstream_up{{upstream=\"{addr}\"}}");
+    assert_eq!(metric(&metrics, &up(silent.addr)), Some(0.0), "{metrics}");
+    let status = admin.get_json("/api/v1/status").await;
+    assert_eq!(status["gateway"]["upstreams"][0]["up"], false, "{status}");
+    for _ in 0..3 {
+        let mut client = connect(server.grpc_addr).await;
+        let message = framed(b"jvm");
+        let answered = call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[], &message);
+        let outcome = tokio::time::timeout(Duration::from_secs(10), answered).await.expect("an answer");
+        assert_eq!(outcome.headers.get("x-upstream").map(|v| v.to_str().unwrap()), Some("oap-b"), "{outcome:?}");
+    }
+
+    // The silent OAP alone: calls fail fast.
+    config.upstreams = vec![silent.addr.to_string()];
+    let (_dir, alone) = gateway_with(&[], ServeConfig { gateway: Some(config), ..loopback() }).await;
+    let accepted = silent.accepted();
+    eventually_async("the lone gateway tries the silent OAP", async || silent.accepted() > accepted).await;
+    let mut client = connect(alone.grpc_addr).await;
+    let started = std::time::Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(15),
+        call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[("grpc-timeout", "20S")], &framed(b"j")),
+    )
+    .await
+    .expect("the call ends well before its deadline");
+    assert_eq!(outcome.grpc_status().as_deref(), Some("14"), "{outcome:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+/// N13: an OAP's RST_STREAM(INTERNAL_ERROR) reaches the agent as INTERNAL: as a trailers-only
+/// status when the OAP had not answered yet, and as the same reset once its answer has begun.
+#[tokio::test]
+async fn an_oap_reset_with_internal_error_reaches_the_agent_as_internal() {
+    let upstream = Upstream::start("oap-a").await;
+    let (_dir, server) = gateway(&[&upstream]).await;
+    let mut client = connect(server.grpc_addr).await;
+    let outcome = call(&mut client, "/skywalking.v3.LogReportService/resetinternal", &[], &framed(b"log")).await;
+    assert_eq!(outcome.grpc_status().as_deref(), Some("13"), "{outcome:?}");
+    assert_eq!(outcome.reset, None);
+    // The answer has begun (headers and a message have reached the agent) when the OAP resets.
+    let (response, mut send) = open(&client, "/skywalking.v3.LogReportService/resetlater", &[]).await;
+    send.send_data(Bytes::from(framed(b"log")), false).unwrap();
+    let (parts, mut body) = response.await.expect("the response headers").into_parts();
+    assert_eq!(parts.headers["content-type"], "application/grpc");
+    let first = body.data().await.expect("a message").expect("the message");
+    assert_eq!(first, framed(b"log"));
+    send.send_data(Bytes::new(), true).unwrap();
+    let end = loop {
+        match body.data().await {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => break Err(e.reason()),
+            None => break body.trailers().await.map_err(|e| e.reason()),
+        }
+    };
+    assert_eq!(end.err(), Some(Some(Reason::INTERNAL_ERROR)), "the agent's stream is reset with the OAP's code");
+}
+
+/// An upstream limited to `streams` per connection, and a gateway in front of it with `tune`
+/// applied to its default settings.
+async fn limited(streams: u32, tune: impl FnOnce(&mut GatewayConfig)) -> (Upstream, tempfile::TempDir, Server) {
+    let options = skyconf_testkit::upstream::UpstreamOptions { max_concurrent_streams: Some(streams) };
+    let upstream = Upstream::start_with("oap-a", "127.0.0.1:0".parse().unwrap(), options).await;
+    let mut config = GatewayConfig::new(vec![upstream.addr.to_string()]);
+    tune(&mut config);
+    let (dir, server) = gateway_with(&[&upstream], ServeConfig { gateway: Some(config), ..loopback() }).await;
+    (upstream, dir, server)
+}
+
+/// `n` calls the upstream holds open (`stall`), on one agent connection.
+async fn hold_streams(
+    server: &Server,
+    upstream: &Upstream,
+    n: usize,
+) -> Vec<(h2::client::ResponseFuture, h2::SendStream<Bytes>)> {
+    let hog = connect(server.grpc_addr).await;
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let (response, mut send) = open(&hog, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
+        send.send_data(Bytes::from(framed(b"held")), false).unwrap();
+        held.push((response, send));
+    }
+    upstream
+        .wait_for("the held streams", |calls| calls.iter().filter(|c| c.path.ends_with("/stall")).count() >= n)
+        .await;
+    held
+}
+
+/// The gateway part of the status and the metrics, for one upstream.
+async fn gateway_numbers(server: &Server, upstream: &Upstream) -> (serde_json::Value, String) {
+    let admin = server.admin();
+    let status = admin.get_json("/api/v1/status").await;
+    let oap = status["gateway"]["upstreams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["addr"] == upstream.addr.to_string())
+        .cloned()
+        .unwrap();
+    (oap, admin.get("/metrics").await.body)
+}
+
+/// N6: with every stream the OAP allows in use on every connection allowed, calls wait in a
+/// bounded queue: past its wait they end DEADLINE_EXCEEDED, beyond its bound at once, and a
+/// stream given back goes to a waiting call. The metrics and the status agree throughout.
+#[tokio::test]
+async fn with_every_stream_in_use_calls_wait_in_a_bounded_queue_with_a_deadline() {
+    let (upstream, _dir, server) = limited(4, |config| {
+        config.connections_per_upstream = 1;
+        config.max_connections_per_upstream = 1;
+        config.max_queued_calls = 3;
+        config.queue_wait = Duration::from_millis(800);
+    })
+    .await;
+    let mut held = hold_streams(&server, &upstream, 4).await;
+    let series = |name: &str| format!("{name}{{upstream=\"{}\"}}", upstream.addr);
+    let unsent = |reason: &str| {
+        format!("skyconf_gateway_unsent_calls_total{{upstream=\"{}\",reason=\"{reason}\"}}", upstream.addr)
+    };
+
+    let waiting = |timeout: Option<&'static str>| {
+        let addr = server.grpc_addr;
+        tokio::spawn(async move {
+            let mut client = connect(addr).await;
+            let metadata: Vec<(&str, &str)> = timeout.map(|t| ("grpc-timeout", t)).into_iter().collect();
+            let started = std::time::Instant::now();
+            let outcome =
+                call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &metadata, &framed(b"j")).await;
+            (outcome, started.elapsed())
+        })
+    };
+    let waiters: Vec<_> = (0..3).map(|_| waiting(None)).collect();
+    eventually_async("three calls waiting", async || {
+        let (status, metrics) = gateway_numbers(&server, &upstream).await;
+        status["queued_calls"] == 3 && metric(&metrics, &series("skyconf_gateway_queued_calls")) == Some(3.0)
+    })
+    .await;
+    let (status, metrics) = gateway_numbers(&server, &upstream).await;
+    assert_eq!(status["calls_in_flight"], 4, "{status}");
+    assert_eq!(metric(&metrics, &series("skyconf_gateway_calls_in_flight")), Some(4.0));
+    assert_eq!(status["connections"], 1);
+    assert_eq!(metric(&metrics, &series("skyconf_gateway_upstream_connections")), Some(1.0));
+    assert_eq!(status["stream_limit"], 4);
+
+    // The queue is full: the next call ends at once.
+    let (outcome, took) = waiting(Some("20S")).await.unwrap();
+    assert_eq!(outcome.grpc_status().as_deref(), Some("4"), "DEADLINE_EXCEEDED: {outcome:?}");
+    assert!(took < Duration::from_millis(700), "{took:?}");
+    // The waiting ones end at the queue's wait.
+    for waiter in waiters {
+        let (outcome, took) = waiter.await.unwrap();
+        assert_eq!(outcome.grpc_status().as_deref(), Some("4"), "DEADLINE_EXCEEDED: {outcome:?}");
+        assert!(took >= Duration::from_millis(700) && took < Duration::from_secs(10), "{took:?}");
+    }
+    assert!(upstream.calls().iter().all(|c| !c.path.ends_with("/echo")), "none of them reached the OAP");
+
+    // A call whose own deadline is shorter ends at that (the client has given up), and leaves.
+    let (outcome, _) = waiting(Some("200m")).await.unwrap();
+    assert_ne!(outcome.grpc_status().as_deref(), Some("0"), "{outcome:?}");
+
+    // A stream given back goes to a waiting call.
+    let waiter = waiting(None);
+    eventually_async("a call waiting", async || gateway_numbers(&server, &upstream).await.0["queued_calls"] == 1).await;
+    let (_, mut send) = held.pop().unwrap();
+    send.send_reset(Reason::CANCEL);
+    let (outcome, _) = waiter.await.unwrap();
+    assert_eq!(outcome.grpc_status().as_deref(), Some("0"), "{outcome:?}");
+    assert_eq!(outcome.body, framed(b"j"));
+
+    eventually_async("the counts", async || {
+        let (status, metrics) = gateway_numbers(&server, &upstream).await;
+        status["unsent"] == serde_json::json!({"deadline": 3, "full": 1, "left": 1})
+            && metric(&metrics, &unsent("deadline")) == Some(3.0)
+            && metric(&metrics, &unsent("full")) == Some(1.0)
+            && metric(&metrics, &unsent("left")) == Some(1.0)
+            && status["queued_calls"] == 0
+    })
+    .await;
+    let metrics = gateway_numbers(&server, &upstream).await.1;
+    let no_stream = format!("skyconf_gateway_calls_total{{upstream=\"{}\",outcome=\"no_stream\"}}", upstream.addr);
+    assert_eq!(metric(&metrics, &no_stream), Some(4.0), "{metrics}");
+}
+
+/// Connections opened beyond the kept ones while the OAP's streams were all in use are closed
+/// again once idle.
+#[tokio::test]
+async fn connections_opened_on_demand_close_once_idle() {
+    let (upstream, _dir, server) = limited(2, |config| {
+        config.connections_per_upstream = 1;
+        config.max_connections_per_upstream = 4;
+        config.on_demand_idle = Duration::from_millis(100);
+    })
+    .await;
+    let held = hold_streams(&server, &upstream, 6).await;
+    let (status, _) = gateway_numbers(&server, &upstream).await;
+    assert_eq!(status["connections"], 3, "{status}");
+    assert_eq!(status["calls_in_flight"], 6);
+    for (_, mut send) in held {
+        send.send_reset(Reason::CANCEL);
+    }
+    eventually_async("back to the kept connection", async || {
+        gateway_numbers(&server, &upstream).await.0["connections"] == 1
+    })
+    .await;
+    let mut client = connect(server.grpc_addr).await;
+    let outcome = call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[], &framed(b"jvm")).await;
+    assert_eq!(outcome.grpc_status().as_deref(), Some("0"), "{outcome:?}");
+}
+
+/// A raw HTTP/2 upstream that answers its first call with response headers HTTP/2 forbids (a
+/// `connection` field: a malformed answer, an error of that stream only) and every later call
+/// with an empty OK answer, on whatever connection.
+struct RawUpstream {
+    addr: SocketAddr,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl RawUpstream {
+    async fn start() -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = std::sync::Arc::new(AtomicUsize::new(0));
+        let (counted, answered) = (std::sync::Arc::clone(&connections), std::sync::Arc::new(AtomicUsize::new(0)));
+        let task = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let answered = std::sync::Arc::clone(&answered);
+                tokio::spawn(async move {
+                    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+                        let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+                        out.extend_from_slice(&[kind, flags]);
+                        out.extend_from_slice(&stream.to_be_bytes());
+                        out.extend_from_slice(payload);
+                        out
+                    };
+                    let mut preface = [0u8; 24];
+                    if socket.read_exact(&mut preface).await.is_err()
+                        || socket.write_all(&frame(4, 0, 0, &[])).await.is_err()
+                    {
+                        return;
+                    }
+                    loop {
+                        let mut head = [0u8; 9];
+                        if socket.read_exact(&mut head).await.is_err() {
+                            return;
+                        }
+                        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                        let (kind, flags) = (head[3], head[4]);
+                        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+                        let mut payload = vec![0u8; len];
+                        if socket.read_exact(&mut payload).await.is_err() {
+                            return;
+                        }
+                        let reply = match kind {
+                            // SETTINGS: acknowledged.
+                            4 if flags & 1 == 0 => frame(4, 1, 0, &[]),
+                            // PING: answered.
+                            6 if flags & 1 == 0 => frame(6, 1, 0, &payload),
+                            // A request's headers: answered at once (its body is not awaited).
+                            1 => {
+                                // :status 200 (static index 8), content-type: application/grpc.
+                                let mut headers = vec![0x88, 0x0f, 0x10, 16];
+                                headers.extend_from_slice(b"application/grpc");
+                                if answered.fetch_add(1, Ordering::Relaxed) == 0 {
+                                    headers.extend_from_slice(&[0x00, 10]);
+                                    headers.extend_from_slice(b"connection");
+                                    headers.extend_from_slice(&[5]);
+                                    headers.extend_from_slice(b"close");
+                                    frame(1, 4, stream, &headers)
+                                } else {
+                                    let mut trailers = vec![0x00, 11];
+                                    trailers.extend_from_slice(b"grpc-status");
+                                    trailers.extend_from_slice(&[1, b'0']);
+                                    [frame(1, 4, stream, &headers), frame(1, 5, stream, &trailers)].concat()
+                                }
+                            }
+                            _ => continue,
+                        };
+                        if socket.write_all(&reply).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, connections, _task: task }
+    }
+}
+
+/// N5: an OAP answer h2 refuses for its stream (malformed) ends that call with INTERNAL, not
+/// UNAVAILABLE (which would make a Java agent drop its channel), and the connection goes on.
+#[tokio::test]
+async fn a_malformed_oap_answer_fails_that_call_with_internal_and_the_connection_goes_on() {
+    let raw = RawUpstream::start().await;
+    let mut config = GatewayConfig::new(vec![raw.addr.to_string()]);
+    config.connections_per_upstream = 1;
+    let (_dir, server) = gateway_with(&[], ServeConfig { gateway: Some(config), ..loopback() }).await;
+    let admin = server.admin();
+    let up = format!("skyconf_gateway_upstream_up{{upstream=\"{}\"}} 1", raw.addr);
+    eventually_async("connected", async || admin.get("/metrics").await.body.contains(&up)).await;
+    let mut client = connect(server.grpc_addr).await;
+    let outcome = call(&mut client, "/skywalking.v3.LogReportService/collect", &[], &framed(b"log")).await;
+    assert_eq!(outcome.grpc_status().as_deref(), Some("13"), "INTERNAL: {outcome:?}");
+    let outcome = call(&mut client, "/skywalking.v3.LogReportService/collect", &[], &framed(b"log")).await;
+    assert_eq!(outcome.grpc_status().as_deref(), Some("0"), "{outcome:?}");
+    assert_eq!(raw.connections.load(std::sync::atomic::Ordering::Relaxed), 1, "one connection throughout");
+    let status = admin.get_json("/api/v1/status").await;
+    assert_eq!(status["gateway"]["upstreams"][0]["answers_refused"]["malformed"], 1, "{status}");
+}
