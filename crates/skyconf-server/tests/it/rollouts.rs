@@ -437,7 +437,7 @@ async fn a_stale_instance_that_left_before_the_start_does_not_revert_the_rollout
 
 /// The contract's disappearance bound: a reached agent killed during the bake (its connection
 /// closed while its poll is held) reverts the rollout for having disappeared, `lost_after_s`
-/// after the kill (plus the driver's tick).
+/// after the kill, within the driver's 500 ms tick.
 #[tokio::test]
 #[ignore = "needs fleet-truth: a poll held when its client goes away keeps the agent seen now"]
 async fn an_agent_killed_during_the_bake_reverts_the_rollout_within_lost_after() {
@@ -467,7 +467,9 @@ async fn an_agent_killed_during_the_bake_reverts_the_rollout_within_lost_after()
     assert!(message.contains("disappeared") && message.contains(&picked), "{event}");
     let after_ms = event["at_ms"].as_u64().unwrap().saturating_sub(killed_ms);
     eprintln!("{}", json!({"measure": "rollout_kill_to_revert_ms", "value": after_ms}));
-    assert!((3_000..=4_500).contains(&after_ms), "reverted {after_ms} ms after the kill, lost_after_s is 3");
+    // Counted from the driver's last look before the kill (a tick is 500 ms), so up to a tick
+    // early; and up to a tick late, with slack for a loaded machine.
+    assert!((2_400..=4_500).contains(&after_ms), "reverted {after_ms} ms after the kill, lost_after_s is 3");
     until("every agent is given back its value", async || agents.iter().all(|a| a.value().as_deref() == Some("10")))
         .await;
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V1);
