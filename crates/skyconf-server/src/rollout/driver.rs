@@ -417,13 +417,15 @@ impl Rollouts {
         let ungated = if rollout.ungated { ", ungated" } else { "" };
         let started = format!("Rollout of {} on release {base_release}{ungated}", list(&rollout.services));
         rollout.event(now, "started", started);
-        let live = self.live(&rollout, now);
+        let observed = self.listed(&rollout);
+        let live = live(&observed, now, ms(rollout.gates.lost_after_s));
         rollout.start_wave(0, now, &live);
         let unreached: Vec<(String, Reach)> =
             rollout.reach(&live).into_iter().filter(|(_, reach)| reach.reached == 0).collect();
         if !rollout.ungated && !unreached.is_empty() {
             return Err(RolloutError::Refused(self.unreached(&unreached)));
         }
+        self.sightings.lock().unwrap_or_else(|p| p.into_inner()).baseline(&rollout.id, 0, &observed);
         self.keeper.save(&rollout).await.map_err(RolloutError::Store)?;
         self.announce(&rollout, None);
         self.serve(Some(&rollout));
@@ -504,7 +506,8 @@ impl Rollouts {
             .as_mut()
             .filter(|r| r.id == id)
             .ok_or_else(|| RolloutError::NotFound(format!("no rollout `{id}` is current")))?;
-        let live = self.live(rollout, now_ms());
+        let observed = self.listed(rollout);
+        let live = live(&observed, now_ms(), ms(rollout.gates.lost_after_s));
         let before = rollout.events.last().cloned();
         let mut changed = rollout.clone();
         change(&mut changed, &live).map_err(RolloutError::Refused)?;
@@ -513,6 +516,11 @@ impl Rollouts {
         // Kept first: a change the store did not take is not served, nor said to have happened.
         self.keeper.save(&changed).await.map_err(RolloutError::Store)?;
         self.unsaved.store(false, Ordering::Relaxed);
+        if changed.wave_index != rollout.wave_index {
+            // This replica drives it now: the new wave's rows move on from here.
+            let mut sightings = self.sightings.lock().unwrap_or_else(|p| p.into_inner());
+            sightings.baseline(&changed.id, changed.wave_index, &observed);
+        }
         *rollout = changed;
         self.announce(rollout, before.as_ref());
         self.remember(rollout);
@@ -573,11 +581,11 @@ impl Rollouts {
         }
     }
 
-    /// Every (service, instance) of `rollout`'s changed services live at `now` (listed here or by
-    /// another replica, seen within `lost_after_s`): those a wave starting now may pick.
-    fn live(&self, rollout: &Rollout, now: u64) -> Vec<(String, String)> {
-        let observed = self.observe_with(&rollout.services, &crate::served::WaveMembers::default(), 0);
-        live(&observed, now, ms(rollout.gates.lost_after_s))
+    /// Every identified agent of `rollout`'s changed services listed now, here and by other
+    /// replicas (the instances a wave starting now may pick are those of them live: see
+    /// [`live`]).
+    fn listed(&self, rollout: &Rollout) -> Vec<Observed> {
+        self.observe_with(&rollout.services, &crate::served::WaveMembers::default(), 0)
     }
 
     /// Per service, the pollers without an identity (here, and in other replicas' summaries).

@@ -10,11 +10,12 @@
 //! a count of instances of each changed service, picked when the wave starts (the lowest hashes
 //! among the identified instances live then).
 //!
-//! **Reached.** An instance of a wave is *reached* once it is seen live (a poll, or a poll held
-//! now) at or after the start of the wave: an instance whose last sighting is older never is
-//! (finding N2: one that left before the rollout started is not the rollout's business). From then
-//! on it is *watched*, in this wave and the later ones ([`Rollout::watched`]), and the driver
-//! remembers when it last saw it live ([`Sightings`]).
+//! **Reached.** An instance of a wave is *reached* once it is seen live after the wave started:
+//! its row moves on (a poll, a poll held now, a newer summary from another replica) between two
+//! of the driver's looks. An instance whose row stays as it was never is (finding N2: one that left
+//! before the rollout started is not the rollout's business). From then on it is *watched*, in
+//! this wave and the later ones ([`Rollout::watched`]), and the driver remembers when it last saw
+//! it live ([`Sightings`]).
 //!
 //! Between waves:
 //!
@@ -48,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use skyconf_core::targeting::{Share, WHOLE, share_bucket};
 
 use super::prometheus::PrometheusGate;
+pub use super::sightings::Sightings;
 use crate::served::WaveMembers;
 
 /// How many events a rollout keeps (the newest).
@@ -341,8 +343,8 @@ pub struct Rollout {
     /// Instances picked by count waves so far, per service.
     #[serde(default)]
     pub named: BTreeMap<String, BTreeSet<String>>,
-    /// The instances reached so far, per service: each was seen live at or after the start of the
-    /// wave that serves it, and must keep being seen and hold its digest.
+    /// The instances reached so far, per service: each was seen live after the start of the wave
+    /// that serves it, and must keep being seen and hold its digest.
     #[serde(default)]
     pub watched: BTreeMap<String, BTreeSet<String>>,
     /// The release the candidate became, once completed.
@@ -450,46 +452,6 @@ pub enum Step {
     Changed,
     /// The last wave passed: write the candidate as the document.
     Complete,
-}
-
-/// What the driver remembers of each reached instance between ticks: when it was last seen live,
-/// and since when it has been seen without its digest. Kept beside the record, not in it (it
-/// changes on every tick): a driver that takes over, or restarts, starts with every reached
-/// instance seen at that moment, so the disappearance gate fires at most `lost_after_s` later.
-#[derive(Debug, Clone, Default)]
-pub struct Sightings {
-    rollout: String,
-    by: HashMap<(String, String), Sighting>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Sighting {
-    last_live_ms: u64,
-    behind_since_ms: Option<u64>,
-}
-
-impl Sightings {
-    /// The sightings of rollout `id` (those of another rollout are forgotten).
-    fn of(&mut self, id: &str) -> &mut HashMap<(String, String), Sighting> {
-        if self.rollout != id {
-            self.rollout = id.to_owned();
-            self.by.clear();
-        }
-        &mut self.by
-    }
-
-    /// Forgets every sighting: this replica no longer drives the rollout.
-    pub fn forget(&mut self) {
-        self.rollout.clear();
-        self.by.clear();
-    }
-
-    /// When `instance` of `service` of rollout `id` was last seen live, if this driver knows.
-    pub fn last_live_ms(&self, id: &str, service: &str, instance: &str) -> Option<u64> {
-        (self.rollout == id)
-            .then(|| self.by.get(&(service.to_owned(), instance.to_owned())).map(|s| s.last_live_ms))
-            .flatten()
-    }
 }
 
 /// `items`, comma-separated, the first [`NAMED_AT_MOST`] named and the others counted.
@@ -651,39 +613,35 @@ impl Rollout {
         let wave = self.wave_index + 1;
         let (apply_ms, lost_ms) = (ms(self.gates.apply_within_s), ms(self.gates.lost_after_s));
         let mut changed = false;
-        // Reached: served the candidate, and seen live since the wave started (never an instance
-        // whose last sighting is older: it may have left before the rollout started).
-        for agent in observed.iter().filter(|a| a.reached && a.last_seen_ms >= self.wave_started_ms) {
+        sightings.at(&self.id, self.wave_index);
+        let rows: HashMap<(&str, &str), (&Observed, bool)> =
+            observed.iter().map(|a| ((a.service.as_str(), a.instance.as_str()), (a, sightings.look(a)))).collect();
+        // Reached: served the candidate, and seen live since the wave started (its row moved on;
+        // never an instance whose row stays as it was: it may have left before the start).
+        for (agent, _) in rows.values().filter(|(a, moved)| a.reached && *moved) {
             if !self.watched.get(&agent.service).is_some_and(|names| names.contains(&agent.instance)) {
                 self.watched.entry(agent.service.clone()).or_default().insert(agent.instance.clone());
                 changed = true;
             }
         }
-        let rows: HashMap<(&str, &str), &Observed> =
-            observed.iter().map(|a| ((a.service.as_str(), a.instance.as_str()), a)).collect();
-        let sightings = sightings.of(&self.id);
         let (mut lost, mut overdue, mut not_yet) = (Vec::new(), Vec::new(), 0usize);
         for (service, names) in &self.watched {
             for name in names {
                 let row = rows.get(&(service.as_str(), name.as_str()));
-                let key = (service.clone(), name.clone());
-                // First sight by this driver: the row's, or now (a driver that took over).
-                let sighting = sightings.entry(key).or_insert(Sighting {
-                    last_live_ms: row.map_or(now_ms, |r| r.last_seen_ms),
-                    behind_since_ms: None,
-                });
-                if let Some(row) = row {
-                    sighting.last_live_ms = sighting.last_live_ms.max(row.last_seen_ms);
+                let seen = sightings.reached(service, name, now_ms);
+                if row.is_some_and(|(_, moved)| *moved) {
+                    seen.last_live_ms = now_ms;
                 }
-                // A row that vanished from the listing is not seen since its last sighting.
-                if now_ms > sighting.last_live_ms.saturating_add(lost_ms) {
+                // A row that stays as it was, or vanished from the listing (its connection
+                // closed), is not seen since.
+                if now_ms > seen.last_live_ms.saturating_add(lost_ms) {
                     lost.push(format!("{name} ({service})"));
                     continue;
                 }
                 match row {
-                    Some(row) if row.applied => sighting.behind_since_ms = None,
+                    Some((row, _)) if row.applied => seen.behind_since_ms = None,
                     Some(_) => {
-                        let since = *sighting.behind_since_ms.get_or_insert(now_ms);
+                        let since = *seen.behind_since_ms.get_or_insert(now_ms);
                         if now_ms >= since.saturating_add(apply_ms) {
                             overdue.push(format!("{name} ({service})"));
                         } else {
@@ -695,12 +653,14 @@ impl Rollout {
             }
         }
         let reached = self.reached();
-        // Served the candidate and live, but not seen since the wave started: an agent between
-        // two polls, or another replica's before its next summary. Waited for as long as an agent
-        // has to apply, then left out (it may have left just before the wave started).
+        // Served the candidate and live (listed, seen within `lost_after_s`), but not seen since the
+        // wave started: an agent between two polls, or another replica's before its next summary.
+        // Waited for as long as an agent has to apply, then left out (it may have left just before
+        // the wave started).
         let pending = observed
             .iter()
-            .filter(|a| a.reached && a.last_seen_ms < self.wave_started_ms && a.is_live(now_ms, lost_ms))
+            .filter(|a| a.reached && a.is_live(now_ms, lost_ms))
+            .filter(|a| !self.watched.get(&a.service).is_some_and(|names| names.contains(&a.instance)))
             .count();
         let patient = now_ms < self.wave_started_ms.saturating_add(apply_ms);
         if !lost.is_empty() {
@@ -782,7 +742,10 @@ impl Rollout {
             return Step::Complete;
         }
         match self.advance {
-            Advance::Auto => self.start_wave(wave, now_ms, &live(observed, now_ms, lost_ms)),
+            Advance::Auto => {
+                self.start_wave(wave, now_ms, &live(observed, now_ms, lost_ms));
+                sightings.baseline(&self.id, self.wave_index, observed);
+            }
             Advance::Manual => self.phase = Phase::Waiting,
         }
         Step::Changed
@@ -854,6 +817,13 @@ mod tests {
             .collect()
     }
 
+    /// The driver's memory when `r`'s wave starts at 0: every agent listed, last seen then.
+    fn started(r: &Rollout) -> Sightings {
+        let mut seen = Sightings::default();
+        seen.baseline(&r.id, r.wave_index, &fleet(r, 0, true));
+        seen
+    }
+
     /// Steps `r` at `now` with a fresh fleet and a driver's memory `seen`.
     fn step(r: &mut Rollout, seen: &mut Sightings, now: u64, applied: bool) -> Step {
         let agents = fleet(r, now, applied);
@@ -887,7 +857,7 @@ mod tests {
     #[test]
     fn waves_advance_after_apply_and_bake_and_the_last_completes() {
         let mut r = rollout(&[count(1), share("50%"), share("100%")], Advance::Auto);
-        let seen = &mut Sightings::default();
+        let seen = &mut started(&r);
         assert_eq!(step(&mut r, seen, 1000, true), Step::Changed, "applied");
         assert_eq!(r.applied_ms, Some(1000));
         assert_eq!(r.reached(), 1);
@@ -911,11 +881,11 @@ mod tests {
     #[test]
     fn an_agent_that_does_not_apply_in_time_reverts_the_wave() {
         let mut r = rollout(&[share("100%")], Advance::Auto);
-        let seen = &mut Sightings::default();
-        assert_eq!(step(&mut r, seen, 0, false), Step::Changed, "reached");
-        assert_eq!(step(&mut r, seen, 9_999, false), Step::Same);
+        let seen = &mut started(&r);
+        assert_eq!(step(&mut r, seen, 1, false), Step::Changed, "reached");
+        assert_eq!(step(&mut r, seen, 10_000, false), Step::Same);
         assert_eq!(r.phase, Phase::Running);
-        assert_eq!(step(&mut r, seen, 10_000, false), Step::Changed);
+        assert_eq!(step(&mut r, seen, 10_001, false), Step::Changed);
         assert_eq!(r.phase, Phase::Reverted);
         let said = &r.events.last().unwrap().message;
         assert!(said.contains("20 of 20 reached agent(s) did not apply within 10 s"), "{said}");
@@ -926,15 +896,15 @@ mod tests {
     #[test]
     fn a_reached_agent_that_stops_polling_reverts_even_after_its_wave() {
         let mut r = rollout(&[count(1), share("100%")], Advance::Auto);
-        let seen = &mut Sightings::default();
+        let seen = &mut started(&r);
         step(&mut r, seen, 1000, true);
         step(&mut r, seen, 6000, true);
         assert_eq!(r.wave_index, 1);
         let first = r.named["svc"].iter().next().unwrap().clone();
-        // The first wave's agent stops polling during the second wave.
+        // The first wave's agent stops polling during the second wave: its row stays as it was.
         let mut agents = fleet(&r, 7000, true);
-        agents.iter_mut().filter(|a| a.instance == first).for_each(|a| a.last_seen_ms = 5000);
-        assert_eq!(r.step(7000, &agents, seen, &Reading::Unread), Step::Changed, "seen 2 s ago: not lost yet");
+        agents.iter_mut().filter(|a| a.instance == first).for_each(|a| a.last_seen_ms = 6000);
+        assert_eq!(r.step(7000, &agents, seen, &Reading::Unread), Step::Changed, "seen 1 s ago: not lost yet");
         assert_eq!(r.phase, Phase::Running);
         // Last seen live at 6 s by this driver: disappeared 3 s later, however old its row says.
         let mut agents = fleet(&r, 9000, true);
@@ -956,7 +926,6 @@ mod tests {
         let mut r = rollout(&[share("100%")], Advance::Auto);
         r.gates.bake_s = 600;
         r.wave_started_ms = 100_000;
-        let seen = &mut Sightings::default();
         // pod-0 left 45 s before the wave started, pod-1 a millisecond before; pod-5 is listed
         // unless `gone`.
         let agents = |r: &Rollout, now: u64, gone: bool| {
@@ -966,19 +935,53 @@ mod tests {
             agents.retain(|a| !(gone && a.instance == "pod-5"));
             agents
         };
-        for now in [100_000, 104_000, 110_000] {
+        let seen = &mut Sightings::default();
+        seen.baseline(&r.id, 0, &agents(&r, 100_000, false));
+        for now in [100_000, 102_000, 104_000, 110_000] {
             r.step(now, &agents(&r, now, false), seen, &Reading::Unread);
             assert_eq!(r.phase, Phase::Running, "{:?}", r.events.last());
-            assert_eq!(r.reached(), 18);
+            assert_eq!(r.reached(), if now == 100_000 { 0 } else { 18 }, "at {now}");
             // pod-1, live until 3 s after its last sighting, is waited for until then.
-            assert_eq!(r.applied_ms, (now > 100_000).then_some(104_000), "at {now}");
+            assert_eq!(r.applied_ms, (now > 102_999).then_some(104_000), "at {now}");
         }
         assert!(!r.watched["svc"].contains("pod-0") && !r.watched["svc"].contains("pod-1"));
         // pod-5 vanishes from the listing (its connection closed) after 110 s.
         assert_eq!(r.step(113_000, &agents(&r, 113_000, true), seen, &Reading::Unread), Step::Same, "3 s: not yet");
         assert_eq!(r.step(113_001, &agents(&r, 113_001, true), seen, &Reading::Unread), Step::Changed);
         assert_eq!(r.phase, Phase::Reverted);
-        assert!(r.events.last().unwrap().message.contains("pod-5 (svc)"), "{:?}", r.events.last());
+        let said = &r.events.last().unwrap().message;
+        assert!(said.contains("1 reached agent(s) disappeared") && said.contains("pod-5 (svc)"), "{said}");
+    }
+
+    /// A sighting is a row that moves on, not a time compared with the driver's clock: with the
+    /// fleet's clock an hour behind (a step of the system clock), live agents are reached and
+    /// stay; an hour ahead, one that left before the wave started is still never reached.
+    #[test]
+    fn sightings_do_not_depend_on_the_fleets_clock() {
+        const START: u64 = 10_000_000;
+        for skew in [-3_600_000i64, 3_600_000] {
+            let mut r = rollout(&[share("100%")], Advance::Auto);
+            r.wave_started_ms = START;
+            r.gates.bake_s = 600;
+            // pod-0 left 10 s before the start, by the fleet's clock.
+            let listed = |r: &Rollout, now: u64| {
+                let mut agents = fleet(r, now.saturating_add_signed(skew), true);
+                agents[0].last_seen_ms = (START - 10_000).saturating_add_signed(skew);
+                agents
+            };
+            let seen = &mut Sightings::default();
+            seen.baseline(&r.id, 0, &listed(&r, START));
+            for now in [START + 1000, START + 2000, START + 4000] {
+                r.step(now, &listed(&r, now), seen, &Reading::Unread);
+                assert_eq!((r.phase, r.reached()), (Phase::Running, 19), "skew {skew} at {now}: {:?}", r.events);
+            }
+            // Only waiting for listed instances not seen yet reads the fleet's clock: ahead of the
+            // driver's, it takes pod-0 for live until `apply_within_s` has passed.
+            r.step(START + 10_000, &listed(&r, START + 10_000), seen, &Reading::Unread);
+            let applied = if skew < 0 { START + 1000 } else { START + 10_000 };
+            assert_eq!(r.applied_ms, Some(applied), "skew {skew}");
+            assert_eq!(r.phase, Phase::Running);
+        }
     }
 
     /// A driver that takes over (or restarts) has no sightings: it gives every reached instance
@@ -987,16 +990,20 @@ mod tests {
     fn a_driver_that_takes_over_judges_from_its_own_first_look() {
         let mut r = rollout(&[share("100%")], Advance::Auto);
         r.gates.bake_s = 600;
-        step(&mut r, &mut Sightings::default(), 1000, true);
+        let first = &mut started(&r);
+        step(&mut r, first, 1000, true);
         assert_eq!(r.reached(), 20);
         let other = &mut Sightings::default();
-        let mut agents = fleet(&r, 50_000, true);
-        agents.retain(|a| a.instance != "pod-1");
-        r.step(50_000, &agents, other, &Reading::Unread);
+        let without =
+            |r: &Rollout, now| fleet(r, now, true).into_iter().filter(|a| a.instance != "pod-1").collect::<Vec<_>>();
+        r.step(50_000, &without(&r, 50_000), other, &Reading::Unread);
         assert_eq!(r.phase, Phase::Running, "{:?}", r.events.last());
         assert_eq!(other.last_live_ms("r1", "svc", "pod-1"), Some(50_000));
-        r.step(53_001, &agents, other, &Reading::Unread);
+        assert_eq!(r.step(53_000, &without(&r, 53_000), other, &Reading::Unread), Step::Same);
+        r.step(53_001, &without(&r, 53_001), other, &Reading::Unread);
         assert_eq!(r.phase, Phase::Reverted);
+        let said = &r.events.last().unwrap().message;
+        assert!(said.contains("1 reached agent(s) disappeared") && said.ends_with("pod-1 (svc)"), "{said}");
     }
 
     /// A late arrival in a share (or an agent that restarts and re-syncs) has `apply_within_s` of
@@ -1005,19 +1012,24 @@ mod tests {
     fn a_late_arrival_must_apply_within_its_own_window() {
         let mut r = rollout(&[share("100%")], Advance::Auto);
         let seen = &mut Sightings::default();
+        seen.baseline(&r.id, 0, &fleet(&r, 0, true)[..19]);
         let mut agents = fleet(&r, 1000, true);
         agents.truncate(19);
         r.step(1000, &agents, seen, &Reading::Unread);
         assert_eq!(r.applied_ms, Some(1000));
-        // pod-19 arrives during the bake and does not apply.
-        let mut agents = fleet(&r, 5500, true);
-        agents[19].applied = false;
-        r.step(5500, &agents, seen, &Reading::Unread);
+        // pod-19 arrives during the bake and does not apply: reached once seen again.
+        let arrived = |r: &Rollout, now| {
+            let mut agents = fleet(r, now, true);
+            agents[19].applied = false;
+            agents
+        };
+        r.step(5500, &arrived(&r, 5500), seen, &Reading::Unread);
+        assert_eq!(r.reached(), 19);
+        assert_eq!(r.step(6000, &arrived(&r, 6000), seen, &Reading::Unread), Step::Changed, "reached");
         assert_eq!(r.reached(), 20);
-        agents.iter_mut().for_each(|a| a.last_seen_ms = 6000);
-        assert_eq!(r.step(6000, &agents, seen, &Reading::Unread), Step::Same, "baked, but pod-19 has not applied");
-        agents.iter_mut().for_each(|a| a.last_seen_ms = 15_500);
-        r.step(15_500, &agents, seen, &Reading::Unread);
+        assert_eq!(r.step(6500, &arrived(&r, 6500), seen, &Reading::Unread), Step::Same, "baked; pod-19 not applied");
+        assert_eq!(r.step(15_999, &arrived(&r, 15_999), seen, &Reading::Unread), Step::Same);
+        r.step(16_000, &arrived(&r, 16_000), seen, &Reading::Unread);
         assert_eq!(r.phase, Phase::Reverted);
         assert!(r.events.last().unwrap().message.contains("1 of 20 reached agent(s) did not apply"));
     }
@@ -1028,7 +1040,7 @@ mod tests {
     fn a_wave_that_reaches_nobody_of_a_service_says_so() {
         let mut r = rollout(&[share("100%")], Advance::Auto);
         r.services.push("quiet".into());
-        let seen = &mut Sightings::default();
+        let seen = &mut started(&r);
         assert_eq!(step(&mut r, seen, 1000, true), Step::Changed);
         assert_eq!(r.applied_ms, None, "waits for an instance of `quiet`");
         assert_eq!(step(&mut r, seen, 9_999, true), Step::Same);
@@ -1061,9 +1073,10 @@ mod tests {
     fn the_prometheus_gate_holds_a_wave_until_read_and_reverts_when_over() {
         let mut r = rollout(&[share("10%"), share("100%")], Advance::Manual);
         r.gates.prometheus = Some(PrometheusGate { url: "http://p".into(), query: "q".into(), max: 0.1 });
-        let seen = &mut Sightings::default();
-        r.step(0, &fleet(&r, 0, true), seen, &Reading::Unread);
-        assert_eq!(r.step(5000, &fleet(&r, 5000, true), seen, &Reading::Error("refused".into())), Step::Changed);
+        let seen = &mut started(&r);
+        r.step(1, &fleet(&r, 1, true), seen, &Reading::Unread);
+        assert_eq!(r.applied_ms, Some(1));
+        assert_eq!(r.step(5001, &fleet(&r, 5001, true), seen, &Reading::Error("refused".into())), Step::Changed);
         assert_eq!(r.events.last().unwrap().kind, "gate");
         let again = r.step(5500, &fleet(&r, 5500, true), seen, &Reading::Error("refused".into()));
         assert_eq!(again, Step::Same, "said once");
