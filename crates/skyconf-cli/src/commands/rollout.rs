@@ -1,6 +1,10 @@
 //! `skyconf rollout`: start, watch, promote and abort staged rollouts through a server's admin API
-//! (`/api/v1/rollouts`). Every subcommand prints the rollout as one JSON object on stdout; `status
-//! --watch` prints one line per change until the rollout ends.
+//! (`/api/v1/rollouts`). Every subcommand prints the API's answer as one JSON object on stdout
+//! (`{"rollout": {...}, "history": [...]}`), or with `--text` the rollout for a person to read
+//! ([`text`]); `status --watch` prints again each time something a person sees changes (the
+//! state, the wave, the reached and applied counts, a new event) until the rollout ends.
+
+mod text;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -15,15 +19,30 @@ use crate::args::parse_duration;
 /// Exit status when a watched rollout ends reverted or aborted.
 const EXIT_REVERTED: u8 = 4;
 
+/// How often `status --watch` asks.
+const WATCH_EVERY: Duration = Duration::from_millis(500);
+
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Output: the API's answer as one JSON object on stdout ({\"rollout\": ..., \"history\": [...]}), or the
+rollout in a few lines for a person with --text.
+
+Exit status:
+  0  the server did it (status: answered; status --watch: the rollout completed)
+  1  the server refused (its reason on stderr) or could not be reached
+  2  usage error
+  4  status --watch: the rollout ended reverted or aborted")]
 pub(crate) struct Args {
     /// The server's admin API.
     #[arg(long, global = true, default_value = "http://127.0.0.1:12800", env = "SKYCONF_ADMIN_URL")]
     admin: String,
-    /// A write token (a read token for `status`). Its value from the environment never appears
-    /// in `--help`.
+    /// An admin token: a write token for start, promote and abort; a read token is enough for
+    /// status. Its value from the environment never appears in `--help`.
     #[arg(long, global = true, env = "SKYCONF_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<Secret>,
+    /// Print the rollout for a person (its state, reach and events) instead of JSON.
+    #[arg(long, global = true)]
+    text: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -31,26 +50,53 @@ pub(crate) struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Start rolling out a document in waves.
+    #[command(after_help = "\
+Refused (exit status 1, the reason on stderr) when a wave, a gate, the author or the message is out
+of its bounds, or when the first wave reaches no live identified instance of a service the document
+changes (unless --ungated).
+
+Exit status:
+  0  started: its first wave is served
+  1  the server refused the plan (its reason on stderr) or could not be reached
+  2  usage error")]
     Start(StartArgs),
     /// Print the current (or last) rollout.
+    #[command(after_help = "\
+Exit status:
+  0  printed; with --watch: the rollout completed (or there is none)
+  1  the server refused (its reason on stderr) or could not be reached
+  2  usage error
+  4  --watch: the rollout ended reverted or aborted")]
     Status {
-        /// Print a line each time it changes, until it ends (exit status 4 when reverted or aborted).
+        /// Print again each time its state, wave, reach or events change, until it ends (exit
+        /// status 4 when reverted or aborted).
         #[arg(long)]
         watch: bool,
     },
     /// Start the next wave of a rollout waiting after a passed wave.
+    #[command(after_help = "\
+Exit status:
+  0  the next wave started
+  1  the server refused (the rollout is not waiting for a promote, or is not current) or could not
+     be reached
+  2  usage error")]
     Promote {
         /// The rollout's id.
         id: String,
-        /// Who promotes it (recorded in its events).
+        /// Who promotes it (recorded in its events; at most 256 bytes).
         #[arg(long)]
         author: Option<String>,
     },
     /// Stop a rollout: every instance it reached gets back what it had.
+    #[command(after_help = "\
+Exit status:
+  0  aborted: every instance it reached is served what it had before
+  1  the server refused (the rollout has ended, or is not current) or could not be reached
+  2  usage error")]
     Abort {
         /// The rollout's id.
         id: String,
-        /// Who aborts it (recorded in its events).
+        /// Who aborts it (recorded in its events; at most 256 bytes).
         #[arg(long)]
         author: Option<String>,
     },
@@ -60,16 +106,17 @@ enum Command {
 struct StartArgs {
     /// The candidate document (`-`: standard input).
     document: std::path::PathBuf,
-    /// The waves, comma-separated: a share (`10%`) or a number of instances (`1`).
+    /// The waves, comma-separated (at most 20): a share of each changed service's instances
+    /// (`10%`, growing from wave to wave) or a number of instances of each (`1`).
     #[arg(long, default_value = "1,10%,50%,100%")]
     waves: String,
-    /// Every reached agent must apply within this long.
+    /// Every reached agent must apply within this long (whole seconds, 1 s to 1 day).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     apply_within: Duration,
-    /// Then each wave bakes this long.
+    /// Then each wave bakes this long (whole seconds, up to 1 day; 0: it passes once applied).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     bake: Duration,
-    /// A reached agent not seen for this long has disappeared.
+    /// A reached agent with no live row for this long has disappeared (whole seconds, 1 s to 1 day).
     #[arg(long, default_value = "45s", value_parser = parse_duration)]
     lost_after: Duration,
     /// Prometheus' base URL, for a gate on `--prometheus-query`.
@@ -84,10 +131,14 @@ struct StartArgs {
     /// Wait for `skyconf rollout promote` after each passed wave.
     #[arg(long)]
     manual: bool,
-    /// Who starts it.
+    /// Start even if the first wave reaches no live identified instance of a changed service:
+    /// there it is a write in steps, which no gate can judge.
+    #[arg(long)]
+    ungated: bool,
+    /// Who starts it (at most 256 bytes).
     #[arg(long)]
     author: Option<String>,
-    /// Why.
+    /// Why (at most 4096 bytes).
     #[arg(long)]
     message: Option<String>,
 }
@@ -108,17 +159,26 @@ fn waves(text: &str) -> anyhow::Result<Vec<Value>> {
         .collect()
 }
 
+/// A gate's duration in whole seconds, as the API takes it.
+fn whole_seconds(flag: &str, duration: Duration) -> anyhow::Result<u64> {
+    if duration.subsec_nanos() != 0 {
+        bail!("--{flag} {duration:?}: gates are whole seconds");
+    }
+    Ok(duration.as_secs())
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::runtime()?.block_on(async move {
         let client = Client::new(&args.admin, args.token.as_ref())?;
+        let print = |answer: &Value| show(answer, args.text);
         match args.command {
             Command::Start(start) => {
                 let document = Document::read(&start.document)?;
                 let Some(text) = document.text else { bail!("{} has no document", document.name) };
                 let mut gates = json!({
-                    "apply_within_s": start.apply_within.as_secs(),
-                    "bake_s": start.bake.as_secs(),
-                    "lost_after_s": start.lost_after.as_secs(),
+                    "apply_within_s": whole_seconds("apply-within", start.apply_within)?,
+                    "bake_s": whole_seconds("bake", start.bake)?,
+                    "lost_after_s": whole_seconds("lost-after", start.lost_after)?,
                 });
                 if let (Some(url), Some(query), Some(max)) =
                     (start.prometheus_url, start.prometheus_query, start.prometheus_max)
@@ -130,6 +190,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "waves": waves(&start.waves)?,
                     "gates": gates,
                     "advance": if start.manual { "manual" } else { "auto" },
+                    "ungated": start.ungated,
                     "author": start.author,
                     "message": start.message,
                 });
@@ -140,41 +201,62 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 print(&client.send("GET", "/api/v1/rollouts", None).await?);
                 Ok(ExitCode::SUCCESS)
             }
-            Command::Status { watch: true } => watch(&client).await,
-            Command::Promote { id, author } => operate(&client, &id, "promote", author).await,
-            Command::Abort { id, author } => operate(&client, &id, "abort", author).await,
+            Command::Status { watch: true } => watch(&client, args.text).await,
+            Command::Promote { id, author } => {
+                print(&operate(&client, &id, "promote", author).await?);
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Abort { id, author } => {
+                print(&operate(&client, &id, "abort", author).await?);
+                Ok(ExitCode::SUCCESS)
+            }
         }
     })
 }
 
-/// `POST /api/v1/rollouts/{id}/{action}` with who does it; prints the answer.
-async fn operate(client: &Client, id: &str, action: &str, author: Option<String>) -> anyhow::Result<ExitCode> {
+/// `POST /api/v1/rollouts/{id}/{action}` with who does it.
+async fn operate(client: &Client, id: &str, action: &str, author: Option<String>) -> anyhow::Result<Value> {
     let body = json!({ "author": author });
-    print(&client.send("POST", &format!("/api/v1/rollouts/{id}/{action}"), Some(&body)).await?);
-    Ok(ExitCode::SUCCESS)
+    client.send("POST", &format!("/api/v1/rollouts/{id}/{action}"), Some(&body)).await
 }
 
-/// Prints the rollout each time its state, wave or reach changes, until it ends.
-async fn watch(client: &Client) -> anyhow::Result<ExitCode> {
-    let mut last = Value::Null;
+/// What a person sees of a rollout answer: its state, wave, reach and newest event (not when
+/// each agent was last seen, which changes on every look while a poll is held).
+fn visible(answer: &Value) -> Value {
+    let rollout = &answer["rollout"];
+    let progress = &rollout["progress"];
+    let newest = rollout["events"].as_array().and_then(|events| events.last()).cloned();
+    json!([rollout["id"], rollout["state"], progress["wave"], progress["reached"], progress["applied"], newest])
+}
+
+/// Prints the rollout each time something a person sees changes, until it ends.
+async fn watch(client: &Client, text: bool) -> anyhow::Result<ExitCode> {
+    let mut last: Option<Value> = None;
     loop {
         let now = client.send("GET", "/api/v1/rollouts", None).await?;
-        let rollout = &now["rollout"];
-        let shown = json!([rollout["state"], rollout["progress"], rollout["events"].as_array().map(Vec::len)]);
-        if shown != last {
-            print(&now);
-            last = shown;
+        let shown = visible(&now);
+        if last.as_ref() != Some(&shown) {
+            match (text, &last) {
+                (true, Some(_)) => text::changes(&now, last.as_ref()),
+                _ => show(&now, text),
+            }
+            last = Some(shown);
         }
-        match rollout["phase"].as_str() {
+        match now["rollout"]["phase"].as_str() {
             None | Some("completed") => return Ok(ExitCode::SUCCESS),
             Some("reverted" | "aborted") => return Ok(ExitCode::from(EXIT_REVERTED)),
-            Some(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Some(_) => tokio::time::sleep(WATCH_EVERY).await,
         }
     }
 }
 
-fn print(value: &Value) {
-    crate::commands::outln!("{value}");
+/// Prints an answer: one JSON line, or the rollout for a person.
+fn show(answer: &Value, text: bool) {
+    if text {
+        text::rollout(answer);
+    } else {
+        crate::commands::outln!("{answer}");
+    }
 }
 
 /// The admin API over HTTP, with the token.

@@ -156,7 +156,7 @@ async fn the_cli_rolls_a_document_out_to_grpcio_and_rust_agents_and_aborts_one()
     let (code, aborted) = rollout(&running, &["abort", &id, "--author", "ops"]).await;
     assert_eq!((code, aborted["rollout"]["state"].as_str()), (0, Some("aborted")), "{aborted}");
     let said = aborted["rollout"]["events"].as_array().unwrap().last().unwrap()["message"].clone();
-    assert_eq!(said, "aborted by ops at wave 1", "{aborted}");
+    assert_eq!(said, "Aborted by ops at wave 1", "{aborted}");
     let (code, _) = rollout(&running, &["status", "--watch"]).await;
     assert_eq!(code, 4, "a watched rollout that ended aborted");
     wait_until(&running, "every agent is back on V2", |a| holding(a, V2) == 4).await;
@@ -170,4 +170,107 @@ async fn the_cli_rolls_a_document_out_to_grpcio_and_rust_agents_and_aborts_one()
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("400") && stderr.contains("line 3, column 1"), "{stderr}");
     running.stop().await.unwrap();
+}
+
+/// `skyconf rollout --admin URL ARGS`: its exit status, stdout's lines and stderr.
+async fn rollout_lines(admin: &str, args: &[&str]) -> (i32, Vec<String>, String) {
+    let mut command = skyconf();
+    command.args(["rollout", "--admin", admin]).args(args);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect();
+    (output.status.code().unwrap_or(-1), stdout, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// What a person sees of a rollout: its state, wave, reach and last event.
+fn visible(answer: &Value) -> Value {
+    let r = &answer["rollout"];
+    serde_json::json!([
+        r["state"],
+        r["progress"]["wave"],
+        r["progress"]["reached"],
+        r["progress"]["applied"],
+        r["events"].as_array().and_then(|e| e.last()).cloned()
+    ])
+}
+
+/// Usability findings 4 and 19: `status --watch` prints a line only when something a person
+/// sees changes (not on every `last_seen_ms` of a held agent); `--text` prints the rollout for
+/// a person; the log says the rollout driver wrote the candidate; every rollout subcommand's
+/// help lists its exit statuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_only_visible_changes_text_reads_and_the_log_names_the_driver() {
+    use crate::util::Server as Process;
+    let (dir, path) = temp_file("agents.yaml", V1);
+    let server = Process::start(&path);
+    let addr: std::net::SocketAddr = server.grpc_addr.parse().unwrap();
+    let admin_url = format!("http://{}", server.admin_addr);
+    let spawn = |instance: &str| {
+        let child = Command::new(env!("CARGO_BIN_EXE_skyconf"))
+            .args(["agent", "--addr", &addr.to_string(), "--service", "roll-svc", "--interval", "200ms"])
+            .args(["--instance", instance])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Guard(child)
+    };
+    let _fleet = [spawn("rs-1"), spawn("rs-2")];
+    let admin = skyconf_testkit::server::AdminClient::new(&server.admin_addr);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    loop {
+        let body = admin.get_json("/api/v1/instances").await;
+        let applied = body["instances"].as_array().unwrap().iter().filter(|i| i["services"][0]["state"] == "applied");
+        if applied.count() == 2 {
+            break;
+        }
+        assert!(Instant::now() < give_up, "two identified agents applied: {body:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let candidate = dir.path().join("candidate.yaml");
+    std::fs::write(&candidate, V2).unwrap();
+    let start = ["start", candidate.to_str().unwrap(), "--waves", "1,100%", "--bake", "2s", "--apply-within", "20s"];
+    let (code, _, stderr) = rollout_lines(&admin_url, &start).await;
+    assert_eq!(code, 0, "{stderr}");
+    let (code, lines, stderr) = rollout_lines(&admin_url, &["status", "--watch"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let shown: Vec<Value> = lines.iter().map(|l| visible(&serde_json::from_str(l).unwrap())).collect();
+    assert!(shown.windows(2).all(|w| w[0] != w[1]), "a line without a visible change: {shown:#?}");
+    assert_eq!(shown.last().unwrap()[0], "completed", "{shown:#?}");
+
+    // The same rollout for a person: a heading, where it stands, the events.
+    let (code, text, stderr) = rollout_lines(&admin_url, &["status", "--text"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let text = text.join("\n");
+    assert!(text.starts_with("Rollout r") && text.contains("completed"), "{text}");
+    assert!(text.contains("wave 2 of 2"), "{text}");
+    assert!(text.contains("Wave 1 of 2 started") && text.contains("passed"), "{text}");
+    assert!(!text.contains('{'), "no JSON: {text}");
+
+    // The log names who wrote the candidate.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let wrote = loop {
+        let log = server.drain_log();
+        if let Some(line) = log.into_iter().find(|l| l.contains("agent configurations to the store")) {
+            break line;
+        }
+        assert!(Instant::now() < give_up, "no line says the candidate was written");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(wrote.contains("rollout driver") && !wrote.contains("admin API"), "{wrote}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V2);
+
+    for sub in [
+        &["rollout"][..],
+        &["rollout", "start"],
+        &["rollout", "status"],
+        &["rollout", "promote"],
+        &["rollout", "abort"],
+    ] {
+        let help = skyconf().args(sub).arg("--help").output().unwrap();
+        let help = String::from_utf8(help.stdout).unwrap();
+        assert!(help.contains("Exit status:\n  0  "), "`{}` documents its exit statuses:\n{help}", sub.join(" "));
+    }
+    let help = String::from_utf8(skyconf().args(["rollout", "status", "--help"]).output().unwrap().stdout).unwrap();
+    assert!(help.contains("  4  "), "{help}");
 }

@@ -501,19 +501,20 @@ pub(crate) struct RolloutView {
 /// The current wave's reach.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RolloutProgress {
-    /// The wave being run, from 1.
+    /// The wave being run, from 1 (the record's `wave_index` is the same wave from 0).
     wave: usize,
     /// How many waves there are.
     waves: usize,
-    /// Agents reached so far (identified instances of the changed services).
+    /// Instances reached so far, by this wave and the earlier ones: served the candidate and
+    /// seen live since the wave that serves them started (0 once the rollout has ended).
     reached: usize,
-    /// Of them, those holding their new digest.
+    /// Of them, those holding their new digest now.
     applied: usize,
-    /// Each reached agent.
+    /// Each reached instance (the first 1000 by service and name).
     agents: Vec<ReachedAgent>,
 }
 
-/// One reached agent.
+/// One reached instance.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ReachedAgent {
     /// Its service.
@@ -522,8 +523,10 @@ pub(crate) struct ReachedAgent {
     instance: String,
     /// Whether it holds its new digest.
     applied: bool,
-    /// When it was last seen.
-    last_seen_ms: u64,
+    /// When its row was last seen (a held poll: now); `null` when the fleet lists no row of it
+    /// now (it disappears when that lasts `lost_after_s`).
+    #[schema(required = true)]
+    last_seen_ms: Option<u64>,
 }
 
 /// `GET /api/v1/services`.

@@ -32,8 +32,8 @@ impl From<RolloutError> for AppError {
 pub struct StartRollout {
     /// The candidate: a whole agent-configurations document.
     pub document: String,
-    /// The waves, in order; the last usually `{"share": "100%"}`.
-    #[schema(min_items = 1)]
+    /// The waves, in order (1 to 20; shares only grow); the last usually `{"share": "100%"}`.
+    #[schema(min_items = 1, max_items = 20)]
     pub waves: Vec<WaveSpec>,
     /// The gates between waves (defaults: apply within 60 s, bake 60 s, lost after 45 s).
     #[serde(default)]
@@ -41,9 +41,15 @@ pub struct StartRollout {
     /// `auto` (default) or `manual`.
     #[serde(default)]
     pub advance: Advance,
-    /// Who starts it.
+    /// Start even if the first wave reaches no live identified instance of a changed service
+    /// (refused otherwise): there the rollout is a write in steps, which no gate can judge.
+    #[serde(default)]
+    pub ungated: bool,
+    /// Who starts it (at most 256 bytes, no control characters).
+    #[schema(max_length = 256)]
     pub author: Option<String>,
-    /// Why.
+    /// Why (at most 4096 bytes).
+    #[schema(max_length = 4096)]
     pub message: Option<String>,
 }
 
@@ -51,7 +57,8 @@ pub struct StartRollout {
 #[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Operator {
-    /// Who promotes or aborts (recorded in the rollout's events).
+    /// Who promotes or aborts (recorded in the rollout's events; at most 256 bytes).
+    #[schema(max_length = 256)]
     pub author: Option<String>,
 }
 
@@ -61,18 +68,20 @@ fn rollouts(admin: &Admin) -> Result<&Rollouts, AppError> {
 
 /// A rollout as the API shows it: the record and where its reached agents stand.
 fn view(rollouts: &Rollouts, rollout: &Rollout) -> Value {
-    let reached = if rollout.phase.is_active() { rollouts.progress(rollout) } else { Vec::new() };
-    let applied = reached.iter().filter(|a| a.applied).count();
-    let agents: Vec<Value> = reached
+    let active = rollout.phase.is_active();
+    let listed = if active { rollouts.progress(rollout) } else { Vec::new() };
+    let reached = if active { rollout.reached() } else { 0 };
+    let applied = listed.iter().filter(|a| a.applied).count();
+    let agents: Vec<Value> = listed
         .iter()
         .map(|a| json!({"service": a.service, "instance": a.instance, "applied": a.applied, "last_seen_ms": a.last_seen_ms}))
         .collect();
     let mut body = serde_json::to_value(rollout).expect("a rollout always serializes");
     body["state"] = json!(phase_name(rollout.phase));
     body["progress"] = json!({
-        "wave": rollout.wave + 1,
+        "wave": rollout.wave_index + 1,
         "waves": rollout.waves.len(),
-        "reached": reached.len(),
+        "reached": reached,
         "applied": applied,
         "agents": agents,
     });
@@ -115,7 +124,7 @@ pub(super) async fn current(State(admin): State<Admin>) -> Json<Value> {
     request_body(content = StartRollout, content_type = "application/json"),
     responses(
         (status = 201, description = "Started: its first wave is served.", body = super::openapi::RolloutAnswer),
-        (status = 400, description = "A refused document (line and column in `details`), a bad wave or gate, or a candidate that changes nothing.", body = ErrorBody),
+        (status = 400, description = "A refused document (line and column in `details`); a wave, gate, author or message out of its bounds; a candidate without a service or that changes nothing; or a first wave that reaches no live identified instance of a changed service (the services named, and what to do), without `ungated`.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON content type, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "Another rollout is running, or this server runs none.", body = ErrorBody),
@@ -145,6 +154,7 @@ pub(super) async fn start(
         advance: request.advance,
         author: request.author,
         message: request.message,
+        ungated: request.ungated,
     };
     let rollout = rollouts.start(plan, base).await?;
     Ok((StatusCode::CREATED, Json(answer(rollouts, Some(&rollout)))).into_response())
@@ -162,7 +172,7 @@ pub(super) async fn start(
         description = "Optional: who promotes."),
     responses(
         (status = 200, description = "The next wave started.", body = super::openapi::RolloutAnswer),
-        (status = 400, description = "The rollout is not waiting for a promote, or bad JSON.", body = ErrorBody),
+        (status = 400, description = "The rollout is not waiting for a promote, an author over 256 bytes, or bad JSON.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such rollout is current.", body = ErrorBody),
@@ -193,7 +203,7 @@ pub(super) async fn promote(
         description = "Optional: who aborts."),
     responses(
         (status = 200, description = "Aborted: every reached instance is served what it had.", body = super::openapi::RolloutAnswer),
-        (status = 400, description = "The rollout has ended, or bad JSON.", body = ErrorBody),
+        (status = 400, description = "The rollout has ended, an author over 256 bytes, or bad JSON.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such rollout is current.", body = ErrorBody),

@@ -286,13 +286,21 @@ async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) 
         admin.writer.as_ref().ok_or_else(|| AppError::Conflict("this server has no store to write to".into()))?;
     let mut served_changes = admin.served.subscribe();
     let started = Instant::now();
+    let rollout = attribution.origin.strip_prefix(crate::releases::ORIGIN_ROLLOUT).map(str::to_owned);
     admin.releases.expect(proposal.text.as_deref(), attribution);
     if let Err(error) = writer.put_boxed(AGENT_CONFIGURATIONS_KEY, proposal.text.as_deref(), expect).await {
         admin.releases.withdraw(proposal.text.as_deref());
         tracing::warn!(%error, "The store refused an admin write.");
         return Err(error.into());
     }
-    tracing::info!(changed = changes.len(), "Wrote agent configurations to the store from the admin API.");
+    match rollout {
+        Some(rollout) => tracing::info!(
+            changed = changes.len(),
+            %rollout,
+            "The rollout driver wrote agent configurations to the store: the rollout's candidate."
+        ),
+        None => tracing::info!(changed = changes.len(), "Wrote agent configurations to the store from the admin API."),
+    }
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         if let Some(release) = admin.releases.find_after(latest_id, hash.as_deref()) {

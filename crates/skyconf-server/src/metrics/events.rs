@@ -156,10 +156,11 @@ impl Events {
         );
     }
 
-    /// A staged rollout recorded an event: a revert or an abort is a warning, the rest news.
+    /// A staged rollout recorded an event: a revert, an abort or a wave no gate judged is a warning,
+    /// the rest news.
     pub fn rollout_event(&self, rollout: &str, kind: &str, message: &str) {
         self.rollout_events.get_or_create(&RolloutEventLabels { kind: kind.to_owned() }).inc();
-        if matches!(kind, "reverted" | "aborted" | "failed") {
+        if matches!(kind, "reverted" | "aborted" | "failed" | "unjudged") {
             tracing::warn!(rollout, kind, "{message}");
         } else {
             tracing::info!(rollout, kind, "{message}");

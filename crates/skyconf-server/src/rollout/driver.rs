@@ -12,7 +12,15 @@
 //! the next replica to look takes over. A promote or an abort on any replica makes that replica the
 //! driver. The driver judges the agents it sees and those the other replicas publish in their
 //! fleet summaries (see [`crate::fleet::replicas`]), so a gate sees the whole fleet, a summary
-//! interval late for the others'.
+//! interval late for the others'. It remembers when it last saw each reached instance live
+//! ([`Sightings`], beside the record); a replica that takes over starts from its own first look.
+//!
+//! **Start.** A plan is checked whole before anything is served: its bounds
+//! ([`super::plan::check_waves`], [`super::plan::Gates::check`],
+//! [`super::plan::check_attribution`]), a candidate with at least one service that changes at
+//! least one, and a first wave that reaches a live identified instance of every changed service
+//! (else no gate could judge the rollout there: refused, naming the services and what to do,
+//! unless the plan is `ungated`).
 //!
 //! **Completion.** When the last wave passes, the candidate is written through the admin write
 //! path with `If-Match` on the release the rollout was planned on; once it is served, the overlay
@@ -32,7 +40,10 @@ use skyconf_sources::shared::{Lifetime, Records};
 use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{Event, Observed, Phase, Reading, Rollout, Step, Summary};
+use super::plan::{
+    Event, Observed, Phase, Reach, Reading, Rollout, Sightings, Step, Summary, check_attribution, check_waves, list,
+    live, ms,
+};
 use crate::fleet::{AgentState, Fleet};
 use crate::served::{Overlay, ServedTable};
 use crate::unix_time::now_ms;
@@ -56,6 +67,8 @@ const HISTORY_DIR: &str = "rollouts";
 pub const HISTORY_KEPT: usize = 50;
 /// How many ended rollouts the history shows.
 pub const HISTORY_SHOWN: usize = 20;
+/// How many reached instances [`Rollouts::progress`] lists (all are counted).
+pub const PROGRESS_LISTED: usize = 1000;
 
 /// Why a rollout operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +212,21 @@ pub struct Plan {
     pub author: Option<String>,
     /// Why.
     pub message: Option<String>,
+    /// Started even if its first wave reaches no live identified instance of a changed service.
+    pub ungated: bool,
+}
+
+/// One reached instance of a rollout, and where it stands now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    /// Its service.
+    pub service: String,
+    /// Its instance name.
+    pub instance: String,
+    /// Whether it holds the digest it is served now.
+    pub applied: bool,
+    /// When its row was last seen (Unix milliseconds); `None` when no row is listed now.
+    pub last_seen_ms: Option<u64>,
 }
 
 /// The rollouts of this server. Cheap to share: wrap it in an `Arc`.
@@ -224,6 +252,8 @@ pub struct Rollouts {
     events: crate::metrics::Events,
     /// The current record holds a change served here that the keeper has not taken yet.
     unsaved: AtomicBool,
+    /// When the driver last saw each reached instance live (empty where it does not drive).
+    sightings: std::sync::Mutex<Sightings>,
 }
 
 /// Which bake a Prometheus reading was taken in, and when (Unix milliseconds).
@@ -251,6 +281,7 @@ impl Rollouts {
             history: std::sync::Mutex::new(Vec::new()),
             events: crate::metrics::Events::default(),
             unsaved: AtomicBool::new(false),
+            sightings: std::sync::Mutex::new(Sightings::default()),
         }
     }
 
@@ -320,7 +351,7 @@ impl Rollouts {
         match self.keeper.load().await {
             Ok(Some(rollout)) => {
                 if rollout.phase.is_active() {
-                    tracing::info!(rollout = %rollout.id, wave = rollout.wave + 1, "Resuming a rollout.");
+                    tracing::info!(rollout = %rollout.id, wave = rollout.wave_index + 1, "Resuming a rollout.");
                 }
                 self.serve(Some(&rollout));
                 self.remember(&rollout);
@@ -342,18 +373,15 @@ impl Rollouts {
                 super::plan::phase_name(active.phase)
             )));
         }
-        if plan.waves.is_empty() {
-            return Err(RolloutError::Refused("a rollout needs at least one wave".into()));
-        }
-        for (i, wave) in plan.waves.iter().enumerate() {
-            wave.check().map_err(|why| RolloutError::Refused(format!("wave {}: {why}", i + 1)))?;
-        }
-        if let Some(gate) = &plan.gates.prometheus
-            && (gate.url.is_empty() || gate.query.is_empty() || !gate.max.is_finite())
-        {
-            return Err(RolloutError::Refused("the Prometheus gate needs a url, a query and a finite max".into()));
-        }
+        check_attribution(plan.author.as_deref(), plan.message.as_deref()).map_err(RolloutError::Refused)?;
+        check_waves(&plan.waves).map_err(RolloutError::Refused)?;
+        plan.gates.check().map_err(RolloutError::Refused)?;
         let candidate = skyconf_core::read(&plan.document)?;
+        if candidate.services().next().is_none() {
+            return Err(RolloutError::Refused(
+                "the candidate has no service: rolled out, it would remove every service's configuration".into(),
+            ));
+        }
         let snapshot = self.served.snapshot();
         if !snapshot.ready() {
             return Err(RolloutError::Refused("no configuration is served yet".into()));
@@ -371,11 +399,12 @@ impl Rollouts {
             waves: plan.waves,
             gates: plan.gates,
             advance: plan.advance,
+            ungated: plan.ungated,
             author: plan.author,
             message: plan.message,
             created_ms: now,
             phase: Phase::Running,
-            wave: 0,
+            wave_index: 0,
             wave_started_ms: now,
             applied_ms: None,
             named: Default::default(),
@@ -385,9 +414,18 @@ impl Rollouts {
             driver: self.replica.clone(),
             driver_seen_ms: now,
         };
-        rollout.event(now, "started", format!("rollout of {} on release {base_release}", rollout.services.join(", ")));
-        let known = self.known(&rollout.services);
-        rollout.start_wave(0, now, &known);
+        let ungated = if rollout.ungated { ", ungated" } else { "" };
+        let started = format!("Rollout of {} on release {base_release}{ungated}", list(&rollout.services));
+        rollout.event(now, "started", started);
+        let observed = self.listed(&rollout);
+        let live = live(&observed, now, ms(rollout.gates.lost_after_s));
+        rollout.start_wave(0, now, &live);
+        let unreached: Vec<(String, Reach)> =
+            rollout.reach(&live).into_iter().filter(|(_, reach)| reach.reached == 0).collect();
+        if !rollout.ungated && !unreached.is_empty() {
+            return Err(RolloutError::Refused(self.unreached(&unreached)));
+        }
+        self.sightings.lock().unwrap_or_else(|p| p.into_inner()).baseline(&rollout.id, 0, &observed);
         self.keeper.save(&rollout).await.map_err(RolloutError::Store)?;
         self.announce(&rollout, None);
         self.serve(Some(&rollout));
@@ -396,19 +434,56 @@ impl Rollouts {
         Ok(rollout)
     }
 
+    /// Why a start is refused: the changed services the first wave reaches no live identified
+    /// instance of (`unreached`), why for each, and what to do.
+    fn unreached(&self, unreached: &[(String, Reach)]) -> String {
+        let anonymous = self.anonymous();
+        let (mut unknown, mut outside) = (Vec::new(), Vec::new());
+        for (service, reach) in unreached {
+            if reach.live == 0 {
+                unknown.push(match anonymous.get(service).copied().unwrap_or(0) {
+                    0 => format!("{service} (no agent polls for it)"),
+                    n => format!("{service} ({n} agent(s) poll for it without an identity)"),
+                });
+            } else {
+                outside.push(format!("{service} (none of its {} live identified instance(s) is in it)", reach.live));
+            }
+        }
+        let mut what = Vec::new();
+        if !unknown.is_empty() {
+            what.push(
+                "skyconf knows an instance by the ManagementService calls on its agent's connection: run skyconf as \
+                 the agents' gateway (`--upstream`, the OAP behind it), or send the agents' ManagementService calls \
+                 to skyconf",
+            );
+        }
+        if !outside.is_empty() {
+            what.push("a first wave of a number of instances (`\"instances\": 1`) or a larger share reaches one");
+        }
+        let services: Vec<String> = unknown.into_iter().chain(outside).collect();
+        format!(
+            "wave 1 reaches no live identified instance of {}, so no gate could judge the rollout there. {}. Or \
+             start it with \"ungated\": true: there it is a write in steps, which no gate can judge",
+            list(&services),
+            what.join("; ")
+        )
+    }
+
     /// Moves the rollout `id`, waiting after a passed wave, on to its next wave.
     pub async fn promote(&self, id: &str, who: Option<&str>) -> Result<Rollout, RolloutError> {
-        self.operate(id, |rollout, known| rollout.promote(now_ms(), who, known)).await
+        check_attribution(who, None).map_err(RolloutError::Refused)?;
+        self.operate(id, |rollout, live| rollout.promote(now_ms(), who, live)).await
     }
 
     /// Stops the rollout `id` and gives every reached instance back what it had.
     pub async fn abort(&self, id: &str, who: Option<&str>) -> Result<Rollout, RolloutError> {
+        check_attribution(who, None).map_err(RolloutError::Refused)?;
         let by = who.map(|w| format!(" by {w}")).unwrap_or_default();
         self.operate(id, |rollout, _| {
             if !rollout.phase.is_active() || rollout.phase == Phase::Completing {
                 return Err(format!("the rollout is {}", super::plan::phase_name(rollout.phase)));
             }
-            rollout.revert(now_ms(), Phase::Aborted, format!("aborted{by} at wave {}", rollout.wave + 1));
+            rollout.revert(now_ms(), Phase::Aborted, format!("Aborted{by} at wave {}", rollout.wave_index + 1));
             Ok(())
         })
         .await
@@ -431,15 +506,21 @@ impl Rollouts {
             .as_mut()
             .filter(|r| r.id == id)
             .ok_or_else(|| RolloutError::NotFound(format!("no rollout `{id}` is current")))?;
-        let known = self.known(&rollout.services);
+        let observed = self.listed(rollout);
+        let live = live(&observed, now_ms(), ms(rollout.gates.lost_after_s));
         let before = rollout.events.last().cloned();
         let mut changed = rollout.clone();
-        change(&mut changed, &known).map_err(RolloutError::Refused)?;
+        change(&mut changed, &live).map_err(RolloutError::Refused)?;
         changed.driver = self.replica.clone();
         changed.driver_seen_ms = now_ms();
         // Kept first: a change the store did not take is not served, nor said to have happened.
         self.keeper.save(&changed).await.map_err(RolloutError::Store)?;
         self.unsaved.store(false, Ordering::Relaxed);
+        if changed.wave_index != rollout.wave_index {
+            // This replica drives it now: the new wave's rows move on from here.
+            let mut sightings = self.sightings.lock().unwrap_or_else(|p| p.into_inner());
+            sightings.baseline(&changed.id, changed.wave_index, &observed);
+        }
         *rollout = changed;
         self.announce(rollout, before.as_ref());
         self.remember(rollout);
@@ -500,19 +581,34 @@ impl Rollouts {
         }
     }
 
-    /// Every (service, instance) of the changed services known now, here and on other replicas.
-    fn known(&self, services: &[String]) -> Vec<(String, String)> {
-        self.observe_with(services, &crate::served::WaveMembers::default(), 0)
-            .into_iter()
-            .map(|o| (o.service, o.instance))
-            .collect()
+    /// Every identified agent of `rollout`'s changed services listed now, here and by other
+    /// replicas (the instances a wave starting now may pick are those of them live: see
+    /// [`live`]).
+    fn listed(&self, rollout: &Rollout) -> Vec<Observed> {
+        self.observe_with(&rollout.services, &crate::served::WaveMembers::default(), 0)
+    }
+
+    /// Per service, the pollers without an identity (here, and in other replicas' summaries).
+    fn anonymous(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut out = std::collections::BTreeMap::new();
+        for poller in self.fleet.instances(&self.served.serving()).anonymous {
+            *out.entry(poller.service).or_insert(0) += 1;
+        }
+        if let Some(replicas) = &self.replicas {
+            for peer in replicas.peers().iter() {
+                for row in peer.rows.iter().filter(|row| row.instance.is_none()) {
+                    *out.entry(row.service.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        out
     }
 
     /// The agents of the changed services, judged against what they are served now.
     fn observe(&self, rollout: &Rollout) -> Vec<Observed> {
         // Another replica serves a wave from its next read of the record (within a tick); a
         // summary it computed before then judged its agents against the old answers.
-        let fresh_after_ms = rollout.wave_started_ms + TICK.as_millis() as u64;
+        let fresh_after_ms = rollout.wave_started_ms.saturating_add(TICK.as_millis() as u64);
         self.observe_with(&rollout.services, &rollout.members(), fresh_after_ms)
     }
 
@@ -565,9 +661,27 @@ impl Rollouts {
         out
     }
 
-    /// The reached agents of the current rollout and where each stands, for the API.
-    pub fn progress(&self, rollout: &Rollout) -> Vec<Observed> {
-        self.observe(rollout).into_iter().filter(|o| o.reached).collect()
+    /// The instances `rollout` reached and where each stands now, for the API: the first
+    /// [`PROGRESS_LISTED`] by service and name.
+    pub fn progress(&self, rollout: &Rollout) -> Vec<Reached> {
+        let observed = self.observe(rollout);
+        let rows: std::collections::HashMap<(&str, &str), &Observed> =
+            observed.iter().map(|o| ((o.service.as_str(), o.instance.as_str()), o)).collect();
+        rollout
+            .watched
+            .iter()
+            .flat_map(|(service, names)| names.iter().map(move |name| (service, name)))
+            .take(PROGRESS_LISTED)
+            .map(|(service, instance)| {
+                let row = rows.get(&(service.as_str(), instance.as_str()));
+                Reached {
+                    service: service.clone(),
+                    instance: instance.clone(),
+                    applied: row.is_some_and(|r| r.applied),
+                    last_seen_ms: row.map(|r| r.last_seen_ms),
+                }
+            })
+            .collect()
     }
 
     /// What the Prometheus gate says now (read at most every [`PROMETHEUS_EVERY`], during bakes).
@@ -577,7 +691,7 @@ impl Rollouts {
         };
         // A reading serves only the bake it was taken in: a rollout started again right after one
         // its gate reverted must not be reverted by the old reading.
-        let of = ReadingOf { rollout: rollout.id.clone(), wave: rollout.wave, at: now };
+        let of = ReadingOf { rollout: rollout.id.clone(), wave: rollout.wave_index, at: now };
         if let Some((taken, reading)) = self.last_reading.lock().unwrap_or_else(|p| p.into_inner()).clone()
             && (taken.rollout == of.rollout && taken.wave == of.wave)
             && now < taken.at + PROMETHEUS_EVERY.as_millis() as u64
@@ -647,18 +761,19 @@ impl Rollouts {
         let mut changed = false;
         let before = rollout.events.last().cloned();
         if rollout.driver != self.replica {
-            if now < rollout.driver_seen_ms + DRIVER_TIMEOUT.as_millis() as u64 {
+            if now < rollout.driver_seen_ms.saturating_add(DRIVER_TIMEOUT.as_millis() as u64) {
+                self.sightings.lock().unwrap_or_else(|p| p.into_inner()).forget();
                 return;
             }
             let message = format!(
-                "replica {} took over from {}, silent since {}",
+                "Replica {} took over from {}, silent since {}",
                 self.replica, rollout.driver, rollout.driver_seen_ms
             );
             rollout.event(now, "driver", message);
             rollout.driver = self.replica.clone();
             changed = true;
         }
-        if now >= rollout.driver_seen_ms + HEARTBEAT.as_millis() as u64 {
+        if now >= rollout.driver_seen_ms.saturating_add(HEARTBEAT.as_millis() as u64) {
             rollout.driver_seen_ms = now;
             changed = true;
         }
@@ -666,7 +781,10 @@ impl Rollouts {
         if !complete {
             let observed = self.observe(rollout);
             let reading = self.reading(rollout, now).await;
-            match rollout.step(now, &observed, &reading) {
+            let mut sightings = self.sightings.lock().unwrap_or_else(|p| p.into_inner());
+            let step = rollout.step(now, &observed, &mut sightings, &reading);
+            drop(sightings);
+            match step {
                 Step::Same => {}
                 Step::Changed => changed = true,
                 Step::Complete => (changed, complete) = (true, true),
@@ -705,10 +823,12 @@ impl Rollouts {
             Ok(release) => {
                 rollout.phase = Phase::Completed;
                 rollout.release = Some(release);
-                rollout.event(now, "completed", format!("the candidate is release {release}, served to every agent"));
+                let said =
+                    format!("The rollout driver wrote the candidate as release {release}, served to every agent");
+                rollout.event(now, "completed", said);
             }
             Err(error) => {
-                let why = format!("the candidate could not be written as the document: {error}");
+                let why = format!("The candidate could not be written as the document: {error}");
                 rollout.revert(now, Phase::Reverted, why);
             }
         }
@@ -753,11 +873,12 @@ mod tests {
             waves: vec![WaveSpec { share: Some("100%".into()), instances: None }],
             gates: Gates::default(),
             advance: Advance::Auto,
+            ungated: false,
             author: None,
             message: None,
             created_ms,
             phase,
-            wave: 0,
+            wave_index: 0,
             wave_started_ms: created_ms,
             applied_ms: None,
             named: Default::default(),

@@ -3,11 +3,13 @@
 //!
 //! - [`plan`]: the rollout record and the pure rule that moves it on;
 //! - [`driver`]: keeps the record in the store, serves its overlay, runs the rule;
+//! - [`sightings`]: what the driver remembers of the fleet between its looks;
 //! - [`prometheus`]: the optional gate on a Prometheus query.
 
 pub mod driver;
 pub mod plan;
 pub mod prometheus;
+pub mod sightings;
 
 pub use driver::{Keeper, Plan, RolloutError, Rollouts};
 pub use plan::{Advance, Gates, Phase, Rollout, WaveSpec};

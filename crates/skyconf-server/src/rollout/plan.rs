@@ -4,74 +4,211 @@
 //! store and serves its overlay; everything here is plain data and arithmetic on milliseconds, so
 //! the tests drive it through whole rollouts without a clock.
 //!
-//! A wave reaches instances of the services the candidate document changes: every instance within
-//! a share of its service (the targeting hash, so a later, wider share keeps the earlier wave's
-//! instances), or a count of instances picked when the wave starts (the lowest hashes among those
-//! known then). Between waves:
+//! A wave is served to instances of the services the candidate document changes: every instance
+//! within a share of its service (the targeting hash, so a later, wider share keeps the earlier
+//! wave's instances, and an instance that arrives later is in it if it hashes into the share), or
+//! a count of instances of each changed service, picked when the wave starts (the lowest hashes
+//! among the identified instances live then).
+//!
+//! **Reached.** An instance of a wave is *reached* once it is seen live after the wave started:
+//! its row moves on (a poll, a poll held now, a newer summary from another replica) between two
+//! of the driver's looks. An instance whose row stays as it was never is (finding N2: one that left
+//! before the rollout started is not the rollout's business). From then on it is *watched*, in
+//! this wave and the later ones ([`Rollout::watched`]), and the driver remembers when it last saw
+//! it live ([`Sightings`]).
+//!
+//! Between waves:
 //!
 //! 1. **applied**: every reached agent holds the digest it is now served, within `apply_within_s`
-//!    of the wave's start;
-//! 2. **bake**: for `bake_s` after that, no reached agent disappears (not seen for
-//!    `lost_after_s`: it stopped polling, its connection was lost, its process crashed on the new
-//!    setting), and the Prometheus query, if any, stays at or under its threshold.
+//!    of being seen without it;
+//! 2. **bake**: for `bake_s` after that, no reached agent disappears (no live row for
+//!    `lost_after_s`: it crashed on the new setting, stopped, or lost its connection; a row that
+//!    vanishes from the fleet view counts as not seen since its last sighting), every reached
+//!    agent still holds its digest, and the Prometheus query, if any, stays at or under its
+//!    threshold.
+//!
+//! A wave never passes silently without judging a changed service (finding N3): a start whose
+//! first wave reaches no live identified instance of a changed service is refused (the driver
+//! says why), unless the rollout is *ungated*; and a wave in which a changed service has no
+//! reached instance waits `apply_within_s` for one (not when ungated), then says in an
+//! `unjudged` event that no gate judged the rollout there.
 //!
 //! A failed gate reverts at once: the overlay is dropped, and every reached instance is answered
 //! with the configuration it had before. A passed wave moves on by itself (`advance: auto`) or
 //! waits for a promote; after the last wave the candidate is written to the store as the document,
 //! on the release it was planned on.
+//!
+//! Every size a client chooses is bounded here (finding N7: [`MAX_WAVES`], [`MAX_AUTHOR_BYTES`],
+//! [`MAX_MESSAGE_BYTES`], [`MAX_EVENTS`] × [`MAX_EVENT_BYTES`]), and so is every gate value (N12:
+//! [`Gates::check`], at most [`MAX_GATE_S`]); milliseconds are computed with saturating
+//! arithmetic.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
-use skyconf_core::targeting::{Share, share_bucket};
+use skyconf_core::targeting::{Share, WHOLE, share_bucket};
 
 use super::prometheus::PrometheusGate;
+pub use super::sightings::Sightings;
 use crate::served::WaveMembers;
 
-/// How many events a rollout keeps.
+/// How many events a rollout keeps (the newest).
 pub const MAX_EVENTS: usize = 200;
+/// The longest event text kept, in bytes; a longer one is cut and ends with `…`.
+pub const MAX_EVENT_BYTES: usize = 1024;
+/// How many instances or services an event or an error names; the others are counted.
+pub const NAMED_AT_MOST: usize = 10;
+/// The most waves a rollout has.
+pub const MAX_WAVES: usize = 20;
+/// The most instances a count wave adds, per changed service.
+pub const MAX_WAVE_INSTANCES: usize = 100_000;
+/// The longest `author`, in bytes (as for configuration writes).
+pub const MAX_AUTHOR_BYTES: usize = 256;
+/// The longest `message`, in bytes (as for configuration writes).
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+/// The longest gate value, in seconds: a day.
+pub const MAX_GATE_S: u64 = 86_400;
+/// The longest Prometheus URL, in bytes.
+pub const MAX_PROMETHEUS_URL_BYTES: usize = 2048;
+/// The longest Prometheus query, in bytes.
+pub const MAX_PROMETHEUS_QUERY_BYTES: usize = 8192;
 
-/// One wave: a share of every changed service's instances, or a count of instances.
+/// `seconds` in milliseconds, saturating (gate values are bounded anyway).
+pub fn ms(seconds: u64) -> u64 {
+    seconds.saturating_mul(1000)
+}
+
+/// Reads a wave's share: a number of percent with at most two decimals (`10%`, `0.5%`, `100`),
+/// more than 0 % and at most 100 %. Stricter than the targeting groups' reading: nothing is
+/// rounded into or out of range (`0.001%`, `100.004%`), and `-0%` is no number of percent.
+pub fn parse_share(text: &str) -> Result<Share, String> {
+    let trimmed = text.trim();
+    let number = trimmed.strip_suffix('%').unwrap_or(trimmed).trim_end();
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let not_a_share = || format!("`{text}` is not a share such as `10%` (a number of percent, at most two decimals)");
+    if !digits(whole) || (number.contains('.') && !digits(fraction)) || fraction.len() > 2 {
+        return Err(not_a_share());
+    }
+    let whole = whole.trim_start_matches('0');
+    if whole.len() > 3 {
+        return Err(format!("`{text}` is more than 100%"));
+    }
+    let whole: u32 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| not_a_share())? };
+    let hundredths: u32 = format!("{fraction:0<2}").parse().map_err(|_| not_a_share())?;
+    let basis_points = whole * 100 + hundredths;
+    if basis_points == 0 {
+        return Err(format!("`{text}` reaches nobody: a share is more than 0%"));
+    }
+    if basis_points > WHOLE {
+        return Err(format!("`{text}` is more than 100%"));
+    }
+    Ok(Share::from_basis_points(basis_points))
+}
+
+/// One wave: a share of every changed service's instances, or a count of instances of each.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaveSpec {
-    /// A share such as `"10%"` (`"100%"`: every instance).
+    /// A share of each changed service's instances, more than 0 % and at most 100 %, with at most
+    /// two decimals: `"10%"`, `"0.5%"` (`"100%"`: every instance). Shares only grow from wave to
+    /// wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "10%")]
     pub share: Option<String>,
-    /// This many more instances, picked when the wave starts.
+    /// This many more instances of each changed service (1 to 100,000), picked when the wave
+    /// starts among the identified instances live then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 100_000)]
     pub instances: Option<usize>,
 }
 
 impl WaveSpec {
     /// The wave's share, if it is one.
     pub fn share(&self) -> Option<Share> {
-        self.share.as_deref().and_then(Share::parse)
+        self.share.as_deref().and_then(|text| parse_share(text).ok())
     }
 
-    /// Why the wave cannot be run, if so.
-    pub fn check(&self) -> Result<(), String> {
-        match (&self.share, self.instances) {
-            (Some(text), None) => {
-                Share::parse(text).map(|_| ()).ok_or_else(|| format!("`{text}` is not a share from 0% to 100%"))
-            }
-            (None, Some(0)) => Err("a wave of 0 instances reaches nobody".into()),
-            (None, Some(_)) => Ok(()),
-            _ => Err("a wave has either a `share` (\"10%\") or a number of `instances`".into()),
+    /// What the wave serves, in words: `10% of the instances`, `1 more instance(s) of each service`.
+    fn describe(&self) -> String {
+        match (self.share(), self.instances) {
+            (Some(share), _) => format!("{share} of the instances"),
+            (None, Some(count)) => format!("{count} more instance(s) of each service"),
+            (None, None) => "nobody".to_owned(),
         }
     }
+}
+
+/// Why `waves` cannot be run, if so: at least one and at most [`MAX_WAVES`]; each a share within
+/// (0 %, 100 %] or a count within 1 … [`MAX_WAVE_INSTANCES`]; shares strictly growing; nothing
+/// after a wave of 100 %.
+pub fn check_waves(waves: &[WaveSpec]) -> Result<(), String> {
+    if waves.is_empty() {
+        return Err("a rollout needs at least one wave".into());
+    }
+    if waves.len() > MAX_WAVES {
+        return Err(format!("a rollout has at most {MAX_WAVES} waves (this one has {})", waves.len()));
+    }
+    let mut widest: Option<(usize, Share)> = None;
+    for (i, wave) in waves.iter().enumerate() {
+        let at = |why: String| format!("wave {}: {why}", i + 1);
+        if let Some((before, Share::ALL)) = widest {
+            return Err(at(format!("wave {before} already reaches 100% of the instances: nobody is left to reach")));
+        }
+        match (&wave.share, wave.instances) {
+            (Some(text), None) => {
+                let share = parse_share(text).map_err(at)?;
+                if let Some((before, earlier)) = widest
+                    && share <= earlier
+                {
+                    return Err(at(format!(
+                        "`{text}` does not grow on wave {before}'s {earlier}: each share is larger than the ones before"
+                    )));
+                }
+                widest = Some((i + 1, share));
+            }
+            (None, Some(0)) => return Err(at("a wave of 0 instances reaches nobody".into())),
+            (None, Some(count)) if count > MAX_WAVE_INSTANCES => {
+                return Err(at(format!("{count} instances: a wave adds at most {MAX_WAVE_INSTANCES}")));
+            }
+            (None, Some(_)) => {}
+            _ => return Err(at("a wave has either a `share` (\"10%\") or a number of `instances`".into())),
+        }
+    }
+    Ok(())
+}
+
+/// Why `author` or `message` cannot be recorded, if so: the bounds of configuration writes.
+pub fn check_attribution(author: Option<&str>, message: Option<&str>) -> Result<(), String> {
+    if let Some(author) = author
+        && (author.len() > MAX_AUTHOR_BYTES || author.chars().any(char::is_control))
+    {
+        return Err(format!("the author must be at most {MAX_AUTHOR_BYTES} bytes without control characters"));
+    }
+    if let Some(message) = message
+        && (message.len() > MAX_MESSAGE_BYTES || message.chars().any(|c| c.is_control() && c != '\n' && c != '\t'))
+    {
+        return Err(format!(
+            "the message must be at most {MAX_MESSAGE_BYTES} bytes without control characters other than newlines and tabs"
+        ));
+    }
+    Ok(())
 }
 
 /// When a wave passes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Gates {
-    /// Every reached agent holds its new digest within this many seconds of the wave's start.
+    /// Every reached agent holds its new digest within this many seconds of being seen without
+    /// it (1 to 86,400).
+    #[schema(minimum = 1, maximum = 86_400)]
     pub apply_within_s: u64,
-    /// Then the wave bakes this long before it passes.
+    /// Then the wave bakes this long before it passes (0 to 86,400; 0: it passes once applied).
+    #[schema(minimum = 0, maximum = 86_400)]
     pub bake_s: u64,
-    /// A reached agent not seen for this long has disappeared (agents poll every 20 s; a held
-    /// poll counts as seen).
+    /// A reached agent with no live row for this long has disappeared (1 to 86,400; agents poll
+    /// every 20 s, and a held poll counts as live).
+    #[schema(minimum = 1, maximum = 86_400)]
     pub lost_after_s: u64,
     /// A Prometheus query whose every sample must stay at or under a threshold during the bake.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -81,6 +218,36 @@ pub struct Gates {
 impl Default for Gates {
     fn default() -> Self {
         Self { apply_within_s: 60, bake_s: 60, lost_after_s: 45, prometheus: None }
+    }
+}
+
+impl Gates {
+    /// Why the gates cannot be run, if so: `apply_within_s` and `lost_after_s` within 1 …
+    /// [`MAX_GATE_S`], `bake_s` within 0 … [`MAX_GATE_S`]; a Prometheus gate with a URL and a
+    /// query within their bounds and a finite threshold.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, value, least) in [
+            ("apply_within_s", self.apply_within_s, 1),
+            ("bake_s", self.bake_s, 0),
+            ("lost_after_s", self.lost_after_s, 1),
+        ] {
+            if !(least..=MAX_GATE_S).contains(&value) {
+                return Err(format!(
+                    "gates.{name} is {value}: it must be from {least} to {MAX_GATE_S} seconds (a day)"
+                ));
+            }
+        }
+        if let Some(gate) = &self.prometheus {
+            if gate.url.is_empty() || gate.query.is_empty() || !gate.max.is_finite() {
+                return Err("the Prometheus gate needs a url, a query and a finite max".into());
+            }
+            if gate.url.len() > MAX_PROMETHEUS_URL_BYTES || gate.query.len() > MAX_PROMETHEUS_QUERY_BYTES {
+                return Err(format!(
+                    "the Prometheus gate's url is at most {MAX_PROMETHEUS_URL_BYTES} bytes and its query at most {MAX_PROMETHEUS_QUERY_BYTES}"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -125,10 +292,11 @@ impl Phase {
 pub struct Event {
     /// When (Unix milliseconds).
     pub at_ms: u64,
-    /// `started`, `wave`, `applied`, `passed`, `promoted`, `reverted`, `aborted`, `completed`,
-    /// `gate` (a gate could not be read), `failed`.
+    /// `started`, `wave`, `applied`, `unjudged` (a wave reached no instance of a changed service,
+    /// so no gate judged it there), `passed`, `promoted`, `reverted`, `aborted`, `completed`,
+    /// `gate` (a gate could not be read), `driver` (another replica took over).
     pub kind: String,
-    /// What, in words.
+    /// What, in a sentence (at most 1024 bytes).
     pub message: String,
 }
 
@@ -149,6 +317,10 @@ pub struct Rollout {
     pub gates: Gates,
     /// Whether passed waves move on by themselves.
     pub advance: Advance,
+    /// Started although its first wave reached no live identified instance of some changed
+    /// service: there it is a write in steps, which no gate can judge.
+    #[serde(default)]
+    pub ungated: bool,
     /// Who started it.
     #[serde(default)]
     pub author: Option<String>,
@@ -159,8 +331,10 @@ pub struct Rollout {
     pub created_ms: u64,
     /// Where it stands.
     pub phase: Phase,
-    /// The wave being run (0-based).
-    pub wave: usize,
+    /// The index of the wave being run, from 0 (`progress.wave`, the history and the events count
+    /// waves from 1).
+    #[serde(alias = "wave")]
+    pub wave_index: usize,
     /// When that wave started.
     pub wave_started_ms: u64,
     /// When every agent it reached held its digest (the bake's start).
@@ -169,7 +343,8 @@ pub struct Rollout {
     /// Instances picked by count waves so far, per service.
     #[serde(default)]
     pub named: BTreeMap<String, BTreeSet<String>>,
-    /// Instances reached so far and seen since, per service: each must keep being seen.
+    /// The instances reached so far, per service: each was seen live after the start of the wave
+    /// that serves it, and must keep being seen and hold its digest.
     #[serde(default)]
     pub watched: BTreeMap<String, BTreeSet<String>>,
     /// The release the candidate became, once completed.
@@ -214,19 +389,45 @@ pub struct Summary {
     pub outcome: String,
 }
 
-/// One agent of a changed service as the fleet sees it now.
+/// One identified agent of a changed service as the fleet lists it now (here, or in another
+/// replica's summary).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     /// Its service.
     pub service: String,
     /// Its instance name.
     pub instance: String,
-    /// Whether it is reached by the waves so far.
+    /// Whether it is served the candidate by the waves so far.
     pub reached: bool,
     /// Whether it holds the digest it is served now.
     pub applied: bool,
-    /// When it was last seen (Unix milliseconds).
+    /// When its row was last seen (Unix milliseconds; a poll held now: now).
     pub last_seen_ms: u64,
+}
+
+impl Observed {
+    /// Whether it is live at `now_ms`: listed, and seen within `lost_after_ms`.
+    pub fn is_live(&self, now_ms: u64, lost_after_ms: u64) -> bool {
+        self.last_seen_ms.saturating_add(lost_after_ms) >= now_ms
+    }
+}
+
+/// The (service, instance) pairs of `observed` live at `now_ms` (see [`Observed::is_live`]).
+pub fn live(observed: &[Observed], now_ms: u64, lost_after_ms: u64) -> Vec<(String, String)> {
+    observed
+        .iter()
+        .filter(|o| o.is_live(now_ms, lost_after_ms))
+        .map(|o| (o.service.clone(), o.instance.clone()))
+        .collect()
+}
+
+/// How far a wave reaches into one changed service's live identified instances.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// Those served the candidate by the waves so far.
+    pub reached: usize,
+    /// All of them.
+    pub live: usize,
 }
 
 /// What the Prometheus gate says now.
@@ -253,10 +454,43 @@ pub enum Step {
     Complete,
 }
 
+/// `items`, comma-separated, the first [`NAMED_AT_MOST`] named and the others counted.
+pub fn list(items: &[String]) -> String {
+    let shown = items.iter().take(NAMED_AT_MOST).cloned().collect::<Vec<_>>().join(", ");
+    match items.len().saturating_sub(NAMED_AT_MOST) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
+/// `text`, cut to at most `max` bytes at a character boundary (ending with `…` when cut).
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push('…');
+    text
+}
+
+/// A wave's reach in words: `it reaches 1 of 4 live identified instance(s) of svc`.
+fn describe_reach(reach: &BTreeMap<String, Reach>) -> String {
+    let each: Vec<String> = reach
+        .iter()
+        .map(|(service, r)| format!("{} of {} live identified instance(s) of {service}", r.reached, r.live))
+        .collect();
+    format!("it reaches {}", list(&each))
+}
+
 impl Rollout {
-    /// Appends an event (keeping the newest [`MAX_EVENTS`]).
+    /// Appends an event (its text cut to [`MAX_EVENT_BYTES`], keeping the newest [`MAX_EVENTS`]).
     pub fn event(&mut self, at_ms: u64, kind: &str, message: impl Into<String>) {
-        self.events.push(Event { at_ms, kind: kind.to_owned(), message: message.into() });
+        let message = cut(message.into(), MAX_EVENT_BYTES);
+        self.events.push(Event { at_ms, kind: kind.to_owned(), message });
         if self.events.len() > MAX_EVENTS {
             let extra = self.events.len() - MAX_EVENTS;
             self.events.drain(..extra);
@@ -272,7 +506,7 @@ impl Rollout {
             phase: self.phase,
             services: self.services.clone(),
             waves: self.waves.clone(),
-            wave: self.wave + 1,
+            wave: self.wave_index + 1,
             created_ms: self.created_ms,
             ended_ms: last.map_or(self.created_ms, |e| e.at_ms),
             author: self.author.clone(),
@@ -282,42 +516,64 @@ impl Rollout {
         }
     }
 
-    /// The instances the waves up to the current one reach.
+    /// The instances the waves up to the current one serve the candidate.
     pub fn members(&self) -> WaveMembers {
         if !self.phase.is_active() {
             return WaveMembers::default();
         }
-        let share =
-            self.waves[..=self.wave.min(self.waves.len().saturating_sub(1))].iter().filter_map(WaveSpec::share).max();
+        let upto = self.wave_index.min(self.waves.len().saturating_sub(1));
+        let share = self.waves[..=upto].iter().filter_map(WaveSpec::share).max();
         let named =
             self.named.iter().map(|(service, names)| (service.clone(), names.iter().cloned().collect())).collect();
         WaveMembers { share, named }
     }
 
-    /// Starts wave `index` at `now_ms`: a count wave picks its instances among `known` (service,
-    /// instance) pairs, the lowest hashes first, skipping those already reached.
-    pub fn start_wave(&mut self, index: usize, now_ms: u64, known: &[(String, String)]) {
-        self.wave = index;
+    /// How far the waves so far reach into each changed service's `live` (service, instance)
+    /// pairs.
+    pub fn reach(&self, live: &[(String, String)]) -> BTreeMap<String, Reach> {
+        let members = self.members();
+        let mut out: BTreeMap<String, Reach> = self.services.iter().map(|s| (s.clone(), Reach::default())).collect();
+        for (service, instance) in live {
+            if let Some(reach) = out.get_mut(service) {
+                reach.live += 1;
+                reach.reached += usize::from(members.holds(service, instance));
+            }
+        }
+        out
+    }
+
+    /// How many instances are reached so far.
+    pub fn reached(&self) -> usize {
+        self.watched.values().map(BTreeSet::len).sum()
+    }
+
+    /// Starts wave `index` at `now_ms`: a count wave picks its instances of each changed service
+    /// among the `live` (service, instance) pairs, the lowest hashes first, skipping those
+    /// already served.
+    pub fn start_wave(&mut self, index: usize, now_ms: u64, live: &[(String, String)]) {
+        self.wave_index = index;
         self.wave_started_ms = now_ms;
         self.applied_ms = None;
         self.phase = Phase::Running;
         let spec = self.waves[index].clone();
         if let Some(count) = spec.instances {
             let members = self.members();
-            let mut candidates: Vec<&(String, String)> =
-                known.iter().filter(|(service, instance)| !members.holds(service, instance)).collect();
-            candidates.sort_by_key(|(service, instance)| (share_bucket(service, instance), service, instance));
-            candidates.dedup();
-            for (service, instance) in candidates.into_iter().take(count) {
-                self.named.entry(service.clone()).or_default().insert(instance.clone());
+            for service in &self.services {
+                let mut candidates: Vec<&String> = live
+                    .iter()
+                    .filter(|(s, instance)| s == service && !members.holds(s, instance))
+                    .map(|(_, instance)| instance)
+                    .collect();
+                candidates.sort_by_key(|instance| (share_bucket(service, instance), *instance));
+                candidates.dedup();
+                for instance in candidates.into_iter().take(count) {
+                    self.named.entry(service.clone()).or_default().insert(instance.clone());
+                }
             }
         }
-        let what = match (spec.share, spec.instances) {
-            (Some(share), _) => format!("{share} of the instances"),
-            (None, Some(count)) => format!("{count} more instance(s)"),
-            (None, None) => "nobody".to_owned(),
-        };
-        self.event(now_ms, "wave", format!("wave {} of {} started: {what}", index + 1, self.waves.len()));
+        let reach = describe_reach(&self.reach(live));
+        let message = format!("Wave {} of {} started: {}; {reach}", index + 1, self.waves.len(), spec.describe());
+        self.event(now_ms, "wave", message);
     }
 
     /// Stops serving the candidate: `phase` is [`Phase::Reverted`] or [`Phase::Aborted`].
@@ -327,103 +583,168 @@ impl Rollout {
         self.event(now_ms, kind, why);
     }
 
-    /// Moves a waiting rollout on to its next wave (`who` promotes it, if known).
-    pub fn promote(&mut self, now_ms: u64, who: Option<&str>, known: &[(String, String)]) -> Result<(), String> {
+    /// Moves a waiting rollout on to its next wave (`who` promotes it, if known), among the
+    /// `live` (service, instance) pairs.
+    pub fn promote(&mut self, now_ms: u64, who: Option<&str>, live: &[(String, String)]) -> Result<(), String> {
         match self.phase {
             Phase::Waiting => {
                 let by = who.map(|w| format!(" by {w}")).unwrap_or_default();
-                self.event(now_ms, "promoted", format!("wave {} promoted{by}", self.wave + 1));
-                self.start_wave(self.wave + 1, now_ms, known);
+                self.event(now_ms, "promoted", format!("Wave {} promoted{by}", self.wave_index + 1));
+                self.start_wave(self.wave_index + 1, now_ms, live);
                 Ok(())
             }
-            Phase::Running => Err(format!("wave {} has not passed its gates yet", self.wave + 1)),
+            Phase::Running => Err(format!("wave {} has not passed its gates yet", self.wave_index + 1)),
             other => Err(format!("the rollout is {}", phase_name(other))),
         }
     }
 
-    /// The rule: moves the rollout on from what the fleet shows at `now_ms`.
-    pub fn step(&mut self, now_ms: u64, observed: &[Observed], prometheus: &Reading) -> Step {
+    /// The rule: moves the rollout on from what the fleet lists at `now_ms` (`observed`: every
+    /// identified agent of the changed services) and what the driver remembers (`sightings`).
+    pub fn step(
+        &mut self,
+        now_ms: u64,
+        observed: &[Observed],
+        sightings: &mut Sightings,
+        prometheus: &Reading,
+    ) -> Step {
         if self.phase != Phase::Running {
             return Step::Same;
         }
+        let wave = self.wave_index + 1;
+        let (apply_ms, lost_ms) = (ms(self.gates.apply_within_s), ms(self.gates.lost_after_s));
         let mut changed = false;
-        // Every reached agent seen is watched from then on, in this wave and the later ones.
-        for agent in observed.iter().filter(|a| a.reached) {
-            changed |= self.watched.entry(agent.service.clone()).or_default().insert(agent.instance.clone());
+        sightings.at(&self.id, self.wave_index);
+        let rows: HashMap<(&str, &str), (&Observed, bool)> =
+            observed.iter().map(|a| ((a.service.as_str(), a.instance.as_str()), (a, sightings.look(a)))).collect();
+        // Reached: served the candidate, and seen live since the wave started (its row moved on;
+        // never an instance whose row stays as it was: it may have left before the start).
+        for (agent, _) in rows.values().filter(|(a, moved)| a.reached && *moved) {
+            if !self.watched.get(&agent.service).is_some_and(|names| names.contains(&agent.instance)) {
+                self.watched.entry(agent.service.clone()).or_default().insert(agent.instance.clone());
+                changed = true;
+            }
         }
-        let lost_after_ms = self.gates.lost_after_s * 1000;
-        let lost: Vec<String> = self
-            .watched
+        let (mut lost, mut overdue, mut not_yet) = (Vec::new(), Vec::new(), 0usize);
+        for (service, names) in &self.watched {
+            for name in names {
+                let row = rows.get(&(service.as_str(), name.as_str()));
+                let seen = sightings.reached(service, name, now_ms);
+                if row.is_some_and(|(_, moved)| *moved) {
+                    seen.last_live_ms = now_ms;
+                }
+                // A row that stays as it was, or vanished from the listing (its connection
+                // closed), is not seen since.
+                if now_ms > seen.last_live_ms.saturating_add(lost_ms) {
+                    lost.push(format!("{name} ({service})"));
+                    continue;
+                }
+                match row {
+                    Some((row, _)) if row.applied => seen.behind_since_ms = None,
+                    Some(_) => {
+                        let since = *seen.behind_since_ms.get_or_insert(now_ms);
+                        if now_ms >= since.saturating_add(apply_ms) {
+                            overdue.push(format!("{name} ({service})"));
+                        } else {
+                            not_yet += 1;
+                        }
+                    }
+                    None => not_yet += 1,
+                }
+            }
+        }
+        let reached = self.reached();
+        // Served the candidate and live (listed, seen within `lost_after_s`), but not seen since the
+        // wave started: an agent between two polls, or another replica's before its next summary.
+        // Waited for as long as an agent has to apply, then left out (it may have left just before
+        // the wave started).
+        let pending = observed
             .iter()
-            .flat_map(|(service, names)| names.iter().map(move |n| (service, n)))
-            .filter(|(service, name)| {
-                !observed
-                    .iter()
-                    .any(|a| &a.service == *service && &a.instance == *name && a.last_seen_ms + lost_after_ms >= now_ms)
-            })
-            .map(|(service, name)| format!("{name} ({service})"))
-            .collect();
+            .filter(|a| a.reached && a.is_live(now_ms, lost_ms))
+            .filter(|a| !self.watched.get(&a.service).is_some_and(|names| names.contains(&a.instance)))
+            .count();
+        let patient = now_ms < self.wave_started_ms.saturating_add(apply_ms);
         if !lost.is_empty() {
             let why = format!(
-                "wave {}: reached agent(s) not seen for {} s: {}",
-                self.wave + 1,
+                "Wave {wave}: {} reached agent(s) disappeared, with no live row for {} s: {}",
+                lost.len(),
                 self.gates.lost_after_s,
-                lost.join(", ")
+                list(&lost)
             );
             self.revert(now_ms, Phase::Reverted, why);
             return Step::Changed;
         }
         if let Reading::Fail(why) = prometheus {
-            self.revert(now_ms, Phase::Reverted, format!("wave {}: the Prometheus gate failed: {why}", self.wave + 1));
+            self.revert(now_ms, Phase::Reverted, format!("Wave {wave}: the Prometheus gate failed: {why}"));
             return Step::Changed;
         }
-        let reached: Vec<&Observed> = observed.iter().filter(|a| a.reached).collect();
+        if !overdue.is_empty() {
+            let why = format!(
+                "Wave {wave}: {} of {reached} reached agent(s) did not apply within {} s: {}",
+                overdue.len(),
+                self.gates.apply_within_s,
+                list(&overdue)
+            );
+            self.revert(now_ms, Phase::Reverted, why);
+            return Step::Changed;
+        }
+        let same = if changed { Step::Changed } else { Step::Same };
+        let all_applied = not_yet == 0;
         let Some(applied_ms) = self.applied_ms else {
-            let behind: Vec<String> =
-                reached.iter().filter(|a| !a.applied).map(|a| format!("{} ({})", a.instance, a.service)).collect();
-            if behind.is_empty() {
-                self.applied_ms = Some(now_ms);
-                let message = format!("wave {}: all {} reached agent(s) applied", self.wave + 1, reached.len());
-                self.event(now_ms, "applied", message);
-                return Step::Changed;
+            if !all_applied {
+                return same;
             }
-            if now_ms >= self.wave_started_ms + self.gates.apply_within_s * 1000 {
-                let why = format!(
-                    "wave {}: {} of {} reached agent(s) did not apply within {} s: {}",
-                    self.wave + 1,
-                    behind.len(),
-                    reached.len(),
-                    self.gates.apply_within_s,
-                    behind.join(", ")
+            let unjudged: Vec<String> =
+                self.services.iter().filter(|s| self.watched.get(*s).is_none_or(BTreeSet::is_empty)).cloned().collect();
+            // A changed service not reached yet: its agents may not have polled since the wave
+            // started; waited for as long as an agent has to apply.
+            if patient && (pending > 0 || (!unjudged.is_empty() && !self.ungated)) {
+                return same;
+            }
+            self.applied_ms = Some(now_ms);
+            if reached > 0 {
+                self.event(now_ms, "applied", format!("Wave {wave}: all {reached} reached agent(s) applied"));
+            }
+            if !unjudged.is_empty() {
+                let reach = self.reach(&live(observed, now_ms, lost_ms));
+                let why: Vec<String> = unjudged
+                    .iter()
+                    .map(|service| match reach.get(service).map_or(0, |r| r.live) {
+                        0 => format!("{service} (no identified instance of it is live)"),
+                        n => format!("{service} (none of its {n} live identified instance(s) is in the waves so far)"),
+                    })
+                    .collect();
+                let ungated = if self.ungated { "; the rollout is ungated" } else { "" };
+                let message = format!(
+                    "Wave {wave} reached no instance of {}: no gate judges the rollout there{ungated}",
+                    list(&why)
                 );
-                self.revert(now_ms, Phase::Reverted, why);
-                return Step::Changed;
+                self.event(now_ms, "unjudged", message);
             }
-            return if changed { Step::Changed } else { Step::Same };
+            return Step::Changed;
         };
-        let baked = now_ms >= applied_ms + self.gates.bake_s * 1000;
+        let baked = now_ms >= applied_ms.saturating_add(ms(self.gates.bake_s));
         let gate_ok = self.gates.prometheus.is_none() || *prometheus == Reading::Pass;
-        if !baked || !gate_ok {
+        if !baked || !gate_ok || !all_applied || (patient && pending > 0) {
             if let (true, Reading::Error(why)) = (baked, prometheus) {
                 let last = self.events.last().map(|e| e.message.as_str());
-                let message = format!("wave {}: the Prometheus gate could not be read: {why}", self.wave + 1);
+                let message =
+                    cut(format!("Wave {wave}: the Prometheus gate could not be read: {why}"), MAX_EVENT_BYTES);
                 if last != Some(message.as_str()) {
                     self.event(now_ms, "gate", message);
                     return Step::Changed;
                 }
             }
-            return if changed { Step::Changed } else { Step::Same };
+            return same;
         }
-        self.event(now_ms, "passed", format!("wave {} passed its gates", self.wave + 1));
-        if self.wave + 1 == self.waves.len() {
+        self.event(now_ms, "passed", format!("Wave {wave} passed its gates"));
+        if wave == self.waves.len() {
             self.phase = Phase::Completing;
             return Step::Complete;
         }
         match self.advance {
             Advance::Auto => {
-                let known: Vec<(String, String)> =
-                    observed.iter().map(|a| (a.service.clone(), a.instance.clone())).collect();
-                self.start_wave(self.wave + 1, now_ms, &known);
+                self.start_wave(wave, now_ms, &live(observed, now_ms, lost_ms));
+                sightings.baseline(&self.id, self.wave_index, observed);
             }
             Advance::Manual => self.phase = Phase::Waiting,
         }
@@ -456,11 +777,12 @@ mod tests {
             waves: waves.to_vec(),
             gates: Gates { apply_within_s: 10, bake_s: 5, lost_after_s: 3, prometheus: None },
             advance,
+            ungated: false,
             author: None,
             message: None,
             created_ms: 0,
             phase: Phase::Running,
-            wave: 0,
+            wave_index: 0,
             wave_started_ms: 0,
             applied_ms: None,
             named: BTreeMap::new(),
@@ -495,91 +817,362 @@ mod tests {
             .collect()
     }
 
+    /// The driver's memory when `r`'s wave starts at 0: every agent listed, last seen then.
+    fn started(r: &Rollout) -> Sightings {
+        let mut seen = Sightings::default();
+        seen.baseline(&r.id, r.wave_index, &fleet(r, 0, true));
+        seen
+    }
+
+    /// Steps `r` at `now` with a fresh fleet and a driver's memory `seen`.
+    fn step(r: &mut Rollout, seen: &mut Sightings, now: u64, applied: bool) -> Step {
+        let agents = fleet(r, now, applied);
+        r.step(now, &agents, seen, &Reading::Unread)
+    }
+
     #[test]
-    fn a_count_wave_picks_the_lowest_hashes_and_later_shares_keep_them() {
-        let r = rollout(&[count(1), share("50%"), share("100%")], Advance::Auto);
+    fn a_count_wave_picks_the_lowest_hashes_of_each_service_and_later_shares_keep_them() {
+        let mut r = rollout(&[count(1), share("50%"), share("100%")], Advance::Auto);
         let picked: Vec<&String> = r.named["svc"].iter().collect();
         assert_eq!(picked.len(), 1);
         let lowest = (0..20).map(|i| format!("pod-{i}")).min_by_key(|n| share_bucket("svc", n)).unwrap();
         assert_eq!(picked[0], &lowest);
         let reached = fleet(&r, 0, true).iter().filter(|a| a.reached).count();
         assert_eq!(reached, 1);
+        assert!(
+            r.events[0].message.contains("it reaches 1 of 20 live identified instance(s) of svc"),
+            "{:?}",
+            r.events
+        );
+
+        // Two services: one instance of each.
+        r.services = vec!["a".into(), "b".into()];
+        r.named.clear();
+        let live: Vec<(String, String)> =
+            ["a", "b"].iter().flat_map(|s| (0..5).map(move |i| (s.to_string(), format!("{s}-{i}")))).collect();
+        r.start_wave(0, 0, &live);
+        assert_eq!((r.named["a"].len(), r.named["b"].len()), (1, 1));
     }
 
     #[test]
     fn waves_advance_after_apply_and_bake_and_the_last_completes() {
         let mut r = rollout(&[count(1), share("50%"), share("100%")], Advance::Auto);
-        assert_eq!(r.step(1000, &fleet(&r, 1000, true), &Reading::Unread), Step::Changed, "applied");
+        let seen = &mut started(&r);
+        assert_eq!(step(&mut r, seen, 1000, true), Step::Changed, "applied");
         assert_eq!(r.applied_ms, Some(1000));
-        assert_eq!(r.step(5999, &fleet(&r, 5999, true), &Reading::Unread), Step::Same, "baking");
-        assert_eq!(r.step(6000, &fleet(&r, 6000, true), &Reading::Unread), Step::Changed);
-        assert_eq!((r.wave, r.phase), (1, Phase::Running));
+        assert_eq!(r.reached(), 1);
+        assert_eq!(step(&mut r, seen, 5999, true), Step::Same, "baking");
+        assert_eq!(step(&mut r, seen, 6000, true), Step::Changed);
+        assert_eq!((r.wave_index, r.phase), (1, Phase::Running));
         let reached = fleet(&r, 6000, true).iter().filter(|a| a.reached).count();
         assert!((5..=15).contains(&reached), "about half of 20: {reached}");
-        r.step(7000, &fleet(&r, 7000, true), &Reading::Unread);
-        r.step(12_000, &fleet(&r, 12_000, true), &Reading::Unread);
-        assert_eq!(r.wave, 2);
+        step(&mut r, seen, 7000, true);
+        assert_eq!(r.reached(), reached);
+        step(&mut r, seen, 12_000, true);
+        assert_eq!(r.wave_index, 2);
         assert!(fleet(&r, 12_000, true).iter().all(|a| a.reached));
-        r.step(13_000, &fleet(&r, 13_000, true), &Reading::Unread);
-        assert_eq!(r.step(18_000, &fleet(&r, 18_000, true), &Reading::Unread), Step::Complete);
+        step(&mut r, seen, 13_000, true);
+        assert_eq!(step(&mut r, seen, 18_000, true), Step::Complete);
         assert_eq!(r.phase, Phase::Completing);
         assert!(r.members().holds("svc", "pod-3"), "served until the document is written");
+        assert!(r.events.iter().all(|e| e.message.starts_with(char::is_uppercase)), "{:?}", r.events);
     }
 
     #[test]
     fn an_agent_that_does_not_apply_in_time_reverts_the_wave() {
         let mut r = rollout(&[share("100%")], Advance::Auto);
-        assert_eq!(r.step(9_999, &fleet(&r, 9_999, false), &Reading::Unread), Step::Changed, "watched");
+        let seen = &mut started(&r);
+        assert_eq!(step(&mut r, seen, 1, false), Step::Changed, "reached");
+        assert_eq!(step(&mut r, seen, 10_000, false), Step::Same);
         assert_eq!(r.phase, Phase::Running);
-        assert_eq!(r.step(10_000, &fleet(&r, 10_000, false), &Reading::Unread), Step::Changed);
+        assert_eq!(step(&mut r, seen, 10_001, false), Step::Changed);
         assert_eq!(r.phase, Phase::Reverted);
-        assert!(r.events.last().unwrap().message.contains("20 of 20 reached agent(s) did not apply within 10 s"));
+        let said = &r.events.last().unwrap().message;
+        assert!(said.contains("20 of 20 reached agent(s) did not apply within 10 s"), "{said}");
+        assert!(said.ends_with("and 10 more"), "ten named, the rest counted: {said}");
         assert!(r.members().named.is_empty() && r.members().share.is_none(), "nobody is served the candidate");
     }
 
     #[test]
     fn a_reached_agent_that_stops_polling_reverts_even_after_its_wave() {
         let mut r = rollout(&[count(1), share("100%")], Advance::Auto);
-        r.step(1000, &fleet(&r, 1000, true), &Reading::Unread);
-        r.step(6000, &fleet(&r, 6000, true), &Reading::Unread);
-        assert_eq!(r.wave, 1);
+        let seen = &mut started(&r);
+        step(&mut r, seen, 1000, true);
+        step(&mut r, seen, 6000, true);
+        assert_eq!(r.wave_index, 1);
         let first = r.named["svc"].iter().next().unwrap().clone();
-        // The first wave's agent stops polling during the second wave.
+        // The first wave's agent stops polling during the second wave: its row stays as it was.
         let mut agents = fleet(&r, 7000, true);
-        agents.iter_mut().filter(|a| a.instance == first).for_each(|a| a.last_seen_ms = 5000);
-        assert_eq!(r.step(7000, &agents, &Reading::Unread), Step::Changed, "seen 2 s ago: not lost yet");
+        agents.iter_mut().filter(|a| a.instance == first).for_each(|a| a.last_seen_ms = 6000);
+        assert_eq!(r.step(7000, &agents, seen, &Reading::Unread), Step::Changed, "seen 1 s ago: not lost yet");
         assert_eq!(r.phase, Phase::Running);
-        let mut agents = fleet(&r, 8001, true);
+        // Last seen live at 6 s by this driver: disappeared 3 s later, however old its row says.
+        let mut agents = fleet(&r, 9000, true);
         agents.retain(|a| a.instance != first);
-        r.step(8001, &agents, &Reading::Unread);
+        assert_eq!(r.step(9000, &agents, seen, &Reading::Unread), Step::Same);
+        let mut agents = fleet(&r, 9001, true);
+        agents.retain(|a| a.instance != first);
+        r.step(9001, &agents, seen, &Reading::Unread);
         assert_eq!(r.phase, Phase::Reverted);
-        assert!(r.events.last().unwrap().message.contains(&first), "{:?}", r.events.last());
+        let said = &r.events.last().unwrap().message;
+        assert!(said.contains("1 reached agent(s) disappeared") && said.contains(&first), "{said}");
+    }
+
+    /// Finding N2: an instance whose last sighting is before the wave started is never reached,
+    /// whatever the listing still shows of it; one that vanishes from the listing after it was
+    /// reached has disappeared `lost_after_s` after its last sighting.
+    #[test]
+    fn an_instance_last_seen_before_the_wave_started_is_never_reached() {
+        let mut r = rollout(&[share("100%")], Advance::Auto);
+        r.gates.bake_s = 600;
+        r.wave_started_ms = 100_000;
+        // pod-0 left 45 s before the wave started, pod-1 a millisecond before; pod-5 is listed
+        // unless `gone`.
+        let agents = |r: &Rollout, now: u64, gone: bool| {
+            let mut agents = fleet(r, now, true);
+            agents[0].last_seen_ms = 100_000 - 45_000;
+            agents[1].last_seen_ms = 100_000 - 1;
+            agents.retain(|a| !(gone && a.instance == "pod-5"));
+            agents
+        };
+        let seen = &mut Sightings::default();
+        seen.baseline(&r.id, 0, &agents(&r, 100_000, false));
+        for now in [100_000, 102_000, 104_000, 110_000] {
+            r.step(now, &agents(&r, now, false), seen, &Reading::Unread);
+            assert_eq!(r.phase, Phase::Running, "{:?}", r.events.last());
+            assert_eq!(r.reached(), if now == 100_000 { 0 } else { 18 }, "at {now}");
+            // pod-1, live until 3 s after its last sighting, is waited for until then.
+            assert_eq!(r.applied_ms, (now > 102_999).then_some(104_000), "at {now}");
+        }
+        assert!(!r.watched["svc"].contains("pod-0") && !r.watched["svc"].contains("pod-1"));
+        // pod-5 vanishes from the listing (its connection closed) after 110 s.
+        assert_eq!(r.step(113_000, &agents(&r, 113_000, true), seen, &Reading::Unread), Step::Same, "3 s: not yet");
+        assert_eq!(r.step(113_001, &agents(&r, 113_001, true), seen, &Reading::Unread), Step::Changed);
+        assert_eq!(r.phase, Phase::Reverted);
+        let said = &r.events.last().unwrap().message;
+        assert!(said.contains("1 reached agent(s) disappeared") && said.contains("pod-5 (svc)"), "{said}");
+    }
+
+    /// A sighting is a row that moves on, not a time compared with the driver's clock: with the
+    /// fleet's clock an hour behind (a step of the system clock), live agents are reached and
+    /// stay; an hour ahead, one that left before the wave started is still never reached.
+    #[test]
+    fn sightings_do_not_depend_on_the_fleets_clock() {
+        const START: u64 = 10_000_000;
+        for skew in [-3_600_000i64, 3_600_000] {
+            let mut r = rollout(&[share("100%")], Advance::Auto);
+            r.wave_started_ms = START;
+            r.gates.bake_s = 600;
+            // pod-0 left 10 s before the start, by the fleet's clock.
+            let listed = |r: &Rollout, now: u64| {
+                let mut agents = fleet(r, now.saturating_add_signed(skew), true);
+                agents[0].last_seen_ms = (START - 10_000).saturating_add_signed(skew);
+                agents
+            };
+            let seen = &mut Sightings::default();
+            seen.baseline(&r.id, 0, &listed(&r, START));
+            for now in [START + 1000, START + 2000, START + 4000] {
+                r.step(now, &listed(&r, now), seen, &Reading::Unread);
+                assert_eq!((r.phase, r.reached()), (Phase::Running, 19), "skew {skew} at {now}: {:?}", r.events);
+            }
+            // Only waiting for listed instances not seen yet reads the fleet's clock: ahead of the
+            // driver's, it takes pod-0 for live until `apply_within_s` has passed.
+            r.step(START + 10_000, &listed(&r, START + 10_000), seen, &Reading::Unread);
+            let applied = if skew < 0 { START + 1000 } else { START + 10_000 };
+            assert_eq!(r.applied_ms, Some(applied), "skew {skew}");
+            assert_eq!(r.phase, Phase::Running);
+        }
+    }
+
+    /// A driver that takes over (or restarts) has no sightings: it gives every reached instance
+    /// `lost_after_s` from then, and one its listing shows older is judged by that row.
+    #[test]
+    fn a_driver_that_takes_over_judges_from_its_own_first_look() {
+        let mut r = rollout(&[share("100%")], Advance::Auto);
+        r.gates.bake_s = 600;
+        let first = &mut started(&r);
+        step(&mut r, first, 1000, true);
+        assert_eq!(r.reached(), 20);
+        let other = &mut Sightings::default();
+        let without =
+            |r: &Rollout, now| fleet(r, now, true).into_iter().filter(|a| a.instance != "pod-1").collect::<Vec<_>>();
+        r.step(50_000, &without(&r, 50_000), other, &Reading::Unread);
+        assert_eq!(r.phase, Phase::Running, "{:?}", r.events.last());
+        assert_eq!(other.last_live_ms("r1", "svc", "pod-1"), Some(50_000));
+        assert_eq!(r.step(53_000, &without(&r, 53_000), other, &Reading::Unread), Step::Same);
+        r.step(53_001, &without(&r, 53_001), other, &Reading::Unread);
+        assert_eq!(r.phase, Phase::Reverted);
+        let said = &r.events.last().unwrap().message;
+        assert!(said.contains("1 reached agent(s) disappeared") && said.ends_with("pod-1 (svc)"), "{said}");
+    }
+
+    /// A late arrival in a share (or an agent that restarts and re-syncs) has `apply_within_s` of
+    /// its own, from when it is first seen without its digest; the wave waits for it.
+    #[test]
+    fn a_late_arrival_must_apply_within_its_own_window() {
+        let mut r = rollout(&[share("100%")], Advance::Auto);
+        let seen = &mut Sightings::default();
+        seen.baseline(&r.id, 0, &fleet(&r, 0, true)[..19]);
+        let mut agents = fleet(&r, 1000, true);
+        agents.truncate(19);
+        r.step(1000, &agents, seen, &Reading::Unread);
+        assert_eq!(r.applied_ms, Some(1000));
+        // pod-19 arrives during the bake and does not apply: reached once seen again.
+        let arrived = |r: &Rollout, now| {
+            let mut agents = fleet(r, now, true);
+            agents[19].applied = false;
+            agents
+        };
+        r.step(5500, &arrived(&r, 5500), seen, &Reading::Unread);
+        assert_eq!(r.reached(), 19);
+        assert_eq!(r.step(6000, &arrived(&r, 6000), seen, &Reading::Unread), Step::Changed, "reached");
+        assert_eq!(r.reached(), 20);
+        assert_eq!(r.step(6500, &arrived(&r, 6500), seen, &Reading::Unread), Step::Same, "baked; pod-19 not applied");
+        assert_eq!(r.step(15_999, &arrived(&r, 15_999), seen, &Reading::Unread), Step::Same);
+        r.step(16_000, &arrived(&r, 16_000), seen, &Reading::Unread);
+        assert_eq!(r.phase, Phase::Reverted);
+        assert!(r.events.last().unwrap().message.contains("1 of 20 reached agent(s) did not apply"));
+    }
+
+    /// Finding N3: a wave that reaches no instance of a changed service waits `apply_within_s` for
+    /// one, then says that no gate judged the rollout there; an ungated one says so at once.
+    #[test]
+    fn a_wave_that_reaches_nobody_of_a_service_says_so() {
+        let mut r = rollout(&[share("100%")], Advance::Auto);
+        r.services.push("quiet".into());
+        let seen = &mut started(&r);
+        assert_eq!(step(&mut r, seen, 1000, true), Step::Changed);
+        assert_eq!(r.applied_ms, None, "waits for an instance of `quiet`");
+        assert_eq!(step(&mut r, seen, 9_999, true), Step::Same);
+        assert_eq!(step(&mut r, seen, 10_000, true), Step::Changed);
+        assert_eq!(r.applied_ms, Some(10_000));
+        let kinds: Vec<&str> = r.events.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["wave", "applied", "unjudged"]);
+        let said = &r.events[2].message;
+        assert!(
+            said.starts_with("Wave 1 reached no instance of quiet (no identified instance of it is live)"),
+            "{said}"
+        );
+
+        let mut r = rollout(&[share("50%"), share("100%")], Advance::Auto);
+        r.services = vec!["nobody".into()];
+        r.ungated = true;
+        assert_eq!(r.step(0, &[], seen, &Reading::Unread), Step::Changed);
+        assert_eq!(r.applied_ms, Some(0), "ungated: no wait");
+        assert_eq!(r.events.last().unwrap().kind, "unjudged");
+        assert!(r.events.last().unwrap().message.ends_with("; the rollout is ungated"));
+        r.step(5000, &[], seen, &Reading::Unread);
+        assert_eq!(r.wave_index, 1, "a write in steps: the bake still passes");
+        r.step(5000, &[], seen, &Reading::Unread);
+        assert_eq!(r.step(10_000, &[], seen, &Reading::Unread), Step::Complete);
+        let unjudged = r.events.iter().filter(|e| e.kind == "unjudged").count();
+        assert_eq!(unjudged, 2, "each wave says so: {:?}", r.events);
     }
 
     #[test]
     fn the_prometheus_gate_holds_a_wave_until_read_and_reverts_when_over() {
         let mut r = rollout(&[share("10%"), share("100%")], Advance::Manual);
         r.gates.prometheus = Some(PrometheusGate { url: "http://p".into(), query: "q".into(), max: 0.1 });
-        r.step(0, &fleet(&r, 0, true), &Reading::Unread);
-        assert_eq!(r.step(5000, &fleet(&r, 5000, true), &Reading::Error("refused".into())), Step::Changed);
+        let seen = &mut started(&r);
+        r.step(1, &fleet(&r, 1, true), seen, &Reading::Unread);
+        assert_eq!(r.applied_ms, Some(1));
+        assert_eq!(r.step(5001, &fleet(&r, 5001, true), seen, &Reading::Error("refused".into())), Step::Changed);
         assert_eq!(r.events.last().unwrap().kind, "gate");
-        assert_eq!(r.step(5500, &fleet(&r, 5500, true), &Reading::Error("refused".into())), Step::Same, "said once");
+        let again = r.step(5500, &fleet(&r, 5500, true), seen, &Reading::Error("refused".into()));
+        assert_eq!(again, Step::Same, "said once");
         assert_eq!(r.phase, Phase::Running, "an unread gate neither passes nor fails");
-        r.step(6000, &fleet(&r, 6000, true), &Reading::Pass);
+        r.step(6000, &fleet(&r, 6000, true), seen, &Reading::Pass);
         assert_eq!(r.phase, Phase::Waiting, "manual: waits for a promote");
         assert!(r.promote(6500, Some("ops"), &[]).is_ok());
-        assert_eq!((r.wave, r.phase), (1, Phase::Running));
-        r.step(7000, &fleet(&r, 7000, true), &Reading::Fail("0.2 > 0.1".into()));
+        assert_eq!((r.wave_index, r.phase), (1, Phase::Running));
+        r.step(7000, &fleet(&r, 7000, true), seen, &Reading::Fail("0.2 > 0.1".into()));
         assert_eq!(r.phase, Phase::Reverted);
         assert!(r.promote(8000, None, &[]).unwrap_err().contains("reverted"));
     }
 
+    /// Finding N3: shares within (0 %, 100 %], nothing rounded into range, waves that only grow.
     #[test]
     fn waves_are_checked() {
-        assert!(share("10%").check().is_ok());
-        assert!(share("110%").check().is_err());
-        assert!(count(0).check().is_err());
-        assert!(WaveSpec { share: Some("1%".into()), instances: Some(1) }.check().is_err());
-        assert!(WaveSpec { share: None, instances: None }.check().is_err());
+        let check = |waves: &[WaveSpec]| check_waves(waves).map_err(|e| e.to_string());
+        assert!(check(&[share("10%")]).is_ok());
+        assert!(check(&[count(1), share("0.01%"), count(2), share("12.5 %"), share("100")]).is_ok());
+        for (text, said) in [
+            ("0%", "reaches nobody"),
+            ("0.00%", "reaches nobody"),
+            ("-0%", "not a share"),
+            ("0.001%", "not a share"),
+            ("100.004%", "not a share"),
+            ("100.01%", "more than 100%"),
+            ("110%", "more than 100%"),
+            ("1e2%", "not a share"),
+            ("NaN%", "not a share"),
+            (".5%", "not a share"),
+            ("", "not a share"),
+        ] {
+            let error = check(&[share(text)]).unwrap_err();
+            assert!(error.starts_with("wave 1: ") && error.contains(said), "{text}: {error}");
+        }
+        assert!(
+            check(&[share("50%"), share("10%")]).unwrap_err().contains("wave 2: `10%` does not grow on wave 1's 50%")
+        );
+        assert!(check(&[share("50%"), share("50.00%")]).unwrap_err().contains("does not grow"));
+        assert!(check(&[share("100%"), count(1)]).unwrap_err().contains("nobody is left to reach"));
+        assert!(check(&[count(0)]).unwrap_err().contains("reaches nobody"));
+        assert!(check(&[count(MAX_WAVE_INSTANCES + 1)]).is_err());
+        assert!(check(&[]).unwrap_err().contains("at least one wave"));
+        let many: Vec<WaveSpec> = (1..=21).map(count).collect();
+        assert!(check(&many).unwrap_err().contains("at most 20 waves"));
+        assert!(check(&[WaveSpec { share: Some("1%".into()), instances: Some(1) }]).is_err());
+        assert!(check(&[WaveSpec { share: None, instances: None }]).is_err());
+        assert_eq!(parse_share("12.5%"), Ok(Share::from_basis_points(1250)));
+    }
+
+    /// Finding N12: every gate value within its bound, so no arithmetic on it can wrap.
+    #[test]
+    fn gate_values_are_bounded() {
+        let gates =
+            |apply, bake, lost| Gates { apply_within_s: apply, bake_s: bake, lost_after_s: lost, prometheus: None };
+        assert!(gates(1, 0, 1).check().is_ok());
+        assert!(gates(MAX_GATE_S, MAX_GATE_S, MAX_GATE_S).check().is_ok());
+        for (bad, name) in [
+            (gates(60, 18_446_744_073_709_552, 45), "bake_s"),
+            (gates(60, MAX_GATE_S + 1, 45), "bake_s"),
+            (gates(60, 60, 0), "lost_after_s"),
+            (gates(60, 60, u64::MAX), "lost_after_s"),
+            (gates(0, 60, 45), "apply_within_s"),
+        ] {
+            assert!(bad.check().unwrap_err().contains(&format!("gates.{name}")), "{bad:?}");
+        }
+        let mut prometheus = gates(60, 60, 45);
+        prometheus.prometheus = Some(PrometheusGate::new("http://p", "q".repeat(MAX_PROMETHEUS_QUERY_BYTES + 1), 1.0));
+        assert!(prometheus.check().is_err());
+        assert_eq!(ms(u64::MAX), u64::MAX, "saturates");
+    }
+
+    /// Finding N7: a record's events are bounded in number and size, whatever their authors write.
+    #[test]
+    fn events_are_bounded_in_number_and_size() {
+        let mut r = rollout(&[share("100%")], Advance::Auto);
+        assert!(check_attribution(Some(&"a".repeat(MAX_AUTHOR_BYTES)), Some(&"m".repeat(MAX_MESSAGE_BYTES))).is_ok());
+        assert!(check_attribution(Some(&"a".repeat(MAX_AUTHOR_BYTES + 1)), None).unwrap_err().contains("author"));
+        assert!(check_attribution(None, Some(&"m".repeat(MAX_MESSAGE_BYTES + 1))).unwrap_err().contains("message"));
+        assert!(check_attribution(Some("a\u{0}b"), None).is_err());
+        for i in 0..1000 {
+            r.event(i, "promoted", format!("Wave {i} promoted by {}", "é".repeat(100_000)));
+        }
+        assert_eq!(r.events.len(), MAX_EVENTS);
+        assert!(r.events.iter().all(|e| e.message.len() <= MAX_EVENT_BYTES && e.message.ends_with('…')));
+        let bytes = serde_json::to_vec(&r).unwrap().len();
+        assert!(bytes < MAX_EVENTS * (MAX_EVENT_BYTES + 64) + 4096, "{bytes} bytes");
+    }
+
+    #[test]
+    fn a_record_written_with_a_0_based_wave_reads_as_wave_index() {
+        let r = rollout(&[share("100%")], Advance::Auto);
+        let mut json = serde_json::to_value(&r).unwrap();
+        let index = json.as_object_mut().unwrap().remove("wave_index").unwrap();
+        json["wave"] = index;
+        let read: Rollout = serde_json::from_value(json).unwrap();
+        assert_eq!(read, r);
     }
 }

@@ -102,10 +102,11 @@ async fn a_rollout_on_one_etcd_is_served_promoted_and_aborted_through_either_rep
     })
     .await;
 
-    // A second rollout, started on B and aborted on A: every agent, on either replica, is
-    // given back V2.
+    // A second rollout, started on B and aborted on A while it bakes: every agent, on either
+    // replica, is given back V2.
     let v3 = V2.replace("20", "30");
-    let mut body = start_body(json!([{"share": "100%"}]), gates, "manual");
+    let baking = json!({"apply_within_s": 30, "bake_s": 600, "lost_after_s": 30});
+    let mut body = start_body(json!([{"share": "100%"}]), baking, "manual");
     body["document"] = Value::from(v3.as_str());
     let (status, started) = post(&admin_b, "/api/v1/rollouts", &body).await;
     assert_eq!(status, 201, "{started}");

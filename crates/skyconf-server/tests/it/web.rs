@@ -581,7 +581,7 @@ async fn the_page_starts_promotes_and_aborts_staged_rollouts() {
     page.at("completed").await;
     let done = rollout(&admin).await;
     assert_eq!((done["id"].as_str(), done["state"].as_str()), (Some(first.as_str()), Some("completed")), "{done:#}");
-    assert!(done["events"].to_string().contains("wave 1 promoted by page-tester"), "{done:#}");
+    assert!(done["events"].to_string().contains("Wave 1 promoted by page-tester"), "{done:#}");
     until("every agent holds the candidate", async || values(&agents) == all("20")).await;
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V2, "the candidate is the document, as typed");
     page.go();
@@ -606,7 +606,7 @@ async fn the_page_starts_promotes_and_aborts_staged_rollouts() {
         (Some(second.as_str()), Some("aborted"), Some("completed")),
         "{history:#}"
     );
-    assert!(history[0]["outcome"].as_str().unwrap().contains("aborted by page-tester at wave 1"), "{history:#}");
+    assert!(history[0]["outcome"].as_str().unwrap().contains("Aborted by page-tester at wave 1"), "{history:#}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V2);
     page.go();
     let out = page.finish().await;
