@@ -76,7 +76,7 @@ pub(crate) async fn post(State(opamp): State<Opamp>, headers: HeaderMap, body: B
         return respond(StatusCode::OK, &answer.message, gzip_allowed, None);
     }
 
-    let answer = inner.protocol.answer(message, Transport::Http, None);
+    let answer = inner.protocol.answer(&message, Transport::Http, None);
     let granted = hold_asked.map(|asked| hold::granted(asked, config.max_hold));
     match answer.outcome {
         Outcome::Unavailable { retry_after } => {

@@ -33,7 +33,7 @@ pub mod uid;
 mod ws;
 
 /// The OpAMP messages, generated at build time from `proto/opamp/opamp.proto`.
-#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, clippy::use_self, missing_debug_implementations)]
 pub mod wire {
     include!(concat!(env!("OUT_DIR"), "/opamp.proto.rs"));
 }

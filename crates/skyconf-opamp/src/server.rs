@@ -147,7 +147,7 @@ impl Opamp {
 
     /// Answers one message as the plain HTTP transport does, without I/O (no hold). For hosts
     /// that carry OpAMP over a transport of their own, and for fuzzing.
-    pub fn answer(&self, message: wire::AgentToServer) -> Answer {
+    pub fn answer(&self, message: &wire::AgentToServer) -> Answer {
         Counters::add(&self.inner.counters.messages);
         self.inner.protocol.answer(message, Transport::Http, None)
     }

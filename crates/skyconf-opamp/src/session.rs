@@ -170,7 +170,7 @@ impl Protocol {
     /// Answers one message that arrived over `transport` (on `connection` for a WebSocket).
     pub(crate) fn answer(
         &self,
-        msg: wire::AgentToServer,
+        msg: &wire::AgentToServer,
         transport: Transport,
         connection: Option<&Connection>,
     ) -> Answer {
@@ -568,7 +568,7 @@ mod tests {
         backend.set_default(Some(v1.clone()));
         let p = protocol(&backend, 10);
 
-        let first = p.answer(full(1, None), Transport::Http, None);
+        let first = p.answer(&full(1, None), Transport::Http, None);
         assert_eq!(first.message.instance_uid.as_ref(), &UID);
         assert_eq!(first.message.flags, 0, "a full first report needs no ReportFullState");
         assert_eq!(offered(&first).as_ref(), Some(v1.hash().as_bytes()));
@@ -586,26 +586,26 @@ mod tests {
         assert!(matches!(first.outcome, Outcome::Processed { holdable: false, .. }));
 
         // Heartbeats while the agent applies it: nothing is resent.
-        let second = p.answer(heartbeat(2), Transport::Http, None);
+        let second = p.answer(&heartbeat(2), Transport::Http, None);
         assert_eq!(offered(&second), None);
         assert!(second.message.connection_settings.is_none());
         assert!(matches!(second.outcome, Outcome::Processed { holdable: true, .. }));
-        let applied = p.answer(with_status(heartbeat(3), &v1, ApplyStatus::Applied), Transport::Http, None);
+        let applied = p.answer(&with_status(heartbeat(3), &v1, ApplyStatus::Applied), Transport::Http, None);
         assert_eq!(offered(&applied), None);
         assert!(matches!(applied.outcome, Outcome::Processed { holdable: false, .. }), "a report is not held");
-        assert_eq!(offered(&p.answer(heartbeat(4), Transport::Http, None)), None);
+        assert_eq!(offered(&p.answer(&heartbeat(4), Transport::Http, None)), None);
 
         // A change is offered once.
         let v2 = RemoteConfig::single("app.json", "application/json", r#"{"level":"debug"}"#);
         backend.set_default(Some(v2.clone()));
-        assert_eq!(offered(&p.answer(heartbeat(5), Transport::Http, None)).as_ref(), Some(v2.hash().as_bytes()));
-        assert_eq!(offered(&p.answer(heartbeat(6), Transport::Http, None)), None);
+        assert_eq!(offered(&p.answer(&heartbeat(5), Transport::Http, None)).as_ref(), Some(v2.hash().as_bytes()));
+        assert_eq!(offered(&p.answer(&heartbeat(6), Transport::Http, None)), None);
         // FAILED for the new one: not resent (the agent has it, and said what became of it).
         assert_eq!(
-            offered(&p.answer(with_status(heartbeat(7), &v2, ApplyStatus::Failed), Transport::Http, None)),
+            offered(&p.answer(&with_status(heartbeat(7), &v2, ApplyStatus::Failed), Transport::Http, None)),
             None
         );
-        assert_eq!(offered(&p.answer(heartbeat(8), Transport::Http, None)), None);
+        assert_eq!(offered(&p.answer(&heartbeat(8), Transport::Http, None)), None);
 
         let events = backend.events();
         let kinds: Vec<_> = events.iter().map(|(_, e)| std::mem::discriminant(e)).collect();
@@ -626,13 +626,13 @@ mod tests {
         let v2 = RemoteConfig::single("a", "", "2");
         backend.set_default(Some(v1.clone()));
         let p = protocol(&backend, 10);
-        p.answer(full(1, Some((&v1, ApplyStatus::Applied))), Transport::Http, None);
+        p.answer(&full(1, Some((&v1, ApplyStatus::Applied))), Transport::Http, None);
         backend.set_default(Some(v2.clone()));
-        assert!(offered(&p.answer(heartbeat(2), Transport::Http, None)).is_some());
+        assert!(offered(&p.answer(&heartbeat(2), Transport::Http, None)).is_some());
         // The agent still reports v1 (the offer was lost on the way): v2 again, once.
-        let again = p.answer(with_status(heartbeat(3), &v1, ApplyStatus::Applied), Transport::Http, None);
+        let again = p.answer(&with_status(heartbeat(3), &v1, ApplyStatus::Applied), Transport::Http, None);
         assert_eq!(offered(&again).as_ref(), Some(v2.hash().as_bytes()));
-        assert_eq!(offered(&p.answer(heartbeat(4), Transport::Http, None)), None);
+        assert_eq!(offered(&p.answer(&heartbeat(4), Transport::Http, None)), None);
     }
 
     #[tokio::test]
@@ -642,18 +642,18 @@ mod tests {
         backend.set_default(Some(v1.clone()));
         let p = protocol(&backend, 10);
         // A server restart: the agent's first message here is a heartbeat with seq 57.
-        let first = p.answer(heartbeat(57), Transport::Http, None);
+        let first = p.answer(&heartbeat(57), Transport::Http, None);
         assert_eq!(first.message.flags, bits::REPORT_FULL_STATE);
         assert_eq!(offered(&first), None, "the agent may have it already");
         // Its full report says it has v1: nothing to send.
-        let full_report = p.answer(full(58, Some((&v1, ApplyStatus::Applied))), Transport::Http, None);
+        let full_report = p.answer(&full(58, Some((&v1, ApplyStatus::Applied))), Transport::Http, None);
         assert_eq!(full_report.message.flags, 0);
         assert_eq!(offered(&full_report), None);
         // A repeated sequence number (a retried request) is not a gap; a skipped one is.
-        assert_eq!(p.answer(heartbeat(58), Transport::Http, None).message.flags, 0);
-        assert_eq!(p.answer(heartbeat(59), Transport::Http, None).message.flags, 0);
-        assert_eq!(p.answer(heartbeat(61), Transport::Http, None).message.flags, bits::REPORT_FULL_STATE);
-        assert_eq!(p.answer(heartbeat(62), Transport::Http, None).message.flags, 0);
+        assert_eq!(p.answer(&heartbeat(58), Transport::Http, None).message.flags, 0);
+        assert_eq!(p.answer(&heartbeat(59), Transport::Http, None).message.flags, 0);
+        assert_eq!(p.answer(&heartbeat(61), Transport::Http, None).message.flags, bits::REPORT_FULL_STATE);
+        assert_eq!(p.answer(&heartbeat(62), Transport::Http, None).message.flags, 0);
     }
 
     #[tokio::test]
@@ -662,11 +662,11 @@ mod tests {
         let p = protocol(&backend, 10);
         let mut msg = full(1, None);
         msg.capabilities = CAPS | agent::ACCEPTS_OPAMP_CONNECTION_SETTINGS;
-        assert!(p.answer(msg, Transport::Http, None).message.connection_settings.is_none());
+        assert!(p.answer(&msg, Transport::Http, None).message.connection_settings.is_none());
         let mut quiet = full(1, None);
         quiet.instance_uid = Bytes::from_static(&[1; 16]);
         quiet.capabilities = agent::REPORTS_STATUS;
-        assert!(p.answer(quiet, Transport::Http, None).message.connection_settings.is_none());
+        assert!(p.answer(&quiet, Transport::Http, None).message.connection_settings.is_none());
     }
 
     #[tokio::test]
@@ -675,13 +675,13 @@ mod tests {
         let p = protocol(&backend, 10);
         let mut bad = full(1, None);
         bad.instance_uid = Bytes::from_static(b"short");
-        let answer = p.answer(bad, Transport::Http, None);
+        let answer = p.answer(&bad, Transport::Http, None);
         assert_eq!(answer.outcome, Outcome::BadRequest);
         assert_eq!(answer.message.error_response.unwrap().r#type, wire::ServerErrorResponseType::BadRequest as i32);
 
         let mut legacy = full(1, None);
         legacy.instance_uid = Bytes::from_static(b"01ARZ3NDEKTSV4RRFFQ69G5FAV");
-        let answer = p.answer(legacy, Transport::Http, None);
+        let answer = p.answer(&legacy, Transport::Http, None);
         assert_eq!(answer.message.instance_uid.as_ref(), b"01ARZ3NDEKTSV4RRFFQ69G5FAV");
         assert!(matches!(answer.outcome, Outcome::Processed { .. }));
     }
@@ -692,7 +692,7 @@ mod tests {
         let p = protocol(&backend, 10);
         let mut msg = full(1, None);
         msg.flags = bits::REQUEST_INSTANCE_UID;
-        let answer = p.answer(msg, Transport::Http, None);
+        let answer = p.answer(&msg, Transport::Http, None);
         let new = answer.message.agent_identification.expect("a new uid").new_instance_uid;
         assert_eq!(new.len(), 16);
         assert_eq!(answer.message.instance_uid.as_ref(), &UID, "addressed to the temporary uid");
@@ -700,17 +700,17 @@ mod tests {
         assert!(p.agent(uid).is_some());
         let mut next = heartbeat(2);
         next.instance_uid = new;
-        assert_eq!(p.answer(next, Transport::Http, None).message.flags, 0, "the same session");
+        assert_eq!(p.answer(&next, Transport::Http, None).message.flags, 0, "the same session");
     }
 
     #[tokio::test]
     async fn the_session_limit_and_an_unavailable_backend_throttle() {
         let backend = MemoryBackend::new();
         let p = protocol(&backend, 1);
-        p.answer(full(1, None), Transport::Http, None);
+        p.answer(&full(1, None), Transport::Http, None);
         let mut other = full(1, None);
         other.instance_uid = Bytes::from_static(&[7; 16]);
-        let answer = p.answer(other, Transport::Http, None);
+        let answer = p.answer(&other, Transport::Http, None);
         assert_eq!(answer.outcome, Outcome::Unavailable { retry_after: Duration::from_secs(30) });
         let error = answer.message.error_response.unwrap();
         assert_eq!(error.r#type, wire::ServerErrorResponseType::Unavailable as i32);
@@ -721,13 +721,13 @@ mod tests {
             }))
         );
         // A known agent is still answered at the limit.
-        assert!(matches!(p.answer(heartbeat(2), Transport::Http, None).outcome, Outcome::Processed { .. }));
+        assert!(matches!(p.answer(&heartbeat(2), Transport::Http, None).outcome, Outcome::Processed { .. }));
 
         backend.set_unavailable(Some(Unavailable {
             reason: "store not ready".into(),
             retry_after: Some(Duration::from_secs(45)),
         }));
-        let answer = p.answer(heartbeat(3), Transport::Http, None);
+        let answer = p.answer(&heartbeat(3), Transport::Http, None);
         assert_eq!(answer.outcome, Outcome::Unavailable { retry_after: Duration::from_secs(45) });
     }
 
@@ -735,7 +735,7 @@ mod tests {
     async fn an_http_session_expires_when_silent_unless_a_poll_is_held() {
         let backend = MemoryBackend::new();
         let p = protocol(&backend, 10);
-        p.answer(full(1, None), Transport::Http, None);
+        p.answer(&full(1, None), Transport::Http, None);
         let uid = InstanceUid::from_bytes(UID);
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(p.expire(Instant::now()), 0);
@@ -755,10 +755,10 @@ mod tests {
     async fn agent_disconnect_ends_the_session() {
         let backend = MemoryBackend::new();
         let p = protocol(&backend, 10);
-        p.answer(full(1, None), Transport::Http, None);
+        p.answer(&full(1, None), Transport::Http, None);
         let mut bye = heartbeat(2);
         bye.agent_disconnect = Some(wire::AgentDisconnect {});
-        assert_eq!(p.answer(bye, Transport::Http, None).outcome, Outcome::Disconnected);
+        assert_eq!(p.answer(&bye, Transport::Http, None).outcome, Outcome::Disconnected);
         assert_eq!(p.len(), 0);
         assert_eq!(backend.events().last().unwrap().1, Event::Disconnected(Disconnect::Reported));
     }
@@ -769,8 +769,8 @@ mod tests {
         let p = protocol(&backend, 10);
         let old = Connection { id: 1, evicted: CancellationToken::new() };
         let new = Connection { id: 2, evicted: CancellationToken::new() };
-        p.answer(full(1, None), Transport::WebSocket, Some(&old));
-        p.answer(full(1, None), Transport::WebSocket, Some(&new));
+        p.answer(&full(1, None), Transport::WebSocket, Some(&old));
+        p.answer(&full(1, None), Transport::WebSocket, Some(&new));
         assert!(old.evicted.is_cancelled());
         p.end(InstanceUid::from_bytes(UID), Some(1), Disconnect::Closed);
         assert_eq!(p.len(), 1, "the older connection no longer owns the session");

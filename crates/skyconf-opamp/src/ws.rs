@@ -140,7 +140,7 @@ fn answer(
         let why = format!("one connection carries at most {MAX_AGENTS_PER_CONNECTION} agents");
         return session::bad_request(message.instance_uid, &why).message;
     }
-    let answer = protocol.answer(message, Transport::WebSocket, Some(connection));
+    let answer = protocol.answer(&message, Transport::WebSocket, Some(connection));
     match answer.outcome {
         Outcome::Processed { uid, .. } => {
             if let Some(agent) = protocol.agent(uid) {
