@@ -116,7 +116,8 @@ pub fn opamp_message(data: &[u8]) {
     if let Ok(message) = decoded {
         let answer = server.answer(&message);
         let (body, gzipped) = codec::encode_body(&answer.message, selector & 0x10 != 0);
-        let bytes = if gzipped { codec::gunzip(&body, usize::MAX >> 1).expect("our gzip decodes") } else { body.to_vec() };
+        let bytes =
+            if gzipped { codec::gunzip(&body, usize::MAX >> 1).expect("our gzip decodes") } else { body.to_vec() };
         assert_eq!(ServerToAgent::decode(bytes.as_slice()).expect("an answer decodes"), answer.message);
         let frame = codec::encode_frame(&answer.message);
         assert_eq!(ServerToAgent::decode(&frame[1..]).expect("a frame decodes"), answer.message);
