@@ -91,14 +91,51 @@ pub fn admin_write(data: &[u8]) {
     });
 }
 
+/// Any bytes as an OpAMP message: the first byte picks the transport (0: a plain HTTP body,
+/// 1: a gzip-compressed HTTP body, 2: a WebSocket message with its varint header), the rest is
+/// the message. Decoding fails cleanly within the size limit, or the server answers it, and the
+/// answer encodes and decodes back.
+pub fn opamp_message(data: &[u8]) {
+    use skyconf_opamp::codec::{self, Encoding};
+    use skyconf_opamp::wire::ServerToAgent;
+    const LIMIT: usize = 64 << 10;
+    static SERVER: OnceLock<skyconf_opamp::Opamp> = OnceLock::new();
+    let server = SERVER.get_or_init(|| {
+        let backend = skyconf_opamp::MemoryBackend::new();
+        backend.set_default(Some(skyconf_opamp::RemoteConfig::single("a.yaml", "text/yaml", "k: v\n")));
+        let mut config = skyconf_opamp::OpampConfig::default();
+        config.limits.max_sessions = 1000;
+        skyconf_opamp::Opamp::new(config, Arc::new(backend))
+    });
+    let Some((&selector, rest)) = data.split_first() else { return };
+    let decoded = match selector % 3 {
+        0 => codec::decode_body(Encoding::Identity, rest, LIMIT),
+        1 => codec::decode_body(Encoding::Gzip, rest, LIMIT),
+        _ => codec::decode_frame(rest),
+    };
+    if let Ok(message) = decoded {
+        let answer = server.answer(&message);
+        let (body, gzipped) = codec::encode_body(&answer.message, selector & 0x10 != 0);
+        let bytes =
+            if gzipped { codec::gunzip(&body, usize::MAX >> 1).expect("our gzip decodes") } else { body.to_vec() };
+        assert_eq!(ServerToAgent::decode(bytes.as_slice()).expect("an answer decodes"), answer.message);
+        let frame = codec::encode_frame(&answer.message);
+        assert_eq!(ServerToAgent::decode(&frame[1..]).expect("a frame decodes"), answer.message);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Replays every committed corpus input through its target.
     #[test]
     fn every_committed_input_passes() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-        let targets: [(&str, fn(&[u8])); 3] =
-            [("reader", super::reader), ("cds", super::cds_request), ("admin", super::admin_write)];
+        let targets: [(&str, fn(&[u8])); 4] = [
+            ("reader", super::reader),
+            ("cds", super::cds_request),
+            ("admin", super::admin_write),
+            ("opamp", super::opamp_message),
+        ];
         for (name, target) in targets {
             let mut inputs = 0;
             for entry in std::fs::read_dir(dir.join(name)).expect("a corpus directory") {
