@@ -94,7 +94,17 @@ fn validate_reads_standard_input_and_a_configmap_directory() {
         .write_stdin(text)
         .assert()
         .success()
-        .stdout(predicate::str::starts_with("<stdin>: valid, 1 services, 1 settings, 0 warnings"));
+        .stdout(predicate::str::starts_with("<stdin>: valid, 1 service, 1 setting, 0 warnings"));
+    // Usability finding 14: plurals, and the targeting groups counted.
+    let targeted = format!(
+        "{text}targeting:\n  svc:\n    - {{group: a, instances: [a-*], settings: {{}}}}\n    - {{group: b, share: 10%, settings: {{}}}}\n"
+    );
+    assert_cmd::Command::from_std(skyconf())
+        .args(["validate", "-"])
+        .write_stdin(targeted)
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with("<stdin>: valid, 1 service, 1 setting, 2 targeting groups, 0 warnings"));
     assert_cmd::Command::from_std(skyconf())
         .args(["validate", "-"])
         .write_stdin("configurations:\n  svc:\n    k: ~\n")

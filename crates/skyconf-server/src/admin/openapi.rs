@@ -13,6 +13,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use serde::Serialize;
 use skyconf_core::diff::{ChangeKind, KeyChange, ServiceChange};
+use skyconf_core::warnings::Warning;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
@@ -63,6 +64,7 @@ use crate::store_view::StoreStatus;
         ChangeKind,
         KeyChange,
         ServiceChange,
+        Warning,
         AgentState,
         AgentStatus,
         StateCounts,
@@ -779,6 +781,10 @@ pub(crate) struct WriteAnswer {
     /// 503: served, but the release could not be written to the data directory.
     #[schema(required = false)]
     error: String,
+    /// What is probably wrong with the document (the warnings `skyconf validate` prints): each
+    /// at the line and column of its key in the document written (a dry run's `document`). A
+    /// per-service write's are those about its service and the whole document.
+    warnings: Vec<Warning>,
 }
 
 /// A 503 of a write: the store could not be reached, or the change is served but not durable.

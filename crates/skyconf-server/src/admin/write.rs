@@ -57,6 +57,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::diff;
+use skyconf_core::warnings::{Warning, warnings};
 use skyconf_core::writer;
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect};
 use tokio::sync::OwnedMutexGuard;
@@ -142,12 +143,12 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// A document to write: its text (`None`: delete the key), the table it reads as, and the
-/// reader's warnings (what the document drops as the OAP drops it, e.g. a repeated key).
+/// A document to write: its text (`None`: delete the key), the table it reads as, and its
+/// warnings ([`skyconf_core::warnings`], the list `skyconf validate` prints).
 struct Proposal {
     text: Option<String>,
     table: AgentConfigurations,
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
 }
 
 impl Proposal {
@@ -160,8 +161,15 @@ impl Proposal {
             )));
         }
         let reading = skyconf_core::read_with_warnings(&text)?;
-        let warnings = reading.warnings.iter().map(ToString::to_string).collect();
+        let warnings = warnings(&reading, &text);
         Ok(Self { text: Some(text), table: reading.table, warnings })
+    }
+
+    /// Keeps the warnings about `service` and the whole document: a per-service write answers
+    /// for what it changes, not for the other services' settings.
+    fn warnings_of(mut self, service: &str) -> Self {
+        self.warnings.retain(|w| w.service.as_deref().is_none_or(|s| s == service));
+        self
     }
 }
 
@@ -247,6 +255,7 @@ async fn apply(
             "changes": changes,
             "release": latest.map(|r| summary(&r)),
             "version": snapshot.version,
+            "warnings": proposal.warnings,
         }))
         .into_response());
     }
@@ -313,6 +322,7 @@ async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) 
                     "changes": changes,
                     "release": summary(&release),
                     "version": release.version,
+                    "warnings": proposal.warnings,
                 });
                 if durability == Durability::Failed {
                     body["error"] = json!(format!(
@@ -337,6 +347,7 @@ async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) 
             "served": false,
             "message": format!("the store took the document; it was not served within {wait:?}"),
             "changes": changes,
+            "warnings": proposal.warnings,
         })),
     )
         .into_response())
@@ -627,7 +638,7 @@ async fn write_service(
             }
             ServiceChange::Remove => None,
         };
-        let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
+        let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?.warnings_of(name);
         let (version, expected) = (current.version, admin.served.store_revision_of(current.version));
         match apply(admin, guard, current, proposal, attribution.clone(), options, Basis::Snapshot).await {
             Err(AppError::StoreMoved(why)) if options.if_match.is_none() && rebases < MAX_REBASES => {
