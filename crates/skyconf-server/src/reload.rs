@@ -257,6 +257,16 @@ impl Reloader {
         self.accepted.as_deref()
     }
 
+    /// The release log, when accepted documents are recorded.
+    pub fn releases(&self) -> Option<&Arc<ReleaseLog>> {
+        self.releases.as_ref()
+    }
+
+    /// The release of the table being served, when it is recorded.
+    pub fn served_release(&self) -> Option<u64> {
+        self.releases.as_ref()?.served_as(self.served.snapshot().version)
+    }
+
     /// Applies the key's current value; `None` means the store holds no such key.
     pub fn apply(&mut self, value: Option<&str>) -> Outcome {
         self.apply_at(value, None)

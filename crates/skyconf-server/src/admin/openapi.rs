@@ -763,7 +763,8 @@ pub(crate) struct WriteAnswer {
     /// Whether the new document is served.
     #[schema(required = false)]
     served: bool,
-    /// Whether its release file is on disk (`null`: no data directory, or not known yet).
+    /// Whether it is on disk: its release file and the last good copy a restart serves while the
+    /// store is away (`null`: no data directory, or not known yet).
     #[schema(required = false)]
     durable: Option<bool>,
     /// How long it took to be served.
@@ -778,7 +779,7 @@ pub(crate) struct WriteAnswer {
     /// 202: what happened.
     #[schema(required = false)]
     message: String,
-    /// 503: served, but the release could not be written to the data directory.
+    /// 503: served, but not on disk: which file could not be written, and why.
     #[schema(required = false)]
     error: String,
     /// What is probably wrong with the document (the warnings `skyconf validate` prints): each

@@ -37,13 +37,15 @@
 //!
 //! Answers: 200 with the release once the new document is served; 202 when the store took it but
 //! it was not served within the wait; 200 with `"unchanged": true` when the document is the one
-//! served already. A served write also waits (within the same wait) for its release file:
-//! `"durable": true` once it is on disk, `null` without a data directory (or not yet known when
-//! the wait ends). When the file cannot be written (disk full, read-only data directory) the
-//! answer is **503** with `"written": true, "served": true, "durable": false` and an `error`: the
-//! store took the change and agents get it — nothing is undone, and a retry answers
-//! `"unchanged"` — but its release history is not on disk, which the operator must fix (the
-//! server logs it at error level and counts it in `GET /api/v1/status` as `unsaved_releases`). Per-service writes rewrite the document in a canonical form (every string
+//! served already. A served write also waits (within the same wait) for the disk: `"durable":
+//! true` once its release file and the last good copy holding its document are written (so a
+//! restart, even while the store is away, serves it; reliability finding N11), `null` without a
+//! data directory (or not yet known when the wait ends). When either cannot be written (disk
+//! full, read-only data directory) the answer is **503** with `"written": true, "served": true,
+//! "durable": false` and an `error` that says which and why: the store took the change and agents
+//! get it — nothing is undone, and a retry answers `"unchanged"` — but it is not on disk, which
+//! the operator must fix (the server logs it at error level; an unwritten release file is counted
+//! in `GET /api/v1/status` as `unsaved_releases`). Per-service writes rewrite the document in a canonical form (every string
 //! double-quoted; comments dropped), with the same digests for every untouched service.
 
 use std::sync::Arc;
@@ -315,7 +317,7 @@ async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) 
                     "served": true,
                     "durable": match durability {
                         Durability::Durable => Some(true),
-                        Durability::Failed => Some(false),
+                        Durability::Failed(_) => Some(false),
                         Durability::Memory | Durability::Pending => None,
                     },
                     "served_after_ms": served_after_ms,
@@ -324,11 +326,8 @@ async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) 
                     "version": release.version,
                     "warnings": proposal.warnings,
                 });
-                if durability == Durability::Failed {
-                    body["error"] = json!(format!(
-                        "the change is served, but release {} could not be written to the data directory; see the server log",
-                        release.id
-                    ));
+                if let Durability::Failed(why) = durability {
+                    body["error"] = json!(format!("the change is served, but it is not on disk: {why}"));
                     return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
                 }
                 return Ok(Json(body).into_response());
