@@ -125,7 +125,11 @@ impl StoreTask {
         let (content, outcome) = match update {
             Update::Failed(error) => {
                 let error = error.to_string();
-                self.events.store_failed(&self.store.status().store, &error);
+                let status = self.store.status();
+                // Not connected: this outage is said already (by start-up, or by the failure that
+                // began it); one outage, one line.
+                let logged = !status.connected;
+                self.events.store_failed(&status.store, &error, self.reloader.served_services(), logged);
                 self.store.mark_failed(error);
                 return None;
             }

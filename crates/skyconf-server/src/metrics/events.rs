@@ -139,10 +139,24 @@ impl Events {
         let _ = self.store_failures.get_or_create_owned(&StoreLabels { store: store.to_owned() });
     }
 
-    /// The store failed; the last good configuration stays in service.
-    pub fn store_failed(&self, store: &str, error: &str) {
+    /// The store failed; whatever is served stays in service. Logged once per outage, with what
+    /// is served (`None`: nothing yet), unless `logged` (start-up said it already).
+    pub fn store_failed(&self, store: &str, error: &str, served: Option<usize>, logged: bool) {
         self.store_failures.get_or_create(&StoreLabels { store: store.to_owned() }).inc();
-        tracing::error!(store, error, "The configuration store failed; still serving the last good configuration.");
+        match served {
+            _ if logged => {}
+            Some(services) => tracing::error!(
+                store,
+                error,
+                services,
+                "The configuration store failed; still serving the last good configuration."
+            ),
+            None => tracing::error!(
+                store,
+                error,
+                "The configuration store failed; nothing is served yet: agents get \"no change\" until it answers."
+            ),
+        }
     }
 
     /// A gRPC call was refused for its token. Logged at debug: a misconfigured fleet polls every
@@ -204,9 +218,22 @@ impl OriginEvents {
         tracing::warn!(origin = %self.origin, version, "The agent configurations were deleted; every service now gets the EMPTY answer.");
     }
 
-    /// A document was refused; the previous table stays.
-    pub fn document_rejected(&self, error: &str) {
+    /// A document was refused; the previous table stays (`served`: its services; `None`: none is
+    /// served yet).
+    pub fn document_rejected(&self, error: &str, served: Option<usize>) {
         self.rejected.inc();
-        tracing::error!(origin = %self.origin, error, "Refused agent configurations; still serving the last good configuration.");
+        match served {
+            Some(services) => {
+                tracing::error!(origin = %self.origin, error, services, "Refused agent configurations; still serving the last good configuration.")
+            }
+            None => {
+                tracing::error!(origin = %self.origin, error, "Refused agent configurations; nothing is served yet: agents get \"no change\" until a good document arrives.")
+            }
+        }
+    }
+
+    /// The document found at start-up was refused: counted (start-up logged it).
+    pub fn rejected_at_start(&self) {
+        self.rejected.inc();
     }
 }
