@@ -179,7 +179,9 @@ mod tests {
         let persister = Persister::spawn();
         let (release, hold) = std::sync::mpsc::channel::<()>();
         // Holds the writer thread while the writes to test queue up behind it, into one batch.
-        let holding: WriteDone = Box::new(move |_| drop(hold.recv()));
+        let holding: WriteDone = Box::new(move |_| {
+            let _ = hold.recv();
+        });
         persister.write(dir.path().join("held"), b"x".to_vec(), Some(holding));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (copy, blocked) = (dir.path().join("copy"), dir.path().join("blocked"));
