@@ -413,7 +413,7 @@ struct DocumentBody {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "A refused document (with line and column in `details`), bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "A refused document (with line and column in `details`), bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
@@ -467,7 +467,7 @@ struct ServiceBody {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "A bad name, a value that is not a string, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "A bad name (a bad percent-escape included), a value that is not a string, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
@@ -515,7 +515,7 @@ pub(super) async fn put_service(
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "A bad name, a value that is neither a string nor null, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "A bad name (a bad percent-escape included), a value that is neither a string nor null, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
@@ -576,7 +576,7 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "Bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "A bad percent-escape in the name, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such service is configured.", body = ErrorBody),
@@ -714,7 +714,7 @@ async fn newest_served(admin: &Admin) -> Arc<Snapshot> {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "Not a release id, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "Not a release id, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such release is kept.", body = ErrorBody),
@@ -758,7 +758,7 @@ pub(super) async fn rollback(
         description = "Optional: the `held.since_ms` the operator saw."),
     responses(
         (status = 200, description = "Decided.", body = HeldAnswerBody),
-        (status = 400, description = "A query parameter (none is taken), or bad JSON.", body = ErrorBody),
+        (status = 400, description = "A query parameter (none is taken), or bad JSON (a key given twice included).", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "Nothing is held, or another change than `since_ms` names.", body = ErrorBody),
@@ -784,7 +784,7 @@ pub(super) async fn confirm_held(
         description = "Optional: the `held.since_ms` the operator saw."),
     responses(
         (status = 200, description = "Decided.", body = HeldAnswerBody),
-        (status = 400, description = "A query parameter (none is taken), or bad JSON.", body = ErrorBody),
+        (status = 400, description = "A query parameter (none is taken), or bad JSON (a key given twice included).", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "Nothing is held, or another change than `since_ms` names.", body = ErrorBody),

@@ -35,6 +35,37 @@ pub(crate) struct AdminDeniedLabels {
     pub(crate) status: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct AdminRefusedLabels {
+    pub(crate) reason: &'static str,
+}
+
+/// Why the admin port's browser checks ([`crate::security::browser`]) refused a request (403).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrowserRefusal {
+    /// The `Host` is not an IP literal, `localhost` or an allowed name (DNS rebinding).
+    Host,
+    /// A write from another site or origin (`Sec-Fetch-Site`, `Origin`).
+    CrossSite,
+    /// A write an HTML form could send (no JSON/YAML content type, `X-Skyconf-*` header or
+    /// `Authorization`).
+    Form,
+}
+
+impl BrowserRefusal {
+    /// Every reason, for the series present from the start.
+    const ALL: [Self; 3] = [Self::Host, Self::CrossSite, Self::Form];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::CrossSite => "cross_site",
+            Self::Form => "form",
+        }
+    }
+}
+
 /// The gRPC services a token can guard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GuardedService {
@@ -76,6 +107,7 @@ pub struct Events {
     store_failures: Family<StoreLabels, Counter>,
     grpc_denied: Family<GrpcDeniedLabels, Counter>,
     admin_denied: Family<AdminDeniedLabels, Counter>,
+    admin_refused: Family<AdminRefusedLabels, Counter>,
     rollout_events: Family<RolloutEventLabels, Counter>,
 }
 
@@ -107,6 +139,11 @@ impl Events {
             self.admin_denied.clone(),
         );
         registry.register(
+            "skyconf_admin_refused",
+            "Admin requests refused (403) by the browser checks: an unknown Host (host), a cross-site or cross-origin write (cross_site), a write an HTML form could send (form)",
+            self.admin_refused.clone(),
+        );
+        registry.register(
             "skyconf_rollout_events",
             "What staged rollouts did, by kind (started, wave, applied, passed, promoted, reverted, aborted, completed, ...), counted by the replica that recorded it",
             self.rollout_events.clone(),
@@ -121,6 +158,9 @@ impl Events {
         }
         for status in ["401", "403"] {
             let _ = self.admin_denied.get_or_create_owned(&AdminDeniedLabels { status });
+        }
+        for reason in BrowserRefusal::ALL {
+            let _ = self.admin_refused.get_or_create_owned(&AdminRefusedLabels { reason: reason.as_str() });
         }
     }
 
@@ -188,6 +228,19 @@ impl Events {
         };
         self.admin_denied.get_or_create(&AdminDeniedLabels { status }).inc();
         tracing::info!(status, %method, path, "Refused an admin request for its bearer token.");
+    }
+
+    /// An admin request was refused by the browser checks (403), for `why`: a rebound host name
+    /// or a cross-site write is what an attack looks like (WARN); a write a form could send is
+    /// more often a client without a content type (INFO).
+    pub fn admin_refused(&self, reason: BrowserRefusal, method: &http::Method, path: &str, why: &str) {
+        self.admin_refused.get_or_create(&AdminRefusedLabels { reason: reason.as_str() }).inc();
+        let reason = reason.as_str();
+        if reason == BrowserRefusal::Form.as_str() {
+            tracing::info!(reason, %method, path, why, "Refused an admin request by the browser checks.");
+        } else {
+            tracing::warn!(reason, %method, path, why, "Refused an admin request by the browser checks.");
+        }
     }
 }
 

@@ -35,7 +35,7 @@ pub use skyconf_core::answer::FetchOutcome;
 
 use crate::cds::hold::{HeldCount, Refusal, Release};
 
-pub use events::{AdminDenial, Events, GuardedService, OriginEvents};
+pub use events::{AdminDenial, BrowserRefusal, Events, GuardedService, OriginEvents};
 pub use fleet::{AgentsPerDigest, FleetGauges, FleetIdentities, FleetTable, StuckAgents};
 pub use gateway::GatewayMetrics;
 use histogram::{AtomicHistogram, FETCH_BUCKETS};

@@ -615,6 +615,49 @@ async fn every_write_path_warns_as_validate_does_with_line_and_column() {
 }
 
 #[tokio::test]
+async fn a_key_given_twice_in_a_json_body_is_a_400_naming_it() {
+    // N13: the last of two `config` keys (or authors) was taken without a word.
+    let s = setup();
+    for (path, body, key) in [
+        (
+            "/api/v1/services/order",
+            r#"{"config": {"agent.sample_n_per_3_secs": "1", "agent.sample_n_per_3_secs": "2"}}"#,
+            "agent.sample_n_per_3_secs",
+        ),
+        ("/api/v1/services/order", r#"{"config": {"k": "1"}, "author": "ann", "author": "bob"}"#, "author"),
+        (
+            "/api/v1/configurations",
+            r#"{"document": "configurations: {}", "document": "configurations:\n  a: {k: v}\n"}"#,
+            "document",
+        ),
+    ] {
+        let request = Request::put(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
+        let (status, answer) = call(&s.router, request).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains(&format!("`{key}`")) && error.contains("more than once"), "{error}");
+    }
+    assert_eq!(s.served.snapshot().version, 1, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_bad_percent_escape_in_a_service_name_is_a_400() {
+    // N13: `PUT /api/v1/services/%ZZ` created a service named `%ZZ`.
+    let s = setup();
+    for (method, path) in
+        [("PUT", "/api/v1/services/%ZZ"), ("PATCH", "/api/v1/services/a%2"), ("GET", "/api/v1/services/%zz%41")]
+    {
+        let (status, answer) = call(&s.router, json_request(method, path, &json!({"config": {"k": "v"}}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {path}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("percent"), "{answer}");
+    }
+    assert!(s.served.snapshot().table.get("%ZZ").is_none());
+    // A `%` written as `%25` is a name like any other.
+    s.ok_json("PUT", "/api/v1/services/100%25-sure", json!({"config": {"agent.sample_rate": "1"}})).await;
+    assert!(s.served.snapshot().table.get("100%-sure").is_some());
+}
+
+#[tokio::test]
 async fn a_misspelled_dry_run_is_a_400_naming_the_parameter_and_writes_nothing() {
     // F14: `?DRY_RUN=true` used to be ignored, so the "dry run" was a real write.
     let s = setup();
