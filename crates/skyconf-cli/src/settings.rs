@@ -242,6 +242,24 @@ pub(crate) struct SharingServerSection {
     pub(crate) authentication: Option<Secret>,
 }
 
+/// The YAML reader's messages, but in the user's words where its own would name the reader's
+/// options (a key written twice: "set DuplicateKeyPolicy in Options").
+struct UserWords;
+
+impl serde_saphyr::MessageFormatter for UserWords {
+    fn format_message<'a>(&self, error: &'a serde_saphyr::Error) -> std::borrow::Cow<'a, str> {
+        match error {
+            serde_saphyr::Error::DuplicateMappingKey { key: Some(key), .. } => {
+                format!("`{key}` is written twice in one section; keep one").into()
+            }
+            serde_saphyr::Error::DuplicateMappingKey { key: None, .. } => {
+                "a key is written twice in one section; keep one".into()
+            }
+            other => serde_saphyr::DefaultMessageFormatter.format_message(other),
+        }
+    }
+}
+
 /// A parsed config file.
 #[derive(Debug)]
 pub(crate) struct ConfigFile {
@@ -258,7 +276,11 @@ impl ConfigFile {
 
     /// Parses config-file text.
     pub(crate) fn parse(text: &str, origin: &str, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
-        let mut tree: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let mut tree: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
+            let mut options = serde_saphyr::RenderOptions::new(&UserWords);
+            options.source_name = Some(origin);
+            anyhow::anyhow!("{origin}: {}", e.render_with_options(options))
+        })?;
         if tree.is_null() {
             tree = serde_json::json!({});
         }
@@ -542,6 +564,21 @@ skyconf:
         assert!(sharing.authentication.unwrap().is_empty(), "the OAP's default is no token");
         let half = TlsSettings { cert: Some("/c.pem".into()), ..TlsSettings::default() };
         assert!(half.resolve("admin").unwrap_err().to_string().contains("--admin-tls-key"));
+    }
+
+    #[test]
+    fn a_key_written_twice_is_refused_in_the_users_words() {
+        // F19: the YAML library's hint ("set DuplicateKeyPolicy in Options") reached the user.
+        for (text, key) in [
+            ("skyconf:\n  grpcAddr: 127.0.0.1:0\n  grpcAddr: 127.0.0.1:1\n", "grpcAddr"),
+            ("configuration:\n  selector: etcd\n  selector: file\n", "selector"),
+        ] {
+            let err = ConfigFile::parse(text, "c.yaml", &env(&[])).unwrap_err().to_string();
+            assert!(!err.contains("DuplicateKeyPolicy") && !err.contains("Options"), "{err}");
+            assert!(err.starts_with("c.yaml: "), "{err}");
+            assert!(err.contains(&format!("`{key}` is written twice in one section")), "{err}");
+            assert!(err.contains("c.yaml:3:3"), "the place, by file name: {err}");
+        }
     }
 
     #[test]
