@@ -357,7 +357,11 @@ fn serve_refuses_to_start_on_a_bad_file() {
         .arg(&path)
         .assert()
         .failure()
-        .stderr(predicate::str::contains("line 1, column 17"));
+        // Usability finding 14: said as `validate` says it, not `file bad.yaml: line 1, column 17`.
+        .stderr(
+            predicate::str::contains(format!("{}:1:17: ", path.display()))
+                .and(predicate::str::contains("line 1").not()),
+        );
 }
 
 #[test]
