@@ -343,10 +343,7 @@ impl<T: Transport> Agent<T> {
     async fn identify(&mut self, which: Due) {
         let Some(instance) = self.options.instance_name() else { return };
         let due = lock(&self.management).due(Instant::now(), self.options.keep_alive_interval);
-        let call = match (due, which) {
-            (Some(call @ ManagementCall::Report), _) | (Some(call), Due::Any) => call,
-            _ => return,
-        };
+        let ((Some(call @ ManagementCall::Report), _) | (Some(call), Due::Any)) = (due, which) else { return };
         let reported = send_identity(&mut self.transport, &self.options, instance, &self.management, call).await;
         if reported {
             self.reported.notify_one();
