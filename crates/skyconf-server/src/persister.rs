@@ -171,8 +171,8 @@ mod tests {
         assert_eq!(*results.lock().unwrap(), [("b", true), ("c", false)]);
     }
 
-    /// N11: a superseded write was told "done" before the newer one was on disk, so whoever
-    /// waited for it (a durable answer) could go ahead while the file still held older bytes.
+    /// N11: a superseded write is done only once the newer bytes are on disk, so whoever waits
+    /// for it (a durable answer) never goes ahead while the file holds older ones.
     #[test]
     fn a_superseded_write_is_done_only_when_the_newer_one_is_on_disk_with_its_result() {
         let dir = tempfile::tempdir().unwrap();

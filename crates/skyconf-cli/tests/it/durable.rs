@@ -1,8 +1,8 @@
 //! `durable: true` is what comes back after a crash (reliability finding N11): a real etcd, a
 //! `skyconf serve --data-dir` process whose admin writes are acknowledged durable, SIGKILL right
 //! after the last 200, then a restart with etcd stopped: every acknowledged write is served from
-//! the last good copy on disk. Before, the copy was written after the durable answer, and a
-//! crash in between served an older document (1 and 5 of 10 writes missing in the review).
+//! the last good copy on disk, which a durable answer waits for (the review found 1 and 5 of 10
+//! acknowledged writes missing when it did not).
 
 use skyconf_testkit::server::AdminClient;
 use skyconf_testkit::servers::etcd::EtcdServer;
