@@ -2,7 +2,8 @@
 //! refuse it (`FILE:LINE:COLUMN: message`). Warnings name settings no known agent reads (with the
 //! known key it was probably meant to be), values an agent would refuse, values agents treat
 //! differently, and what the reader dropped as the OAP drops it (a setting, a service or the
-//! top-level `configurations:` written twice).
+//! top-level `configurations:` written twice): [`skyconf_core::warnings`], the list every admin
+//! write and the web page's editors give too.
 //!
 //! `PATH` is a file, `-` for standard input, or a directory in the file store's directory form (a
 //! mounted ConfigMap, one file per key): there the document is the file named
