@@ -31,8 +31,11 @@
 //!
 //! With [`AgentOptions::instance`] set, the agent also says which instance it is, as the Java
 //! agent does: `reportInstanceProperties` before its first poll, `keepAlive` every
-//! [`AgentOptions::keep_alive_interval`], on the same transport (see [`crate::identity`]). These
-//! calls never stop the polls: a failure is logged and retried with the next poll.
+//! [`AgentOptions::keep_alive_interval`], on the same transport (see [`crate::identity`]).
+//! [`Agent::run`] sends the keep-alives on their own schedule, beside the polls, on a clone of the
+//! transport: a poll the server holds until its deadline never delays them, so a server that
+//! forgets silent instances after less than a minute keeps this one. These calls never stop the
+//! polls: a failure is logged and the report retried with the next poll.
 //!
 //! An answer the agent cannot use is not a poll failure; it is a [`CommandOutcome`]: a command
 //! that repeats a setting is refused whole, a watcher error stops the command and keeps the uuid
@@ -41,7 +44,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -244,7 +247,11 @@ pub struct Agent<T> {
     failures_in_a_row: u32,
     backoff: Backoff,
     status: watch::Sender<AgentStatus>,
-    management: Schedule,
+    /// When the instance's management calls are due; shared with the keep-alive loop of
+    /// [`Agent::run`] (never locked across an `.await`).
+    management: Arc<Mutex<Schedule>>,
+    /// Tells the keep-alive loop that the properties were reported (its schedule starts again).
+    reported: Arc<Notify>,
 }
 
 impl<T> std::fmt::Debug for Agent<T> {
@@ -272,7 +279,8 @@ impl<T: Transport> Agent<T> {
             serials: SerialCache::default(),
             failures_in_a_row: 0,
             status: watch::Sender::new(AgentStatus::default()),
-            management: Schedule::default(),
+            management: Arc::default(),
+            reported: Arc::default(),
         }
     }
 
@@ -294,7 +302,12 @@ impl<T: Transport> Agent<T> {
     /// One poll: ask, apply, publish the status. Never panics on a bad answer. A named instance
     /// first sends the `ManagementService` call due, if any (its failure does not fail the poll).
     pub async fn poll_once(&mut self) -> Result<PollReport, PollError> {
-        self.identify_if_due().await;
+        self.identify(Due::Any).await;
+        self.poll().await
+    }
+
+    /// One poll, without management calls.
+    async fn poll(&mut self) -> Result<PollReport, PollError> {
         let count = self.registry.watcher_count();
         if count != self.watcher_count {
             // A watcher registered since the last poll has not seen the current configuration;
@@ -319,110 +332,26 @@ impl<T: Transport> Agent<T> {
             && error.code() == tonic::Code::Unavailable
         {
             // The connection that comes back may be to a server that does not know us.
-            self.management.forget();
+            lock(&self.management).forget();
         }
         self.record(&result);
         result
     }
 
-    /// Sends the `ManagementService` call due now, if the instance is named and one is due;
-    /// logs a failure and carries on.
-    async fn identify_if_due(&mut self) {
+    /// Sends the `ManagementService` call due now (only a report, with [`Due::Report`]), if the
+    /// instance is named and one is due; logs a failure and carries on.
+    async fn identify(&mut self, which: Due) {
         let Some(instance) = self.options.instance_name() else { return };
-        let now = Instant::now();
-        let Some(call) = self.management.due(now, self.options.keep_alive_interval) else { return };
-        let (service, timeout) = (self.options.service.as_str(), self.options.timeout);
-        let sent = match call {
-            ManagementCall::Report => {
-                let message = identity::properties_message(service, instance, &self.options.properties);
-                tokio::time::timeout(timeout, self.transport.report_instance_properties(message, timeout)).await
-            }
-            ManagementCall::KeepAlive => {
-                let message = identity::ping_message(service, instance);
-                tokio::time::timeout(timeout, self.transport.keep_alive(message, timeout)).await
-            }
-        };
-        let result = match sent {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(status)) => Err(PollError::Status(status)),
-            Err(_) => Err(PollError::Timeout(timeout)),
-        };
-        self.management.record(call, now, result.is_ok());
-        match result {
-            Ok(()) => tracing::debug!(%call, instance, "Instance identity sent."),
-            Err(error) if self.management.failures_in_a_row == 1 => tracing::warn!(
-                %call,
-                instance,
-                code = ?error.code(),
-                %error,
-                "Instance identity not accepted; polling goes on, and the next poll reports it again."
-            ),
-            Err(error) => tracing::debug!(
-                %call,
-                failures = self.management.failures_in_a_row,
-                %error,
-                "Instance identity still not accepted."
-            ),
+        let due = lock(&self.management).due(Instant::now(), self.options.keep_alive_interval);
+        let ((Some(call @ ManagementCall::Report), _) | (Some(call), Due::Any)) = (due, which) else { return };
+        let reported = send_identity(&mut self.transport, &self.options, instance, &self.management, call).await;
+        if reported {
+            self.reported.notify_one();
         }
-    }
-
-    /// Polls until `stop` completes: at once, then every interval, backing off while the server
-    /// fails.
-    pub async fn run(mut self, stop: impl Future<Output = ()>) {
-        tokio::pin!(stop);
-        tracing::info!(
-            service = %self.options.service,
-            interval = ?self.options.interval,
-            instance = ?self.options.instance_name(),
-            "Configuration discovery started."
-        );
-        loop {
-            let started = Instant::now();
-            let result = tokio::select! {
-                biased;
-                () = &mut stop => break,
-                result = self.poll_once() => result,
-            };
-            let next = match result {
-                Ok(_) => started + self.options.interval,
-                Err(_) => Instant::now() + self.backoff.next_delay(),
-            };
-            // Until the next poll, wake for the keep-alives that fall due before it.
-            loop {
-                let keep_alive = self
-                    .options
-                    .instance_name()
-                    .and_then(|_| self.management.next_keep_alive(self.options.keep_alive_interval))
-                    .filter(|at| *at < next);
-                tokio::select! {
-                    biased;
-                    () = &mut stop => return self.stopped(),
-                    () = tokio::time::sleep_until(keep_alive.unwrap_or(next)) => {}
-                }
-                if keep_alive.is_none() {
-                    break;
-                }
-                tokio::select! {
-                    biased;
-                    () = &mut stop => return self.stopped(),
-                    () = self.identify_if_due() => {}
-                }
-            }
-        }
-        self.stopped();
     }
 
     fn stopped(&self) {
         tracing::info!(service = %self.options.service, "Configuration discovery stopped.");
-    }
-
-    /// Runs the loop on a new task.
-    pub fn spawn(self) -> AgentHandle {
-        let status = self.status();
-        let stop = Arc::new(Notify::new());
-        let signal = Arc::clone(&stop);
-        let join = tokio::spawn(self.run(async move { signal.notified().await }));
-        AgentHandle { status, stop, join }
     }
 
     fn record(&mut self, result: &Result<PollReport, PollError>) {
@@ -521,6 +450,161 @@ impl<T: Transport> Agent<T> {
             }
         }
     }
+}
+
+impl<T: Transport + Clone> Agent<T> {
+    /// Polls until `stop` completes: at once, then every interval, backing off while the server
+    /// fails. A named instance reports itself before its first poll (and again before the poll
+    /// after a failure or a lost connection), and sends its keep-alives on their own schedule on
+    /// a clone of the transport, whatever the polls do (one held until its deadline included).
+    pub async fn run(mut self, stop: impl Future<Output = ()>) {
+        tokio::pin!(stop);
+        tracing::info!(
+            service = %self.options.service,
+            interval = ?self.options.interval,
+            instance = self.options.instance_name(),
+            "Configuration discovery started."
+        );
+        let keep_alive = keep_alive_loop(
+            self.transport.clone(),
+            self.options.clone(),
+            Arc::clone(&self.management),
+            Arc::clone(&self.reported),
+        );
+        tokio::pin!(keep_alive);
+        loop {
+            let started = Instant::now();
+            let result = tokio::select! {
+                biased;
+                () = &mut stop => break,
+                () = &mut keep_alive => unreachable!("the keep-alive loop never ends"),
+                result = async {
+                    self.identify(Due::Report).await;
+                    self.poll().await
+                } => result,
+            };
+            let next = match result {
+                Ok(_) => started + self.options.interval,
+                Err(_) => Instant::now() + self.backoff.next_delay(),
+            };
+            tokio::select! {
+                biased;
+                () = &mut stop => break,
+                () = &mut keep_alive => unreachable!("the keep-alive loop never ends"),
+                () = tokio::time::sleep_until(next) => {}
+            }
+        }
+        self.stopped();
+    }
+
+    /// Runs the loop on a new task, in the current tracing span (its fields, such as the server's
+    /// address, are on every line the loop logs).
+    pub fn spawn(self) -> AgentHandle {
+        use tracing::Instrument as _;
+        let status = self.status();
+        let stop = Arc::new(Notify::new());
+        let signal = Arc::clone(&stop);
+        let join = tokio::spawn(self.run(async move { signal.notified().await }).in_current_span());
+        AgentHandle { status, stop, join }
+    }
+}
+
+/// Which management call the poll path may send before a poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// Whichever is due ([`Agent::poll_once`], which drives everything by hand).
+    Any,
+    /// Only a report the server lacks; the keep-alives are the keep-alive loop's.
+    Report,
+}
+
+/// The schedule's lock; a poisoned one still holds a usable schedule.
+fn lock(schedule: &Mutex<Schedule>) -> std::sync::MutexGuard<'_, Schedule> {
+    schedule.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sends the keep-alives (and the periodic report) of a named instance when they fall due, on
+/// `transport`, for as long as it is polled. While the properties are not reported it waits for
+/// the poll path to report them (`reported`). Never ends.
+async fn keep_alive_loop<T: Transport>(
+    mut transport: T,
+    options: AgentOptions,
+    schedule: Arc<Mutex<Schedule>>,
+    reported: Arc<Notify>,
+) {
+    let Some(instance) = options.instance_name() else { return std::future::pending().await };
+    let interval = options.keep_alive_interval;
+    loop {
+        let next = lock(&schedule).next_keep_alive(interval);
+        match next {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => {
+                reported.notified().await;
+                continue;
+            }
+        }
+        // The poll path may have sent a report meanwhile, or found the server gone: only a
+        // call due to a server that has the properties is this loop's.
+        let due = lock(&schedule).keep_alive_due(Instant::now(), interval);
+        if let Some(call) = due {
+            send_identity(&mut transport, &options, instance, &schedule, call).await;
+        }
+    }
+}
+
+/// Sends `call` for `instance` on `transport`, records it in `schedule` and logs a failure: a
+/// server that refused it at WARN (the first time in a row), one that could not be reached at
+/// DEBUG (the polls say so). Whether a report was accepted.
+async fn send_identity<T: Transport>(
+    transport: &mut T,
+    options: &AgentOptions,
+    instance: &str,
+    schedule: &Mutex<Schedule>,
+    call: ManagementCall,
+) -> bool {
+    let now = Instant::now();
+    let (service, timeout) = (options.service.as_str(), options.timeout);
+    let sent = match call {
+        ManagementCall::Report => {
+            let message = identity::properties_message(service, instance, &options.properties);
+            tokio::time::timeout(timeout, transport.report_instance_properties(message, timeout)).await
+        }
+        ManagementCall::KeepAlive => {
+            let message = identity::ping_message(service, instance);
+            tokio::time::timeout(timeout, transport.keep_alive(message, timeout)).await
+        }
+    };
+    let result = match sent {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(status)) => Err(PollError::Status(status)),
+        Err(_) => Err(PollError::Timeout(timeout)),
+    };
+    let failures = {
+        let mut schedule = lock(schedule);
+        schedule.record(call, now, result.is_ok());
+        schedule.failures_in_a_row
+    };
+    match result {
+        Ok(()) => {
+            tracing::debug!(%call, instance, "Instance identity sent.");
+            return call == ManagementCall::Report;
+        }
+        Err(error) if error.is_unreachable() => tracing::debug!(
+            %call,
+            instance,
+            %error,
+            "Cannot send the instance identity: the server cannot be reached; the next poll reports it again."
+        ),
+        Err(error) if failures == 1 => tracing::warn!(
+            %call,
+            instance,
+            code = ?error.code(),
+            %error,
+            "The server refused the instance identity; polling goes on, and the next poll reports it again."
+        ),
+        Err(error) => tracing::debug!(%call, failures, %error, "The server still refuses the instance identity."),
+    }
+    false
 }
 
 /// Blank as the Java agent tests it: empty or only whitespace.

@@ -14,9 +14,14 @@
 //! a poll found the server unreachable: the connection that comes back may be to a server, or a
 //! server restarted, that does not know the instance.
 //!
+//! The keep-alives keep their own schedule, whatever the polls do (a poll the server holds until
+//! its deadline included), as the Java agent's heartbeat does; the report goes before a poll, so
+//! the poll after it is tied to the instance.
+//!
 //! A failing management call never stops or delays configuration discovery beyond its own
-//! deadline: it is logged (WARN on the first failure in a row, DEBUG after) and retried with the
-//! next poll.
+//! deadline: a server that refuses it is logged at WARN on the first failure in a row (DEBUG
+//! after), one that cannot be reached at DEBUG (the polls say that once); the report is retried
+//! with the next poll.
 
 use std::time::Duration;
 
@@ -77,6 +82,13 @@ impl Schedule {
         } else {
             Some(ManagementCall::KeepAlive)
         }
+    }
+
+    /// The keep-alive (or periodic report) due at `now` to a server that has the properties;
+    /// `None` when none is due or the properties are to be reported again first (the poll path
+    /// does that, before its next poll).
+    pub(crate) fn keep_alive_due(&self, now: Instant, interval: Duration) -> Option<ManagementCall> {
+        if self.reported { self.due(now, interval) } else { None }
     }
 
     /// When a keep-alive (or a periodic report) falls due without a poll; `None` while the

@@ -6,6 +6,7 @@
 //! [`GrpcTransport`] sends them on the channel its polls use, so on the same connection.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
@@ -74,7 +75,8 @@ fn describe_status(status: &tonic::Status) -> String {
         let mut text = format!("cannot reach the server: {}", status.message());
         for cause in std::iter::successors(Some(cause), |e| e.source()) {
             let message = cause.to_string();
-            if !text.contains(&message) {
+            // tonic's own wrapper says only "transport error"; its causes say which.
+            if message != "transport error" && !text.contains(&message) {
                 text.push_str(": ");
                 text.push_str(&message);
             }
@@ -91,6 +93,16 @@ impl PollError {
         match self {
             Self::Status(status) => status.code(),
             Self::Timeout(_) => Code::DeadlineExceeded,
+        }
+    }
+
+    /// True when the call did not get through: no answer within the deadline, or a failure the
+    /// channel made up because the server could not be reached (a connection refused, or lost
+    /// under the call). Not a refusal by the server.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Timeout(_) => true,
+            Self::Status(status) => status.code() == Code::Unavailable && std::error::Error::source(status).is_some(),
         }
     }
 
@@ -186,16 +198,38 @@ impl Transport for GrpcTransport {
 }
 
 /// tonic reports a connection that broke under a call (a server killed mid-connection) as
-/// `UNKNOWN: transport error`. A status that came over the wire never carries a source error, so
-/// one that does is a local transport failure: the server is unreachable, which gRPC calls
-/// `UNAVAILABLE`.
+/// `UNKNOWN: transport error`, or `CANCELLED: operation was canceled` when the connection closed
+/// with the call in flight. A status that came over the wire never carries a source error, so one
+/// that does is a local transport failure: the server is unreachable, which gRPC calls
+/// `UNAVAILABLE`. The cause stays the status's source, so the error says what failed.
 fn local_failure_as_unavailable(status: tonic::Status) -> tonic::Status {
-    if status.code() == Code::Unknown && std::error::Error::source(&status).is_some() {
-        tonic::Status::unavailable(format!("connection lost: {}", status.message()))
-    } else {
-        status
+    let Some(source) = std::error::Error::source(&status) else { return status };
+    if !matches!(status.code(), Code::Unknown | Code::Cancelled) {
+        return status;
+    }
+    let mut causes: Vec<String> = Vec::new();
+    for cause in std::iter::successors(Some(source), |e| e.source()) {
+        let message = cause.to_string();
+        if !causes.iter().any(|c| c.contains(&message)) {
+            causes.push(message);
+        }
+    }
+    let mut local = tonic::Status::unavailable(format!("connection lost: {}", status.message()));
+    local.set_source(Arc::new(Cause(causes.join(": "))));
+    local
+}
+
+/// A transport failure's text, kept as the source of the status that reports it.
+#[derive(Debug)]
+struct Cause(String);
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
 }
+
+impl std::error::Error for Cause {}
 
 #[cfg(test)]
 mod tests {
@@ -220,9 +254,21 @@ mod tests {
     fn local_transport_failures_read_as_unavailable() {
         let local = tonic::Status::from_error(Box::new(std::io::Error::other("reset")));
         assert_eq!(local.code(), Code::Unknown);
-        assert_eq!(local_failure_as_unavailable(local).code(), Code::Unavailable);
+        let unavailable = local_failure_as_unavailable(local);
+        assert_eq!(unavailable.code(), Code::Unavailable);
+        assert!(PollError::Status(unavailable.clone()).is_unreachable());
+        assert!(PollError::Status(unavailable).to_string().starts_with("cannot reach the server: "));
         let remote = tonic::Status::unknown("the server says so");
         assert_eq!(local_failure_as_unavailable(remote).code(), Code::Unknown);
+        // Usability finding 13: a connection closed under the call read "the server answered
+        // The operation was cancelled"; the server said nothing.
+        let mut cancelled = tonic::Status::cancelled("operation was canceled");
+        cancelled.set_source(Arc::new(std::io::Error::other("connection closed")));
+        let unreachable = PollError::Status(local_failure_as_unavailable(cancelled));
+        assert!(unreachable.is_unreachable(), "{unreachable}");
+        assert!(unreachable.to_string().contains("connection closed"), "{unreachable}");
+        assert!(!PollError::Status(tonic::Status::cancelled("the server says so")).is_unreachable());
+        assert!(!PollError::Status(tonic::Status::permission_denied("no")).is_unreachable());
     }
 
     #[test]

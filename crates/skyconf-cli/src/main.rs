@@ -4,7 +4,6 @@
 mod allocator;
 mod args;
 mod commands;
-mod known_keys;
 mod logging;
 mod settings;
 mod stores;

@@ -44,6 +44,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use skyconf_core::suggest::did_you_mean;
 use skyconf_server::security::{ClientAuth, ClientCerts, ConnectionLimits, GrpcLimits, Secret, TlsFiles};
 use skyconf_sources::StoreEntry;
 
@@ -249,6 +250,24 @@ pub(crate) struct SharingServerSection {
     pub(crate) authentication: Option<Secret>,
 }
 
+/// The YAML reader's messages, but in the user's words where its own would name the reader's
+/// options (a key written twice: "set DuplicateKeyPolicy in Options").
+struct UserWords;
+
+impl serde_saphyr::MessageFormatter for UserWords {
+    fn format_message<'a>(&self, error: &'a serde_saphyr::Error) -> std::borrow::Cow<'a, str> {
+        match error {
+            serde_saphyr::Error::DuplicateMappingKey { key: Some(key), .. } => {
+                format!("`{key}` is written twice in one section; keep one").into()
+            }
+            serde_saphyr::Error::DuplicateMappingKey { key: None, .. } => {
+                "a key is written twice in one section; keep one".into()
+            }
+            other => serde_saphyr::DefaultMessageFormatter.format_message(other),
+        }
+    }
+}
+
 /// A parsed config file.
 #[derive(Debug)]
 pub(crate) struct ConfigFile {
@@ -265,7 +284,11 @@ impl ConfigFile {
 
     /// Parses config-file text.
     pub(crate) fn parse(text: &str, origin: &str, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
-        let mut tree: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let mut tree: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
+            let mut options = serde_saphyr::RenderOptions::new(&UserWords);
+            options.source_name = Some(origin);
+            anyhow::anyhow!("{origin}: {}", e.render_with_options(options))
+        })?;
         if tree.is_null() {
             tree = serde_json::json!({});
         }
@@ -374,37 +397,6 @@ fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
     let mut fields: &'static [&'static str] = &[];
     let _ = T::deserialize(Names(&mut fields));
     fields
-}
-
-/// The candidate closest to `word` (ignoring case), when it is close enough to be a misspelling
-/// of it: at most a third of `word`'s characters (and at least 2) differ. The one "did you mean"
-/// of the binary: unknown settings here, unknown configuration keys in `validate`.
-pub(crate) fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let word = word.to_lowercase();
-    let allowed = (word.chars().count() / 3).max(2);
-    candidates
-        .into_iter()
-        .map(|candidate| (edit_distance(&word, &candidate.to_lowercase()), candidate))
-        .filter(|(distance, _)| *distance <= allowed)
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, candidate)| candidate)
-}
-
-/// Levenshtein distance in characters: how many insertions, deletions and substitutions turn
-/// `a` into `b`.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// Replaces `${NAME:default}` (and `${NAME}`) in every string with the environment variable or the
@@ -583,6 +575,21 @@ skyconf:
     }
 
     #[test]
+    fn a_key_written_twice_is_refused_in_the_users_words() {
+        // F19: the YAML library's hint ("set DuplicateKeyPolicy in Options") reached the user.
+        for (text, key) in [
+            ("skyconf:\n  grpcAddr: 127.0.0.1:0\n  grpcAddr: 127.0.0.1:1\n", "grpcAddr"),
+            ("configuration:\n  selector: etcd\n  selector: file\n", "selector"),
+        ] {
+            let err = ConfigFile::parse(text, "c.yaml", &env(&[])).unwrap_err().to_string();
+            assert!(!err.contains("DuplicateKeyPolicy") && !err.contains("Options"), "{err}");
+            assert!(err.starts_with("c.yaml: "), "{err}");
+            assert!(err.contains(&format!("`{key}` is written twice in one section")), "{err}");
+            assert!(err.contains("c.yaml:3:3"), "the place, by file name: {err}");
+        }
+    }
+
+    #[test]
     fn unknown_keys_in_skyconf_sections_are_refused_with_the_nearest_valid_one() {
         // Reliability finding F9: each of these used to start the server with authentication off.
         for (text, key, meant) in [
@@ -635,23 +642,6 @@ skyconf:
             origin: "c.yaml".into(),
         };
         assert!(file.section::<SkyconfSection>("skyconf").unwrap_err().to_string().contains("agentTokn"));
-    }
-
-    #[test]
-    fn did_you_mean_names_only_a_close_candidate() {
-        let keys = ["agent.sample_n_per_3_secs", "agent.span_limit_per_segment", "agent.ignore_suffix"];
-        assert_eq!(did_you_mean("agent.sampel_n_per_3_secs", keys), Some("agent.sample_n_per_3_secs"));
-        assert_eq!(did_you_mean("Agent.Ignore_Suffix", keys), Some("agent.ignore_suffix"));
-        assert_eq!(did_you_mean("agent.typo", keys), None);
-        assert_eq!(did_you_mean("kye", ["key", "cert"]), Some("key"));
-    }
-
-    #[test]
-    fn edit_distance_counts_single_character_edits() {
-        assert_eq!(edit_distance("agentTokn", "agentToken"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("same", "same"), 0);
     }
 
     #[test]

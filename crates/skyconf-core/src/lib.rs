@@ -9,7 +9,9 @@
 //! - [`codec`]: the `ConfigurationDiscoveryCommand`, encoded (once per reload) and decoded;
 //! - [`table`]: the table itself; [`targeting`]: settings for some of a service's instances; [`diff`]: what changed between two of them;
 //! - [`writer`]: a table written back as a document that reads to the same digests;
-//! - [`store`]: the OAP's dynamic-configuration store model and its change-detection rules.
+//! - [`store`]: the OAP's dynamic-configuration store model and its change-detection rules;
+//! - [`keys`]: the settings stock agents read and how each parses them; [`suggest`]: "did you
+//!   mean"; `warnings` (with `reader`): what is probably wrong with a document skyconf would serve.
 //!
 //! Golden vectors from the OAP's own loader pin all of it (`tests/`).
 
@@ -19,14 +21,18 @@ pub mod codec;
 pub mod diff;
 pub mod digest;
 pub mod guard;
+pub mod keys;
 #[cfg(feature = "reader")]
 pub mod reader;
 pub mod store;
+pub mod suggest;
 pub mod table;
 pub mod targeting;
+#[cfg(feature = "reader")]
+pub mod warnings;
 pub mod writer;
 
 pub use digest::Digest;
 #[cfg(feature = "reader")]
-pub use reader::{Position, ReadError, ReadWarning, Reading, read, read_with_warnings};
+pub use reader::{KeyPositions, Position, ReadError, ReadWarning, Reading, read, read_with_warnings};
 pub use table::{AgentConfigurations, ServiceConfig};

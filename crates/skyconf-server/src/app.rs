@@ -41,7 +41,6 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         None => (ServedTable::waiting(), None),
     };
     let (content, rejection, failure) = start.into_parts();
-    tracing::info!(store = %store_name, services = served.snapshot().table.len(), ready = served.snapshot().ready(), stale, "Loaded agent configurations.");
     let served = Arc::new(served);
     let persister = Persister::spawn();
     let releases = Arc::new(open_releases(&config, &persister));
@@ -80,7 +79,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     }
     let metrics = Arc::new(Metrics::for_server(Arc::clone(&served), Arc::clone(&store)));
     if let Some(rejection) = served.last_rejection() {
-        metrics.events().for_origin(&rejection.origin).document_rejected(&rejection.error);
+        // Counted here; start-up logged it.
+        metrics.events().for_origin(&rejection.origin).rejected_at_start();
     }
 
     let shutdown = CancellationToken::new();
@@ -216,11 +216,16 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
 
     // Rollouts resume before the admin port opens: a restart mid-rollout serves its waves at once.
     let keeper = rollout::Rollouts::keeper(source.shared_records(), config.data_dir.as_deref());
+    // Records in a store that is away cannot be read now; the driver reads the record on each
+    // tick, so it resumes once the store answers (whose outage start-up logged, once).
+    let resume = connected || !matches!(keeper, rollout::Keeper::Records(_));
     let rollouts = rollout::Rollouts::new(Arc::clone(&served), Arc::clone(&fleet), keeper, replicas.id().to_owned())
         .with_replicas(Arc::clone(&replicas))
         .with_events(metrics.events());
     let rollouts = Arc::new(rollouts);
-    rollouts.resume().await;
+    if resume {
+        rollouts.resume().await;
+    }
     let mut admin = admin::Admin::new(Arc::clone(&served), Arc::clone(&store));
     if let Some(upstreams) = &upstreams {
         admin = admin.with_gateway(Arc::clone(upstreams));

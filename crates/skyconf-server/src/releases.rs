@@ -348,6 +348,19 @@ struct Pending {
     until: Instant,
 }
 
+/// The last good copy (`last-good.json`, see [`crate::persist`]) as far as durability goes: a
+/// release is durable once its file is on disk *and* a copy that holds its document (or a newer
+/// one) is, so a restart with the store away serves it.
+#[derive(Debug, Default)]
+struct CopyState {
+    /// The server keeps a copy ([`ReleaseLog::keep_last_good`]).
+    kept: bool,
+    /// The newest release whose document (or a newer one) a copy on disk holds.
+    through: u64,
+    /// The newest copy that could not be written: the release it was to hold, and why.
+    failed: Option<(u64, String)>,
+}
+
 #[derive(Debug, Default)]
 struct LogState {
     /// Oldest first.
@@ -362,8 +375,10 @@ struct LogState {
     /// its release through its version, so a reader pairs content and release id atomically.
     served_as: VecDeque<(u64, u64)>,
     pending: Vec<Pending>,
-    /// Kept releases whose file could not be written.
-    unsaved: std::collections::BTreeSet<u64>,
+    /// Kept releases whose file could not be written, with why.
+    unsaved: BTreeMap<u64, String>,
+    /// The last good copy, where the server keeps one.
+    copy: CopyState,
     /// Ids below this are reserved on disk.
     reserved: u64,
     /// The highest reservation handed to the persister.
@@ -383,17 +398,19 @@ pub struct ReleaseLog {
     persisted: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
-/// Whether a release is on disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether a release is on disk: its file, and (where the server keeps one) the last good copy
+/// a restart serves when the store is away.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Durability {
     /// No data directory: releases live in memory only, by configuration.
     Memory,
-    /// Its file is being written.
+    /// Its file or the copy is being written.
     Pending,
-    /// Its file is on disk (or it was dropped by retention).
+    /// Its file and the copy are on disk (or it was dropped by retention).
     Durable,
-    /// Its file could not be written; it is kept in memory until the server stops.
-    Failed,
+    /// Its file, or the last good copy holding its document, could not be written (why); the
+    /// release is kept in memory until the server stops.
+    Failed(String),
 }
 
 /// The hex SHA-256 of a document, as releases record it.
@@ -641,7 +658,8 @@ impl ReleaseLog {
                                 lock_state(&state).documents.remove(&id);
                             }
                             Err(error) => {
-                                lock_state(&state).unsaved.insert(id);
+                                let why = format!("release {id}'s file could not be written: {error}");
+                                lock_state(&state).unsaved.insert(id, why);
                                 tracing::error!(release = id, %error, "Cannot write the release to disk: its change is served, but its history is kept in memory only until the server stops.");
                             }
                         }
@@ -650,7 +668,9 @@ impl ReleaseLog {
                     persister.write(release_path(dir, release.id), bytes, Some(done));
                 }
                 Err(error) => {
-                    self.lock().unsaved.insert(release.id);
+                    self.lock()
+                        .unsaved
+                        .insert(release.id, format!("release {} could not be encoded: {error}", release.id));
                     tracing::error!(release = release.id, %error, "Cannot encode the release; it is kept in memory.")
                 }
             }
@@ -885,22 +905,56 @@ impl ReleaseLog {
         persister.write(data_dir.join(RESERVATION_FILE), format!("{target}\n").into_bytes(), Some(done));
     }
 
-    /// Whether release `id`'s file is on disk.
+    /// Whether release `id`'s file is on disk, and the last good copy with its document.
     pub fn durability(&self, id: u64) -> Durability {
         if self.dir.is_none() {
             return Durability::Memory;
         }
         let state = self.lock();
-        if state.unsaved.contains(&id) {
-            Durability::Failed
-        } else if state.documents.contains_key(&id) {
-            Durability::Pending
-        } else {
-            Durability::Durable
+        if let Some(why) = state.unsaved.get(&id) {
+            return Durability::Failed(why.clone());
         }
+        if state.documents.contains_key(&id) {
+            return Durability::Pending;
+        }
+        if state.copy.kept && state.copy.through < id {
+            return match &state.copy.failed {
+                Some((failed, why)) if *failed >= id => Durability::Failed(why.clone()),
+                _ => Durability::Pending,
+            };
+        }
+        Durability::Durable
     }
 
-    /// Waits (up to `deadline`) until release `id`'s file is written or has failed.
+    /// The server keeps a last good copy: from now on a release is durable only once a copy that
+    /// holds its document is on disk too ([`Self::last_good_written`]).
+    pub fn keep_last_good(&self) {
+        self.lock().copy.kept = true;
+    }
+
+    /// A last good copy holding release `through`'s document was written (`Ok`) or could not be
+    /// (`Err`, why); writers waiting on their release learn it.
+    pub fn last_good_written(&self, through: u64, result: Result<(), String>) {
+        {
+            let mut state = self.lock();
+            let copy = &mut state.copy;
+            match result {
+                Ok(()) => {
+                    copy.through = copy.through.max(through);
+                    if copy.failed.as_ref().is_some_and(|(failed, _)| *failed <= copy.through) {
+                        copy.failed = None;
+                    }
+                }
+                Err(why) => {
+                    tracing::error!(release = through, error = %why, "Cannot write the last good copy.");
+                    copy.failed = Some((through, why));
+                }
+            }
+        }
+        self.persisted.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Waits (up to `deadline`) until release `id` is durable or has failed.
     pub async fn durable(&self, id: u64, deadline: tokio::time::Instant) -> Durability {
         let mut changes = self.persisted.subscribe();
         loop {
@@ -1245,7 +1299,9 @@ mod tests {
             let text = format!("configurations:\n  a: {{k: {version}}}\n");
             let release =
                 log.record(&AgentConfigurations::default(), &table(&text), Some(&text), version, None, "file x");
-            assert_eq!(log.durable(release.id, deadline).await, Durability::Failed);
+            assert!(
+                matches!(log.durable(release.id, deadline).await, Durability::Failed(why) if why.contains("file could not be written"))
+            );
             assert_eq!(log.document(release.id).unwrap(), Some(Some(text)), "kept in memory");
             ids.push(release.id);
         }
@@ -1260,6 +1316,31 @@ mod tests {
         assert!(release.id > ids[2], "{} reissued after {ids:?}", release.id);
         assert_eq!(log.durable(release.id, deadline).await, Durability::Durable);
         assert_eq!(log.unsaved(), 0);
+    }
+
+    /// N11: where the server keeps a last good copy, a release is durable once its file is on
+    /// disk and a copy that holds its document (or a newer one) is too; a copy that cannot be
+    /// written fails it, with why, until a newer copy is written.
+    #[test]
+    fn with_a_last_good_copy_a_release_is_durable_once_a_copy_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReleaseLog::open(dir.path(), 10).unwrap();
+        log.keep_last_good();
+        let one = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
+        log.flush();
+        assert_eq!(log.durability(one.id), Durability::Pending, "its file is on disk, no copy yet");
+        log.last_good_written(one.id, Ok(()));
+        assert_eq!(log.durability(one.id), Durability::Durable);
+        let two = log.record(&table(V1), &table(V2), Some(V2), 2, None, "file x");
+        log.flush();
+        log.last_good_written(two.id, Err("cannot write last-good.json: disk full".into()));
+        assert_eq!(log.durability(two.id), Durability::Failed("cannot write last-good.json: disk full".into()));
+        assert_eq!(log.durability(one.id), Durability::Durable);
+        let three = log.record(&table(V2), &table(V1), Some(V1), 3, None, "file x");
+        log.flush();
+        assert_eq!(log.durability(three.id), Durability::Pending, "an older failure is not this release's");
+        log.last_good_written(three.id, Ok(()));
+        assert_eq!((log.durability(two.id), log.durability(three.id)), (Durability::Durable, Durability::Durable));
     }
 
     /// F7: with a data directory, memory keeps summaries only; the full release (digests and

@@ -257,6 +257,22 @@ impl Reloader {
         self.accepted.as_deref()
     }
 
+    /// How many services are served; `None` while nothing is (no good document yet).
+    pub fn served_services(&self) -> Option<usize> {
+        let snapshot = self.served.snapshot();
+        snapshot.ready().then(|| snapshot.table.len())
+    }
+
+    /// The release log, when accepted documents are recorded.
+    pub fn releases(&self) -> Option<&Arc<ReleaseLog>> {
+        self.releases.as_ref()
+    }
+
+    /// The release of the table being served, when it is recorded.
+    pub fn served_release(&self) -> Option<u64> {
+        self.releases.as_ref()?.served_as(self.served.snapshot().version)
+    }
+
     /// Applies the key's current value; `None` means the store holds no such key.
     pub fn apply(&mut self, value: Option<&str>) -> Outcome {
         self.apply_at(value, None)
@@ -290,7 +306,7 @@ impl Reloader {
             },
             Err(error) => {
                 let error = error.to_string();
-                self.events.document_rejected(&error);
+                self.events.document_rejected(&error, self.served_services());
                 if let Some(releases) = &self.releases {
                     releases.record_rejection(&self.origin, &error, text);
                 }

@@ -1,6 +1,10 @@
 //! What the server starts serving: the store's document when it can be read and accepted, else
 //! the persisted last good copy, else nothing ("no change" to every agent) — or a refusal to
 //! start where a missing document is an operator's mistake (a local file).
+//!
+//! The outcome is logged here, in one line that says where the first table came from and, when
+//! it is not the store's, why (usability finding 7: one cause, one line, and a true one). The
+//! store task, the replicas and the rollout driver do not log the same outage again.
 
 use std::time::SystemTime;
 
@@ -82,25 +86,31 @@ pub(crate) async fn initial_state<S: Source>(
             None
         }
     });
-    // The persisted copy, with the store's content when the store answered.
+    // The persisted copy, with the store's content when the store answered; the caller logs why.
     let from_persisted = |answered: Option<StoreContent>, rejection: Option<Rejection>, failure: Option<String>| {
         let p = persisted.as_ref()?;
         let text = p.content.agent_configurations().map(str::to_owned);
         let table = skyconf_core::read(text.as_deref().unwrap_or("")).ok()?;
-        tracing::warn!(store = %store, saved_at = p.saved_at, services = table.len(), "Serving the persisted last good configuration.");
         let content = answered.unwrap_or_else(|| p.content.clone());
-        Some(Start::Persisted { table, text, content, rejection, failure })
+        Some((Start::Persisted { table, text, content, rejection, failure }, p.saved_at))
     };
     let loaded = tokio::time::timeout(config.initial_load_timeout, source.load(&config.keys)).await;
     let failure = match loaded {
         Ok(Ok(content)) => {
             let text = content.agent_configurations().map(str::to_owned);
             return match skyconf_core::read(text.as_deref().unwrap_or("")) {
-                Ok(table) => Ok(Start::Loaded { table, text, content }),
+                Ok(table) => {
+                    tracing::info!(store = %store, services = table.len(), "Loaded agent configurations.");
+                    Ok(Start::Loaded { table, text, content })
+                }
                 Err(error) => {
                     let rejection =
                         Rejection { origin: store.clone(), error: error.to_string(), at: SystemTime::now() };
-                    if let Some(start) = from_persisted(Some(content.clone()), Some(rejection.clone()), None) {
+                    if let Some((start, saved_at)) =
+                        from_persisted(Some(content.clone()), Some(rejection.clone()), None)
+                    {
+                        let services = start.table().map_or(0, |(table, _)| table.len());
+                        tracing::error!(store = %store, %error, saved_at, services, "Refused the store's agent configurations; serving the persisted last good configuration until a good document arrives.");
                         return Ok(start);
                     }
                     if config.require_initial_load {
@@ -122,7 +132,9 @@ pub(crate) async fn initial_state<S: Source>(
             }
         }
     };
-    if let Some(start) = from_persisted(None, None, Some(failure.to_string())) {
+    if let Some((start, saved_at)) = from_persisted(None, None, Some(failure.to_string())) {
+        let services = start.table().map_or(0, |(table, _)| table.len());
+        tracing::warn!(store = %store, error = %failure, saved_at, services, "The store is unreachable; serving the persisted last good configuration until it is back.");
         return Ok(start);
     }
     if config.require_initial_load {

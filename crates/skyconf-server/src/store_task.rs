@@ -1,7 +1,8 @@
 //! The store task: the single task that applies what a store reports. It keeps the raw store
 //! content (every key, for the DCS server and operators), hands the agent-configurations value to
 //! the [`Reloader`], records outages, and hands the last good content to the [`Persister`], which
-//! writes it after the change is served.
+//! writes it after the change is served; a release counts as durable only once that copy is on
+//! disk, so a restart while the store is away serves every write acknowledged durable (N11).
 
 use std::sync::Arc;
 
@@ -71,8 +72,12 @@ pub struct StoreTask {
 
 impl StoreTask {
     /// A task feeding `store` and `reloader`, persisting to `last_good` through its persister if
-    /// given.
+    /// given. The reloader's release log then counts a release durable only once a copy holding
+    /// its document is on disk (see [`ReleaseLog::keep_last_good`](crate::ReleaseLog::keep_last_good)).
     pub fn new(store: Arc<StoreView>, reloader: Reloader, last_good: Option<(LastGood, Persister)>) -> Self {
+        if let (Some(_), Some(releases)) = (&last_good, reloader.releases()) {
+            releases.keep_last_good();
+        }
         Self { store, reloader, last_good, events: Events::default(), decisions: None }
     }
 
@@ -120,7 +125,11 @@ impl StoreTask {
         let (content, outcome) = match update {
             Update::Failed(error) => {
                 let error = error.to_string();
-                self.events.store_failed(&self.store.status().store, &error);
+                let status = self.store.status();
+                // Not connected: this outage is said already (by start-up, or by the failure that
+                // began it); one outage, one line.
+                let logged = !status.connected;
+                self.events.store_failed(&status.store, &error, self.reloader.served_services(), logged);
                 self.store.mark_failed(error);
                 return None;
             }
@@ -147,10 +156,25 @@ impl StoreTask {
         outcome
     }
 
+    /// Hands the last good copy of `content` (with the served document) to the persister; the
+    /// release log learns when the served release's document is on disk, or why it is not.
     fn persist(&self, content: &StoreContent) {
         let Some((last_good, persister)) = &self.last_good else { return };
         let bytes = LastGood::encode(&self.store.status().store, content, self.reloader.accepted_text());
-        persister.write(last_good.path().to_owned(), bytes, None);
+        let path = last_good.path().to_owned();
+        let done = match (self.reloader.releases(), self.reloader.served_release()) {
+            (Some(releases), Some(through)) => {
+                let (releases, shown) = (Arc::clone(releases), path.display().to_string());
+                Some(Box::new(move |result: std::io::Result<()>| {
+                    let result = result.map_err(|error| format!(
+                        "the last good copy {shown} could not be written ({error}), so a restart while the store is away would serve an older configuration"
+                    ));
+                    releases.last_good_written(through, result);
+                }) as crate::persister::WriteDone)
+            }
+            _ => None,
+        };
+        persister.write(path, bytes, done);
     }
 
     /// Installs a held change whose grace period is over (see [`crate::reload`]).

@@ -112,6 +112,15 @@ pub enum SourceError {
     Unsupported(String),
 }
 
+impl SourceError {
+    /// Whether the store could not be reached or did not answer: an outage, which the consumer
+    /// of [`Update::Failed`] reports once. Whoever else meets it on the same store (records,
+    /// leases) says so at debug level, so one outage is one line.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
+
 /// What a source reports.
 #[derive(Debug)]
 pub enum Update {

@@ -3,8 +3,9 @@
 //! [`Source::run`] hands that session to [`supervise`], which survives the breaks.
 //!
 //! [`supervise`] owns everything the stores used to repeat, each slightly differently:
-//! - an outage is reported as exactly one [`Update::Failed`], however many attempts it lasts;
-//!   the first failure is logged at WARN, the repeats at DEBUG;
+//! - an outage is reported as exactly one [`Update::Failed`], however many attempts it lasts, and
+//!   logged only at DEBUG: the consumer of the update logs it once, with what it means for what
+//!   is served (one cause, one line);
 //! - between attempts it waits [`Backoff::next_delay`], and stops waiting at once on shutdown or
 //!   when the receiver is gone;
 //! - the back-off starts over after a session that established its watch;
@@ -98,13 +99,13 @@ impl<'a> Reporter<'a> {
     }
 
     /// The store failed but the session goes on (it recovers by itself): reported as one
-    /// [`Update::Failed`] per outage, logged at WARN the first time and at DEBUG after.
+    /// [`Update::Failed`] per outage (whose receiver logs it), logged here at DEBUG only.
     pub async fn outage(&mut self, error: SourceError) -> Result<(), ReceiverGone> {
         if self.failing {
             tracing::debug!(store = %self.store, %error, "The store is still unavailable.");
             return Ok(());
         }
-        tracing::warn!(store = %self.store, %error, "The store is unavailable; retrying.");
+        tracing::debug!(store = %self.store, %error, "The store is unavailable; retrying.");
         self.failing = true;
         self.send(Update::Failed(error)).await
     }

@@ -43,22 +43,12 @@ pub use sampling::{GoFloat, SAMPLING_WINDOW, SampleNPer3Secs, SampleRate, SpanLi
 
 use crate::registry::{ChangeEvent, EventType, Watcher, WatcherError, WatcherKind};
 
-/// Java agent: segments sampled per 3 seconds; ≤ 0 samples everything.
-pub const SAMPLE_N_PER_3_SECS: &str = "agent.sample_n_per_3_secs";
-/// Java agent: the most spans a segment records.
-pub const SPAN_LIMIT_PER_SEGMENT: &str = "agent.span_limit_per_segment";
-/// Java agent: operation-name suffixes whose traces are ignored.
-pub const IGNORE_SUFFIX: &str = "agent.ignore_suffix";
-/// Java agent (trace-ignore plugin): path patterns whose traces are ignored.
-pub const TRACE_IGNORE_PATH: &str = "agent.trace.ignore_path";
-/// Java agent (JDBC plugins): whether SQL parameters are recorded.
-pub const JDBC_TRACE_SQL_PARAMETERS: &str = "plugin.jdbc.trace_sql_parameters";
-/// Go agent: the fraction of traces sampled.
-pub const SAMPLE_RATE: &str = "agent.sample_rate";
-
-/// Every key a Java agent watches.
-pub const JAVA_KEYS: [&str; 5] =
-    [SAMPLE_N_PER_3_SECS, SPAN_LIMIT_PER_SEGMENT, IGNORE_SUFFIX, TRACE_IGNORE_PATH, JDBC_TRACE_SQL_PARAMETERS];
+// The keys and the known-key list of `skyconf validate` and the admin API's warnings are one
+// list, in skyconf-core.
+pub use skyconf_core::keys::{
+    IGNORE_SUFFIX, JAVA_KEYS, JDBC_TRACE_SQL_PARAMETERS, SAMPLE_N_PER_3_SECS, SAMPLE_RATE, SPAN_LIMIT_PER_SEGMENT,
+    TRACE_IGNORE_PATH,
+};
 
 /// A setting of type `T` with a local default.
 ///

@@ -56,6 +56,26 @@ async fn a_named_agent_reports_before_its_first_poll_then_keeps_alive_every_inte
     handle.stop().await;
 }
 
+/// Issue 30: keepAlive waited behind a held poll (sent about every 56 s instead of 30 s), so with
+/// an `--agent-expiry` under a minute a live agent lost its identity. As the Java agent's, the
+/// keep-alives keep their own schedule whatever the polls do: here every poll is held 29 s.
+#[tokio::test(start_paused = true)]
+async fn keep_alives_keep_their_schedule_while_polls_are_held() {
+    let fake = FakeCds::default();
+    fake.set_hold(Some(Duration::from_secs(29)));
+    let t0 = Instant::now();
+    let handle = Agent::new(named(), Registry::new(), fake.clone()).spawn();
+    let mut status = handle.status();
+    after_polls(&mut status, 5).await;
+    assert_eq!(Instant::now() - t0, Duration::from_secs(145), "held polls, one after the other");
+    let managed = calls(&fake.management(), t0);
+    let keep_alives: Vec<u64> =
+        managed.iter().filter(|(_, _, kind)| *kind == "keepAlive").map(|(at, ..)| *at).collect();
+    assert_eq!(keep_alives, [30, 60, 90, 120], "{managed:?}");
+    assert_eq!(managed[0], (0, 0, "report"), "the report still comes before the first poll");
+    handle.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn after_ten_keep_alives_the_properties_are_reported_again() {
     let fake = FakeCds::default();

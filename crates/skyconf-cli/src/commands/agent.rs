@@ -14,10 +14,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::json;
 use skyconf_agent::watchers::{JAVA_KEYS, StringWatcher};
-use skyconf_agent::{Agent, AgentOptions, ChangeEvent, GrpcTransport, Registry, Transport, Watcher, WatcherError};
-use skyconf_proto::v3::{Commands, ConfigurationSyncRequest, InstancePingPkg, InstanceProperties};
+use skyconf_agent::{Agent, AgentOptions, ChangeEvent, GrpcTransport, Registry, Watcher, WatcherError};
 
-use crate::args::{ClientArgs, ServerAddr, parse_duration};
+use crate::args::{ClientArgs, parse_duration};
 
 /// Arguments of `skyconf agent`.
 #[derive(Debug, clap::Args)]
@@ -81,51 +80,6 @@ impl<W: Write + Send + 'static> Watcher for Printer<W> {
     }
 }
 
-/// The gRPC transport, with a failure to connect logged once per outage with the address.
-struct Connecting {
-    inner: GrpcTransport,
-    addr: ServerAddr,
-    /// Whether the last call failed to connect (one warning per outage).
-    down: bool,
-}
-
-impl Transport for Connecting {
-    async fn fetch(&mut self, request: ConfigurationSyncRequest, timeout: Duration) -> Result<Commands, tonic::Status> {
-        let result = self.inner.fetch(request, timeout).await;
-        match result {
-            // A status with a cause is the client's own: the connection, not the server. The
-            // library says "cannot reach the server"; this says where, once per outage.
-            Err(status)
-                if status.code() == tonic::Code::Unavailable && std::error::Error::source(&status).is_some() =>
-            {
-                if !std::mem::replace(&mut self.down, true) {
-                    let cause = crate::causes(std::error::Error::source(&status).into_iter().flat_map(|e| {
-                        std::iter::successors(Some(e as &(dyn std::error::Error + 'static)), |e| e.source())
-                    }));
-                    tracing::warn!(addr = %self.addr, error = %cause, "Cannot connect to the server; retrying.");
-                }
-                Err(status)
-            }
-            other => {
-                self.down = false;
-                other
-            }
-        }
-    }
-
-    async fn report_instance_properties(
-        &mut self,
-        properties: InstanceProperties,
-        timeout: Duration,
-    ) -> Result<(), tonic::Status> {
-        self.inner.report_instance_properties(properties, timeout).await
-    }
-
-    async fn keep_alive(&mut self, ping: InstancePingPkg, timeout: Duration) -> Result<(), tonic::Status> {
-        self.inner.keep_alive(ping, timeout).await
-    }
-}
-
 /// Follows the configuration, printing events to `out`, until `stop` completes.
 async fn follow<W: Write + Send + 'static>(
     args: Args,
@@ -152,8 +106,10 @@ async fn follow<W: Write + Send + 'static>(
     for (key, value) in properties {
         options = options.property(key, value);
     }
-    let transport = Connecting { inner: transport, addr, down: false };
-    let handle = Agent::new(options, registry, transport).spawn();
+    // Every line the agent logs names the server (a refused connection says where, once per
+    // outage: the library logs the first failure of a run of them).
+    let span = tracing::info_span!("agent", addr = %addr);
+    let handle = span.in_scope(|| Agent::new(options, registry, transport).spawn());
     stop.await;
     handle.stop().await;
     Ok(())
@@ -191,6 +147,7 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::ServerAddr;
     use skyconf_server::{CdsOptions, CdsService, ServedTable};
     use tokio::sync::Notify;
 

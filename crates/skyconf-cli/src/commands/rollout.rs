@@ -174,6 +174,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         match args.command {
             Command::Start(start) => {
                 let document = Document::read(&start.document)?;
+                // A refused candidate is said as `validate` says it, with the file's name.
+                if let Err(refused) = document.parse() {
+                    bail!("{}", document.located(&refused));
+                }
                 let Some(text) = document.text else { bail!("{} has no document", document.name) };
                 let mut gates = json!({
                     "apply_within_s": whole_seconds("apply-within", start.apply_within)?,

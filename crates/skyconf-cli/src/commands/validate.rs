@@ -2,7 +2,8 @@
 //! refuse it (`FILE:LINE:COLUMN: message`). Warnings name settings no known agent reads (with the
 //! known key it was probably meant to be), values an agent would refuse, values agents treat
 //! differently, and what the reader dropped as the OAP drops it (a setting, a service or the
-//! top-level `configurations:` written twice).
+//! top-level `configurations:` written twice): [`skyconf_core::warnings`], the list every admin
+//! write and the web page's editors give too.
 //!
 //! `PATH` is a file, `-` for standard input, or a directory in the file store's directory form (a
 //! mounted ConfigMap, one file per key): there the document is the file named
@@ -11,12 +12,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use serde::Serialize;
 use serde_json::json;
+use skyconf_core::warnings::{Warning, warnings};
 
 use super::{Document, EXIT_REFUSED, split_position};
-use crate::known_keys::{self, KNOWN_KEYS};
-use crate::settings::did_you_mean;
 
 /// Arguments of `skyconf validate`.
 #[derive(Debug, clap::Args)]
@@ -37,123 +36,21 @@ pub(crate) struct Args {
     strict: bool,
 }
 
-/// The OAP's YAML loader refuses documents over this many characters.
-const OAP_CODE_POINT_LIMIT: usize = 3 * 1024 * 1024;
-
-/// One warning: where, about what, and the key probably meant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Warning {
-    /// 1-based line of the key, when it could be found in the text.
-    line: Option<usize>,
-    /// 1-based column of the key.
-    column: Option<usize>,
-    /// The service; `None` for a warning about the whole document.
-    service: Option<String>,
-    /// The key.
-    key: Option<String>,
-    /// What is wrong.
-    message: String,
-    /// The known key a misspelt one probably meant.
-    suggestion: Option<String>,
-}
-
-impl Warning {
-    /// `NAME:LINE:COLUMN: warning: service `S`: message`, as compilers print warnings.
-    fn text(&self, name: &str) -> String {
-        let at = match (self.line, self.column) {
-            (Some(line), Some(column)) => format!("{name}:{line}:{column}"),
-            _ => name.to_owned(),
-        };
-        match &self.service {
-            Some(service) => format!("{at}: warning: service `{service}`: {}", self.message),
-            None => format!("{at}: warning: {}", self.message),
-        }
-    }
-}
-
-/// Where `key` of `service` is written in `text` (block style; `None` for flow style): the first
-/// line that names the key, indented, after the line that names the service.
-fn locate(text: &str, service: &str, key: &str) -> Option<(usize, usize)> {
-    let names = |line: &str, name: &str| {
-        let trimmed = line.trim_start();
-        [format!("{name}:"), format!("\"{name}\":"), format!("'{name}':")]
-            .iter()
-            .any(|p| trimmed.starts_with(p.as_str()))
+/// `NAME:LINE:COLUMN: warning: service `S`: message`, as compilers print warnings.
+fn warning_text(warning: &Warning, name: &str) -> String {
+    let at = match (warning.line, warning.column) {
+        (Some(line), Some(column)) => format!("{name}:{line}:{column}"),
+        _ => name.to_owned(),
     };
-    let mut lines = text.lines().enumerate();
-    lines.by_ref().find(|(_, line)| names(line, service))?;
-    lines.find(|(_, line)| names(line, key)).map(|(i, line)| {
-        let indent = line.chars().take_while(|c| c.is_whitespace()).count();
-        (i + 1, indent + 1)
-    })
+    match &warning.service {
+        Some(service) => format!("{at}: warning: service `{service}`: {}", warning.message),
+        None => format!("{at}: warning: {}", warning.message),
+    }
 }
 
-fn warnings_for(reading: &skyconf_core::Reading, text: &str) -> Vec<Warning> {
-    let table = &reading.table;
-    let mut warnings: Vec<Warning> = reading
-        .warnings
-        .iter()
-        .map(|w| Warning {
-            line: Some(w.at.line),
-            column: Some(w.at.column),
-            service: None,
-            key: None,
-            message: w.message.clone(),
-            suggestion: None,
-        })
-        .collect();
-    let text_chars = text.chars().count();
-    if text_chars > OAP_CODE_POINT_LIMIT {
-        warnings.push(Warning {
-            line: None,
-            column: None,
-            service: None,
-            key: None,
-            message: format!(
-                "the document has {text_chars} characters; an OAP would refuse more than {OAP_CODE_POINT_LIMIT}, so it cannot move back to an OAP as is"
-            ),
-            suggestion: None,
-        });
-    }
-    for service in table.services() {
-        for (key, value) in service.entries() {
-            let mut suggestion = None;
-            let message = match known_keys::find(key) {
-                None => match did_you_mean(key, KNOWN_KEYS.iter().map(|k| k.key)) {
-                    Some(meant) => {
-                        suggestion = Some(meant.to_owned());
-                        format!("no known agent reads `{key}`; did you mean `{meant}`?")
-                    }
-                    None => {
-                        let names: Vec<_> = KNOWN_KEYS.iter().map(|k| k.key).collect();
-                        format!("no known agent reads `{key}`; known keys: {}", names.join(", "))
-                    }
-                },
-                Some(_) if value.is_empty() => {
-                    format!("`{key}` is empty; agents treat that as if the key were absent (their local default)")
-                }
-                Some(_) if value.trim().is_empty() => {
-                    format!(
-                        "`{key}` is only white space; the Java agent resets it to its default, the Go agent applies it"
-                    )
-                }
-                Some(known) => match known_keys::value_problem(known.kind, value) {
-                    Some(problem) => format!("`{key}` ({} agent): {problem}", known.agent),
-                    None => continue,
-                },
-            };
-            let at = locate(text, service.name(), key);
-            warnings.push(Warning {
-                line: at.map(|a| a.0),
-                column: at.map(|a| a.1),
-                service: Some(service.name().to_owned()),
-                key: Some(key.clone()),
-                message,
-                suggestion,
-            });
-        }
-    }
-    warnings
+/// `n thing` or `n things`.
+fn count(n: usize, thing: &str) -> String {
+    if n == 1 { format!("1 {thing}") } else { format!("{n} {thing}s") }
 }
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -174,7 +71,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(EXIT_REFUSED))
         }
         Ok(reading) => {
-            let mut warnings = warnings_for(&reading, document.text.as_deref().unwrap_or(""));
+            let mut warnings = warnings(&reading, document.text.as_deref().unwrap_or(""));
             let table = &reading.table;
             if document.text.is_none() {
                 let mut message =
@@ -194,29 +91,27 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
                         "; its {yaml} *.yaml/*.yml files are not part of the directory form: validate each by name"
                     ));
                 }
-                warnings.push(Warning {
-                    line: None,
-                    column: None,
-                    service: None,
-                    key: None,
-                    message,
-                    suggestion: None,
-                });
+                warnings.push(Warning::about_document(message));
             }
             let settings: usize = table.services().map(|s| s.entries().len()).sum();
+            let groups: usize = table.targeting().services().map(|(_, groups)| groups.len()).sum();
             if args.json {
                 crate::commands::outln!(
                     "{}",
-                    json!({ "valid": true, "path": name, "services": table.len(), "settings": settings, "warnings": warnings })
+                    json!({ "valid": true, "path": name, "services": table.len(), "settings": settings,
+                            "targeting_groups": groups, "warnings": warnings })
                 );
             } else {
                 for warning in &warnings {
-                    eprintln!("{}", warning.text(name));
+                    eprintln!("{}", warning_text(warning, name));
                 }
+                let groups =
+                    if groups == 0 { String::new() } else { format!(", {}", count(groups, "targeting group")) };
                 crate::commands::outln!(
-                    "{name}: valid, {} services, {settings} settings, {} warnings",
-                    table.len(),
-                    warnings.len()
+                    "{name}: valid, {}, {}{groups}, {}",
+                    count(table.len(), "service"),
+                    count(settings, "setting"),
+                    count(warnings.len(), "warning")
                 );
             }
             Ok(if args.strict && !warnings.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
@@ -229,39 +124,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn warns_about_unknown_keys_bad_values_and_blank_values() {
-        let text = "configurations:\n  a:\n    agent.sample_n_per_3_secs: 1.5\n    agent.sampel_n_per_3_secs: 1\n    agent.typo: 1\n    agent.span_limit_per_segment: \" \"\n    agent.sample_rate: 0.5\n";
-        let reading = skyconf_core::read_with_warnings(text).unwrap();
-        let warnings = warnings_for(&reading, text);
-        assert_eq!(warnings.len(), 4, "{warnings:?}");
-        assert!(warnings[0].message.contains("not a 32-bit integer"));
-        assert_eq!((warnings[0].line, warnings[0].column), (Some(3), Some(5)));
-        assert_eq!(warnings[1].suggestion.as_deref(), Some("agent.sample_n_per_3_secs"));
-        assert!(warnings[1].message.contains("did you mean `agent.sample_n_per_3_secs`?"));
-        assert_eq!(warnings[1].line, Some(4));
-        assert!(warnings[2].suggestion.is_none() && warnings[2].message.contains("known keys: "));
-        assert!(warnings[3].message.contains("white space"));
-        assert_eq!(warnings[3].text("f.yaml"), format!("f.yaml:6:5: warning: service `a`: {}", warnings[3].message));
-    }
-
-    #[test]
-    fn warns_about_what_a_repeated_key_drops_first() {
-        let text = "configurations:\n  a: {agent.sample_rate: 0.5}\nconfigurations:\n  b: {agent.sample_rate: 1}\n";
-        let warnings = warnings_for(&skyconf_core::read_with_warnings(text).unwrap(), text);
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert_eq!((warnings[0].line, warnings[0].column), (Some(3), Some(1)));
-        assert!(
-            warnings[0]
-                .text("f.yaml")
-                .starts_with("f.yaml:3:1: warning: `configurations:` is written 2 times (lines 1, 3)")
+    fn a_warning_reads_as_a_compiler_warning() {
+        let text = "configurations:\n  a:\n    agent.span_limit_per_segment: \" \"\n";
+        let found = warnings(&skyconf_core::read_with_warnings(text).unwrap(), text);
+        assert_eq!(
+            warning_text(&found[0], "f.yaml"),
+            format!("f.yaml:3:5: warning: service `a`: {}", found[0].message)
         );
+        assert_eq!(warning_text(&Warning::about_document("big"), "f.yaml"), "f.yaml: warning: big");
     }
 
     #[test]
-    fn locates_keys_of_the_right_service_and_not_flow_style() {
-        let text = "configurations:\n  a:\n    k: 1\n  \"b\":\n      k: 2\n  c: {k: 3}\n";
-        assert_eq!(locate(text, "a", "k"), Some((3, 5)));
-        assert_eq!(locate(text, "b", "k"), Some((5, 7)));
-        assert_eq!(locate(text, "c", "k"), None);
+    fn counts_say_one_thing_or_many_things() {
+        assert_eq!(
+            (count(0, "warning"), count(1, "service"), count(2, "setting")),
+            ("0 warnings".into(), "1 service".into(), "2 settings".into())
+        );
     }
 }

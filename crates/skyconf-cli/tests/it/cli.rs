@@ -94,7 +94,17 @@ fn validate_reads_standard_input_and_a_configmap_directory() {
         .write_stdin(text)
         .assert()
         .success()
-        .stdout(predicate::str::starts_with("<stdin>: valid, 1 services, 1 settings, 0 warnings"));
+        .stdout(predicate::str::starts_with("<stdin>: valid, 1 service, 1 setting, 0 warnings"));
+    // Usability finding 14: plurals, and the targeting groups counted.
+    let targeted = format!(
+        "{text}targeting:\n  svc:\n    - {{group: a, instances: [a-*], settings: {{}}}}\n    - {{group: b, share: 10%, settings: {{}}}}\n"
+    );
+    assert_cmd::Command::from_std(skyconf())
+        .args(["validate", "-"])
+        .write_stdin(targeted)
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with("<stdin>: valid, 1 service, 1 setting, 2 targeting groups, 0 warnings"));
     assert_cmd::Command::from_std(skyconf())
         .args(["validate", "-"])
         .write_stdin("configurations:\n  svc:\n    k: ~\n")
@@ -347,7 +357,11 @@ fn serve_refuses_to_start_on_a_bad_file() {
         .arg(&path)
         .assert()
         .failure()
-        .stderr(predicate::str::contains("line 1, column 17"));
+        // Usability finding 14: said as `validate` says it, not `file bad.yaml: line 1, column 17`.
+        .stderr(
+            predicate::str::contains(format!("{}:1:17: ", path.display()))
+                .and(predicate::str::contains("line 1").not()),
+        );
 }
 
 #[test]

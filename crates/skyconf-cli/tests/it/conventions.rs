@@ -64,13 +64,11 @@ fn fetch_puts_answers_on_stdout_and_failures_on_stderr_with_documented_statuses(
     }
 }
 
-#[test]
-fn agent_says_it_cannot_connect_and_to_which_address() {
-    // Usability finding 7: "the server answered The service is currently unavailable" when the
-    // connection was refused.
-    let addr = format!("http://{}", closed_addr());
+/// What `skyconf agent ARGS` logs on stderr in 1.5 s against a port nothing listens on.
+fn agent_stderr(addr: &str, args: &[&str]) -> String {
     let child = skyconf()
-        .args(["agent", "--addr", &addr, "--service", "svc", "--interval", "200ms"])
+        .args(["agent", "--addr", addr, "--service", "svc", "--interval", "200ms"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -78,14 +76,27 @@ fn agent_says_it_cannot_connect_and_to_which_address() {
     std::thread::sleep(Duration::from_millis(1500));
     let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("Cannot connect to the server"), "{stderr}");
-    assert!(stderr.contains(&format!("addr={addr}")), "{stderr}");
-    assert!(stderr.contains("cannot reach the server: "), "{stderr}");
-    assert!(!stderr.contains("the server answered"), "{stderr}");
-    assert!(stderr.contains("Connection refused"), "{stderr}");
-    assert_eq!(stderr.matches("Cannot connect to the server").count(), 1, "once per outage: {stderr}");
     assert!(output.stdout.is_empty());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn agent_says_it_cannot_connect_and_to_which_address() {
+    // Usability finding 7: "the server answered The service is currently unavailable" when the
+    // connection was refused. Finding 13: the refusal was said twice (the chain doubled), a named
+    // instance added "Instance identity not accepted" (nothing refused it) and the first line read
+    // `instance=Some("order-1")`.
+    let addr = format!("http://{}", closed_addr());
+    for args in [&[][..], &["--instance", "order-1"]] {
+        let stderr = agent_stderr(&addr, args);
+        assert!(stderr.contains(&format!("addr={addr}")), "{stderr}");
+        assert!(stderr.contains("cannot reach the server: "), "{stderr}");
+        assert!(!stderr.contains("the server answered"), "{stderr}");
+        assert_eq!(stderr.matches("Connection refused").count(), 1, "one line, once per outage: {stderr}");
+        assert!(!stderr.contains("transport error: tcp connect error: transport error"), "{stderr}");
+        assert!(!stderr.contains("identity"), "the identity was not refused: {stderr}");
+        assert!(!stderr.contains("Some("), "{stderr}");
+    }
 }
 
 #[test]

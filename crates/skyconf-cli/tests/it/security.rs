@@ -87,3 +87,30 @@ fn help_never_shows_token_values_from_the_environment() {
     assert!(help.contains("--agent-token"), "{help}");
     assert!(!help.contains(AGENT_TOKEN) && !help.contains(READ_TOKEN), "{help}");
 }
+
+/// N13: a cross-site write was refused (403) in silence; now it is logged, one line naming the
+/// request and why, and counted in `skyconf_admin_refused_total{reason}`.
+#[test]
+fn a_cross_site_write_is_logged_once_and_counted() {
+    let server = Server::start(&example_document());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let admin = AdminClient::new(&server.admin_addr);
+    let headers = [("Content-Type", "application/json"), ("Origin", "http://evil.example")];
+    let reply = runtime.block_on(admin.send("POST", "/api/v1/releases/1/rollback", &headers, ""));
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    let metrics = runtime.block_on(admin.get("/metrics")).body;
+    assert!(metrics.contains("skyconf_admin_refused_total{reason=\"cross_site\"} 1"), "{metrics}");
+    assert!(metrics.contains("skyconf_admin_refused_total{reason=\"host\"} 0"), "present at zero: {metrics}");
+    let mut seen = Vec::new();
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !seen.iter().any(|l: &String| l.contains("evil.example")) {
+        assert!(std::time::Instant::now() < give_up, "the refusal is not logged: {seen:#?}");
+        seen.extend(server.drain_log());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let lines: Vec<&String> = seen.iter().filter(|l| l.contains("evil.example")).collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let line = crate::util::json_line(lines[0]);
+    assert_eq!(line["fields"]["reason"], "cross_site", "{line}");
+    assert_eq!(line["fields"]["path"], "/api/v1/releases/1/rollback", "{line}");
+}

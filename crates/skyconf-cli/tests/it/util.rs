@@ -121,6 +121,12 @@ impl Server {
         self.log.try_iter().collect()
     }
 
+    /// Sends SIGKILL (a crash: nothing runs on the way out) and waits for the process to exit.
+    pub(crate) fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub(crate) fn terminate(mut self) -> ExitStatus {
         let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();

@@ -122,13 +122,28 @@ impl fmt::Display for ReadWarning {
     }
 }
 
-/// A document read: the table to serve and what the reader noticed on the way.
+/// A document read: the table to serve, what the reader noticed on the way, and where each
+/// served setting is written.
 #[derive(Debug, Clone, Default)]
 pub struct Reading {
     /// What agents get.
     pub table: AgentConfigurations,
     /// In document order.
     pub warnings: Vec<ReadWarning>,
+    /// Where the served settings' keys are written.
+    pub keys: KeyPositions,
+}
+
+/// Where each served setting's key is written: of a key written more than once, the occurrence
+/// that is served.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPositions(IndexMap<String, Vec<Position>>);
+
+impl KeyPositions {
+    /// Where the `index`-th entry of `service` (in [`ServiceConfig::entries`] order) is written.
+    pub fn of(&self, service: &str, index: usize) -> Option<Position> {
+        self.0.get(service)?.get(index).copied()
+    }
 }
 
 /// Reads an agent-configurations document.
@@ -176,6 +191,7 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
     // Everything is built in document order, as SnakeYAML builds it: building a mapping can
     // rewrite nodes that later aliases see (see `Constructor::mapping_entries`).
     let mut services = None;
+    let mut keys = KeyPositions::default();
     let mut targeting_node = None;
     for entry in &top {
         if matches!(&entry.key, JavaValue::Str(k) if k == "configurations") {
@@ -197,7 +213,9 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
                     ),
                 });
             }
-            services = Some(read_services(&mut constructor, &entry.value, &mut warnings)?);
+            let (read, positions) = read_services(&mut constructor, &entry.value, &mut warnings)?;
+            services = Some(read);
+            keys = positions;
         } else {
             // The OAP's loader builds every value; one it cannot build fails the document.
             constructor.construct(&entry.value)?;
@@ -214,7 +232,7 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
                 None => crate::targeting::Targeting::default(),
             };
             let table = AgentConfigurations::from_services(services).with_targeting(targeting);
-            Ok((Reading { table, warnings }, measured(&constructor)))
+            Ok((Reading { table, warnings, keys }, measured(&constructor)))
         }
         None => {
             let found: Vec<String> = top.iter().map(|e| format!("`{}`", e.key.to_java_string())).collect();
@@ -281,10 +299,10 @@ fn read_services(
     constructor: &mut Constructor,
     services_node: &tree::Node,
     warnings: &mut Vec<ReadWarning>,
-) -> Result<IndexMap<String, ServiceConfig>, ReadError> {
+) -> Result<(IndexMap<String, ServiceConfig>, KeyPositions), ReadError> {
     match &services_node.kind {
         NodeKind::Scalar { .. } if matches!(constructor.construct(services_node)?, JavaValue::Null) => {
-            return Ok(IndexMap::new());
+            return Ok((IndexMap::new(), KeyPositions::default()));
         }
         _ if is_map(services_node) => {}
         _ => {
@@ -296,6 +314,7 @@ fn read_services(
     }
     let MapEntries { entries, replaced } = constructor.map_entries(services_node)?;
     let mut services: IndexMap<String, ServiceConfig> = IndexMap::new();
+    let mut positions: IndexMap<String, Vec<Position>> = IndexMap::new();
     let mut written = Occurrences::default();
     for (key_node, _) in &replaced {
         written.add(constructor.construct(key_node)?.to_java_string(), key_node.at);
@@ -309,7 +328,7 @@ fn read_services(
             other => other.to_java_string(),
         };
         written.add(name.clone(), key_at);
-        let service = read_service(constructor, &name, &value, warnings)?;
+        let (service, keys) = read_service(constructor, &name, &value, warnings)?;
         let answer = answer_len(service.digest(), service.entries());
         if answer > MAX_ANSWER_BYTES {
             return Err(ReadError::structure(
@@ -321,6 +340,8 @@ fn read_services(
         }
         // The last of services that print alike wins, at its own place.
         services.shift_remove(&name);
+        positions.shift_remove(&name);
+        positions.insert(name.clone(), keys);
         services.insert(name, service);
     }
     for (name, at, lines, times) in written.repeated() {
@@ -331,10 +352,11 @@ fn read_services(
             ),
         });
     }
-    Ok(services)
+    Ok((services, KeyPositions(positions)))
 }
 
-/// One service's `{key: value}` mapping, stringified in document order.
+/// One service's `{key: value}` mapping, stringified in document order, with where each served
+/// key is written.
 ///
 /// Settings whose keys print alike (`8:` and `"8":`) are all hashed, as the OAP hashes them, and
 /// only the last is sent (the OAP's per-service map is a `HashMap` keyed by the printed key).
@@ -343,7 +365,7 @@ fn read_service(
     service: &str,
     node: &tree::Node,
     warnings: &mut Vec<ReadWarning>,
-) -> Result<ServiceConfig, ReadError> {
+) -> Result<(ServiceConfig, Vec<Position>), ReadError> {
     match &node.kind {
         _ if is_map(node) => {}
         NodeKind::Scalar { text, plain: true } if matches!(&**text, "" | "~" | "null") => {
@@ -390,24 +412,25 @@ fn read_service(
             ));
         }
         written.add(key.clone(), key_at);
-        hashed.push((key, java.to_java_string()));
+        hashed.push((key, java.to_java_string(), key_at));
     }
-    let digest = Digest::of_entries(hashed.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    let mut served: IndexMap<String, String> = IndexMap::with_capacity(hashed.len());
-    for (key, value) in hashed {
+    let digest = Digest::of_entries(hashed.iter().map(|(k, v, _)| (k.as_str(), v.as_str())));
+    let mut served: IndexMap<String, (String, Position)> = IndexMap::with_capacity(hashed.len());
+    for (key, value, at) in hashed {
         served.shift_remove(&key);
-        served.insert(key, value);
+        served.insert(key, (value, at));
     }
     for (key, at, lines, times) in written.repeated() {
         warnings.push(ReadWarning {
             at,
             message: format!(
                 "service `{service}`: setting `{key}` is written {times} times (lines {lines}); like the OAP, skyconf sends only the last (`{}`)",
-                served.get(&key).map_or("", String::as_str)
+                served.get(&key).map_or("", |(value, _)| value.as_str())
             ),
         });
     }
-    Ok(ServiceConfig::with_digest(service.to_owned(), served.into_iter().collect(), digest))
+    let (entries, positions) = served.into_iter().map(|(key, (value, at))| ((key, value), at)).unzip();
+    Ok((ServiceConfig::with_digest(service.to_owned(), entries, digest), positions))
 }
 
 #[cfg(test)]

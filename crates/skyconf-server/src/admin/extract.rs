@@ -16,11 +16,28 @@ use super::{Admin, AppError, check_service_name};
 /// The longest wait a write may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
-/// The route's one path parameter, percent-decoded.
+/// The route's one path parameter, percent-decoded. A `%` not followed by two hex digits is
+/// refused (the decoder would keep it as it is, and `/services/%ZZ` would name `%ZZ`).
 async fn path_segment(parts: &mut Parts, state: &Admin) -> Result<String, AppError> {
+    if let Some(bad) = bad_percent_escape(parts.uri.path()) {
+        return Err(AppError::BadRequest(format!(
+            "the path has a bad percent-escape `{bad}`: `%` must be followed by two hex digits (write `%25` for a `%` itself)"
+        )));
+    }
     let Path(text) =
         Path::<String>::from_request_parts(parts, state).await.map_err(|e| AppError::BadRequest(e.body_text()))?;
     Ok(text)
+}
+
+/// The first `%` of `path` not followed by two hex digits, with what follows it (at most two
+/// characters).
+fn bad_percent_escape(path: &str) -> Option<&str> {
+    let bytes = path.as_bytes();
+    bytes.iter().enumerate().filter(|(_, b)| **b == b'%').find_map(|(i, _)| {
+        let escape = bytes.get(i + 1..i + 3);
+        (!escape.is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit)))
+            .then(|| path.get(i..(i + 3).min(path.len())).unwrap_or(&path[i..i + 1]))
+    })
 }
 
 /// A `{name}` path segment that names a service: one the served document holds, whatever its
@@ -121,14 +138,83 @@ impl FromRequest<Admin> for HeldRequest {
 }
 
 /// A JSON request body that must be an object (or, where `T` is an `Option`, `null`): serde
-/// would otherwise also read a struct from an array of its fields in order (`[null, null]`).
+/// would otherwise also read a struct from an array of its fields in order (`[null, null]`). An
+/// object that names a key twice is refused, at any depth: serde_json would keep the last one,
+/// and either reading could be the wrong one.
 pub(super) fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, AppError> {
-    let value: serde_json::Value = serde_json::from_slice(body)
+    let Strict(value) = serde_json::from_slice(body)
         .map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))?;
     if !(value.is_object() || value.is_null()) {
         return Err(AppError::BadRequest("the body is not the expected JSON: not an object".into()));
     }
     serde_json::from_value(value).map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))
+}
+
+/// A JSON value as serde_json reads it, but for an object that names a key more than once.
+struct Strict(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(items.into())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("the key `{key}` is given more than once")));
+            }
+            let Strict(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(object.into())
+    }
 }
 
 /// Reads a JSON number that is a whole non-negative number as a `u64`: `139.0` too, which JSON
@@ -239,4 +325,31 @@ fn body_bytes(admin: &Admin, body: Result<Bytes, BytesRejection>) -> Result<Byte
         }
     })?;
     Ok(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_percent_escapes_are_found() {
+        assert_eq!(bad_percent_escape("/api/v1/services/%ZZ"), Some("%ZZ"));
+        assert_eq!(bad_percent_escape("/api/v1/services/a%2"), Some("%2"));
+        assert_eq!(bad_percent_escape("/api/v1/services/a%"), Some("%"));
+        assert_eq!(bad_percent_escape("/api/v1/services/100%25-%41%e2%82%ac"), None);
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_at_any_depth() {
+        #[derive(serde::Deserialize)]
+        struct Body {
+            #[allow(dead_code, reason = "read only to be checked")]
+            config: serde_json::Map<String, serde_json::Value>,
+        }
+        assert!(json_body::<Body>(br#"{"config": {"a": "1", "b": [1, {"c": null}]}}"#).is_ok());
+        let error = json_body::<Body>(br#"{"config": {"a": "1", "a": "2"}}"#).err().unwrap().to_string();
+        assert!(error.contains("the key `a` is given more than once"), "{error}");
+        let deep = json_body::<Body>(br#"{"config": {"a": [{"x": 1, "x": 2}]}}"#).err().unwrap().to_string();
+        assert!(deep.contains("`x`"), "{deep}");
+    }
 }

@@ -13,6 +13,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use serde::Serialize;
 use skyconf_core::diff::{ChangeKind, KeyChange, ServiceChange};
+use skyconf_core::warnings::Warning;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
@@ -63,6 +64,7 @@ use crate::store_view::StoreStatus;
         ChangeKind,
         KeyChange,
         ServiceChange,
+        Warning,
         AgentState,
         AgentStatus,
         StateCounts,
@@ -810,7 +812,8 @@ pub(crate) struct WriteAnswer {
     /// Whether the new document is served.
     #[schema(required = false)]
     served: bool,
-    /// Whether its release file is on disk (`null`: no data directory, or not known yet).
+    /// Whether it is on disk: its release file and the last good copy a restart serves while the
+    /// store is away (`null`: no data directory, or not known yet).
     #[schema(required = false)]
     durable: Option<bool>,
     /// How long it took to be served.
@@ -825,9 +828,13 @@ pub(crate) struct WriteAnswer {
     /// 202: what happened.
     #[schema(required = false)]
     message: String,
-    /// 503: served, but the release could not be written to the data directory.
+    /// 503: served, but not on disk: which file could not be written, and why.
     #[schema(required = false)]
     error: String,
+    /// What is probably wrong with the document (the warnings `skyconf validate` prints): each
+    /// at the line and column of its key in the document written (a dry run's `document`). A
+    /// per-service write's are those about its service and the whole document.
+    warnings: Vec<Warning>,
 }
 
 /// A 503 of a write: the store could not be reached, or the change is served but not durable.

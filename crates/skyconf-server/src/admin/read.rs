@@ -271,7 +271,7 @@ pub(super) async fn services(State(admin): State<Admin>) -> Json<Value> {
     responses(
         (status = 200, description = "The service, its configuration and its agents.", body = super::openapi::ServiceDetail,
             headers(("ETag" = String, description = "`\"<release id>\"` of the served release, for `If-Match`."))),
-        (status = 400, description = "Not a valid service name.", body = ErrorBody),
+        (status = 400, description = "Not a valid service name (a bad percent-escape).", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such service is configured or polled.", body = ErrorBody),
@@ -644,7 +644,7 @@ const MAX_HISTORY_PAGE: usize = 100;
     params(("name" = String, Path, description = "The service (percent-encoded)."), HistoryParams),
     responses(
         (status = 200, description = "The kept releases that changed it, newest first.", body = super::openapi::History),
-        (status = 400, description = "A bad or unknown query parameter.", body = ErrorBody),
+        (status = 400, description = "A bad percent-escape in the name, or a bad or unknown query parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
         (status = 500, description = "A bug.", body = ErrorBody),

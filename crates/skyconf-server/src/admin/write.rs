@@ -37,13 +37,15 @@
 //!
 //! Answers: 200 with the release once the new document is served; 202 when the store took it but
 //! it was not served within the wait; 200 with `"unchanged": true` when the document is the one
-//! served already. A served write also waits (within the same wait) for its release file:
-//! `"durable": true` once it is on disk, `null` without a data directory (or not yet known when
-//! the wait ends). When the file cannot be written (disk full, read-only data directory) the
-//! answer is **503** with `"written": true, "served": true, "durable": false` and an `error`: the
-//! store took the change and agents get it — nothing is undone, and a retry answers
-//! `"unchanged"` — but its release history is not on disk, which the operator must fix (the
-//! server logs it at error level and counts it in `GET /api/v1/status` as `unsaved_releases`). Per-service writes rewrite the document in a canonical form (every string
+//! served already. A served write also waits (within the same wait) for the disk: `"durable":
+//! true` once its release file and the last good copy holding its document are written (so a
+//! restart, even while the store is away, serves it; reliability finding N11), `null` without a
+//! data directory (or not yet known when the wait ends). When either cannot be written (disk
+//! full, read-only data directory) the answer is **503** with `"written": true, "served": true,
+//! "durable": false` and an `error` that says which and why: the store took the change and agents
+//! get it — nothing is undone, and a retry answers `"unchanged"` — but it is not on disk, which
+//! the operator must fix (the server logs it at error level; an unwritten release file is counted
+//! in `GET /api/v1/status` as `unsaved_releases`). Per-service writes rewrite the document in a canonical form (every string
 //! double-quoted; comments dropped), with the same digests for every untouched service.
 
 use std::sync::Arc;
@@ -57,6 +59,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::diff;
+use skyconf_core::warnings::{Warning, warnings};
 use skyconf_core::writer;
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect};
 use tokio::sync::OwnedMutexGuard;
@@ -142,12 +145,12 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// A document to write: its text (`None`: delete the key), the table it reads as, and the
-/// reader's warnings (what the document drops as the OAP drops it, e.g. a repeated key).
+/// A document to write: its text (`None`: delete the key), the table it reads as, and its
+/// warnings ([`skyconf_core::warnings`], the list `skyconf validate` prints).
 struct Proposal {
     text: Option<String>,
     table: AgentConfigurations,
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
 }
 
 impl Proposal {
@@ -160,8 +163,15 @@ impl Proposal {
             )));
         }
         let reading = skyconf_core::read_with_warnings(&text)?;
-        let warnings = reading.warnings.iter().map(ToString::to_string).collect();
+        let warnings = warnings(&reading, &text);
         Ok(Self { text: Some(text), table: reading.table, warnings })
+    }
+
+    /// Keeps the warnings about `service` and the whole document: a per-service write answers
+    /// for what it changes, not for the other services' settings.
+    fn warnings_of(mut self, service: &str) -> Self {
+        self.warnings.retain(|w| w.service.as_deref().is_none_or(|s| s == service));
+        self
     }
 }
 
@@ -247,6 +257,7 @@ async fn apply(
             "changes": changes,
             "release": latest.map(|r| summary(&r)),
             "version": snapshot.version,
+            "warnings": proposal.warnings,
         }))
         .into_response());
     }
@@ -314,19 +325,17 @@ async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) 
                     "served": true,
                     "durable": match durability {
                         Durability::Durable => Some(true),
-                        Durability::Failed => Some(false),
+                        Durability::Failed(_) => Some(false),
                         Durability::Memory | Durability::Pending => None,
                     },
                     "served_after_ms": served_after_ms,
                     "changes": changes,
                     "release": summary(&release),
                     "version": release.version,
+                    "warnings": proposal.warnings,
                 });
-                if durability == Durability::Failed {
-                    body["error"] = json!(format!(
-                        "the change is served, but release {} could not be written to the data directory; see the server log",
-                        release.id
-                    ));
+                if let Durability::Failed(why) = durability {
+                    body["error"] = json!(format!("the change is served, but it is not on disk: {why}"));
                     return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
                 }
                 return Ok(Json(body).into_response());
@@ -345,6 +354,7 @@ async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) 
             "served": false,
             "message": format!("the store took the document; it was not served within {wait:?}"),
             "changes": changes,
+            "warnings": proposal.warnings,
         })),
     )
         .into_response())
@@ -411,7 +421,7 @@ struct DocumentBody {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "A refused document (with line and column in `details`), bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "A refused document (with line and column in `details`), bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
@@ -465,7 +475,7 @@ struct ServiceBody {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "A bad name, a value that is not a string, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "A bad name (a bad percent-escape included), a value that is not a string, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
@@ -513,7 +523,7 @@ pub(super) async fn put_service(
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "A bad name, a value that is neither a string nor null, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "A bad name (a bad percent-escape included), a value that is neither a string nor null, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
@@ -574,7 +584,7 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "Bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "A bad percent-escape in the name, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such service is configured.", body = ErrorBody),
@@ -635,7 +645,7 @@ async fn write_service(
             }
             ServiceChange::Remove => None,
         };
-        let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?;
+        let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?.warnings_of(name);
         let (version, expected) = (current.version, admin.served.store_revision_of(current.version));
         match apply(admin, guard, current, proposal, attribution.clone(), options, Basis::Snapshot).await {
             Err(AppError::StoreMoved(why)) if options.if_match.is_none() && rebases < MAX_REBASES => {
@@ -712,7 +722,7 @@ async fn newest_served(admin: &Admin) -> Arc<Snapshot> {
     responses(
         (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
         (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
-        (status = 400, description = "Not a release id, bad JSON or a bad parameter.", body = ErrorBody),
+        (status = 400, description = "Not a release id, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 404, description = "No such release is kept.", body = ErrorBody),
@@ -756,7 +766,7 @@ pub(super) async fn rollback(
         description = "Optional: the `held.since_ms` the operator saw."),
     responses(
         (status = 200, description = "Decided.", body = HeldAnswerBody),
-        (status = 400, description = "A query parameter (none is taken), or bad JSON.", body = ErrorBody),
+        (status = 400, description = "A query parameter (none is taken), or bad JSON (a key given twice included).", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "Nothing is held, or another change than `since_ms` names.", body = ErrorBody),
@@ -782,7 +792,7 @@ pub(super) async fn confirm_held(
         description = "Optional: the `held.since_ms` the operator saw."),
     responses(
         (status = 200, description = "Decided.", body = HeldAnswerBody),
-        (status = 400, description = "A query parameter (none is taken), or bad JSON.", body = ErrorBody),
+        (status = 400, description = "A query parameter (none is taken), or bad JSON (a key given twice included).", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "Nothing is held, or another change than `since_ms` names.", body = ErrorBody),

@@ -266,6 +266,10 @@ impl Replicas {
                         tracing::debug!(replica = %self.id, bytes = bytes.len(), services = summary.services.len(), agents = summary.agents, "Published the fleet summary.");
                         written = Some((summary, Instant::now()));
                     }
+                    // An outage of the store is reported once, by the store task.
+                    Err(error) if error.is_outage() => {
+                        tracing::debug!(replica = %self.id, %error, "Cannot publish the fleet summary; retrying.");
+                    }
                     Err(error) => {
                         tracing::warn!(replica = %self.id, %error, "Cannot publish the fleet summary; retrying.");
                     }
@@ -273,6 +277,9 @@ impl Replicas {
             }
             match records.list(FLEET_KIND).await {
                 Ok(listed) => self.peers.store(Arc::new(self.parse(listed))),
+                Err(error) if error.is_outage() => {
+                    tracing::debug!(replica = %self.id, %error, "Cannot read the other replicas' fleet summaries; showing the last ones read.");
+                }
                 Err(error) => {
                     tracing::warn!(replica = %self.id, %error, "Cannot read the other replicas' fleet summaries; showing the last ones read.");
                 }

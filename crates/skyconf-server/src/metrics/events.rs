@@ -35,6 +35,37 @@ pub(crate) struct AdminDeniedLabels {
     pub(crate) status: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct AdminRefusedLabels {
+    pub(crate) reason: &'static str,
+}
+
+/// Why the admin port's browser checks ([`crate::security::browser`]) refused a request (403).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrowserRefusal {
+    /// The `Host` is not an IP literal, `localhost` or an allowed name (DNS rebinding).
+    Host,
+    /// A write from another site or origin (`Sec-Fetch-Site`, `Origin`).
+    CrossSite,
+    /// A write an HTML form could send (no JSON/YAML content type, `X-Skyconf-*` header or
+    /// `Authorization`).
+    Form,
+}
+
+impl BrowserRefusal {
+    /// Every reason, for the series present from the start.
+    const ALL: [Self; 3] = [Self::Host, Self::CrossSite, Self::Form];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::CrossSite => "cross_site",
+            Self::Form => "form",
+        }
+    }
+}
+
 /// The gRPC services a token can guard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GuardedService {
@@ -76,6 +107,7 @@ pub struct Events {
     store_failures: Family<StoreLabels, Counter>,
     grpc_denied: Family<GrpcDeniedLabels, Counter>,
     admin_denied: Family<AdminDeniedLabels, Counter>,
+    admin_refused: Family<AdminRefusedLabels, Counter>,
     rollout_events: Family<RolloutEventLabels, Counter>,
 }
 
@@ -107,6 +139,11 @@ impl Events {
             self.admin_denied.clone(),
         );
         registry.register(
+            "skyconf_admin_refused",
+            "Admin requests refused (403) by the browser checks: an unknown Host (host), a cross-site or cross-origin write (cross_site), a write an HTML form could send (form)",
+            self.admin_refused.clone(),
+        );
+        registry.register(
             "skyconf_rollout_events",
             "What staged rollouts did, by kind (started, wave, applied, passed, promoted, reverted, aborted, completed, ...), counted by the replica that recorded it",
             self.rollout_events.clone(),
@@ -121,6 +158,9 @@ impl Events {
         }
         for status in ["401", "403"] {
             let _ = self.admin_denied.get_or_create_owned(&AdminDeniedLabels { status });
+        }
+        for reason in BrowserRefusal::ALL {
+            let _ = self.admin_refused.get_or_create_owned(&AdminRefusedLabels { reason: reason.as_str() });
         }
     }
 
@@ -139,10 +179,24 @@ impl Events {
         let _ = self.store_failures.get_or_create_owned(&StoreLabels { store: store.to_owned() });
     }
 
-    /// The store failed; the last good configuration stays in service.
-    pub fn store_failed(&self, store: &str, error: &str) {
+    /// The store failed; whatever is served stays in service. Logged once per outage, with what
+    /// is served (`None`: nothing yet), unless `logged` (start-up said it already).
+    pub fn store_failed(&self, store: &str, error: &str, served: Option<usize>, logged: bool) {
         self.store_failures.get_or_create(&StoreLabels { store: store.to_owned() }).inc();
-        tracing::error!(store, error, "The configuration store failed; still serving the last good configuration.");
+        match served {
+            _ if logged => {}
+            Some(services) => tracing::error!(
+                store,
+                error,
+                services,
+                "The configuration store failed; still serving the last good configuration."
+            ),
+            None => tracing::error!(
+                store,
+                error,
+                "The configuration store failed; nothing is served yet: agents get \"no change\" until it answers."
+            ),
+        }
     }
 
     /// A gRPC call was refused for its token. Logged at debug: a misconfigured fleet polls every
@@ -176,6 +230,19 @@ impl Events {
         self.admin_denied.get_or_create(&AdminDeniedLabels { status }).inc();
         tracing::info!(status, %method, path, "Refused an admin request for its bearer token.");
     }
+
+    /// An admin request was refused by the browser checks (403), for `why`: a rebound host name
+    /// or a cross-site write is what an attack looks like (WARN); a write a form could send is
+    /// more often a client without a content type (INFO).
+    pub fn admin_refused(&self, reason: BrowserRefusal, method: &http::Method, path: &str, why: &str) {
+        self.admin_refused.get_or_create(&AdminRefusedLabels { reason: reason.as_str() }).inc();
+        let reason = reason.as_str();
+        if reason == BrowserRefusal::Form.as_str() {
+            tracing::info!(reason, %method, path, why, "Refused an admin request by the browser checks.");
+        } else {
+            tracing::warn!(reason, %method, path, why, "Refused an admin request by the browser checks.");
+        }
+    }
 }
 
 /// The events of one origin (a store or file) of agent-configuration documents.
@@ -205,9 +272,22 @@ impl OriginEvents {
         tracing::warn!(origin = %self.origin, version, "The agent configurations were deleted; every service now gets the EMPTY answer.");
     }
 
-    /// A document was refused; the previous table stays.
-    pub fn document_rejected(&self, error: &str) {
+    /// A document was refused; the previous table stays (`served`: its services; `None`: none is
+    /// served yet).
+    pub fn document_rejected(&self, error: &str, served: Option<usize>) {
         self.rejected.inc();
-        tracing::error!(origin = %self.origin, error, "Refused agent configurations; still serving the last good configuration.");
+        match served {
+            Some(services) => {
+                tracing::error!(origin = %self.origin, error, services, "Refused agent configurations; still serving the last good configuration.")
+            }
+            None => {
+                tracing::error!(origin = %self.origin, error, "Refused agent configurations; nothing is served yet: agents get \"no change\" until a good document arrives.")
+            }
+        }
+    }
+
+    /// The document found at start-up was refused: counted (start-up logged it).
+    pub fn rejected_at_start(&self) {
+        self.rejected.inc();
     }
 }

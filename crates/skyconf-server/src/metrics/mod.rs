@@ -35,7 +35,7 @@ pub use skyconf_core::answer::FetchOutcome;
 
 use crate::cds::hold::{HeldCount, Refusal, Release};
 
-pub use events::{AdminDenial, Events, GuardedService, OriginEvents};
+pub use events::{AdminDenial, BrowserRefusal, Events, GuardedService, OriginEvents};
 pub use fleet::{AgentsPerDigest, FleetGauges, FleetIdentities, FleetTable, StuckAgents};
 pub use gateway::GatewayMetrics;
 use histogram::{AtomicHistogram, FETCH_BUCKETS};
@@ -377,8 +377,8 @@ mod tests {
         let metrics = Metrics::default();
         let origin = metrics.events().for_origin("file a.yaml");
         origin.document_installed(2, 1);
-        origin.document_rejected("line 1, column 1: bad");
-        origin.document_rejected("line 1, column 1: bad");
+        origin.document_rejected("line 1, column 1: bad", Some(1));
+        origin.document_rejected("line 1, column 1: bad", Some(1));
         let text = metrics.encode();
         assert!(text.contains("skyconf_reloads_total{origin=\"file a.yaml\"} 1"), "{text}");
         assert!(text.contains("skyconf_documents_rejected_total{origin=\"file a.yaml\"} 2"), "{text}");

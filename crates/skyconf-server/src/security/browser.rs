@@ -12,6 +12,8 @@
 //!   must also be a request a browser cannot send across sites without a CORS preflight (which
 //!   the server never grants): `Content-Type: application/json` or `application/yaml`, or a
 //!   header starting with `X-Skyconf-`, or `Authorization`. An HTML form can send none of them.
+//! - **Logged and counted.** Each refusal is one log line (the reason, method, path and what gave
+//!   it away) and counts in `skyconf_admin_refused_total{reason}` (`host`, `cross_site`, `form`).
 //! - **Headers.** Every answer carries `X-Content-Type-Options: nosniff`,
 //!   `Referrer-Policy: no-referrer`, `X-Frame-Options: DENY` and a `Content-Security-Policy`
 //!   with `frame-ancestors 'none'`: `default-src 'none'` on the API, and on the page its inline
@@ -29,6 +31,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::prelude::BASE64_STANDARD;
+
+use crate::metrics::{BrowserRefusal, Events};
 
 /// The CSP of every answer but the page.
 const API_CSP: &str = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
@@ -62,14 +66,18 @@ fn host_name(host: &str) -> &str {
     }
 }
 
-/// `router` behind the browser checks and with the security headers (see the module docs).
-pub fn protect(router: Router, hosts: AllowedHosts) -> Router {
+/// `router` behind the browser checks and with the security headers (see the module docs);
+/// refusals are logged and counted through `events`.
+pub fn protect(router: Router, hosts: AllowedHosts, events: Events) -> Router {
     let hosts = Arc::new(hosts);
     router.layer(axum::middleware::from_fn(move |request: Request, next: Next| {
-        let hosts = Arc::clone(&hosts);
+        let (hosts, events) = (Arc::clone(&hosts), events.clone());
         async move {
             let mut response = match refusal(&request, &hosts) {
-                Some(reason) => refused(&reason),
+                Some((reason, why)) => {
+                    events.admin_refused(reason, request.method(), request.uri().path(), &why);
+                    refused(&why)
+                }
                 None => next.run(request).await,
             };
             add_headers(response.headers_mut());
@@ -83,7 +91,7 @@ fn refused(reason: &str) -> Response {
 }
 
 /// Why `request` is refused, if it is.
-fn refusal(request: &Request, hosts: &AllowedHosts) -> Option<String> {
+fn refusal(request: &Request, hosts: &AllowedHosts) -> Option<(BrowserRefusal, String)> {
     let headers = request.headers();
     let host = request.uri().authority().map(|a| a.as_str().to_owned()).or_else(|| text(headers, HOST.as_str()));
     let path = request.uri().path();
@@ -91,9 +99,12 @@ fn refusal(request: &Request, hosts: &AllowedHosts) -> Option<String> {
         && !matches!(path, "/healthz" | "/readyz" | "/metrics")
         && !hosts.allows(host)
     {
-        return Some(format!(
-            "the host `{}` is not allowed: use an IP address or localhost, or add the name to skyconf.security.admin.allowedHosts",
-            host_name(host)
+        return Some((
+            BrowserRefusal::Host,
+            format!(
+                "the host `{}` is not allowed: use an IP address or localhost, or add the name to skyconf.security.admin.allowedHosts",
+                host_name(host)
+            ),
         ));
     }
     if matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
@@ -102,7 +113,7 @@ fn refusal(request: &Request, hosts: &AllowedHosts) -> Option<String> {
     if let Some(site) = text(headers, "sec-fetch-site")
         && !matches!(site.as_str(), "same-origin" | "none")
     {
-        return Some(format!("a cross-site write is refused (Sec-Fetch-Site: {site})"));
+        return Some((BrowserRefusal::CrossSite, format!("a cross-site write is refused (Sec-Fetch-Site: {site})")));
     }
     if let Some(origin) = text(headers, ORIGIN.as_str()) {
         let origin_host = origin.split_once("://").map(|(_, rest)| rest);
@@ -111,14 +122,15 @@ fn refusal(request: &Request, hosts: &AllowedHosts) -> Option<String> {
             _ => false,
         };
         if !same {
-            return Some(format!("a cross-origin write is refused (Origin: {origin})"));
+            return Some((BrowserRefusal::CrossSite, format!("a cross-origin write is refused (Origin: {origin})")));
         }
     }
     if !cannot_be_sent_by_a_form(headers) {
-        return Some(
+        return Some((
+            BrowserRefusal::Form,
             "a write needs `Content-Type: application/json` (or application/yaml) or an `X-Skyconf-*` header"
                 .to_owned(),
-        );
+        ));
     }
     None
 }

@@ -125,7 +125,7 @@ pub fn admin_app(
         .merge(protect(admin.read_routes(), Role::Read, small))
         .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)));
     // Outermost: a cross-site or rebound request is refused before the token check.
-    browser::protect(app, security.allowed_hosts.clone())
+    browser::protect(app, security.allowed_hosts.clone(), metrics.events())
 }
 
 /// Serves `app` on `listener`, over TLS when `tls` is given, until `stop` completes, within

@@ -525,23 +525,136 @@ async fn a_dry_run_warns_about_a_repeated_configurations_key() {
     // Reliability finding F16: a document with two `configurations:` keys is served as the OAP
     // serves it (the last wins), and the dry run says which lines and how much it drops.
     let s = setup();
-    let twice = "configurations:\n  order: {k: v}\n  pay: {k: w}\nconfigurations:\n  order: {k: x}\n";
+    let twice = "configurations:\n  order: {agent.sample_rate: 0.1}\n  pay: {agent.sample_rate: 0.2}\nconfigurations:\n  order: {agent.sample_rate: 0.3}\n";
     let (status, body) =
         call(&s.router, yaml_put("/api/v1/configurations?dry_run=true").body(Body::from(twice)).unwrap()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let warnings = body["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{body}");
+    assert_eq!((&warnings[0]["line"], &warnings[0]["column"]), (&json!(4), &json!(1)), "{body}");
     assert!(
-        warnings[0]
-            .as_str()
-            .unwrap()
-            .starts_with("line 4, column 1: `configurations:` is written 2 times (lines 1, 4)")
+        warnings[0]["message"].as_str().unwrap().starts_with("`configurations:` is written 2 times (lines 1, 4)"),
+        "{body}"
     );
-    let clean = "configurations:\n  order: {k: x}\n";
+    let clean = "configurations:\n  order: {agent.sample_rate: 0.5}\n";
     let (_, body) =
         call(&s.router, yaml_put("/api/v1/configurations?dry_run=true").body(Body::from(clean)).unwrap()).await;
     assert_eq!(body["warnings"], json!([]), "{body}");
     assert_eq!(s.served.snapshot().version, 1);
+}
+
+/// What `skyconf validate` warns about in one document: a misspelt key, a value the Java agent
+/// refuses, an empty value and a key no agent reads.
+const WARNED: &str = "configurations:\n  order:\n    agent.sampel_n_per_3_secs: 5\n    agent.span_limit_per_segment: abc\n    agent.ignore_suffix: \"\"\n    foo.bar: 1\n";
+
+/// `(line, column, service, key)` of each warning of a write's answer.
+fn warned(body: &Value) -> Vec<(u64, u64, String, String)> {
+    body["warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no warnings: {body}"))
+        .iter()
+        .map(|w| {
+            let text = |k: &str| w[k].as_str().unwrap_or_default().to_owned();
+            (w["line"].as_u64().unwrap_or(0), w["column"].as_u64().unwrap_or(0), text("service"), text("key"))
+        })
+        .collect()
+}
+
+/// The text of `document` at a warning's line and column.
+fn at<'a>(document: &'a str, warning: &Value) -> &'a str {
+    let line = document.lines().nth(warning["line"].as_u64().unwrap() as usize - 1).unwrap();
+    &line[warning["column"].as_u64().unwrap() as usize - 1..]
+}
+
+#[tokio::test]
+async fn every_write_path_warns_as_validate_does_with_line_and_column() {
+    // Usability finding 3: `validate` warned, the dry runs answered `"warnings": []`.
+    let s = setup();
+    let (status, body) =
+        call(&s.router, yaml_put("/api/v1/configurations?dry_run=true").body(Body::from(WARNED)).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let order = |line, key: &str| (line, 5, "order".to_owned(), key.to_owned());
+    assert_eq!(
+        warned(&body),
+        [
+            order(3, "agent.sampel_n_per_3_secs"),
+            order(4, "agent.span_limit_per_segment"),
+            order(5, "agent.ignore_suffix"),
+            order(6, "foo.bar")
+        ]
+    );
+    let warnings = &body["warnings"];
+    assert_eq!(warnings[0]["suggestion"], "agent.sample_n_per_3_secs");
+    assert!(warnings[0]["message"].as_str().unwrap().contains("did you mean `agent.sample_n_per_3_secs`?"), "{body}");
+    assert!(warnings[1]["message"].as_str().unwrap().contains("not a 32-bit integer"), "{body}");
+    assert!(warnings[2]["message"].as_str().unwrap().contains("is empty"), "{body}");
+    assert!(warnings[3]["message"].as_str().unwrap().contains("no known agent reads `foo.bar`"), "{body}");
+
+    // The per-service dry run and a PATCH dry run: the same warning, placed in the document they
+    // would write.
+    let misspelt = json!({"config": {"agent.sampel_n_per_3_secs": "5"}});
+    for method in ["PUT", "PATCH"] {
+        let body = s.ok_json(method, "/api/v1/services/order?dry_run=true", misspelt.clone()).await;
+        let found = warned(&body);
+        assert_eq!(found.len(), 1, "{method}: {body}");
+        assert_eq!((found[0].2.as_str(), found[0].3.as_str()), ("order", "agent.sampel_n_per_3_secs"), "{method}");
+        assert_eq!(body["warnings"][0]["suggestion"], "agent.sample_n_per_3_secs", "{method}: {body}");
+        let document = body["document"].as_str().unwrap();
+        assert!(at(document, &body["warnings"][0]).trim_start_matches('"').starts_with("agent.sampel_n_per_3_secs"));
+    }
+    assert_eq!(s.served.snapshot().version, 1, "dry runs write nothing");
+
+    // The real write's answer says it too.
+    let body = s.ok_json("PATCH", "/api/v1/services/order", misspelt).await;
+    assert_eq!(body["served"], true, "{body}");
+    assert_eq!(warned(&body).len(), 1, "{body}");
+    let body =
+        s.ok_json("PUT", "/api/v1/services/pay", json!({"config": {"agent.span_limit_per_segment": "400"}})).await;
+    assert_eq!(body["served"], true, "{body}");
+    assert_eq!(body["warnings"], json!([]), "only the edited service's warnings: {body}");
+}
+
+#[tokio::test]
+async fn a_key_given_twice_in_a_json_body_is_a_400_naming_it() {
+    // N13: the last of two `config` keys (or authors) was taken without a word.
+    let s = setup();
+    for (path, body, key) in [
+        (
+            "/api/v1/services/order",
+            r#"{"config": {"agent.sample_n_per_3_secs": "1", "agent.sample_n_per_3_secs": "2"}}"#,
+            "agent.sample_n_per_3_secs",
+        ),
+        ("/api/v1/services/order", r#"{"config": {"k": "1"}, "author": "ann", "author": "bob"}"#, "author"),
+        (
+            "/api/v1/configurations",
+            r#"{"document": "configurations: {}", "document": "configurations:\n  a: {k: v}\n"}"#,
+            "document",
+        ),
+    ] {
+        let request = Request::put(path).header("content-type", "application/json").body(Body::from(body)).unwrap();
+        let (status, answer) = call(&s.router, request).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains(&format!("`{key}`")) && error.contains("more than once"), "{error}");
+    }
+    assert_eq!(s.served.snapshot().version, 1, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_bad_percent_escape_in_a_service_name_is_a_400() {
+    // N13: `PUT /api/v1/services/%ZZ` created a service named `%ZZ`.
+    let s = setup();
+    for (method, path) in
+        [("PUT", "/api/v1/services/%ZZ"), ("PATCH", "/api/v1/services/a%2"), ("GET", "/api/v1/services/%zz%41")]
+    {
+        let (status, answer) = call(&s.router, json_request(method, path, &json!({"config": {"k": "v"}}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {path}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("percent"), "{answer}");
+    }
+    assert!(s.served.snapshot().table.get("%ZZ").is_none());
+    // A `%` written as `%25` is a name like any other.
+    s.ok_json("PUT", "/api/v1/services/100%25-sure", json!({"config": {"agent.sample_rate": "1"}})).await;
+    assert!(s.served.snapshot().table.get("100%-sure").is_some());
 }
 
 #[tokio::test]

@@ -133,3 +133,37 @@ async fn a_write_the_store_cannot_make_says_it_could_not_write() {
     assert_eq!(running.served.snapshot().version, version);
     running.stop().await.unwrap();
 }
+
+/// F19: a last good copy that cannot be written (a directory where `last-good.json` should be)
+/// was only a warning in the log while the write answered 200 `"durable": true`; a restart with
+/// the store away would then serve an older document. The answer says the copy was not written,
+/// and why; once it can be written again, writes are durable again.
+#[tokio::test]
+async fn a_write_whose_last_good_copy_cannot_be_written_is_not_durable_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, data) = (dir.path().join("agents.yaml"), dir.path().join("data"));
+    std::fs::write(&path, V1).unwrap();
+    std::fs::create_dir_all(data.join("last-good.json").join("inside")).unwrap();
+    let running = Server::start(FileSource::new(&path), config(&data)).await;
+    let cds = running.cds().await;
+    let headers = [("Content-Type", "application/json")];
+    let body = r#"{"config": {"agent.sample_n_per_3_secs": "50"}}"#;
+    let reply = running.admin().send("PUT", "/api/v1/services/svc", &headers, body).await;
+    let (status, answer) = (reply.status, reply.json());
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!((answer["written"].as_bool(), answer["served"].as_bool()), (Some(true), Some(true)), "{answer}");
+    assert_eq!(answer["durable"], false, "{answer}");
+    let error = answer["error"].as_str().unwrap();
+    assert!(error.contains("last-good.json"), "the answer names the copy: {error}");
+    assert_eq!(cds.fetch("svc", "").await.unwrap().config[0].1, "50", "the change is in effect");
+
+    std::fs::remove_dir_all(data.join("last-good.json")).unwrap();
+    let body = r#"{"config": {"agent.sample_n_per_3_secs": "60"}}"#;
+    let reply = running.admin().send("PUT", "/api/v1/services/svc", &headers, body).await;
+    let (status, answer) = (reply.status, reply.json());
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["durable"], true, "{answer}");
+    let copy = std::fs::read_to_string(data.join("last-good.json")).unwrap();
+    assert!(copy.contains("60"), "the copy holds the acknowledged write: {copy}");
+    running.stop().await.unwrap();
+}

@@ -182,7 +182,8 @@ async fn edit(running: &Server, path: &Path, text: &str) -> u64 {
 
 /// Finding 4 of the usability review: typing in the service editor, then clicking elsewhere or
 /// "Dry run", let the 2 s refresh overwrite the editor, and "Save" saved the old configuration.
-/// Now both editors keep their drafts through refreshes, and Save serves what was typed.
+/// Now both editors keep their drafts through refreshes, and Save serves what was typed. Both
+/// editors also show the warnings `skyconf validate` prints as one types, before Save (finding 3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_keeps_unsaved_edits_through_refreshes_and_saves_what_was_typed() {
     if !browser_available() {
@@ -210,6 +211,7 @@ async fn the_page_keeps_unsaved_edits_through_refreshes_and_saves_what_was_typed
     )
     .await;
     assert!(out.contains("\"refused_inline\""), "{out}");
+    assert!(out.contains("\"warned\"") && out.contains("did you mean"), "warnings shown before Save: {out}");
 
     cds.wait_for_new_digest(SERVICE, before.uuid.as_deref()).await;
     let after = cds.fetch(SERVICE, "").await.expect("still configured");

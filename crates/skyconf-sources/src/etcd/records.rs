@@ -164,7 +164,11 @@ impl Inner {
             if !leased.records.is_empty()
                 && let Err(error) = self.regrant(&mut leased).await
             {
-                tracing::warn!(store = %self.store, %error, "Cannot grant a lease for the session records; retrying.");
+                if error.is_outage() {
+                    tracing::debug!(store = %self.store, %error, "Cannot grant a lease for the session records; retrying.");
+                } else {
+                    tracing::warn!(store = %self.store, %error, "Cannot grant a lease for the session records; retrying.");
+                }
             }
             return;
         };

@@ -120,6 +120,7 @@ struct FakeState {
     services: HashMap<String, Vec<(String, String)>>,
     down: bool,
     hang: bool,
+    hold: Option<Duration>,
     scripted: VecDeque<Commands>,
     requests: Vec<(Instant, ConfigurationSyncRequest)>,
     management_down: bool,
@@ -170,6 +171,12 @@ impl FakeCds {
     /// Makes every call hang forever (true) or answer again (false).
     pub fn set_hang(&self, hang: bool) {
         self.0.lock().unwrap().hang = hang;
+    }
+
+    /// Holds every poll this long before answering, as a server holds a poll whose answer does
+    /// not change (skyconf answers it at the deadline); `None`: answers at once.
+    pub fn set_hold(&self, hold: Option<Duration>) {
+        self.0.lock().unwrap().hold = hold;
     }
 
     /// Answers the next call with `commands` instead of the table.
@@ -225,10 +232,12 @@ impl Transport for FakeCds {
                 let bytes = reply(&answers, &request, ReplyOptions::default()).encode();
                 Ok(Commands::decode(bytes).expect("core encodes valid Commands"))
             };
-            (answer, state.hang)
+            (answer, (state.hang, state.hold))
         };
-        if hang {
-            std::future::pending::<()>().await;
+        match hang {
+            (true, _) => std::future::pending::<()>().await,
+            (false, Some(hold)) => tokio::time::sleep(hold).await,
+            (false, None) => {}
         }
         answer
     }

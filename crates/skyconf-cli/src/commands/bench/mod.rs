@@ -422,8 +422,14 @@ fn progress(quiet: bool, len: u64, what: &str) -> Progress {
 fn print_report(report: &Value, as_json: bool) {
     if as_json {
         crate::commands::outln!("{report}");
-        return;
+    } else {
+        crate::commands::out!("{}", report_table(report));
     }
+}
+
+/// `report` as a two-column table, one row per value (nested keys joined by `.`). A `null` (a
+/// figure that does not apply to this run, such as `rate` without one) has no row.
+fn report_table(report: &Value) -> String {
     fn walk(prefix: &str, value: &Value, out: &mut String) {
         match value {
             Value::Object(map) => {
@@ -432,6 +438,7 @@ fn print_report(report: &Value, as_json: bool) {
                     walk(&key, v, out);
                 }
             }
+            Value::Null => {}
             // Strings as they are: `mode load`, not `mode "load"`.
             Value::String(text) => {
                 let _ = writeln!(out, "{prefix:<32} {text}");
@@ -443,10 +450,23 @@ fn print_report(report: &Value, as_json: bool) {
     }
     let mut out = String::new();
     walk("", report, &mut out);
-    crate::commands::out!("{out}");
+    out
 }
 
 /// 1 when a call failed, an answer was wrong or no call succeeded at all; 0 otherwise.
 fn exit_code(stats: &Stats) -> ExitCode {
     if stats.failed() || stats.ok.load(Ordering::Relaxed) == 0 { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_no_rows_for_figures_that_do_not_apply() {
+        // Usability finding 14: `path null`, `rate null`, `outcome.first_wrong null`.
+        let report = serde_json::json!({"mode": "load", "rate": null, "outcome": {"ok": 3, "first_wrong": null}});
+        let table = report_table(&report);
+        assert_eq!(table, format!("{:<32} load\n{:<32} 3\n", "mode", "outcome.ok"));
+    }
 }

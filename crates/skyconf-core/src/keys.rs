@@ -1,16 +1,28 @@
-//! The dynamic settings stock agents read, with the parsing each agent applies, so `validate`
-//! can warn about a key no agent reads or a value an agent would refuse. Source: the behaviour
-//! reference, §4.1.6 (Java) and §4.2 (Go). The key names are skyconf-agent's constants, so the
-//! agent library and `validate` cannot disagree about how a key is spelt.
+//! The dynamic settings stock agents read, with the parsing each agent applies: the one list
+//! behind [`crate::warnings`] (a key no agent reads, a value an agent refuses) and skyconf-agent's
+//! watchers, which take their keys from here, so the agent library and the warnings cannot
+//! disagree about how a key is spelt. Source: the behaviour reference, §4.1.6 (Java) and §4.2 (Go).
 
-use skyconf_agent::watchers::{
-    IGNORE_SUFFIX, JDBC_TRACE_SQL_PARAMETERS, SAMPLE_N_PER_3_SECS, SAMPLE_RATE, SPAN_LIMIT_PER_SEGMENT,
-    TRACE_IGNORE_PATH,
-};
+/// Java agent: segments sampled per 3 seconds; ≤ 0 samples everything.
+pub const SAMPLE_N_PER_3_SECS: &str = "agent.sample_n_per_3_secs";
+/// Java agent: the most spans a segment records.
+pub const SPAN_LIMIT_PER_SEGMENT: &str = "agent.span_limit_per_segment";
+/// Java agent: operation-name suffixes whose traces are ignored.
+pub const IGNORE_SUFFIX: &str = "agent.ignore_suffix";
+/// Java agent (trace-ignore plugin): path patterns whose traces are ignored.
+pub const TRACE_IGNORE_PATH: &str = "agent.trace.ignore_path";
+/// Java agent (JDBC plugins): whether SQL parameters are recorded.
+pub const JDBC_TRACE_SQL_PARAMETERS: &str = "plugin.jdbc.trace_sql_parameters";
+/// Go agent: the fraction of traces sampled.
+pub const SAMPLE_RATE: &str = "agent.sample_rate";
+
+/// Every key a Java agent watches.
+pub const JAVA_KEYS: [&str; 5] =
+    [SAMPLE_N_PER_3_SECS, SPAN_LIMIT_PER_SEGMENT, IGNORE_SUFFIX, TRACE_IGNORE_PATH, JDBC_TRACE_SQL_PARAMETERS];
 
 /// How an agent parses a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ValueKind {
+pub enum ValueKind {
     /// Java `Integer.parseInt`.
     JavaInt,
     /// Java `Boolean.parseBoolean` (anything but "true", any case, is false).
@@ -23,17 +35,17 @@ pub(crate) enum ValueKind {
 
 /// One known key.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct KnownKey {
+pub struct KnownKey {
     /// The key, as documents spell it.
-    pub(crate) key: &'static str,
+    pub key: &'static str,
     /// Which agent reads it (and through which plugin), for warnings.
-    pub(crate) agent: &'static str,
+    pub agent: &'static str,
     /// How that agent parses the value.
-    pub(crate) kind: ValueKind,
+    pub kind: ValueKind,
 }
 
 /// Every dynamic key of the Java and Go agents.
-pub(crate) const KNOWN_KEYS: &[KnownKey] = &[
+pub const KNOWN_KEYS: &[KnownKey] = &[
     KnownKey { key: SAMPLE_N_PER_3_SECS, agent: "java", kind: ValueKind::JavaInt },
     KnownKey { key: SPAN_LIMIT_PER_SEGMENT, agent: "java", kind: ValueKind::JavaInt },
     KnownKey { key: IGNORE_SUFFIX, agent: "java", kind: ValueKind::Text },
@@ -43,12 +55,12 @@ pub(crate) const KNOWN_KEYS: &[KnownKey] = &[
 ];
 
 /// The known key named `key`.
-pub(crate) fn find(key: &str) -> Option<&'static KnownKey> {
+pub fn find(key: &str) -> Option<&'static KnownKey> {
     KNOWN_KEYS.iter().find(|k| k.key == key)
 }
 
 /// Why an agent would not take `value` for a key of this kind, if it would not.
-pub(crate) fn value_problem(kind: ValueKind, value: &str) -> Option<String> {
+pub fn value_problem(kind: ValueKind, value: &str) -> Option<String> {
     match kind {
         ValueKind::JavaInt => {
             let digits = value.strip_prefix(['+', '-']).unwrap_or(value);
@@ -72,7 +84,7 @@ mod tests {
 
     #[test]
     fn every_key_the_java_agent_watches_is_known_as_a_java_key() {
-        for key in skyconf_agent::watchers::JAVA_KEYS {
+        for key in JAVA_KEYS {
             let known = find(key).unwrap_or_else(|| panic!("{key} is not a known key"));
             assert!(known.agent.starts_with("java"), "{key} is listed for {}", known.agent);
         }
