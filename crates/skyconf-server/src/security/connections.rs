@@ -1,5 +1,6 @@
-//! Connections: how many each port holds, how long a new one may take to say what it is, and
-//! how accepting behaves when the process runs out of file descriptors.
+//! Connections: how many each port holds (in all, and per source on the gRPC port), how long a
+//! new one may take to say what it is, how accepting behaves when the process runs out of file
+//! descriptors, and how a connection closes.
 //!
 //! - **Handshake deadline.** A new connection must send its opening bytes within
 //!   [`ConnectionLimits::handshake_timeout`], or it is closed. On the gRPC port that is the
@@ -12,13 +13,21 @@
 //! - **Connection cap.** Each port accepts at most so many connections at once; the next one
 //!   waits in the kernel's backlog until one closes. The gRPC cap defaults to below the
 //!   process's open-file limit, which is read from `/proc/self/limits` and logged at start.
+//! - **Connection share.** On the gRPC port one source (an IP address, an IPv6 /64) holds at most
+//!   [`ConnectionLimits::max_grpc_connections_per_source`] of them (a quarter of the cap by
+//!   default, see [`super::sources`]); a connection beyond its source's share is closed as soon as
+//!   it is accepted, and counted, so that connections which answer every ping (never cut as
+//!   idle) cannot take the cap from the fleet.
 //! - **Accept errors.** Out of file descriptors (`EMFILE`, `ENFILE`) and the like: the accept loop
 //!   logs a warning once per episode and backs off (10 ms doubling to 1 s) instead of spinning.
+//! - **Closing.** A gRPC connection the server closes is drained first, and cut at shutdown when
+//!   it outlasts its bound ([`super::drain`]): [`Guarded`] does both.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -26,6 +35,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
+
+use super::drain::{Drain, OpenSocket};
+use super::sources::{Bound, Source, SourceConnection, Sources, default_share};
+use crate::metrics::EdgeMetrics;
+use crate::socket::{AgentConnection, ConnectionState};
 
 /// The HTTP/2 client preface and the header of the SETTINGS frame that must follow it.
 const HTTP2_OPENING_BYTES: usize = 24 + 9;
@@ -40,13 +54,21 @@ pub struct ConnectionLimits {
     pub handshake_timeout: Duration,
     /// Concurrent connections on the gRPC port; `None`: below the open-file limit.
     pub max_grpc_connections: Option<usize>,
+    /// Concurrent connections on the gRPC port from one source ([`super::sources`]); `None`: a
+    /// quarter of the gRPC cap.
+    pub max_grpc_connections_per_source: Option<usize>,
     /// Concurrent connections on the admin port.
     pub max_admin_connections: usize,
 }
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
-        Self { handshake_timeout: Duration::from_secs(10), max_grpc_connections: None, max_admin_connections: 256 }
+        Self {
+            handshake_timeout: Duration::from_secs(10),
+            max_grpc_connections: None,
+            max_grpc_connections_per_source: None,
+            max_admin_connections: 256,
+        }
     }
 }
 
@@ -60,6 +82,11 @@ impl ConnectionLimits {
             None => tracing::info!("Cannot read the process's open-file limit; assuming 1024."),
         }
         self.grpc_cap_under(soft)
+    }
+
+    /// One source's share of the gRPC cap `cap`: as configured (at most the cap), or a quarter.
+    pub fn grpc_share(&self, cap: usize) -> usize {
+        self.max_grpc_connections_per_source.map_or_else(|| default_share(cap), |share| share.clamp(1, cap.max(1)))
     }
 
     /// [`Self::grpc_cap`] under the soft open-file limit `soft` (`None`: unknown, 1024).
@@ -93,37 +120,20 @@ pub enum Opening {
     Http1OrHttp2,
 }
 
-/// A stream with a deadline on its opening bytes, holding its slot of the connection cap.
-#[derive(Debug)]
-pub struct Guarded<S> {
-    inner: S,
-    deadline: Option<Pin<Box<Sleep>>>,
+/// Finds the end of a connection's opening bytes.
+#[derive(Debug, Clone, Copy)]
+struct OpeningBytes {
     opening: Opening,
     read: usize,
     /// The first bytes read.
     head: [u8; 4],
     /// The last bytes read, to find `\r\n\r\n` across reads.
     tail: [u8; 4],
-    _permit: OwnedSemaphorePermit,
 }
 
-impl<S> Guarded<S> {
-    /// `inner`, which must send its opening bytes within `timeout`, holding `permit`.
-    pub fn new(inner: S, opening: Opening, timeout: Duration, permit: OwnedSemaphorePermit) -> Self {
-        Self {
-            inner,
-            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
-            opening,
-            read: 0,
-            head: [0; 4],
-            tail: [0; 4],
-            _permit: permit,
-        }
-    }
-
-    /// The wrapped stream.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
+impl OpeningBytes {
+    fn new(opening: Opening) -> Self {
+        Self { opening, read: 0, head: [0; 4], tail: [0; 4] }
     }
 
     /// Whether the opening bytes are complete after `bytes` more were read.
@@ -149,37 +159,239 @@ impl<S> Guarded<S> {
     }
 }
 
+/// What an accepted connection holds until its socket is closed (after its drain, if any): its
+/// slot in the port's cap, its place in its source's share, its count among the open sockets.
+#[derive(Debug)]
+pub struct Admission {
+    permit: OwnedSemaphorePermit,
+    source: Option<SourceConnection>,
+    open: Option<OpenSocket>,
+}
+
+impl Admission {
+    /// The connection's source, when the port shares its bounds by source.
+    pub fn source(&self) -> Option<&Arc<Source>> {
+        self.source.as_ref().map(SourceConnection::source)
+    }
+}
+
+/// A stream over one TCP socket: what a closing connection drains ([`super::drain`]).
+pub trait Socket {
+    /// The socket.
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Socket for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Socket for crate::socket::BatchedWrites {
+    fn tcp(&self) -> &TcpStream {
+        self.tcp()
+    }
+}
+
+impl<S: Socket> Socket for tokio_rustls::server::TlsStream<S> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0.tcp()
+    }
+}
+
+/// What the agent port's bounds and its shutdown know of one connection, in its
+/// [`ConnectionState`]: its source (whose shares its calls count in), and its forwarded calls open
+/// (which give it the forwarded calls' bound at shutdown, [`super::drain`]).
+#[derive(Debug, Default)]
+pub struct EdgeState {
+    source: Option<Arc<Source>>,
+    forwarded: AtomicUsize,
+}
+
+impl EdgeState {
+    /// The state of a connection from `source` (`None`: the port does not share by source).
+    pub fn of(source: Option<Arc<Source>>) -> Self {
+        Self { source, forwarded: AtomicUsize::new(0) }
+    }
+
+    /// The connection's source, when the port shares its bounds by source.
+    pub fn source(&self) -> Option<&Source> {
+        self.source.as_deref()
+    }
+
+    /// Whether a forwarded call is open on the connection.
+    pub fn forwarding(&self) -> bool {
+        self.forwarded.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// One forwarded call open on its connection ([`EdgeState::forwarding`]), until dropped.
+#[derive(Debug)]
+pub struct ForwardedCall(Arc<ConnectionState>);
+
+impl ForwardedCall {
+    /// Counts the call of `extensions` (a request's) on its connection, if it came on one.
+    pub fn of(extensions: &http::Extensions) -> Option<Self> {
+        let state = Arc::clone(&crate::socket::connection_of(extensions)?.state);
+        state.edge.forwarded.fetch_add(1, Ordering::Relaxed);
+        Some(Self(state))
+    }
+}
+
+impl Drop for ForwardedCall {
+    fn drop(&mut self) {
+        self.0.edge.forwarded.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Connection info that carries the connection's [`ConnectionState`] (the gRPC port's, plain or
+/// over TLS).
+pub trait CarriesState {
+    /// Makes `state` the one the connection's calls share.
+    fn set_state(&mut self, state: Arc<ConnectionState>);
+}
+
+impl CarriesState for AgentConnection {
+    fn set_state(&mut self, state: Arc<ConnectionState>) {
+        self.state = state;
+    }
+}
+
+impl<T: CarriesState> CarriesState for tonic::transport::server::TlsConnectInfo<T> {
+    fn set_state(&mut self, state: Arc<ConnectionState>) {
+        self.get_mut().set_state(state);
+    }
+}
+
+/// A stream with a deadline on its opening bytes, holding its [`Admission`]; on the gRPC port it
+/// carries the state its calls share, is cut when it outlasts its bound at shutdown, and is
+/// drained when closed ([`super::drain`]).
+#[derive(Debug)]
+pub struct Guarded<S> {
+    inner: S,
+    deadline: Option<Pin<Box<Sleep>>>,
+    opening: OpeningBytes,
+    /// Given to the drain when the stream is dropped, or dropped with it.
+    admission: Option<Admission>,
+    state: Arc<ConnectionState>,
+    /// The socket of `inner`, for the drain.
+    tcp: fn(&S) -> &TcpStream,
+    /// Whether the socket is closed without a drain: the peer closed it, a read or a write
+    /// failed, or it was cut.
+    finished: bool,
+    /// When the connection is cut, once a shutdown began; and whether it was.
+    cut: Option<Pin<Box<Sleep>>>,
+    was_cut: bool,
+}
+
+impl<S: Socket> Guarded<S> {
+    /// `inner`, which must send its opening bytes within `timeout`, holding `admission`.
+    pub fn new(inner: S, opening: Opening, timeout: Duration, admission: Admission) -> Self {
+        let source = admission.source().cloned();
+        Self {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
+            opening: OpeningBytes::new(opening),
+            admission: Some(admission),
+            state: Arc::new(ConnectionState { edge: EdgeState::of(source), ..Default::default() }),
+            tcp: S::tcp,
+            finished: false,
+            cut: None,
+            was_cut: false,
+        }
+    }
+}
+
+impl<S> Guarded<S> {
+    /// The wrapped stream.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// At shutdown, whether the connection is cut now: once the shutdown began, a timer to its
+    /// bound (the grace, or the forwarded calls' bound while one is open) wakes the connection.
+    fn cut_now(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.was_cut {
+            return true;
+        }
+        let Some(drain) = self.admission.as_ref().and_then(|a| a.open.as_ref()).map(OpenSocket::drain) else {
+            return false;
+        };
+        let Some(began) = drain.began() else { return false };
+        let at = drain.cut_at(began, self.state.edge.forwarding());
+        let timer = self.cut.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if timer.deadline() != at {
+            timer.as_mut().reset(at);
+        }
+        if timer.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        drain.count_cut();
+        (self.finished, self.was_cut) = (true, true);
+        true
+    }
+}
+
+fn cut_error() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, "the connection outlasted its bound at shutdown")
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if this.cut_now(cx) {
+            return Poll::Ready(Err(cut_error()));
+        }
         let filled = buf.filled().len();
+        let room = buf.remaining();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        let Some(deadline) = this.deadline.as_mut() else {
-            return polled;
-        };
         match polled {
             Poll::Ready(Ok(())) => {
-                let fresh = buf.filled()[filled..].to_vec();
-                if this.opened(&fresh) {
+                let fresh = &buf.filled()[filled..];
+                if fresh.is_empty() && room > 0 {
+                    // End of file: the peer closed its side.
+                    this.finished = true;
+                }
+                if this.deadline.is_some() && this.opening.opened(fresh) {
                     this.deadline = None;
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => match deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the connection did not complete its handshake in time",
-                ))),
-                Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => {
+                this.finished = true;
+                Poll::Ready(Err(e))
+            }
+            Poll::Pending => match this.deadline.as_mut().map(|deadline| deadline.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => {
+                    this.finished = true;
+                    Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the connection did not complete its handshake in time",
+                    )))
+                }
+                _ => Poll::Pending,
             },
         }
     }
 }
 
+impl<S: AsyncWrite + Unpin> Guarded<S> {
+    /// `polled` (a write's result), noting a failure.
+    fn written<T>(&mut self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if let Poll::Ready(Err(_)) = &polled {
+            self.finished = true;
+        }
+        polled
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        if self.cut_now(cx) {
+            return Poll::Ready(Err(cut_error()));
+        }
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.written(polled)
     }
 
     fn poll_write_vectored(
@@ -187,7 +399,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        if self.cut_now(cx) {
+            return Poll::Ready(Err(cut_error()));
+        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.written(polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -195,23 +411,61 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        if self.cut_now(cx) {
+            return Poll::Ready(Err(cut_error()));
+        }
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.written(polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        if self.cut_now(cx) {
+            return Poll::Ready(Err(cut_error()));
+        }
+        let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.written(polled)
     }
 }
 
-impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected for Guarded<S> {
+impl<S> Drop for Guarded<S> {
+    /// Hands the socket to the drain ([`super::drain::linger`]) unless it needs none; the
+    /// admission is kept until the socket is closed.
+    fn drop(&mut self) {
+        let Some(Admission { permit, source, open }) = self.admission.take() else { return };
+        let (Some(open), false) = (open, self.finished) else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        // Another descriptor of the socket: this one closes with `inner`, that one after the drain.
+        let Some(tcp) = another_descriptor((self.tcp)(&self.inner)) else { return };
+        runtime.spawn(super::drain::linger(tcp, open, (permit, source)));
+    }
+}
+
+/// A second descriptor of `tcp`'s socket, registered with the runtime.
+fn another_descriptor(tcp: &TcpStream) -> Option<TcpStream> {
+    use std::os::fd::AsFd;
+    let std = std::net::TcpStream::from(tcp.as_fd().try_clone_to_owned().ok()?);
+    std.set_nonblocking(true).ok()?;
+    TcpStream::from_std(std).ok()
+}
+
+impl<S> tonic::transport::server::Connected for Guarded<S>
+where
+    S: tonic::transport::server::Connected,
+    S::ConnectInfo: CarriesState,
+{
     type ConnectInfo = S::ConnectInfo;
 
+    /// The inner stream's info, carrying this connection's state (made at accept, with its
+    /// source).
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
+        let mut info = self.inner.connect_info();
+        info.set_state(Arc::clone(&self.state));
+        info
     }
 }
 
-/// Accepts on one listener within a connection cap, backing off on accept errors.
+/// Accepts on one listener within a connection cap (and, on the gRPC port, within each
+/// source's share of it), backing off on accept errors.
 #[derive(Debug)]
 pub struct Acceptor {
     listener: TcpListener,
@@ -219,12 +473,36 @@ pub struct Acceptor {
     port: &'static str,
     backoff: Option<Duration>,
     full: bool,
+    sources: Option<(Arc<Sources>, EdgeMetrics)>,
+    drain: Option<Drain>,
 }
 
 impl Acceptor {
     /// Accepts on `listener` at most `cap` connections at once (`port` names it in logs).
     pub fn new(listener: TcpListener, cap: usize, port: &'static str) -> Self {
-        Self { listener, slots: Arc::new(Semaphore::new(cap.max(1))), port, backoff: None, full: false }
+        Self {
+            listener,
+            slots: Arc::new(Semaphore::new(cap.max(1))),
+            port,
+            backoff: None,
+            full: false,
+            sources: None,
+            drain: None,
+        }
+    }
+
+    /// Closes, at once, connections from a source that holds its share in `sources`, counting
+    /// them in `metrics`; the others carry their source to their calls.
+    pub fn with_sources(mut self, sources: Arc<Sources>, metrics: EdgeMetrics) -> Self {
+        self.sources = Some((sources, metrics));
+        self
+    }
+
+    /// Counts every connection's socket in `drain` until it is closed, and drains it then
+    /// ([`super::drain`]).
+    pub fn with_drain(mut self, drain: Drain) -> Self {
+        self.drain = Some(drain);
+        self
     }
 
     /// The listener.
@@ -232,8 +510,8 @@ impl Acceptor {
         &self.listener
     }
 
-    /// The next connection and its slot; waits while the cap is reached, never fails.
-    pub async fn accept(&mut self) -> (TcpStream, std::net::SocketAddr, OwnedSemaphorePermit) {
+    /// The next connection and what it holds; waits while the cap is reached, never fails.
+    pub async fn accept(&mut self) -> (TcpStream, std::net::SocketAddr, Admission) {
         loop {
             let permit = match Arc::clone(&self.slots).try_acquire_owned() {
                 Ok(permit) => permit,
@@ -257,7 +535,20 @@ impl Acceptor {
                     if self.full && self.slots.available_permits() > 0 {
                         self.full = false;
                     }
-                    return (stream, peer, permit);
+                    let source = match &self.sources {
+                        None => None,
+                        Some((sources, metrics)) => match sources.admit(peer.ip()) {
+                            Ok(place) => Some(place),
+                            Err(source) => {
+                                // Closed at once, before any byte is read: its source holds its share.
+                                source.reached(Bound::Connections, sources.max_connections());
+                                metrics.connection_refused();
+                                continue;
+                            }
+                        },
+                    };
+                    let open = self.drain.as_ref().map(Drain::open);
+                    return (stream, peer, Admission { permit, source, open });
                 }
                 Err(error) if is_connection_error(&error) => {}
                 Err(error) => {
@@ -333,28 +624,23 @@ mod tests {
         drop(waiting);
     }
 
-    fn guarded(opening: Opening) -> Guarded<()> {
-        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        Guarded { inner: (), deadline: None, opening, read: 0, head: [0; 4], tail: [0; 4], _permit: permit }
-    }
-
     #[test]
     fn the_opening_is_the_preface_and_a_frame_header_or_an_http1_header_block() {
-        let mut g = guarded(Opening::Http2);
+        let mut g = OpeningBytes::new(Opening::Http2);
         assert!(!g.opened(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
         assert!(g.opened(&[0; 9]));
 
-        let mut g = guarded(Opening::Http1OrHttp2);
+        let mut g = OpeningBytes::new(Opening::Http1OrHttp2);
         assert!(!g.opened(b"PR"));
         assert!(!g.opened(b"I * HTTP/2.0\r\n\r\nSM\r\n\r\n"), "the preface's empty lines are not an HTTP/1 header end");
         assert!(g.opened(&[0; 9]));
 
-        let mut g = guarded(Opening::Http1OrHttp2);
+        let mut g = OpeningBytes::new(Opening::Http1OrHttp2);
         assert!(!g.opened(b"GET / HTTP/1.1\r\nHost: x\r"));
         assert!(!g.opened(b"\n\r"));
         assert!(g.opened(b"\n"));
 
-        let mut g = guarded(Opening::Http1OrHttp2);
+        let mut g = OpeningBytes::new(Opening::Http1OrHttp2);
         assert!(g.opened(b"\r\n\r\n"));
     }
 }

@@ -1,0 +1,236 @@
+//! How the agent port's connections close: no answer lost to a reset, and a bound on how long a
+//! shutdown takes.
+//!
+//! Closing a socket that still holds unread input makes the kernel answer with a reset (RST), and
+//! a reset throws away whatever the socket still had queued for sending; data the client sends to
+//! a socket already closed does the same. A client that is slow to read (a busy host, a GC pause,
+//! hundreds of answers at once at shutdown) and keeps sending small frames meanwhile (window
+//! updates, pings) then loses answers the server did send: gRPC reports `UNAVAILABLE`, which makes a
+//! Java agent drop its channel (finding N4 in RELIABILITY.md). So every connection closes in steps:
+//!
+//! 1. **Answered.** At shutdown every held poll is answered "unchanged" (`crate::cds::hold`) and
+//!    every connection is asked to finish (HTTP/2 GOAWAY): no new calls, the open ones end.
+//! 2. **Write side closed.** Once its calls have ended, the connection's last frame is flushed and
+//!    the socket shut down for writing: the peer reads every answer, then end of file.
+//! 3. **Drained.** The socket is read, and what arrives is discarded, until the peer closes its
+//!    side too or [`LINGER`] passes; only then is it closed ([`linger`]). A closed socket with
+//!    nothing unread ends with FIN, and the kernel still delivers what is queued.
+//!
+//! Steps 2 and 3 apply to every close the server makes, at shutdown or not (a connection ended by
+//! its keep-alive timeout too), except when the peer has closed already, a read or write failed,
+//! or the connection was cut.
+//!
+//! **Bounds.** A connection still open [`SHUTDOWN_GRACE`] after the shutdown began (a silent peer,
+//! a call whose request message never came) is cut: closed at once. A connection carrying a
+//! forwarded call (gateway mode) has until `SHUTDOWN_DRAIN` instead (`crate::app`), so that
+//! streams to the OAPs can end. So a shutdown with only held polls open takes at most
+//! `SHUTDOWN_GRACE + LINGER` (0.8 s), usually a few milliseconds; [`Drain::closed`] waits for
+//! every socket to be closed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How long after the shutdown began a connection without forwarded calls may stay open.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+
+/// How long a closing socket is read, after its write side is shut down, for the peer to close.
+pub const LINGER: Duration = Duration::from_millis(300);
+
+/// The agent port's connections as a shutdown sees them: when it began, how long forwarded calls
+/// may take, the sockets not closed yet, and the connections cut. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Drain {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    began: OnceLock<Instant>,
+    forwarded_bound: Duration,
+    /// Sockets accepted and not closed yet (lingering ones included).
+    open: watch::Sender<usize>,
+    cut: AtomicUsize,
+    lingered_out: AtomicUsize,
+}
+
+impl Drain {
+    /// Connections whose forwarded calls may take `forwarded_bound` after a shutdown begins.
+    pub fn new(forwarded_bound: Duration) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                began: OnceLock::new(),
+                forwarded_bound,
+                open: watch::Sender::new(0),
+                cut: AtomicUsize::new(0),
+                lingered_out: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Marks the start of the shutdown (before the connections are asked to finish).
+    pub fn begin(&self) {
+        let _ = self.inner.began.set(Instant::now());
+    }
+
+    /// When the shutdown began, once it has.
+    pub fn began(&self) -> Option<Instant> {
+        self.inner.began.get().copied()
+    }
+
+    /// When a connection is cut: after the grace, or with forwarded calls open after the
+    /// forwarded calls' bound.
+    pub(crate) fn cut_at(&self, began: Instant, forwarding: bool) -> Instant {
+        began + if forwarding { self.inner.forwarded_bound.max(SHUTDOWN_GRACE) } else { SHUTDOWN_GRACE }
+    }
+
+    /// Counts one socket open until the returned guard is dropped.
+    pub fn open(&self) -> OpenSocket {
+        self.inner.open.send_modify(|n| *n += 1);
+        OpenSocket { drain: self.clone() }
+    }
+
+    /// Sockets not closed yet.
+    pub fn open_sockets(&self) -> usize {
+        *self.inner.open.borrow()
+    }
+
+    pub(crate) fn count_cut(&self) {
+        self.inner.cut.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections cut so far (still open at their bound).
+    pub fn cut(&self) -> usize {
+        self.inner.cut.load(Ordering::Relaxed)
+    }
+
+    /// Closing sockets whose peer had not closed within [`LINGER`].
+    pub fn lingered_out(&self) -> usize {
+        self.inner.lingered_out.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every socket is closed, at most `within`; whether they all were.
+    pub async fn closed(&self, within: Duration) -> bool {
+        let mut open = self.inner.open.subscribe();
+        tokio::time::timeout(within, open.wait_for(|n| *n == 0)).await.is_ok()
+    }
+}
+
+/// One socket counted open in its [`Drain`]; dropped when the socket is closed.
+#[derive(Debug)]
+pub struct OpenSocket {
+    drain: Drain,
+}
+
+impl OpenSocket {
+    /// The drain it is counted in.
+    pub fn drain(&self) -> &Drain {
+        &self.drain
+    }
+}
+
+impl Drop for OpenSocket {
+    fn drop(&mut self) {
+        self.drain.inner.open.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// Steps 2 and 3 of the module docs on `tcp` (another descriptor of a connection's socket, whose
+/// own is being closed): shuts its write side down, reads until the peer closes or [`LINGER`]
+/// passes, then closes it, and only then drops `held` (the connection's places in the bounds) and
+/// `open` (its count among the open sockets).
+pub async fn linger<T>(mut tcp: TcpStream, open: OpenSocket, held: T) {
+    let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Write);
+    let mut discard = [0u8; 1024];
+    let drained = tokio::time::timeout(LINGER, async {
+        while let Ok(1..) = tcp.read(&mut discard).await {}
+    })
+    .await;
+    if drained.is_err() {
+        open.drain().inner.lingered_out.fetch_add(1, Ordering::Relaxed);
+    }
+    drop(tcp);
+    drop(held);
+    drop(open);
+}
+
+/// `response` with `held` kept until its body is dropped: the answer ended, or its stream was
+/// reset.
+pub fn keep_until_answered<T: Send + Unpin + 'static>(
+    response: http::Response<axum::body::Body>,
+    held: T,
+) -> http::Response<axum::body::Body> {
+    response.map(|body| axum::body::Body::new(Holding { body, _held: held }))
+}
+
+/// A body that keeps a value alive as long as itself.
+struct Holding<T> {
+    body: axum::body::Body,
+    _held: T,
+}
+
+impl<T: Unpin> http_body::Body for Holding<T> {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_closing_socket_reads_until_the_peer_closes_and_then_no_reset_comes() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let drain = Drain::new(Duration::from_secs(10));
+        let open = drain.open();
+        let mut server = server;
+        server.write_all(b"the last answer").await.unwrap();
+        // The client sends more after the server is done: unread input at the close.
+        client.write_all(b"a window update").await.unwrap();
+        let lingering = tokio::spawn(linger(server, open, ()));
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.expect("end of file, not a reset");
+        assert_eq!(got, b"the last answer");
+        // More sent after the server's FIN is read and discarded too, until the client closes.
+        let _ = client.write_all(b"a ping").await;
+        drop(client);
+        lingering.await.unwrap();
+        assert!(drain.closed(Duration::from_secs(1)).await);
+        assert_eq!(drain.lingered_out(), 0, "the peer closed in time");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_never_closes_is_waited_for_at_most_the_linger() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let drain = Drain::new(Duration::from_secs(10));
+        let started = Instant::now();
+        linger(server, drain.open(), ()).await;
+        assert_eq!(started.elapsed(), LINGER);
+        assert_eq!((drain.lingered_out(), drain.open_sockets()), (1, 0));
+    }
+}
