@@ -150,6 +150,45 @@ async fn every_held_poll_gets_its_unchanged_answer_through_shutdown_20_times() {
     assert!(*slowest < STOP_WITHIN, "{stops:?}");
 }
 
+/// A stop takes under a second whatever is open: a held poll (answered "unchanged"), a peer that
+/// went silent after its preface (it never acknowledges the GOAWAY), a call whose message never
+/// comes, an admin request whose body never ends, and idle connections on both ports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_takes_under_a_second_whatever_is_open() {
+    use tokio::io::AsyncWriteExt;
+    let (_dir, path) = temp_file("agent.yaml", V5_DOCUMENT);
+    let server = Server::start(FileSource::new(path), loopback()).await;
+    let (addr, digest) = (server.grpc_addr, server.served.snapshot().answer("svc").digest.as_str().to_owned());
+    let held = hold(addr, &digest, 1, Agent::Java, false).await;
+
+    // Silent after its preface and SETTINGS: reads nothing more, answers nothing.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    silent.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+    // HEADERS without END_STREAM, and never a DATA frame.
+    let (client, connection) = h2::client::handshake(TcpStream::connect(addr).await.unwrap()).await.unwrap();
+    tokio::spawn(connection);
+    let mut ready = client.ready().await.unwrap();
+    let (waiting, _body) = ready.send_request(request(addr, Agent::Java), false).unwrap();
+    // An admin upload that stops halfway, and an idle keep-alive connection on each port.
+    let mut upload = TcpStream::connect(server.admin_addr).await.unwrap();
+    let head = format!("PUT /api/v1/services/svc?dry_run=true HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{", server.admin_addr);
+    upload.write_all(head.as_bytes()).await.unwrap();
+    let _idle_admin = TcpStream::connect(server.admin_addr).await.unwrap();
+    let idle_agent = hold(addr, &digest, 0, Agent::Java, false).await;
+    eventually("the poll held", || held_now(&server) == 1).await;
+
+    let began = Instant::now();
+    tokio::time::timeout(BOUND, server.stop()).await.expect("the server stops").unwrap();
+    let took = began.elapsed();
+    eprintln!("stop with a held poll, a silent peer, a waiting call and a stalled upload: {took:?}");
+    assert!(took < STOP_WITHIN, "{took:?}");
+    for call in held {
+        assert_eq!(call.await.unwrap(), Ok(("0".to_owned(), 5)), "the held poll answered \"unchanged\"");
+    }
+    assert!(tokio::time::timeout(BOUND, waiting).await.expect("the waiting call ends").is_err(), "its connection was cut");
+    drop((silent, upload, idle_agent));
+}
+
 /// An agent's socket on a busy host (see the module docs): with `busy`, a 4 KiB receive buffer
 /// read 512 bytes at a time with a millisecond between reads, and a WINDOW_UPDATE (connection,
 /// +1) sent at the next frame boundary after every read. Otherwise a plain socket.
