@@ -171,7 +171,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     tracing::info!(
         connections = sources.max_connections(),
         held_polls = config.hold.source_share(),
-        pending_calls = limits.max_pending_streams_per_source.unwrap_or(security::sources::default_share(limits.max_pending_streams)),
+        pending_calls = limits.pending_share(),
         "Each source address may hold at most these shares of the gRPC port's bounds."
     );
     let drain = security::drain::Drain::new(SHUTDOWN_DRAIN);
@@ -279,7 +279,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        let serving = security::serve_admin(admin_listener, admin, admin_tls, connections, stop.clone().cancelled_owned());
+        let serving =
+            security::serve_admin(admin_listener, admin, admin_tls, connections, stop.clone().cancelled_owned());
         // Admin requests still open SHUTDOWN_GRACE after the shutdown began are not waited for.
         let grace = async {
             stop.cancelled().await;

@@ -368,8 +368,9 @@ mod tests {
         let fifth = Slot::take(&total, &options, None).unwrap();
         assert_eq!(Slot::take(&total, &options, Some(&b)).unwrap_err(), Refusal::Total);
         drop((first, second, third, fourth, fifth));
-        let counts = [&a.held_polls, &a2.held_polls, &b.held_polls, &place_a.source().held_polls, &place_b.source().held_polls]
-            .map(|n| n.load(Ordering::Relaxed));
+        let counts =
+            [&a.held_polls, &a2.held_polls, &b.held_polls, &place_a.source().held_polls, &place_b.source().held_polls]
+                .map(|n| n.load(Ordering::Relaxed));
         assert_eq!((total.get(), counts), (0, [0; 5]));
     }
 }

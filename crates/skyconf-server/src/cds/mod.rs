@@ -173,7 +173,8 @@ impl ConfigurationDiscoveryService for CdsService {
         };
         let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
         if let (Some(hold_for), Some(changes), true) = (hold_for, changes, holdable) {
-            if let Some(slot) = self.take_slot(connection.as_deref()) {
+            let connection = connection.as_deref();
+            if let Some(slot) = self.take_slot(connection) {
                 let holding = self.fleet.as_ref().zip(peer);
                 if let Some((fleet, peer)) = holding {
                     fleet.set_holding(&request.service, peer, true);

@@ -47,7 +47,8 @@ impl Default for EdgeMetrics {
         let connections_refused = Family::<LimitLabels, Counter>::default();
         let by_source = connections_refused.get_or_create_owned(&LimitLabels { limit: "source" });
         let streams_refused = Family::<LimitLabels, Counter>::default();
-        let by_pending_limit = ["source", "total"].map(|limit| streams_refused.get_or_create_owned(&LimitLabels { limit }));
+        let by_pending_limit =
+            ["source", "total"].map(|limit| streams_refused.get_or_create_owned(&LimitLabels { limit }));
         Self {
             connections_refused,
             by_source,

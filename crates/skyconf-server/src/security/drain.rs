@@ -147,10 +147,7 @@ impl Drop for OpenSocket {
 pub async fn linger<T>(mut tcp: TcpStream, open: OpenSocket, held: T) {
     let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Write);
     let mut discard = [0u8; 1024];
-    let drained = tokio::time::timeout(LINGER, async {
-        while let Ok(1..) = tcp.read(&mut discard).await {}
-    })
-    .await;
+    let drained = tokio::time::timeout(LINGER, async { while let Ok(1..) = tcp.read(&mut discard).await {} }).await;
     if drained.is_err() {
         open.drain().inner.lingered_out.fetch_add(1, Ordering::Relaxed);
     }

@@ -92,6 +92,13 @@ impl GrpcLimits {
             .layer(FirstMessageTimeout { timeout: self.request_message_timeout, forwarding, pending })
     }
 
+    /// One source's share of the calls waiting for their message: as configured (at most the
+    /// bound of all), or a quarter.
+    pub fn pending_share(&self) -> usize {
+        let max = self.max_pending_streams.max(1);
+        self.max_pending_streams_per_source.map_or_else(|| default_share(max), |share| share.clamp(1, max))
+    }
+
     /// The accepted sockets of `acceptor` (capped, backing off on accept errors), with TCP
     /// keep-alive and no Nagle delay, each wrapped so that h2 batches small answers into shared
     /// writes ([`crate::socket`]) and closed unless its HTTP/2 preface arrives within
@@ -158,11 +165,9 @@ pub struct PendingStreams {
 impl PendingStreams {
     /// The bounds of `limits`, refusals and the count reported in `metrics`.
     pub fn new(limits: &GrpcLimits, metrics: EdgeMetrics) -> Self {
-        let max = limits.max_pending_streams.max(1);
-        let per_source =
-            limits.max_pending_streams_per_source.map_or_else(|| default_share(max), |share| share.clamp(1, max));
         let count = Arc::default();
         metrics.watch_pending(&count);
+        let (max, per_source) = (limits.max_pending_streams.max(1), limits.pending_share());
         Self { count, max, per_source, metrics, full: Arc::default() }
     }
 
@@ -285,8 +290,8 @@ where
             }
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let request = request
-            .map(|body| tonic::body::Body::new(FirstFrame { inner: body, arrived: Some((tx, place)) }));
+        let request =
+            request.map(|body| tonic::body::Body::new(FirstFrame { inner: body, arrived: Some((tx, place)) }));
         let call = self.inner.call(request);
         let timeout = self.timeout;
         Box::pin(async move {

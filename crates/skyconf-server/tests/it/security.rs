@@ -575,10 +575,7 @@ mod connections {
 
         let (agent, _) = h2_from([127, 0, 0, 3], addr).await;
         let held = held_poll(&agent, addr, &digest).await;
-        within_bound("the other source's poll is held", || {
-            metric(&server, "skyconf_held_polls") == 3
-        })
-        .await;
+        within_bound("the other source's poll is held", || metric(&server, "skyconf_held_polls") == 3).await;
         assert!(!held.is_finished());
         server.stop().await.unwrap();
         assert_eq!(held.await.unwrap(), "0", "answered \"unchanged\" at shutdown");
@@ -655,10 +652,7 @@ mod connections {
                 others.push((response, body));
             }
         }
-        within_bound("forty calls waiting", || {
-            metric(&server, "skyconf_grpc_pending_streams") == 40
-        })
-        .await;
+        within_bound("forty calls waiting", || metric(&server, "skyconf_grpc_pending_streams") == 40).await;
         let (last, _) = h2_from([127, 0, 0, 7], addr).await;
         let mut ready = last.ready().await.unwrap();
         let (response, _body) = ready.send_request(fetch_request(addr), false).unwrap();

@@ -143,7 +143,12 @@ async fn every_held_poll_gets_its_unchanged_answer_through_shutdown_20_times() {
                 other => failed.push(other),
             }
         }
-        assert!(failed.is_empty(), "run {run}: {} of 240 polls lost their answer: {:?}", failed.len(), &failed[..3.min(failed.len())]);
+        assert!(
+            failed.is_empty(),
+            "run {run}: {} of 240 polls lost their answer: {:?}",
+            failed.len(),
+            &failed[..3.min(failed.len())]
+        );
     }
     let slowest = stops.iter().max().unwrap();
     eprintln!("20 shutdowns with 240 held polls each: slowest stop {slowest:?}, all {stops:?}");
@@ -171,7 +176,10 @@ async fn a_stop_takes_under_a_second_whatever_is_open() {
     let (waiting, _body) = ready.send_request(request(addr, Agent::Java), false).unwrap();
     // An admin upload that stops halfway, and an idle keep-alive connection on each port.
     let mut upload = TcpStream::connect(server.admin_addr).await.unwrap();
-    let head = format!("PUT /api/v1/services/svc?dry_run=true HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{", server.admin_addr);
+    let head = format!(
+        "PUT /api/v1/services/svc?dry_run=true HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{",
+        server.admin_addr
+    );
     upload.write_all(head.as_bytes()).await.unwrap();
     let _idle_admin = TcpStream::connect(server.admin_addr).await.unwrap();
     let idle_agent = hold(addr, &digest, 0, Agent::Java, false).await;
@@ -185,7 +193,10 @@ async fn a_stop_takes_under_a_second_whatever_is_open() {
     for call in held {
         assert_eq!(call.await.unwrap(), Ok(("0".to_owned(), 5)), "the held poll answered \"unchanged\"");
     }
-    assert!(tokio::time::timeout(BOUND, waiting).await.expect("the waiting call ends").is_err(), "its connection was cut");
+    assert!(
+        tokio::time::timeout(BOUND, waiting).await.expect("the waiting call ends").is_err(),
+        "its connection was cut"
+    );
     drop((silent, upload, idle_agent));
 }
 
@@ -209,7 +220,17 @@ struct BusySocket {
 
 impl BusySocket {
     fn new(tcp: TcpStream, busy: bool) -> Self {
-        Self { tcp, busy, pause: None, owed: false, inserting: Vec::new(), preface: 24, header: 0, length: 0, payload: 0 }
+        Self {
+            tcp,
+            busy,
+            pause: None,
+            owed: false,
+            inserting: Vec::new(),
+            preface: 24,
+            header: 0,
+            length: 0,
+            payload: 0,
+        }
     }
 
     fn at_frame_boundary(&self) -> bool {
