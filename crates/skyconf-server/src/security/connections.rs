@@ -276,8 +276,8 @@ pub struct Guarded<S> {
     state: Arc<ConnectionState>,
     /// The socket of `inner`, for the drain.
     tcp: fn(&S) -> &TcpStream,
-    /// Whether the socket is closed without a drain: the peer closed it, a read or a write
-    /// failed, or it was cut.
+    /// Whether the socket is closed without a drain: the peer closed it, or a read or a write
+    /// failed.
     finished: bool,
     /// When the connection is cut, once a shutdown began; and whether it was.
     cut: Option<Pin<Box<Sleep>>>,
@@ -327,11 +327,13 @@ impl<S> Guarded<S> {
             return false;
         }
         drain.count_cut();
-        (self.finished, self.was_cut) = (true, true);
+        // Its socket is still drained when dropped: what was sent before reaches a slow reader.
+        self.was_cut = true;
         true
     }
 }
 
+/// What a cut connection's reads and writes fail with (not counted as a failure of the socket).
 fn cut_error() -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionAborted, "the connection outlasted its bound at shutdown")
 }

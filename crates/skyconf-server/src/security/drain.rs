@@ -13,19 +13,21 @@
 //! 2. **Write side closed.** Once its calls have ended, the connection's last frame is flushed and
 //!    the socket shut down for writing: the peer reads every answer, then end of file.
 //! 3. **Drained.** The socket is read, and what arrives is discarded, until the peer closes its
-//!    side too or [`LINGER`] passes; only then is it closed ([`linger`]). A closed socket with
-//!    nothing unread ends with FIN, and the kernel still delivers what is queued.
+//!    side too, or for [`LINGER`] (at shutdown, at least until `SHUTDOWN_GRACE + LINGER` after it
+//!    began: every socket may take that long anyway); only then is it closed ([`linger`]). A
+//!    closed socket with nothing unread ends with FIN, and the kernel still delivers what is
+//!    queued.
 //!
 //! Steps 2 and 3 apply to every close the server makes, at shutdown or not (a connection ended by
-//! its keep-alive timeout too), except when the peer has closed already, a read or write failed,
-//! or the connection was cut.
+//! its keep-alive timeout too), except when the peer has closed already or a read or write failed.
 //!
 //! **Bounds.** A connection still open [`SHUTDOWN_GRACE`] after the shutdown began (a silent peer,
-//! a call whose request message never came) is cut: closed at once. A connection carrying a
-//! forwarded call (gateway mode) has until `SHUTDOWN_DRAIN` instead (`crate::app`), so that
-//! streams to the OAPs can end. So a shutdown with only held polls open takes at most
-//! `SHUTDOWN_GRACE + LINGER` (0.8 s), usually a few milliseconds; [`Drain::closed`] waits for
-//! every socket to be closed.
+//! a call whose request message never came, a client too slow to read its answers) is cut: its
+//! calls end, whatever it had not sent yet is dropped, and its socket is drained (step 3) and
+//! closed. A connection carrying a forwarded call (gateway mode) has until `SHUTDOWN_DRAIN`
+//! instead (`crate::app`), so that streams to the OAPs can end. So a shutdown with only held polls
+//! open takes at most `SHUTDOWN_GRACE + LINGER` (0.8 s), usually a few milliseconds;
+//! [`Drain::closed`] waits for every socket to be closed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -109,7 +111,14 @@ impl Drain {
         self.inner.cut.load(Ordering::Relaxed)
     }
 
-    /// Closing sockets whose peer had not closed within [`LINGER`].
+    /// Until when a socket whose drain starts now is read: [`LINGER`], and at shutdown at least
+    /// until `SHUTDOWN_GRACE + LINGER` after it began.
+    fn drain_until(&self) -> Instant {
+        let linger = Instant::now() + LINGER;
+        self.began().map_or(linger, |began| linger.max(began + SHUTDOWN_GRACE + LINGER))
+    }
+
+    /// Closing sockets whose peer had not closed within their drain.
     pub fn lingered_out(&self) -> usize {
         self.inner.lingered_out.load(Ordering::Relaxed)
     }
@@ -141,13 +150,14 @@ impl Drop for OpenSocket {
 }
 
 /// Steps 2 and 3 of the module docs on `tcp` (another descriptor of a connection's socket, whose
-/// own is being closed): shuts its write side down, reads until the peer closes or [`LINGER`]
-/// passes, then closes it, and only then drops `held` (the connection's places in the bounds) and
-/// `open` (its count among the open sockets).
+/// own is being closed): shuts its write side down, reads until the peer closes or the drain's
+/// time is up, then closes it, and only then drops `held` (the connection's places in the bounds)
+/// and `open` (its count among the open sockets).
 pub async fn linger<T>(mut tcp: TcpStream, open: OpenSocket, held: T) {
     let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Write);
     let mut discard = [0u8; 1024];
-    let drained = tokio::time::timeout(LINGER, async { while let Ok(1..) = tcp.read(&mut discard).await {} }).await;
+    let until = open.drain().drain_until();
+    let drained = tokio::time::timeout_at(until, async { while let Ok(1..) = tcp.read(&mut discard).await {} }).await;
     if drained.is_err() {
         open.drain().inner.lingered_out.fetch_add(1, Ordering::Relaxed);
     }

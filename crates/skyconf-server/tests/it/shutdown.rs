@@ -78,15 +78,19 @@ async fn outcome(response: h2::client::ResponseFuture) -> Result<(String, usize)
     Ok((trailers.get("grpc-status").ok_or("no grpc-status")?.to_str().unwrap().to_owned(), bytes))
 }
 
+/// The outcomes of an agent connection's calls, once they end.
+type Calls = Vec<tokio::task::JoinHandle<Result<(String, usize), String>>>;
+
 /// One agent connection holding `polls` polls of `agent`; busy ones read as [`BusySocket`] says.
-/// The calls' outcomes, once they end.
+/// The connection (kept open while the client is kept, as an agent keeps its channel) and its
+/// calls.
 async fn hold(
     addr: SocketAddr,
     digest: &str,
     polls: usize,
     agent: Agent,
     busy: bool,
-) -> Vec<tokio::task::JoinHandle<Result<(String, usize), String>>> {
+) -> (h2::client::SendRequest<Bytes>, Calls) {
     let socket = TcpSocket::new_v4().unwrap();
     if busy {
         socket.set_recv_buffer_size(4096).unwrap();
@@ -102,7 +106,7 @@ async fn hold(
         send.send_data(message.clone(), true).unwrap();
         calls.push(tokio::spawn(outcome(response)));
     }
-    calls
+    (client, calls)
 }
 
 fn held_now(running: &Running) -> usize {
@@ -121,13 +125,15 @@ async fn every_held_poll_gets_its_unchanged_answer_through_shutdown_20_times() {
         let (_dir, path) = temp_file("agent.yaml", V5_DOCUMENT);
         let server = Server::start(FileSource::new(path), loopback()).await;
         let (addr, digest) = (server.grpc_addr, server.served.snapshot().answer("svc").digest.as_str().to_owned());
-        let mut calls = Vec::new();
+        let (mut clients, mut calls) = (Vec::new(), Vec::new());
         for (agent, busy) in
             [(Agent::Java, true), (Agent::Java, true), (Agent::Go, true), (Agent::Java, true), (Agent::Java, false)]
                 .into_iter()
                 .chain([(Agent::Go, false)])
         {
-            calls.extend(hold(addr, &digest, 40, agent, busy).await);
+            let (client, held) = hold(addr, &digest, 40, agent, busy).await;
+            clients.push(client);
+            calls.extend(held);
         }
         eventually("every poll held", || held_now(&server) == calls.len()).await;
 
@@ -164,7 +170,7 @@ async fn a_stop_takes_under_a_second_whatever_is_open() {
     let (_dir, path) = temp_file("agent.yaml", V5_DOCUMENT);
     let server = Server::start(FileSource::new(path), loopback()).await;
     let (addr, digest) = (server.grpc_addr, server.served.snapshot().answer("svc").digest.as_str().to_owned());
-    let held = hold(addr, &digest, 1, Agent::Java, false).await;
+    let (_agent, held) = hold(addr, &digest, 1, Agent::Java, false).await;
 
     // Silent after its preface and SETTINGS: reads nothing more, answers nothing.
     let mut silent = TcpStream::connect(addr).await.unwrap();
@@ -182,7 +188,7 @@ async fn a_stop_takes_under_a_second_whatever_is_open() {
     );
     upload.write_all(head.as_bytes()).await.unwrap();
     let _idle_admin = TcpStream::connect(server.admin_addr).await.unwrap();
-    let idle_agent = hold(addr, &digest, 0, Agent::Java, false).await;
+    let (idle_agent, _) = hold(addr, &digest, 0, Agent::Java, false).await;
     eventually("the poll held", || held_now(&server) == 1).await;
 
     let began = Instant::now();
