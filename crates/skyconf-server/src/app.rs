@@ -239,8 +239,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
             served = serving => served.map_err(ServerError::Grpc),
             () = backstop => Ok(()),
         };
-        // The last connections closed drain their sockets (security::drain::LINGER).
-        drain.closed(security::drain::LINGER + Duration::from_millis(100)).await;
+        // The last connections closed drain their sockets (security::drain::linger).
+        drain.closed(security::drain::DRAIN_MAX + Duration::from_millis(100)).await;
         if drain.cut() > 0 {
             tracing::info!(
                 cut = drain.cut(),

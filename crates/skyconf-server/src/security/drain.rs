@@ -13,10 +13,12 @@
 //! 2. **Write side closed.** Once its calls have ended, the connection's last frame is flushed and
 //!    the socket shut down for writing: the peer reads every answer, then end of file.
 //! 3. **Drained.** The socket is read, and what arrives is discarded, until the peer closes its
-//!    side too, or for [`LINGER`] (at shutdown, at least until `SHUTDOWN_GRACE + LINGER` after it
-//!    began: every socket may take that long anyway); only then is it closed ([`linger`]). A
-//!    closed socket with nothing unread ends with FIN, and the kernel still delivers what is
-//!    queued.
+//!    side too, or has sent nothing for [`LINGER`] (at shutdown, not before `SHUTDOWN_GRACE +
+//!    LINGER` after it began: every socket may take that long anyway, and a client paused for a
+//!    moment keeps its answers), and for [`DRAIN_MAX`] at most; only then is it closed
+//!    ([`linger`]). A client still reading its answers keeps sending window updates, so it is
+//!    waited for; a closed socket with nothing unread ends with FIN, and the kernel still
+//!    delivers what is queued.
 //!
 //! Steps 2 and 3 apply to every close the server makes, at shutdown or not (a connection ended by
 //! its keep-alive timeout too), except when the peer has closed already or a read or write failed.
@@ -26,8 +28,9 @@
 //! calls end, whatever it had not sent yet is dropped, and its socket is drained (step 3) and
 //! closed. A connection carrying a forwarded call (gateway mode) has until `SHUTDOWN_DRAIN`
 //! instead (`crate::app`), so that streams to the OAPs can end. So a shutdown with only held polls
-//! open takes at most `SHUTDOWN_GRACE + LINGER` (0.8 s), usually a few milliseconds;
-//! [`Drain::closed`] waits for every socket to be closed.
+//! open takes a few milliseconds when the agents read their answers, `SHUTDOWN_GRACE + LINGER`
+//! (0.8 s) with a silent peer, and `SHUTDOWN_GRACE + DRAIN_MAX` (1.5 s) at most, for a client
+//! that keeps sending and never closes; [`Drain::closed`] waits for every socket to be closed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -41,8 +44,12 @@ use tokio::time::Instant;
 /// How long after the shutdown began a connection without forwarded calls may stay open.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
-/// How long a closing socket is read, after its write side is shut down, for the peer to close.
+/// How long a closing socket, its write side shut down, is read after the peer last sent
+/// something, for the peer to close.
 pub const LINGER: Duration = Duration::from_millis(300);
+
+/// How long a closing socket is read at most.
+pub const DRAIN_MAX: Duration = Duration::from_secs(1);
 
 /// The agent port's connections as a shutdown sees them: when it began, how long forwarded calls
 /// may take, the sockets not closed yet, and the connections cut. Cheap to clone.
@@ -111,9 +118,10 @@ impl Drain {
         self.inner.cut.load(Ordering::Relaxed)
     }
 
-    /// Until when a socket whose drain starts now is read: [`LINGER`], and at shutdown at least
-    /// until `SHUTDOWN_GRACE + LINGER` after it began.
-    fn drain_until(&self) -> Instant {
+    /// Until when a closing socket whose peer sent something just now is read, if the peer
+    /// sends nothing more: [`LINGER`], and at shutdown not before `SHUTDOWN_GRACE + LINGER` after
+    /// it began.
+    fn quiet_until(&self) -> Instant {
         let linger = Instant::now() + LINGER;
         self.began().map_or(linger, |began| linger.max(began + SHUTDOWN_GRACE + LINGER))
     }
@@ -150,15 +158,24 @@ impl Drop for OpenSocket {
 }
 
 /// Steps 2 and 3 of the module docs on `tcp` (another descriptor of a connection's socket, whose
-/// own is being closed): shuts its write side down, reads until the peer closes or the drain's
-/// time is up, then closes it, and only then drops `held` (the connection's places in the bounds)
-/// and `open` (its count among the open sockets).
+/// own is being closed): shuts its write side down, reads until the peer closes, goes quiet or
+/// [`DRAIN_MAX`] passes, then closes it, and only then drops `held` (the connection's places in
+/// the bounds) and `open` (its count among the open sockets).
 pub async fn linger<T>(mut tcp: TcpStream, open: OpenSocket, held: T) {
     let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Write);
     let mut discard = [0u8; 1024];
-    let until = open.drain().drain_until();
-    let drained = tokio::time::timeout_at(until, async { while let Ok(1..) = tcp.read(&mut discard).await {} }).await;
-    if drained.is_err() {
+    let at_most = Instant::now() + DRAIN_MAX;
+    let closed = loop {
+        let until = open.drain().quiet_until().min(at_most);
+        match tokio::time::timeout_at(until, tcp.read(&mut discard)).await {
+            // The peer closed its side (or the socket failed): nothing more can come.
+            Ok(Ok(0) | Err(_)) => break true,
+            // Still sending: it is still reading its answers too.
+            Ok(Ok(_)) => {}
+            Err(_) => break false,
+        }
+    };
+    if !closed {
         open.drain().inner.lingered_out.fetch_add(1, Ordering::Relaxed);
     }
     drop(tcp);
@@ -227,6 +244,27 @@ mod tests {
         lingering.await.unwrap();
         assert!(drain.closed(Duration::from_secs(1)).await);
         assert_eq!(drain.lingered_out(), 0, "the peer closed in time");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_keeps_sending_is_read_until_the_drain_bound() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let drain = Drain::new(Duration::from_secs(10));
+        let open = drain.open();
+        let lingering = tokio::spawn(async move {
+            let started = Instant::now();
+            linger(server, open, ()).await;
+            started.elapsed()
+        });
+        // A ping every 200 ms, each within the linger of the last, for 2 s.
+        for _ in 0..10 {
+            let _ = client.write_all(b"ping").await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(lingering.await.unwrap(), DRAIN_MAX);
+        assert_eq!(drain.lingered_out(), 1);
     }
 
     #[tokio::test(start_paused = true)]
