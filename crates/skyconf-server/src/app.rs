@@ -18,9 +18,10 @@ use crate::{
     ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, rollout, security,
 };
 
-/// How long a connection carrying forwarded calls (gateway mode) may take to end after shutdown
-/// begins, before it is closed. Every other connection has [`security::drain::SHUTDOWN_GRACE`]
-/// (see [`security::drain`] for the whole sequence).
+/// How long a connection with answers still on their way (a forwarded stream in gateway mode,
+/// held polls being answered, frames the peer has not taken) may take to end after shutdown
+/// begins, before it is closed. A connection with nothing left to answer has
+/// [`security::drain::SHUTDOWN_GRACE`] (see [`security::drain`] for the whole sequence).
 pub(crate) const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
 
 /// How long start-up waits to read the shared release history before serving without it.
@@ -179,7 +180,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, cap, "gRPC")
         .with_sources(sources, metrics.edge())
         .with_drain(drain.clone());
-    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &metrics.edge());
+    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &metrics.edge(), &drain);
     let mut routes = tonic::service::Routes::builder();
     add_some(&mut routes, cds);
     add_some(&mut routes, cds_guarded);
@@ -194,10 +195,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
             .with_metrics(metrics.gateway());
         let router = routes.into_axum_router().fallback(move |request: axum::extract::Request| {
             let forwarder = forwarder.clone();
-            // Counted on its connection until its answer ends: such a connection has
-            // SHUTDOWN_DRAIN at shutdown.
-            let call = security::connections::ForwardedCall::of(request.extensions());
-            async move { security::drain::keep_until_answered(forwarder.forward(request).await, call) }
+            async move { forwarder.forward(request).await }
         });
         routes = tonic::service::Routes::from(router);
         let upstreams = upstreams.members().iter().map(|m| m.addr.as_str()).collect::<Vec<_>>().join(",");
@@ -245,7 +243,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
             tracing::info!(
                 cut = drain.cut(),
                 grace = ?security::drain::SHUTDOWN_GRACE,
-                "Closed the connections still open at their shutdown bound (silent peers, or calls whose message never came)."
+                "Closed the connections still open after the grace with nothing left to answer (peers that did not acknowledge the shutdown), or at the drain; their sockets were drained first."
             );
         }
         served

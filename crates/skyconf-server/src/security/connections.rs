@@ -34,7 +34,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 use super::drain::{Drain, OpenSocket};
 use super::sources::{Bound, Source, SourceConnection, Sources, default_share};
@@ -200,18 +200,20 @@ impl<S: Socket> Socket for tokio_rustls::server::TlsStream<S> {
 }
 
 /// What the agent port's bounds and its shutdown know of one connection, in its
-/// [`ConnectionState`]: its source (whose shares its calls count in), and its forwarded calls open
-/// (which give it the forwarded calls' bound at shutdown, [`super::drain`]).
+/// [`ConnectionState`]: its source (whose shares its calls count in), and its calls open (which
+/// keep it open at shutdown until they are answered, [`super::drain`]).
 #[derive(Debug, Default)]
 pub struct EdgeState {
     source: Option<Arc<Source>>,
-    forwarded: AtomicUsize,
+    calls: AtomicUsize,
+    /// Calls ended so far.
+    ended: AtomicUsize,
 }
 
 impl EdgeState {
     /// The state of a connection from `source` (`None`: the port does not share by source).
     pub fn of(source: Option<Arc<Source>>) -> Self {
-        Self { source, forwarded: AtomicUsize::new(0) }
+        Self { source, calls: AtomicUsize::new(0), ended: AtomicUsize::new(0) }
     }
 
     /// The connection's source, when the port shares its bounds by source.
@@ -219,28 +221,36 @@ impl EdgeState {
         self.source.as_deref()
     }
 
-    /// Whether a forwarded call is open on the connection.
-    pub fn forwarding(&self) -> bool {
-        self.forwarded.load(Ordering::Relaxed) > 0
+    /// Whether a call is open on the connection: its answer is not over yet.
+    pub fn answering(&self) -> bool {
+        self.calls.load(Ordering::Acquire) > 0
+    }
+
+    /// Calls ended on the connection so far.
+    fn ended(&self) -> usize {
+        self.ended.load(Ordering::Acquire)
     }
 }
 
-/// One forwarded call open on its connection ([`EdgeState::forwarding`]), until dropped.
+/// One call open on its connection ([`EdgeState::answering`]), from its request until its
+/// answer's body ends (or its stream is reset): until dropped.
 #[derive(Debug)]
-pub struct ForwardedCall(Arc<ConnectionState>);
+pub struct OpenCall(Arc<ConnectionState>);
 
-impl ForwardedCall {
+impl OpenCall {
     /// Counts the call of `extensions` (a request's) on its connection, if it came on one.
     pub fn of(extensions: &http::Extensions) -> Option<Self> {
         let state = Arc::clone(&crate::socket::connection_of(extensions)?.state);
-        state.edge.forwarded.fetch_add(1, Ordering::Relaxed);
+        state.edge.calls.fetch_add(1, Ordering::AcqRel);
         Some(Self(state))
     }
 }
 
-impl Drop for ForwardedCall {
+impl Drop for OpenCall {
     fn drop(&mut self) {
-        self.0.edge.forwarded.fetch_sub(1, Ordering::Relaxed);
+        // Counted ended before it is no longer open: a flush that sees it closed sees it ended.
+        self.0.edge.ended.fetch_add(1, Ordering::AcqRel);
+        self.0.edge.calls.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -279,9 +289,14 @@ pub struct Guarded<S> {
     /// Whether the socket is closed without a drain: the peer closed it, or a read or a write
     /// failed.
     finished: bool,
-    /// When the connection is cut, once a shutdown began; and whether it was.
+    /// At shutdown: the timer that wakes the connection at its next bound, whether a flush
+    /// found it with nothing left to answer or write after the grace (its next read fails), and
+    /// whether it was cut.
     cut: Option<Pin<Box<Sleep>>>,
+    cut_next_read: bool,
     was_cut: bool,
+    /// The connection's calls ended as of the last flush that found none open.
+    ended_at_flush: Option<usize>,
 }
 
 impl<S: Socket> Guarded<S> {
@@ -297,7 +312,9 @@ impl<S: Socket> Guarded<S> {
             tcp: S::tcp,
             finished: false,
             cut: None,
+            cut_next_read: false,
             was_cut: false,
+            ended_at_flush: None,
         }
     }
 }
@@ -308,28 +325,62 @@ impl<S> Guarded<S> {
         &self.inner
     }
 
-    /// At shutdown, whether the connection is cut now: once the shutdown began, a timer to its
-    /// bound (the grace, or the forwarded calls' bound while one is open) wakes the connection.
+    /// When the shutdown began, and when the connection is cut whatever it is doing, once a
+    /// shutdown began.
+    fn shutdown_bounds(&self) -> Option<(Instant, Instant)> {
+        let drain = self.admission.as_ref()?.open.as_ref()?.drain();
+        let began = drain.began()?;
+        Some((began, drain.hard_cut_at(began)))
+    }
+
+    /// At shutdown, whether the connection is cut now: at its hard bound, whatever it is doing.
+    /// Until then a timer wakes it at the grace and at the hard bound, so that its next flush
+    /// ([`Self::flushed`]) can find it done.
     fn cut_now(&mut self, cx: &mut Context<'_>) -> bool {
         if self.was_cut {
             return true;
         }
-        let Some(drain) = self.admission.as_ref().and_then(|a| a.open.as_ref()).map(OpenSocket::drain) else {
-            return false;
-        };
-        let Some(began) = drain.began() else { return false };
-        let at = drain.cut_at(began, self.state.edge.forwarding());
-        let timer = self.cut.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-        if timer.deadline() != at {
-            timer.as_mut().reset(at);
+        let Some((began, hard)) = self.shutdown_bounds() else { return false };
+        let soft = began + super::drain::SHUTDOWN_GRACE;
+        let next = if Instant::now() < soft { soft } else { hard };
+        let timer = self.cut.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next)));
+        if timer.deadline() != next {
+            timer.as_mut().reset(next);
         }
-        if timer.as_mut().poll(cx).is_pending() {
+        if timer.as_mut().poll(cx).is_pending() || next < hard {
             return false;
         }
-        drain.count_cut();
-        // Its socket is still drained when dropped: what was sent before reaches a slow reader.
-        self.was_cut = true;
+        self.cut();
         true
+    }
+
+    /// A flush has just written every frame h2 had (h2 flushes after writing all it has). At
+    /// shutdown, after the grace, the connection has nothing left on its way once two flushes in
+    /// a row find no call open and none ended between them: a call that ended just before the
+    /// first may have had its last frames queued after that flush took its frames, but not
+    /// after the second's. It is then cut at its next read, and its socket drained.
+    fn flushed(&mut self, cx: &mut Context<'_>) {
+        let Some((began, _)) = self.shutdown_bounds() else { return };
+        if Instant::now() < began + super::drain::SHUTDOWN_GRACE || self.state.edge.answering() {
+            self.ended_at_flush = None;
+            return;
+        }
+        let ended = self.state.edge.ended();
+        if self.ended_at_flush == Some(ended) {
+            self.cut_next_read = true;
+        } else {
+            self.ended_at_flush = Some(ended);
+        }
+        // Another round: the next flush confirms, or the next read is cut.
+        cx.waker().wake_by_ref();
+    }
+
+    fn cut(&mut self) {
+        if let Some(open) = self.admission.as_ref().and_then(|a| a.open.as_ref()) {
+            open.drain().count_cut();
+        }
+        // Its socket is still drained when dropped: what was sent reaches a slow reader.
+        self.was_cut = true;
     }
 }
 
@@ -341,6 +392,9 @@ fn cut_error() -> io::Error {
 impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if this.cut_next_read && !this.was_cut {
+            this.cut();
+        }
         if this.cut_now(cx) {
             return Poll::Ready(Err(cut_error()));
         }
@@ -378,7 +432,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
 }
 
 impl<S: AsyncWrite + Unpin> Guarded<S> {
-    /// `polled` (a write's result), noting a failure.
+    /// `polled` (a write's or a flush's result), noting a failure.
     fn written<T>(&mut self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         if let Poll::Ready(Err(_)) = &polled {
             self.finished = true;
@@ -417,6 +471,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
             return Poll::Ready(Err(cut_error()));
         }
         let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = polled {
+            self.flushed(cx);
+        }
         self.written(polled)
     }
 

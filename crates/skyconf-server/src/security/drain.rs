@@ -23,14 +23,20 @@
 //! Steps 2 and 3 apply to every close the server makes, at shutdown or not (a connection ended by
 //! its keep-alive timeout too), except when the peer has closed already or a read or write failed.
 //!
-//! **Bounds.** A connection still open [`SHUTDOWN_GRACE`] after the shutdown began (a silent peer,
-//! a call whose request message never came, a client too slow to read its answers) is cut: its
-//! calls end, whatever it had not sent yet is dropped, and its socket is drained (step 3) and
-//! closed. A connection carrying a forwarded call (gateway mode) has until `SHUTDOWN_DRAIN`
-//! instead (`crate::app`), so that streams to the OAPs can end. So a shutdown with only held polls
-//! open takes a few milliseconds when the agents read their answers, `SHUTDOWN_GRACE + LINGER`
-//! (0.8 s) with a silent peer, and `SHUTDOWN_GRACE + DRAIN_MAX` (1.5 s) at most, for a client
-//! that keeps sending and never closes; [`Drain::closed`] waits for every socket to be closed.
+//! **Bounds.** Calls whose request message has not come are answered at once when the shutdown
+//! begins (`DEADLINE_EXCEEDED`, `super::limits`). A connection still open [`SHUTDOWN_GRACE`] after
+//! the shutdown began is cut as soon as it has nothing left on its way: no call being answered,
+//! and every frame written (h2 flushes after writing all it has, and a flush that completes says
+//! so). That is a silent peer that never acknowledges the GOAWAY; it is closed after its drain
+//! (step 3). A connection with a call still being answered (thousands of held polls answered at
+//! once take time; a forwarded stream, in gateway mode), or whose frames wait for the peer to
+//! take them (a full window or socket buffer), is cut at `SHUTDOWN_DRAIN` (10 s, `crate::app`)
+//! at the latest: its answers are not dropped while they are on their way. So a shutdown with held polls
+//! takes a few milliseconds when the agents read their answers, `SHUTDOWN_GRACE + LINGER` (0.6 s)
+//! with a silent peer, `SHUTDOWN_GRACE + DRAIN_MAX` (1.3 s) for a client that keeps sending and
+//! never closes, and up to 10 s only while answers are still on their way (a very large fleet, a
+//! client that does not read, a forwarded stream); [`Drain::closed`] waits for every socket to be
+//! closed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -40,9 +46,11 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-/// How long after the shutdown began a connection without forwarded calls may stay open.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+/// How long after the shutdown began a connection with nothing left to answer or to write may
+/// stay open.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
 
 /// How long a closing socket, its write side shut down, is read after the peer last sent
 /// something, for the peer to close.
@@ -51,8 +59,8 @@ pub const LINGER: Duration = Duration::from_millis(300);
 /// How long a closing socket is read at most.
 pub const DRAIN_MAX: Duration = Duration::from_secs(1);
 
-/// The agent port's connections as a shutdown sees them: when it began, how long forwarded calls
-/// may take, the sockets not closed yet, and the connections cut. Cheap to clone.
+/// The agent port's connections as a shutdown sees them: when it began, how long answers on
+/// their way may take, the sockets not closed yet, and the connections cut. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Drain {
     inner: Arc<Inner>,
@@ -61,7 +69,9 @@ pub struct Drain {
 #[derive(Debug)]
 struct Inner {
     began: OnceLock<Instant>,
-    forwarded_bound: Duration,
+    /// Cancelled when the shutdown begins.
+    beginning: CancellationToken,
+    answering_bound: Duration,
     /// Sockets accepted and not closed yet (lingering ones included).
     open: watch::Sender<usize>,
     cut: AtomicUsize,
@@ -69,12 +79,14 @@ struct Inner {
 }
 
 impl Drain {
-    /// Connections whose forwarded calls may take `forwarded_bound` after a shutdown begins.
-    pub fn new(forwarded_bound: Duration) -> Self {
+    /// Connections whose answers on their way may take `answering_bound` after a shutdown
+    /// begins.
+    pub fn new(answering_bound: Duration) -> Self {
         Self {
             inner: Arc::new(Inner {
                 began: OnceLock::new(),
-                forwarded_bound,
+                beginning: CancellationToken::new(),
+                answering_bound,
                 open: watch::Sender::new(0),
                 cut: AtomicUsize::new(0),
                 lingered_out: AtomicUsize::new(0),
@@ -85,6 +97,12 @@ impl Drain {
     /// Marks the start of the shutdown (before the connections are asked to finish).
     pub fn begin(&self) {
         let _ = self.inner.began.set(Instant::now());
+        self.inner.beginning.cancel();
+    }
+
+    /// Completes when the shutdown begins.
+    pub fn begun(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.inner.beginning.clone().cancelled_owned()
     }
 
     /// When the shutdown began, once it has.
@@ -92,10 +110,10 @@ impl Drain {
         self.inner.began.get().copied()
     }
 
-    /// When a connection is cut: after the grace, or with forwarded calls open after the
-    /// forwarded calls' bound.
-    pub(crate) fn cut_at(&self, began: Instant, forwarding: bool) -> Instant {
-        began + if forwarding { self.inner.forwarded_bound.max(SHUTDOWN_GRACE) } else { SHUTDOWN_GRACE }
+    /// When a connection still open is cut whatever it is doing: the bound of answers on their
+    /// way.
+    pub(crate) fn hard_cut_at(&self, began: Instant) -> Instant {
+        began + self.inner.answering_bound.max(SHUTDOWN_GRACE)
     }
 
     /// Counts one socket open until the returned guard is dropped.
@@ -186,21 +204,21 @@ pub async fn linger<T>(mut tcp: TcpStream, open: OpenSocket, held: T) {
 /// `response` with `held` kept until its body is dropped: the answer ended, or its stream was
 /// reset.
 pub fn keep_until_answered<T: Send + Unpin + 'static>(
-    response: http::Response<axum::body::Body>,
+    response: http::Response<tonic::body::Body>,
     held: T,
-) -> http::Response<axum::body::Body> {
-    response.map(|body| axum::body::Body::new(Holding { body, _held: held }))
+) -> http::Response<tonic::body::Body> {
+    response.map(|body| tonic::body::Body::new(Holding { body, _held: held }))
 }
 
 /// A body that keeps a value alive as long as itself.
 struct Holding<T> {
-    body: axum::body::Body,
+    body: tonic::body::Body,
     _held: T,
 }
 
 impl<T: Unpin> http_body::Body for Holding<T> {
     type Data = bytes::Bytes;
-    type Error = axum::Error;
+    type Error = tonic::Status;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,

@@ -27,7 +27,8 @@ use std::time::Duration;
 use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 
-use super::connections::{Acceptor, Guarded, Opening};
+use super::connections::{Acceptor, Guarded, OpenCall, Opening};
+use super::drain::{Drain, keep_until_answered};
 use super::sources::{Bound, default_share, increment_below};
 use crate::metrics::{EdgeMetrics, PendingLimit};
 use crate::socket::ConnectionState;
@@ -76,20 +77,25 @@ impl Default for GrpcLimits {
 impl GrpcLimits {
     /// `server` with the HTTP/2 limits, the request message deadline and the bounds on calls
     /// waiting for their message, refusals counted in `metrics` (on the calls answered here only,
-    /// when `forwarding`: a forwarded stream's messages come when the agent has them).
+    /// when `forwarding`: a forwarded stream's messages come when the agent has them). Every call
+    /// is counted open on its connection until its answer ends, and a call still waiting for its
+    /// message is answered when `drain`'s shutdown begins ([`super::drain`]).
     pub fn apply<L>(
         &self,
         server: tonic::transport::Server<L>,
         forwarding: bool,
         metrics: &EdgeMetrics,
+        drain: &Drain,
     ) -> tonic::transport::Server<tower::layer::util::Stack<FirstMessageTimeout, L>> {
         let pending = PendingStreams::new(self, metrics.clone());
+        let layer =
+            FirstMessageTimeout { timeout: self.request_message_timeout, forwarding, pending, drain: drain.clone() };
         server
             .http2_max_header_list_size(self.max_header_list_bytes)
             .max_concurrent_streams(self.max_concurrent_streams)
             .http2_keepalive_interval(self.keepalive_interval)
             .http2_keepalive_timeout(Some(self.keepalive_timeout))
-            .layer(FirstMessageTimeout { timeout: self.request_message_timeout, forwarding, pending })
+            .layer(layer)
     }
 
     /// One source's share of the calls waiting for their message: as configured (at most the
@@ -221,11 +227,12 @@ impl Drop for PendingPlace {
 }
 
 /// A layer that answers a gRPC call `DEADLINE_EXCEEDED` when its first message (or the end of
-/// its request) has not arrived within the timeout after its headers, or at once when too many
-/// calls wait for theirs ([`PendingStreams`]). A CDS request is a few hundred bytes sent with the
-/// headers, so only a stream that is held open on purpose meets either; the stream is answered
-/// and closed instead of held. `DEADLINE_EXCEEDED` is not a status that makes an agent drop its
-/// channel.
+/// its request) has not arrived within the timeout after its headers, at once when too many
+/// calls wait for theirs ([`PendingStreams`]), or when the shutdown begins. A CDS request is a few
+/// hundred bytes sent with the headers, so only a stream that is held open on purpose meets
+/// either; the stream is answered and closed instead of held. `DEADLINE_EXCEEDED` is not a status
+/// that makes an agent drop its channel. Every call, forwarded ones too, is counted open on its
+/// connection until its answer ends ([`OpenCall`]).
 #[derive(Debug, Clone)]
 pub struct FirstMessageTimeout {
     /// How long the first message may take.
@@ -234,6 +241,8 @@ pub struct FirstMessageTimeout {
     pub forwarding: bool,
     /// The calls waiting for their first message.
     pub pending: PendingStreams,
+    /// The shutdown, which answers the calls still waiting.
+    pub drain: Drain,
 }
 
 impl<S> tower::Layer<S> for FirstMessageTimeout {
@@ -245,6 +254,7 @@ impl<S> tower::Layer<S> for FirstMessageTimeout {
             timeout: self.timeout,
             forwarding: self.forwarding,
             pending: self.pending.clone(),
+            drain: self.drain.clone(),
         }
     }
 }
@@ -256,6 +266,7 @@ pub struct FirstMessageTimeoutService<S> {
     timeout: Duration,
     forwarding: bool,
     pending: PendingStreams,
+    drain: Drain,
 }
 
 type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
@@ -275,8 +286,10 @@ where
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let open = OpenCall::of(request.extensions());
         if self.forwarding && !crate::gateway::is_answered_here(request.uri().path()) {
-            return Box::pin(self.inner.call(request));
+            let call = self.inner.call(request);
+            return Box::pin(async move { Ok(keep_until_answered(call.await?, open)) });
         }
         let connection = crate::socket::connection_of(request.extensions()).map(|c| Arc::clone(&c.state));
         let place = match self.pending.take(connection) {
@@ -293,17 +306,23 @@ where
         let request =
             request.map(|body| tonic::body::Body::new(FirstFrame { inner: body, arrived: Some((tx, place)) }));
         let call = self.inner.call(request);
-        let timeout = self.timeout;
+        let (timeout, shutdown) = (self.timeout, self.drain.begun());
         Box::pin(async move {
             let mut call = std::pin::pin!(call);
-            tokio::select! {
+            let answer = tokio::select! {
+                // In this order: the handler reads the body (and sends `arrived`) when polled.
+                biased;
                 answer = &mut call => answer,
                 waited = tokio::time::timeout(timeout, rx) => match waited {
                     // The message arrived, or the handler is done with the body.
                     Ok(_) => call.await,
                     Err(_) => Ok(tonic::Status::deadline_exceeded("the request message did not arrive in time").into_http()),
                 },
-            }
+                // A held poll is answered at shutdown by its service; a call still waiting for its
+                // message, here.
+                () = shutdown => Ok(tonic::Status::deadline_exceeded("the server is shutting down").into_http()),
+            };
+            Ok(keep_until_answered(answer?, open))
         })
     }
 }
