@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use skyconf_proto::v3::ConfigurationSyncRequest;
-use skyconf_server::Running;
+use skyconf_server::security::{GrpcLimits, SecurityConfig};
+use skyconf_server::{HoldOptions, Running, ServeConfig};
 use skyconf_sources::file::FileSource;
 use skyconf_testkit::fixtures::{V5_DOCUMENT, temp_file};
 use skyconf_testkit::server::{Server, eventually, loopback};
@@ -84,7 +85,7 @@ type Calls = Vec<tokio::task::JoinHandle<Result<(String, usize), String>>>;
 /// One agent connection holding `polls` polls of `agent`; busy ones read as [`BusySocket`] says.
 /// The connection (kept open while the client is kept, as an agent keeps its channel) and its
 /// calls.
-async fn hold(
+async fn hold_polls(
     addr: SocketAddr,
     digest: &str,
     polls: usize,
@@ -131,7 +132,7 @@ async fn every_held_poll_gets_its_unchanged_answer_through_shutdown_20_times() {
                 .into_iter()
                 .chain([(Agent::Go, false)])
         {
-            let (client, held) = hold(addr, &digest, 40, agent, busy).await;
+            let (client, held) = hold_polls(addr, &digest, 40, agent, busy).await;
             clients.push(client);
             calls.extend(held);
         }
@@ -161,6 +162,38 @@ async fn every_held_poll_gets_its_unchanged_answer_through_shutdown_20_times() {
     assert!(*slowest < STOP_WITHIN, "{stops:?}");
 }
 
+/// 20,000 held polls answered at once at shutdown take longer to write than the grace: no
+/// connection is cut while its answers are still being written, and every poll ends OK
+/// "unchanged".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_thousand_held_polls_answered_at_shutdown_all_arrive() {
+    let (_dir, path) = temp_file("agent.yaml", V5_DOCUMENT);
+    let grpc_limits = GrpcLimits { max_concurrent_streams: 256, ..GrpcLimits::default() };
+    let hold = HoldOptions { max_held_per_connection: 100, ..HoldOptions::default() };
+    let security = SecurityConfig { grpc_limits, ..SecurityConfig::default() };
+    let server = Server::start(FileSource::new(path), ServeConfig { security, hold, ..loopback() }).await;
+    let (addr, digest) = (server.grpc_addr, server.served.snapshot().answer("svc").digest.as_str().to_owned());
+    let (mut clients, mut calls) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        let (client, held) = hold_polls(addr, &digest, 100, Agent::Java, false).await;
+        clients.push(client);
+        calls.extend(held);
+    }
+    eventually("every poll held", || held_now(&server) == calls.len()).await;
+    let began = Instant::now();
+    tokio::time::timeout(BOUND, server.stop()).await.expect("the server stops").unwrap();
+    eprintln!("stop with 20,000 held polls: {:?}", began.elapsed());
+    let mut failed = std::collections::BTreeMap::new();
+    for call in calls {
+        let ended = tokio::time::timeout(BOUND, call).await.expect("every call ends").unwrap();
+        if ended != Ok(("0".to_owned(), 5)) {
+            *failed.entry(format!("{ended:?}")).or_insert(0) += 1;
+        }
+    }
+    assert!(failed.is_empty(), "polls that lost their answer: {failed:?}");
+    drop(clients);
+}
+
 /// A stop takes under a second whatever is open: a held poll (answered "unchanged"), a peer that
 /// went silent after its preface (it never acknowledges the GOAWAY: cut), a call whose message
 /// never comes (answered `DEADLINE_EXCEEDED`), an admin request whose body never ends, and idle
@@ -171,7 +204,7 @@ async fn a_stop_takes_under_a_second_whatever_is_open() {
     let (_dir, path) = temp_file("agent.yaml", V5_DOCUMENT);
     let server = Server::start(FileSource::new(path), loopback()).await;
     let (addr, digest) = (server.grpc_addr, server.served.snapshot().answer("svc").digest.as_str().to_owned());
-    let (_agent, held) = hold(addr, &digest, 1, Agent::Java, false).await;
+    let (_agent, held) = hold_polls(addr, &digest, 1, Agent::Java, false).await;
 
     // Silent after its preface and SETTINGS: reads nothing more, answers nothing.
     let mut silent = TcpStream::connect(addr).await.unwrap();
@@ -189,7 +222,7 @@ async fn a_stop_takes_under_a_second_whatever_is_open() {
     );
     upload.write_all(head.as_bytes()).await.unwrap();
     let _idle_admin = TcpStream::connect(server.admin_addr).await.unwrap();
-    let (idle_agent, _) = hold(addr, &digest, 0, Agent::Java, false).await;
+    let (idle_agent, _) = hold_polls(addr, &digest, 0, Agent::Java, false).await;
     eventually("the poll held", || held_now(&server) == 1).await;
 
     let began = Instant::now();
