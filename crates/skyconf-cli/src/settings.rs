@@ -27,7 +27,7 @@
 //! ```
 //!
 //! Held polls live under `skyconf.holdPolls` (`enabled`, `minDeadlineSecs`, `withoutDeadline`,
-//! `capSecs`, `maxHeld`, `maxHeldPerConnection`).
+//! `capSecs`, `maxHeld`, `maxHeldPerConnection`, `maxHeldPerSource`).
 //!
 //! Gateway mode lives under `skyconf.gateway` (`upstreams: [oap-0:11800]`, `tls: {ca, cert, key,
 //! serverName}`, `connectionsPerUpstream`, `maxConnectionsPerUpstream`, `maxQueuedCalls`,
@@ -91,6 +91,8 @@ pub(crate) struct HoldSection {
     pub(crate) max_held: Option<usize>,
     /// Held polls at once on one connection.
     pub(crate) max_held_per_connection: Option<usize>,
+    /// Held polls at once from one source address [default: a quarter of `maxHeld`].
+    pub(crate) max_held_per_source: Option<usize>,
 }
 
 /// `skyconf.gateway`.
@@ -207,6 +209,12 @@ pub(crate) struct LimitsSection {
     pub(crate) handshake_timeout_ms: Option<u64>,
     /// Concurrent connections on the gRPC port (default: below the open-file limit).
     pub(crate) grpc_max_connections: Option<usize>,
+    /// Concurrent connections on the gRPC port from one source address (default: a quarter).
+    pub(crate) grpc_max_connections_per_source: Option<usize>,
+    /// gRPC calls waiting for their request message at once, in all.
+    pub(crate) grpc_max_pending_streams: Option<usize>,
+    /// The same from one source address (default: a quarter).
+    pub(crate) grpc_max_pending_streams_per_source: Option<usize>,
     /// Concurrent connections on the admin port.
     pub(crate) admin_max_connections: Option<usize>,
 }
@@ -227,6 +235,10 @@ impl LimitsSection {
             request_message_timeout: self
                 .grpc_request_message_timeout_ms
                 .map_or(defaults.request_message_timeout, Duration::from_millis),
+            max_pending_streams: self.grpc_max_pending_streams.unwrap_or(defaults.max_pending_streams),
+            max_pending_streams_per_source: self
+                .grpc_max_pending_streams_per_source
+                .or(defaults.max_pending_streams_per_source),
             ..defaults
         }
     }
@@ -237,6 +249,9 @@ impl LimitsSection {
         ConnectionLimits {
             handshake_timeout: self.handshake_timeout_ms.map_or(defaults.handshake_timeout, Duration::from_millis),
             max_grpc_connections: self.grpc_max_connections.or(defaults.max_grpc_connections),
+            max_grpc_connections_per_source: self
+                .grpc_max_connections_per_source
+                .or(defaults.max_grpc_connections_per_source),
             max_admin_connections: self.admin_max_connections.unwrap_or(defaults.max_admin_connections),
         }
     }
@@ -547,6 +562,9 @@ skyconf:
     handshakeTimeoutMs: 2500
     grpcRequestMessageTimeoutMs: 3000
     grpcMaxConnections: 900
+    grpcMaxConnectionsPerSource: 300
+    grpcMaxPendingStreams: 2000
+    grpcMaxPendingStreamsPerSource: 700
 "#;
         let file = ConfigFile::parse(text, "application.yml", &env(&[("SW_AUTHENTICATION", "agent-s3cret")])).unwrap();
         let sharing: SharingServerSection = file.section("receiver-sharing-server.default").unwrap().unwrap();
@@ -562,9 +580,11 @@ skyconf:
         let limits = own.limits.resolve();
         assert_eq!((limits.max_concurrent_streams, limits.keepalive_interval), (8, None));
         assert_eq!(limits.request_message_timeout, Duration::from_secs(3));
+        assert_eq!((limits.max_pending_streams, limits.max_pending_streams_per_source), (2000, Some(700)));
         let connections = own.limits.connections();
         assert_eq!(connections.handshake_timeout, Duration::from_millis(2500));
         assert_eq!(connections.max_grpc_connections, Some(900));
+        assert_eq!(connections.max_grpc_connections_per_source, Some(300));
         assert_eq!(connections.max_admin_connections, ConnectionLimits::default().max_admin_connections);
 
         let empty = ConfigFile::parse(text, "application.yml", &env(&[])).unwrap();

@@ -18,8 +18,10 @@ use crate::{
     ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, rollout, security,
 };
 
-/// How long open gRPC calls (forwarded streams, in gateway mode) may take to end after shutdown
-/// begins, before their connections are closed.
+/// How long a connection with answers still on their way (a forwarded stream in gateway mode,
+/// held polls being answered, frames the peer has not taken) may take to end after shutdown
+/// begins, before it is closed. A connection with nothing left to answer has
+/// [`security::drain::SHUTDOWN_GRACE`] (see [`security::drain`] for the whole sequence).
 pub(crate) const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
 
 /// How long start-up waits to read the shared release history before serving without it.
@@ -165,8 +167,20 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let (dcs, dcs_guarded) = guard(dcs, dcs_token, metrics::GuardedService::Dcs, &events);
     let limits = config.security.grpc_limits;
     let connections = config.security.connections;
-    let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, connections.grpc_cap(), "gRPC");
-    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some());
+    let cap = connections.grpc_cap();
+    let sources = security::sources::Sources::new(connections.grpc_share(cap));
+    tracing::info!(
+        connections = sources.max_connections(),
+        held_polls = config.hold.source_share(),
+        pending_calls = limits.pending_share(),
+        "Each source address may hold at most these shares of the gRPC port's bounds."
+    );
+    let drain = security::drain::Drain::new(SHUTDOWN_DRAIN);
+    metrics.edge().watch_connections(&drain);
+    let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, cap, "gRPC")
+        .with_sources(sources, metrics.edge())
+        .with_drain(drain.clone());
+    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &metrics.edge(), &drain);
     let mut routes = tonic::service::Routes::builder();
     add_some(&mut routes, cds);
     add_some(&mut routes, cds_guarded);
@@ -190,28 +204,47 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         let router = grpc.add_routes(routes.prepare());
         // TLS is terminated here, not by tonic: the preface deadline then counts bytes above TLS.
         let timeout = connections.handshake_timeout;
+        // The connections see the shutdown begin before tonic asks them to finish.
+        let signal = {
+            let (stop, drain) = (stop.clone(), drain.clone());
+            async move {
+                stop.cancelled().await;
+                drain.begin();
+            }
+        };
         let serving = async {
             match grpc_tls {
                 Some(tls) => {
                     let incoming = limits.incoming_tls(grpc_acceptor, tls, timeout);
-                    router.serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned()).await
+                    router.serve_with_incoming_shutdown(incoming, signal).await
                 }
                 None => {
                     let incoming = limits.incoming(grpc_acceptor, timeout);
-                    router.serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned()).await
+                    router.serve_with_incoming_shutdown(incoming, signal).await
                 }
             }
         };
-        // tonic waits for every connection to end after the signal; a forwarded stream may not.
-        let drained = async {
+        // tonic waits for every connection to end, and each one ends within its bound
+        // (security::drain); this guards against one that is never polled again.
+        let backstop = async {
             stop.cancelled().await;
-            tokio::time::sleep(SHUTDOWN_DRAIN).await;
-            tracing::warn!(drain = ?SHUTDOWN_DRAIN, "Calls were still open after the shutdown drain; closing their connections.");
+            tokio::time::sleep(SHUTDOWN_DRAIN + security::drain::SHUTDOWN_GRACE).await;
+            tracing::warn!(drain = ?SHUTDOWN_DRAIN, "Connections were still open after the shutdown drain; leaving them.");
         };
-        tokio::select! {
+        let served = tokio::select! {
             served = serving => served.map_err(ServerError::Grpc),
-            () = drained => Ok(()),
+            () = backstop => Ok(()),
+        };
+        // The last connections closed drain their sockets (security::drain::linger).
+        drain.closed(security::drain::DRAIN_MAX + Duration::from_millis(100)).await;
+        if drain.cut() > 0 {
+            tracing::info!(
+                cut = drain.cut(),
+                grace = ?security::drain::SHUTDOWN_GRACE,
+                "Closed the connections still open after the grace with nothing left to answer (peers that did not acknowledge the shutdown), or at the drain; their sockets were drained first."
+            );
         }
+        served
     });
 
     // Rollouts resume before the admin port opens: a restart mid-rollout serves its waves at once.
@@ -247,9 +280,17 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        security::serve_admin(admin_listener, admin, admin_tls, connections, stop.cancelled_owned())
-            .await
-            .map_err(ServerError::Admin)
+        let serving =
+            security::serve_admin(admin_listener, admin, admin_tls, connections, stop.clone().cancelled_owned());
+        // Admin requests still open SHUTDOWN_GRACE after the shutdown began are not waited for.
+        let grace = async {
+            stop.cancelled().await;
+            tokio::time::sleep(security::drain::SHUTDOWN_GRACE).await;
+        };
+        tokio::select! {
+            served = serving => served.map_err(ServerError::Admin),
+            () = grace => Ok(()),
+        }
     });
 
     tracing::info!(%grpc_addr, %admin_addr, "Serving configuration discovery.");
@@ -316,7 +357,7 @@ async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), S
 /// held polls must never take every stream a connection has.
 fn hold_options(config: &ServeConfig) -> crate::HoldOptions {
     let streams = config.security.grpc_limits.max_concurrent_streams as usize;
-    let per_connection = config.hold.max_held_per_connection.min(streams / 2).max(1);
+    let per_connection = config.hold.max_held_per_connection.min(streams.saturating_sub(1) / 2).max(1);
     crate::HoldOptions { max_held_per_connection: per_connection, ..config.hold }
 }
 

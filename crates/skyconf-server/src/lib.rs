@@ -193,10 +193,20 @@ impl Running {
     }
 
     /// Waits until the server stops (after [`Self::shutdown_token`] is cancelled, or a failure)
-    /// and every release file and last good copy is on disk.
+    /// and every release file and last good copy is on disk; then logs that it stopped, and how
+    /// long the stop took.
     pub async fn wait(mut self) -> Result<(), ServerError> {
         let mut result = Ok(());
-        while let Some(joined) = self.tasks.join_next().await {
+        let mut began = None;
+        loop {
+            let joined = tokio::select! {
+                () = self.shutdown.cancelled(), if began.is_none() => {
+                    began = Some(std::time::Instant::now());
+                    continue;
+                }
+                joined = self.tasks.join_next() => joined,
+            };
+            let Some(joined) = joined else { break };
             // The first failure stops the others.
             if let Ok(Err(e)) = joined {
                 self.shutdown.cancel();
@@ -207,6 +217,8 @@ impl Running {
         }
         let persister = self.persister.clone();
         let _ = tokio::task::spawn_blocking(move || persister.flush()).await;
+        let took_ms = began.map_or(0, |began| began.elapsed().as_millis() as u64);
+        tracing::info!(took_ms, "Stopped.");
         result
     }
 

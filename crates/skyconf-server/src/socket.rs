@@ -51,6 +51,8 @@ pub struct ConnectionState {
     pub pin: UpstreamPin,
     /// Its polls held now (see `crate::cds::hold`).
     pub held_polls: std::sync::atomic::AtomicUsize,
+    /// Its source's shares and its forwarded calls (see `crate::security::connections`).
+    pub edge: crate::security::connections::EdgeState,
 }
 
 impl AgentConnection {
@@ -95,6 +97,11 @@ impl BatchedWrites {
     /// Wraps an accepted stream.
     pub fn new(stream: TcpStream) -> Self {
         Self { stream, ahead: None, start: 0, end: 0, streaming: false, frames: None }
+    }
+
+    /// The socket.
+    pub fn tcp(&self) -> &TcpStream {
+        &self.stream
     }
 
     /// Read ahead bytes are handed out up to the next HTTP/2 frame boundary (plaintext HTTP/2

@@ -133,6 +133,7 @@ fn hold(args: &HoldArgs, own: &HoldSection) -> HoldOptions {
         cap: args.hold_cap.or(own.cap_secs.map(Duration::from_secs)).unwrap_or(defaults.cap),
         max_held: own.max_held.unwrap_or(defaults.max_held),
         max_held_per_connection: own.max_held_per_connection.unwrap_or(defaults.max_held_per_connection),
+        max_held_per_source: own.max_held_per_source.or(defaults.max_held_per_source),
         ..defaults
     }
 }

@@ -229,7 +229,12 @@ fn serve_answers_fetch_and_stops_cleanly_on_sigterm() {
         stdout_of(skyconf().args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go", "--uuid", &uuid]));
     assert_eq!(String::from_utf8(output).unwrap().trim(), r#"{"commands":[]}"#);
     assert!(server.admin_addr.starts_with("127.0.0.1:"));
-    assert!(server.terminate().success(), "SIGTERM is a clean exit");
+    let (status, took, log) = server.terminate_logged();
+    assert!(status.success(), "SIGTERM is a clean exit");
+    assert!(took < std::time::Duration::from_secs(1), "an idle server stops promptly: {took:?}");
+    let last: serde_json::Value = serde_json::from_str(log.last().expect("a final line")).unwrap();
+    assert_eq!(last["fields"]["message"], "Stopped.", "{log:#?}");
+    assert!(last["fields"]["took_ms"].as_u64().unwrap() < 1000, "{last}");
 }
 
 fn fetch_digest(addr: &str, service: &str) -> String {

@@ -6,7 +6,8 @@
 //!   call ends in an error: no DEADLINE_EXCEEDED;
 //! - a hold that sees no change ends as an OK "unchanged" answer before the 30 s deadline, and
 //!   the next poll is held at once;
-//! - SIGTERM releases the held poll as an OK "unchanged" answer, not an error;
+//! - SIGTERM releases the held poll as an OK "unchanged" answer, not an error, and the server
+//!   stops within a second, with a final "Stopped." line;
 //! - a call without a deadline (grpcio's default user agent) is answered at once, not held.
 //!
 //! The grpcio client needs python3 with grpcio and grpcio-tools: `scripts/test.sh` installs them
@@ -185,12 +186,15 @@ fn a_grpcio_poller_with_the_java_timing_gets_every_write_within_a_second_and_an_
 
     // SIGTERM while the poll is held: the call ends OK and empty, before the server exits.
     wait_for_metric(&admin, HELD, 1, Duration::from_secs(10));
-    let stopped = Instant::now();
-    let status = server.terminate();
+    let (status, took, log) = server.terminate_logged();
     assert!(status.success(), "{status}");
     let line = grpcio.next_answer("the held poll at shutdown", Duration::from_secs(10));
     assert_eq!(line["unchanged"], true, "the held poll is answered \"unchanged\": {line}");
-    assert!(stopped.elapsed() < Duration::from_secs(10), "the stop waited for the hold");
+    assert!(took < Duration::from_secs(1), "the stop with a held poll took {took:?}");
+    // One final line says it stopped, and how long that took.
+    let last: Value = serde_json::from_str(log.last().expect("a final line")).unwrap();
+    assert_eq!(last["fields"]["message"], "Stopped.", "{log:#?}");
+    assert!(last["fields"]["took_ms"].as_u64().unwrap() < 1000, "{last}");
 }
 
 /// A hold that sees no change ends OK and empty 2 s before the 30 s deadline, less up to a random

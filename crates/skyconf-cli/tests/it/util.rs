@@ -127,11 +127,16 @@ impl Server {
         self.child.wait().unwrap();
     }
 
-    /// Sends SIGTERM and waits for the process to exit.
-    pub(crate) fn terminate(mut self) -> ExitStatus {
+    /// Sends SIGTERM and waits for the process to exit; its status, how long the exit took, and
+    /// the lines it logged since the addresses (or the last [`Self::drain_log`]).
+    pub(crate) fn terminate_logged(mut self) -> (ExitStatus, Duration, Vec<String>) {
+        let sent = std::time::Instant::now();
         let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
         assert!(status.success());
-        self.child.wait().unwrap()
+        let status = self.child.wait().unwrap();
+        let took = sent.elapsed();
+        // The reader thread ends at the end of the output, once the process is gone.
+        (status, took, self.log.iter().collect())
     }
 }
 

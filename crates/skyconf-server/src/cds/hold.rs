@@ -22,13 +22,17 @@
 //! with "unchanged" at the end of its hold or when the server shuts down (before the port closes).
 //! A hold is shortened by a random tenth at most ([`jittered`]): a change restarts every agent's
 //! hold at once, and without it the whole fleet's holds would end in one burst 28 s later.
-//! Held calls are bounded per connection and in total; a call over either bound is answered at
-//! once, as without holding.
+//! Held calls are bounded per connection, per source address (a share of the total, see
+//! `crate::security::sources`) and in total; a call over any bound is answered at once, as
+//! without holding.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tonic::metadata::MetadataMap;
+
+use crate::security::sources::{Bound, default_share, increment_below};
+use crate::socket::ConnectionState;
 
 /// Which clients without a deadline are held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -81,8 +85,11 @@ pub struct HoldOptions {
     /// agents briefly have a second call (a reconnect before the old connection is found dead).
     pub max_held: usize,
     /// Held calls at once on one connection (a proxy may carry many agents on one). Kept below
-    /// the connection's stream limit, so held polls never take every stream of a connection.
+    /// half the connection's stream limit, so held polls never take every stream of a connection.
     pub max_held_per_connection: usize,
+    /// Held calls at once from one source address ([`crate::security::sources`]); `None`: a
+    /// quarter of [`Self::max_held`]. A proxy or NAT in front of many agents needs one per agent.
+    pub max_held_per_source: Option<usize>,
 }
 
 impl Default for HoldOptions {
@@ -94,7 +101,8 @@ impl Default for HoldOptions {
             without_deadline: NoDeadline::GoAgents,
             cap: Duration::from_secs(30),
             max_held: 200_000,
-            max_held_per_connection: 256,
+            max_held_per_connection: 48,
+            max_held_per_source: None,
         }
     }
 }
@@ -103,6 +111,12 @@ impl Default for HoldOptions {
 pub const HOLD_HEADER: &str = "skyconf-hold";
 
 impl HoldOptions {
+    /// One source's share of the held calls: as configured (at most [`Self::max_held`]), or a
+    /// quarter.
+    pub fn source_share(&self) -> usize {
+        self.max_held_per_source.map_or_else(|| default_share(self.max_held), |share| share.min(self.max_held))
+    }
+
     /// How long a call with `metadata` may be held; `None`: answer at once.
     pub fn hold_for(&self, metadata: &MetadataMap) -> Option<Duration> {
         if !self.enabled || metadata.get(HOLD_HEADER).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off")) {
@@ -176,48 +190,56 @@ pub enum Refusal {
     Connection,
     /// The server holds the most it may.
     Total,
+    /// Its source address holds its whole share.
+    Source,
 }
 
-/// One held call's place in both bounds; given back when dropped.
+/// One held call's place in every bound; given back when dropped.
 #[derive(Debug)]
 pub struct Slot<'a> {
-    total: &'a AtomicUsize,
+    total: Option<&'a AtomicUsize>,
     connection: Option<&'a AtomicUsize>,
+    source: Option<&'a AtomicUsize>,
 }
 
 impl<'a> Slot<'a> {
-    /// Takes a place in `total` (at most `max_total`) and in `connection` (at most
-    /// `max_connection`), or says which is full.
+    /// Takes a place in `connection`'s held polls, in its source's and in `total`, within the
+    /// bounds of `options`, or says which bound is reached (the narrowest first).
     pub fn take(
         total: &'a HeldCount,
-        max_total: usize,
-        connection: Option<&'a AtomicUsize>,
-        max_connection: usize,
+        options: &HoldOptions,
+        connection: Option<&'a ConnectionState>,
     ) -> Result<Self, Refusal> {
-        if !increment_below(&total.0, max_total) {
+        // What is taken so far; given back by the drop if a later bound refuses.
+        let mut slot = Self { total: None, connection: None, source: None };
+        if let Some(connection) = connection {
+            if !increment_below(&connection.held_polls, options.max_held_per_connection) {
+                return Err(Refusal::Connection);
+            }
+            slot.connection = Some(&connection.held_polls);
+            if let Some(source) = connection.edge.source() {
+                let share = options.source_share();
+                if !increment_below(&source.held_polls, share) {
+                    source.reached(Bound::HeldPolls, share);
+                    return Err(Refusal::Source);
+                }
+                slot.source = Some(&source.held_polls);
+            }
+        }
+        if !increment_below(&total.0, options.max_held) {
             return Err(Refusal::Total);
         }
-        if let Some(connection) = connection
-            && !increment_below(connection, max_connection)
-        {
-            total.0.fetch_sub(1, Ordering::Relaxed);
-            return Err(Refusal::Connection);
-        }
-        Ok(Self { total: &total.0, connection })
+        slot.total = Some(&total.0);
+        Ok(slot)
     }
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.total.fetch_sub(1, Ordering::Relaxed);
-        if let Some(connection) = self.connection {
-            connection.fetch_sub(1, Ordering::Relaxed);
+        for held in [self.total, self.connection, self.source].into_iter().flatten() {
+            held.fetch_sub(1, Ordering::Relaxed);
         }
     }
-}
-
-fn increment_below(counter: &AtomicUsize, max: usize) -> bool {
-    counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1)).is_ok()
 }
 
 /// How a held call ended.
@@ -320,16 +342,35 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_bounded_per_connection_and_in_total_and_given_back() {
+    fn slots_are_bounded_per_connection_per_source_and_in_total_and_given_back() {
+        use crate::security::sources::Sources;
         let total = HeldCount::default();
-        let (a, b) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let first = Slot::take(&total, 3, Some(&a), 2).unwrap();
-        let second = Slot::take(&total, 3, Some(&a), 2).unwrap();
-        assert_eq!(Slot::take(&total, 3, Some(&a), 2).unwrap_err(), Refusal::Connection);
-        assert_eq!(total.get(), 2, "a refused slot takes nothing");
-        let third = Slot::take(&total, 3, Some(&b), 2).unwrap();
-        assert_eq!(Slot::take(&total, 3, Some(&b), 2).unwrap_err(), Refusal::Total);
-        drop((first, second, third));
-        assert_eq!((total.get(), a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)), (0, 0, 0));
+        let options = HoldOptions { max_held: 5, max_held_per_connection: 2, ..HoldOptions::default() };
+        let state = |source: Option<&crate::security::sources::SourceConnection>| ConnectionState {
+            edge: crate::security::connections::EdgeState::of(source.map(|s| std::sync::Arc::clone(s.source()))),
+            ..ConnectionState::default()
+        };
+        let sources = Sources::new(10);
+        let (ip_a, ip_b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let (place_a, place_a2, place_b) =
+            (sources.admit(ip_a).unwrap(), sources.admit(ip_a).unwrap(), sources.admit(ip_b).unwrap());
+        let (a, a2, b) = (state(Some(&place_a)), state(Some(&place_a2)), state(Some(&place_b)));
+        assert_eq!(options.source_share(), 1, "a quarter of 5");
+        let options = HoldOptions { max_held_per_source: Some(3), ..options };
+
+        let first = Slot::take(&total, &options, Some(&a)).unwrap();
+        let second = Slot::take(&total, &options, Some(&a)).unwrap();
+        assert_eq!(Slot::take(&total, &options, Some(&a)).unwrap_err(), Refusal::Connection);
+        let third = Slot::take(&total, &options, Some(&a2)).unwrap();
+        assert_eq!(Slot::take(&total, &options, Some(&a2)).unwrap_err(), Refusal::Source, "10.0.0.1 holds its 3");
+        assert_eq!(total.get(), 3, "a refused slot takes nothing");
+        let fourth = Slot::take(&total, &options, Some(&b)).unwrap();
+        let fifth = Slot::take(&total, &options, None).unwrap();
+        assert_eq!(Slot::take(&total, &options, Some(&b)).unwrap_err(), Refusal::Total);
+        drop((first, second, third, fourth, fifth));
+        let counts =
+            [&a.held_polls, &a2.held_polls, &b.held_polls, &place_a.source().held_polls, &place_b.source().held_polls]
+                .map(|n| n.load(Ordering::Relaxed));
+        assert_eq!((total.get(), counts), (0, [0; 5]));
     }
 }

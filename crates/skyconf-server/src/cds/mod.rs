@@ -173,8 +173,8 @@ impl ConfigurationDiscoveryService for CdsService {
         };
         let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
         if let (Some(hold_for), Some(changes), true) = (hold_for, changes, holdable) {
-            let held_polls = connection.as_ref().map(|c| &c.held_polls);
-            if let Some(slot) = self.take_slot(held_polls) {
+            let connection = connection.as_deref();
+            if let Some(slot) = self.take_slot(connection) {
                 let holding = self.fleet.as_ref().zip(peer);
                 if let Some((fleet, peer)) = holding {
                     fleet.set_holding(&request.service, peer, true);
@@ -209,8 +209,8 @@ impl CdsService {
     }
 
     /// A place among the held polls, or `None` (counted) when a bound is reached.
-    fn take_slot<'a>(&'a self, connection: Option<&'a std::sync::atomic::AtomicUsize>) -> Option<Slot<'a>> {
-        let taken = Slot::take(&self.held, self.hold.max_held, connection, self.hold.max_held_per_connection);
+    fn take_slot<'a>(&'a self, connection: Option<&'a crate::socket::ConnectionState>) -> Option<Slot<'a>> {
+        let taken = Slot::take(&self.held, &self.hold, connection);
         taken.map_err(|refusal| self.metrics.hold_refused(refusal)).ok()
     }
 

@@ -11,6 +11,7 @@
 //! - The table's and the store's state (up, stale, ages, version) is read at scrape time.
 //! - The fleet's gauges ([`FleetGauges`]) are computed from the fleet table at scrape time.
 
+pub mod edge;
 pub mod events;
 mod fleet;
 mod gateway;
@@ -35,6 +36,7 @@ pub use skyconf_core::answer::FetchOutcome;
 
 use crate::cds::hold::{HeldCount, Refusal, Release};
 
+pub use edge::{EdgeMetrics, PendingLimit};
 pub use events::{AdminDenial, BrowserRefusal, Events, GuardedService, OriginEvents};
 pub use fleet::{AgentsPerDigest, FleetGauges, FleetIdentities, FleetTable, StuckAgents};
 pub use gateway::GatewayMetrics;
@@ -83,7 +85,7 @@ pub struct CdsMetrics {
     by_release: [Counter; 4],
     /// Polls answered at once because a bound on held polls was reached.
     refused: Family<LimitLabels, Counter>,
-    by_refusal: [Counter; 2],
+    by_refusal: [Counter; 3],
     /// The count of held polls, read at scrape time.
     held: Arc<std::sync::OnceLock<Arc<HeldCount>>>,
 }
@@ -95,7 +97,8 @@ impl Default for CdsMetrics {
         let released = Family::<ReasonLabels, Counter>::default();
         let by_release = Release::ALL.map(|r| released.get_or_create_owned(&ReasonLabels { reason: r.as_str() }));
         let refused = Family::<LimitLabels, Counter>::default();
-        let by_refusal = ["connection", "total"].map(|limit| refused.get_or_create_owned(&LimitLabels { limit }));
+        let by_refusal =
+            ["connection", "total", "source"].map(|limit| refused.get_or_create_owned(&LimitLabels { limit }));
         Self {
             fetches,
             by_outcome,
@@ -156,6 +159,11 @@ impl CdsMetrics {
         self.by_refusal[refusal as usize].inc();
     }
 
+    /// Polls answered at once because of `refusal` so far.
+    pub fn held_refused(&self, refusal: Refusal) -> u64 {
+        self.by_refusal[refusal as usize].get()
+    }
+
     /// Exposes `held` as `skyconf_held_polls`.
     pub fn watch_held(&self, held: &Arc<HeldCount>) {
         let _ = self.held.set(Arc::clone(held));
@@ -169,7 +177,7 @@ impl CdsMetrics {
         );
         registry.register(
             "skyconf_held_polls_refused",
-            "Polls answered at once although they could have been held, because the connection's or the server's bound on held polls was reached",
+            "Polls answered at once although they could have been held, because a bound on held polls was reached: the connection's, the server's (total) or the share of the poll's source address",
             self.refused.clone(),
         );
         registry.register_collector(Box::new(HeldGauge(Arc::clone(&self.held))));
@@ -247,6 +255,7 @@ pub struct Metrics {
     events: Events,
     fleet: FleetGauges,
     gateway: GatewayMetrics,
+    edge: EdgeMetrics,
 }
 
 impl Default for Metrics {
@@ -275,7 +284,9 @@ impl Metrics {
         registry.register_collector(Box::new(fleet.clone()));
         let gateway = GatewayMetrics::default();
         gateway.register(&mut registry);
-        Self { registry, cds, dcs, events, fleet, gateway }
+        let edge = EdgeMetrics::default();
+        edge.register(&mut registry);
+        Self { registry, cds, dcs, events, fleet, gateway, edge }
     }
 
     /// The CDS handler's handle.
@@ -301,6 +312,11 @@ impl Metrics {
     /// The gateway's handle.
     pub fn gateway(&self) -> GatewayMetrics {
         self.gateway.clone()
+    }
+
+    /// The agent port's edge's handle.
+    pub fn edge(&self) -> EdgeMetrics {
+        self.edge.clone()
     }
 
     /// The exposition, in the OpenMetrics text format.

@@ -8,15 +8,30 @@
 //! sends (a few hundred bytes of metadata). A header block over it is answered with HTTP 431,
 //! which gRPC clients report as UNKNOWN: such a request is not from an agent.
 //!
+//! Calls answered here wait for their request message at most
+//! [`GrpcLimits::request_message_timeout`], and only so many may wait at once: in all
+//! ([`GrpcLimits::max_pending_streams`]), per source address (a share of that, see
+//! [`super::sources`]) and per connection (its stream limit). Each waiting call costs about 10 KB
+//! (HTTP/2 stream, request, task), so the bounds bound that memory; a call over one is answered
+//! `DEADLINE_EXCEEDED` at once, as if its message had not arrived in time, and counted. An agent
+//! sends its message with the headers, so its calls wait microseconds and never meet a bound that
+//! another source fills.
+//!
 //! Admin: request bodies are bounded by the largest document plus an envelope on write routes,
 //! and by a few KiB everywhere else (a `GET` carries no body).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 
-use super::connections::{Acceptor, Guarded, Opening};
+use super::connections::{Acceptor, Guarded, OpenCall, Opening};
+use super::drain::{Drain, keep_until_answered};
+use super::sources::{Bound, default_share, increment_below};
+use crate::metrics::{EdgeMetrics, PendingLimit};
+use crate::socket::ConnectionState;
 
 /// HTTP/2 limits of the gRPC port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +39,7 @@ pub struct GrpcLimits {
     /// The largest header block (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`), in bytes.
     pub max_header_list_bytes: u32,
     /// Concurrent calls per connection (`SETTINGS_MAX_CONCURRENT_STREAMS`); clients queue the rest.
+    /// Held polls take less than half of them (`crate::HoldOptions`).
     pub max_concurrent_streams: u32,
     /// How often an idle connection is pinged; `None`: never.
     pub keepalive_interval: Option<Duration>,
@@ -34,36 +50,59 @@ pub struct GrpcLimits {
     /// How long a call's request message may take to arrive after its headers
     /// ([`FirstMessageTimeout`]).
     pub request_message_timeout: Duration,
+    /// Calls answered here waiting for their request message at once, in all.
+    pub max_pending_streams: usize,
+    /// The same from one source address ([`super::sources`]); `None`: a quarter of
+    /// [`Self::max_pending_streams`].
+    pub max_pending_streams_per_source: Option<usize>,
 }
 
 impl Default for GrpcLimits {
     fn default() -> Self {
         Self {
             max_header_list_bytes: 16 * 1024,
-            // Proxies such as Envoy multiplex many agents onto few connections.
-            max_concurrent_streams: 1024,
+            // An agent has one or two calls open; a proxy that multiplexes many agents (Envoy)
+            // opens another connection when one is full, and clients queue the rest.
+            max_concurrent_streams: 100,
             keepalive_interval: Some(Duration::from_secs(60)),
             keepalive_timeout: Duration::from_secs(20),
             tcp_keepalive: Some(Duration::from_secs(60)),
             request_message_timeout: Duration::from_secs(10),
+            max_pending_streams: 10_000,
+            max_pending_streams_per_source: None,
         }
     }
 }
 
 impl GrpcLimits {
-    /// `server` with the HTTP/2 limits and the request message deadline (on the calls answered
-    /// here only, when `forwarding`: a forwarded stream's messages come when the agent has them).
+    /// `server` with the HTTP/2 limits, the request message deadline and the bounds on calls
+    /// waiting for their message, refusals counted in `metrics` (on the calls answered here only,
+    /// when `forwarding`: a forwarded stream's messages come when the agent has them). Every call
+    /// is counted open on its connection until its answer ends, and a call still waiting for its
+    /// message is answered when `drain`'s shutdown begins ([`super::drain`]).
     pub fn apply<L>(
         &self,
         server: tonic::transport::Server<L>,
         forwarding: bool,
+        metrics: &EdgeMetrics,
+        drain: &Drain,
     ) -> tonic::transport::Server<tower::layer::util::Stack<FirstMessageTimeout, L>> {
+        let pending = PendingStreams::new(self, metrics.clone());
+        let layer =
+            FirstMessageTimeout { timeout: self.request_message_timeout, forwarding, pending, drain: drain.clone() };
         server
             .http2_max_header_list_size(self.max_header_list_bytes)
             .max_concurrent_streams(self.max_concurrent_streams)
             .http2_keepalive_interval(self.keepalive_interval)
             .http2_keepalive_timeout(Some(self.keepalive_timeout))
-            .layer(FirstMessageTimeout { timeout: self.request_message_timeout, forwarding })
+            .layer(layer)
+    }
+
+    /// One source's share of the calls waiting for their message: as configured (at most the
+    /// bound of all), or a quarter.
+    pub fn pending_share(&self) -> usize {
+        let max = self.max_pending_streams.max(1);
+        self.max_pending_streams_per_source.map_or_else(|| default_share(max), |share| share.clamp(1, max))
     }
 
     /// The accepted sockets of `acceptor` (capped, backing off on accept errors), with TCP
@@ -77,11 +116,11 @@ impl GrpcLimits {
     ) -> impl futures_util::Stream<Item = std::io::Result<Guarded<crate::socket::BatchedWrites>>> + use<> {
         let tcp_keepalive = self.tcp_keepalive;
         futures_util::stream::unfold(acceptor, move |mut acceptor| async move {
-            let (stream, _, permit) = acceptor.accept().await;
+            let (stream, _, admission) = acceptor.accept().await;
             let _ = stream.set_nodelay(true);
             set_tcp_keepalive(&stream, tcp_keepalive);
             let stream = crate::socket::BatchedWrites::new(stream).with_frame_boundaries();
-            Some((Ok(Guarded::new(stream, Opening::Http2, handshake_timeout, permit)), acceptor))
+            Some((Ok(Guarded::new(stream, Opening::Http2, handshake_timeout, admission)), acceptor))
         })
     }
 
@@ -117,24 +156,106 @@ fn set_tcp_keepalive(stream: &tokio::net::TcpStream, time: Option<Duration>) {
     }
 }
 
+/// The calls answered here that wait for their request message: counted, and bounded in all and
+/// per source (see the module docs). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PendingStreams {
+    count: Arc<AtomicUsize>,
+    max: usize,
+    per_source: usize,
+    metrics: EdgeMetrics,
+    /// Whether the bound of all was reached, and logged, since the count was last below half.
+    full: Arc<AtomicBool>,
+}
+
+impl PendingStreams {
+    /// The bounds of `limits`, refusals and the count reported in `metrics`.
+    pub fn new(limits: &GrpcLimits, metrics: EdgeMetrics) -> Self {
+        let count = Arc::default();
+        metrics.watch_pending(&count);
+        let (max, per_source) = (limits.max_pending_streams.max(1), limits.pending_share());
+        Self { count, max, per_source, metrics, full: Arc::default() }
+    }
+
+    /// A place for one more waiting call on `connection`, or the bound that is reached (counted).
+    fn take(&self, connection: Option<Arc<ConnectionState>>) -> Result<PendingPlace, PendingLimit> {
+        if let Some(source) = connection.as_ref().and_then(|c| c.edge.source())
+            && !increment_below(&source.pending_streams, self.per_source)
+        {
+            source.reached(Bound::PendingStreams, self.per_source);
+            self.metrics.stream_refused(PendingLimit::Source);
+            return Err(PendingLimit::Source);
+        }
+        // From here the place holds the source's count, and gives it back if refused.
+        let mut place = PendingPlace { count: None, connection };
+        if !increment_below(&self.count, self.max) {
+            if !self.full.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    bound = self.max,
+                    setting = "skyconf.limits.grpcMaxPendingStreams",
+                    "The calls waiting for their request message reached their bound; further calls are answered DEADLINE_EXCEEDED at once until some arrive."
+                );
+            }
+            self.metrics.stream_refused(PendingLimit::Total);
+            return Err(PendingLimit::Total);
+        }
+        if self.full.load(Ordering::Relaxed) && self.count.load(Ordering::Relaxed) < self.max / 2 {
+            self.full.store(false, Ordering::Relaxed);
+        }
+        place.count = Some(Arc::clone(&self.count));
+        Ok(place)
+    }
+}
+
+/// One waiting call's place in the bounds of [`PendingStreams`]; given back when dropped (its
+/// message arrived, or the call ended).
+#[derive(Debug)]
+struct PendingPlace {
+    count: Option<Arc<AtomicUsize>>,
+    connection: Option<Arc<ConnectionState>>,
+}
+
+impl Drop for PendingPlace {
+    fn drop(&mut self) {
+        if let Some(count) = &self.count {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+        if let Some(source) = self.connection.as_ref().and_then(|c| c.edge.source()) {
+            source.pending_streams.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A layer that answers a gRPC call `DEADLINE_EXCEEDED` when its first message (or the end of
-/// its request) has not arrived within the timeout after its headers. A CDS request is a few
-/// hundred bytes sent with the headers, so only a stream that is held open on purpose meets it;
-/// the stream is answered and closed instead of held. `DEADLINE_EXCEEDED` is not a status that
-/// makes an agent drop its channel.
-#[derive(Debug, Clone, Copy)]
+/// its request) has not arrived within the timeout after its headers, at once when too many
+/// calls wait for theirs ([`PendingStreams`]), or when the shutdown begins. A CDS request is a few
+/// hundred bytes sent with the headers, so only a stream that is held open on purpose meets
+/// either; the stream is answered and closed instead of held. `DEADLINE_EXCEEDED` is not a status
+/// that makes an agent drop its channel. Every call, forwarded ones too, is counted open on its
+/// connection until its answer ends ([`OpenCall`]).
+#[derive(Debug, Clone)]
 pub struct FirstMessageTimeout {
     /// How long the first message may take.
     pub timeout: Duration,
     /// Gateway mode: calls that are forwarded are left alone.
     pub forwarding: bool,
+    /// The calls waiting for their first message.
+    pub pending: PendingStreams,
+    /// The shutdown, which answers the calls still waiting.
+    pub drain: Drain,
 }
 
 impl<S> tower::Layer<S> for FirstMessageTimeout {
     type Service = FirstMessageTimeoutService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        FirstMessageTimeoutService { inner, timeout: self.timeout, forwarding: self.forwarding }
+        FirstMessageTimeoutService {
+            inner,
+            timeout: self.timeout,
+            forwarding: self.forwarding,
+            pending: self.pending.clone(),
+            drain: self.drain.clone(),
+        }
     }
 }
 
@@ -144,6 +265,8 @@ pub struct FirstMessageTimeoutService<S> {
     inner: S,
     timeout: Duration,
     forwarding: bool,
+    pending: PendingStreams,
+    drain: Drain,
 }
 
 type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
@@ -163,31 +286,52 @@ where
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let open = OpenCall::of(request.extensions());
         if self.forwarding && !crate::gateway::is_answered_here(request.uri().path()) {
-            return Box::pin(self.inner.call(request));
+            let call = self.inner.call(request);
+            return Box::pin(async move { Ok(keep_until_answered(call.await?, open)) });
         }
+        let connection = crate::socket::connection_of(request.extensions()).map(|c| Arc::clone(&c.state));
+        let place = match self.pending.take(connection) {
+            Ok(place) => place,
+            Err(limit) => {
+                let why = match limit {
+                    PendingLimit::Source => "too many calls from this source are waiting for their request message",
+                    PendingLimit::Total => "too many calls are waiting for their request message",
+                };
+                return Box::pin(std::future::ready(Ok(tonic::Status::deadline_exceeded(why).into_http())));
+            }
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let request = request.map(|body| tonic::body::Body::new(FirstFrame { inner: body, arrived: Some(tx) }));
+        let request =
+            request.map(|body| tonic::body::Body::new(FirstFrame { inner: body, arrived: Some((tx, place)) }));
         let call = self.inner.call(request);
-        let timeout = self.timeout;
+        let (timeout, shutdown) = (self.timeout, self.drain.begun());
         Box::pin(async move {
             let mut call = std::pin::pin!(call);
-            tokio::select! {
+            let answer = tokio::select! {
+                // In this order: the handler reads the body (and sends `arrived`) when polled.
+                biased;
                 answer = &mut call => answer,
                 waited = tokio::time::timeout(timeout, rx) => match waited {
                     // The message arrived, or the handler is done with the body.
                     Ok(_) => call.await,
                     Err(_) => Ok(tonic::Status::deadline_exceeded("the request message did not arrive in time").into_http()),
                 },
-            }
+                // A held poll is answered at shutdown by its service; a call still waiting for its
+                // message, here.
+                () = shutdown => Ok(tonic::Status::deadline_exceeded("the server is shutting down").into_http()),
+            };
+            Ok(keep_until_answered(answer?, open))
         })
     }
 }
 
-/// A request body that reports its first frame (or its end, or being dropped).
+/// A request body that reports its first frame (or its end, or being dropped), and gives back its
+/// place among the waiting calls then.
 struct FirstFrame {
     inner: tonic::body::Body,
-    arrived: Option<tokio::sync::oneshot::Sender<()>>,
+    arrived: Option<(tokio::sync::oneshot::Sender<()>, PendingPlace)>,
 }
 
 impl http_body::Body for FirstFrame {
@@ -200,7 +344,7 @@ impl http_body::Body for FirstFrame {
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let polled = http_body::Body::poll_frame(std::pin::Pin::new(&mut self.inner), cx);
         if polled.is_ready()
-            && let Some(arrived) = self.arrived.take()
+            && let Some((arrived, _place)) = self.arrived.take()
         {
             let _ = arrived.send(());
         }

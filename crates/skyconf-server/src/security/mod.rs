@@ -7,6 +7,8 @@
 //!   client certificates.
 //! - [`limits`]: HTTP/2 limits of the gRPC port and request body limits of the admin API.
 //! - [`connections`]: handshake deadlines, connection caps and accept backoff on both ports.
+//! - [`sources`]: fair shares of the gRPC port's shared bounds by source address.
+//! - [`drain`]: how the gRPC port's connections close, at shutdown and otherwise, without a reset.
 //! - [`browser`]: the admin port against browsers: cross-site writes, DNS rebinding, CSP.
 //!
 //! Everything is off by default, as on an OAP. Secrets are [`Secret`]s: their `Debug` is
@@ -15,7 +17,9 @@
 pub mod auth;
 pub mod browser;
 pub mod connections;
+pub mod drain;
 pub mod limits;
+pub mod sources;
 pub mod tls;
 
 use std::future::Future;
@@ -197,9 +201,9 @@ impl axum::serve::Listener for AdminListener {
     type Addr = std::net::SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (stream, peer, permit) = self.acceptor.accept().await;
+        let (stream, peer, admission) = self.acceptor.accept().await;
         let _ = stream.set_nodelay(true);
-        (connections::Guarded::new(stream, connections::Opening::Http1OrHttp2, self.timeout, permit), peer)
+        (connections::Guarded::new(stream, connections::Opening::Http1OrHttp2, self.timeout, admission), peer)
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {

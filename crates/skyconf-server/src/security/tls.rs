@@ -29,7 +29,7 @@ use tokio_rustls::rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::server::TlsStream;
 
 use super::SecurityError;
-use super::connections::{Acceptor, Guarded, Opening};
+use super::connections::{Acceptor, Guarded, Opening, Socket};
 
 /// How long a client may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -184,7 +184,7 @@ pub fn handshakes<S, P>(
     port: &'static str,
 ) -> (mpsc::Receiver<Handshaken<S>>, JoinHandle<()>)
 where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Socket + Unpin + Send + 'static,
     P: Fn(TcpStream) -> S + Send + 'static,
 {
     let (tx, accepted) = mpsc::channel(64);
@@ -228,12 +228,12 @@ async fn accept_loop<S, P>(
     prepare: P,
     port: &'static str,
 ) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Socket + Unpin + Send + 'static,
     P: Fn(TcpStream) -> S,
 {
     loop {
         // Accept errors are logged and backed off inside.
-        let (tcp, peer, permit) = tokio::select! {
+        let (tcp, peer, admission) = tokio::select! {
             () = tx.closed() => return,
             accepted = listener.accept() => accepted,
         };
@@ -243,7 +243,7 @@ async fn accept_loop<S, P>(
         tokio::spawn(async move {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => {
-                    let stream = Guarded::new(stream, opening, opening_timeout, permit);
+                    let stream = Guarded::new(stream, opening, opening_timeout, admission);
                     let _ = tx.send((stream, peer)).await;
                 }
                 // Debug only: scanners and health probes without TLS would flood the log.

@@ -24,6 +24,7 @@ mod rollouts;
 mod security;
 mod serve;
 mod shared_writes;
+mod shutdown;
 mod tls;
 mod web;
 mod zookeeper;

@@ -472,7 +472,12 @@ mod connections {
 
     #[tokio::test]
     async fn the_grpc_port_holds_at_most_the_configured_connections() {
-        let connections = ConnectionLimits { max_grpc_connections: Some(2), ..ConnectionLimits::default() };
+        let connections = ConnectionLimits {
+            max_grpc_connections: Some(2),
+            // One source may take the whole cap here: this is the cap of all.
+            max_grpc_connections_per_source: Some(2),
+            ..ConnectionLimits::default()
+        };
         let (_dir, server) = start(connections, GrpcLimits::default()).await;
         let addr = server.grpc_addr;
         let mut first = TcpStream::connect(addr).await.unwrap();
@@ -488,6 +493,172 @@ mod connections {
         assert!(!server_speaks(&mut third, Duration::from_millis(300)).await, "over the cap");
         drop(first);
         assert!(server_speaks(&mut third, BOUND).await, "taken up once a slot is free");
+        server.stop().await.unwrap();
+    }
+
+    // ---- fair shares by source address (findings F5, F6, N10): 127.0.0.x are distinct sources ----
+
+    /// A TCP connection to `addr` from the loopback address `from` (a source of its own).
+    async fn tcp_from(from: [u8; 4], addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    /// An HTTP/2 client from `from`, and its connection's task (which answers the server's pings;
+    /// it ends when the server closes the connection).
+    async fn h2_from(
+        from: [u8; 4],
+        addr: SocketAddr,
+    ) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
+        let (client, connection) = h2::client::handshake(tcp_from(from, addr).await).await.unwrap();
+        (client, tokio::spawn(connection))
+    }
+
+    /// Starts a poll echoing the current digest with the Java agent's 30 s deadline (held while
+    /// nothing changes); its status once it ends.
+    async fn held_poll(
+        client: &h2::client::SendRequest<bytes::Bytes>,
+        addr: SocketAddr,
+        digest: &str,
+    ) -> tokio::task::JoinHandle<String> {
+        let mut request = fetch_request(addr);
+        request.headers_mut().insert("grpc-timeout", "30S".parse().unwrap());
+        let message = ConfigurationSyncRequest { service: "svc".into(), uuid: digest.into() };
+        let mut ready = client.clone().ready().await.unwrap();
+        let (response, mut send) = ready.send_request(request, false).unwrap();
+        send.send_data(grpc_frame(&message), true).unwrap();
+        tokio::spawn(grpc_status(response))
+    }
+
+    /// Waits for `condition`, which must hold within [`BOUND`] (well before a held poll's end).
+    async fn within_bound(what: &str, mut condition: impl FnMut() -> bool) {
+        let give_up = tokio::time::Instant::now() + BOUND;
+        while !condition() {
+            assert!(tokio::time::Instant::now() < give_up, "not within {BOUND:?}: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn metric(server: &Server, line_start: &str) -> u64 {
+        let text = server.metrics.encode();
+        let line = text.lines().find(|l| l.starts_with(line_start) && l[line_start.len()..].starts_with(' '));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
+    }
+
+    async fn start_with(security: SecurityConfig, hold: skyconf_server::HoldOptions) -> (tempfile::TempDir, Server) {
+        let (dir, path) = temp_file("agent.yaml", GOOD);
+        (dir, Server::start(FileSource::new(path), ServeConfig { security, hold, ..loopback() }).await)
+    }
+
+    /// N10: one source asking for every held poll gets its share (a quarter of the bound by
+    /// default); the rest of its polls are answered at once, and another source's agent is held.
+    #[tokio::test]
+    async fn one_source_cannot_take_the_held_polls_of_another() {
+        let hold = skyconf_server::HoldOptions { max_held: 8, ..skyconf_server::HoldOptions::default() };
+        let (_dir, server) = start_with(SecurityConfig::default(), hold).await;
+        let (addr, digest) = (server.grpc_addr, server.served.snapshot().answer("svc").digest.as_str().to_owned());
+        let (greedy, _) = h2_from([127, 0, 0, 2], addr).await;
+        let mut calls = Vec::new();
+        for _ in 0..8 {
+            calls.push(held_poll(&greedy, addr, &digest).await);
+        }
+        within_bound("six of the greedy source's polls answered at once", || {
+            calls.iter().filter(|c| c.is_finished()).count() == 6
+        })
+        .await;
+        assert_eq!(metric(&server, "skyconf_held_polls"), 2, "its share: a quarter of 8");
+        assert_eq!(metric(&server, "skyconf_held_polls_refused_total{limit=\"source\"}"), 6);
+        for call in calls.into_iter().filter(|c| c.is_finished()) {
+            assert_eq!(call.await.unwrap(), "0", "answered \"unchanged\", an OK call");
+        }
+
+        let (agent, _) = h2_from([127, 0, 0, 3], addr).await;
+        let held = held_poll(&agent, addr, &digest).await;
+        within_bound("the other source's poll is held", || metric(&server, "skyconf_held_polls") == 3).await;
+        assert!(!held.is_finished());
+        server.stop().await.unwrap();
+        assert_eq!(held.await.unwrap(), "0", "answered \"unchanged\" at shutdown");
+    }
+
+    /// F5: connections that complete their handshake and answer every ping are never cut as idle;
+    /// one source opening as many as the cap gets its share (a quarter by default), the rest are
+    /// closed at once, and another source's agent connects and is answered.
+    #[tokio::test]
+    async fn one_source_cannot_take_the_connection_cap_from_another() {
+        let connections = ConnectionLimits { max_grpc_connections: Some(8), ..ConnectionLimits::default() };
+        let security = SecurityConfig { connections, ..SecurityConfig::default() };
+        let (_dir, server) = start_with(security, skyconf_server::HoldOptions::default()).await;
+        let addr = server.grpc_addr;
+        let mut greedy = Vec::new();
+        for _ in 0..8 {
+            greedy.push(h2_from([127, 0, 0, 2], addr).await);
+        }
+        within_bound("six of the greedy source's connections closed", || {
+            greedy.iter().filter(|(_, connection)| connection.is_finished()).count() == 6
+        })
+        .await;
+        assert_eq!(metric(&server, "skyconf_grpc_connections_refused_total{limit=\"source\"}"), 6);
+        for (client, _) in greedy.iter_mut().filter(|(_, connection)| !connection.is_finished()) {
+            assert_eq!(poll_on(client, addr).await, "0", "the source's share is served");
+        }
+
+        let (mut agent, _) = h2_from([127, 0, 0, 3], addr).await;
+        assert_eq!(poll_on(&mut agent, addr).await, "0", "another source connects and is answered");
+        assert_eq!(metric(&server, "skyconf_grpc_connections"), 3);
+        server.stop().await.unwrap();
+    }
+
+    /// F6: calls whose message never comes cost memory while they wait; one source gets its share
+    /// of the bound (a quarter by default), its further ones are answered DEADLINE_EXCEEDED at
+    /// once, and another source's calls are answered as usual. Once four sources fill the bound
+    /// of all, a fifth source's waiting call is refused too, by that bound.
+    #[tokio::test]
+    async fn one_source_cannot_take_the_pending_streams_of_another() {
+        let grpc_limits = GrpcLimits { max_pending_streams: 40, ..GrpcLimits::default() };
+        let security = SecurityConfig { grpc_limits, ..SecurityConfig::default() };
+        let (_dir, server) = start_with(security, skyconf_server::HoldOptions::default()).await;
+        let addr = server.grpc_addr;
+        let (greedy, _) = h2_from([127, 0, 0, 2], addr).await;
+        let mut waiting = Vec::new();
+        let mut calls = Vec::new();
+        for _ in 0..30 {
+            let mut ready = greedy.clone().ready().await.unwrap();
+            // HEADERS without END_STREAM, and never a DATA frame.
+            let (response, body) = ready.send_request(fetch_request(addr), false).unwrap();
+            waiting.push(body);
+            calls.push(tokio::spawn(grpc_status(response)));
+        }
+        within_bound("twenty of the source's waiting calls answered at once", || {
+            calls.iter().filter(|c| c.is_finished()).count() == 20
+        })
+        .await;
+        for call in calls.iter_mut().filter(|c| c.is_finished()) {
+            assert_eq!(call.await.unwrap(), "4", "DEADLINE_EXCEEDED, which does not drop an agent's channel");
+        }
+        assert_eq!(metric(&server, "skyconf_grpc_pending_streams"), 10, "its share: a quarter of 40");
+        assert_eq!(metric(&server, "skyconf_grpc_streams_refused_total{limit=\"source\"}"), 20);
+
+        let (mut agent, _) = h2_from([127, 0, 0, 3], addr).await;
+        assert_eq!(poll_on(&mut agent, addr).await, "0", "another source's call is answered");
+
+        // Three more sources take their shares: the bound of all is full.
+        let mut others = Vec::new();
+        for source in 4..=6 {
+            let (client, _) = h2_from([127, 0, 0, source], addr).await;
+            for _ in 0..10 {
+                let mut ready = client.clone().ready().await.unwrap();
+                let (response, body) = ready.send_request(fetch_request(addr), false).unwrap();
+                others.push((response, body));
+            }
+        }
+        within_bound("forty calls waiting", || metric(&server, "skyconf_grpc_pending_streams") == 40).await;
+        let (last, _) = h2_from([127, 0, 0, 7], addr).await;
+        let mut ready = last.ready().await.unwrap();
+        let (response, _body) = ready.send_request(fetch_request(addr), false).unwrap();
+        assert_eq!(tokio::time::timeout(BOUND, grpc_status(response)).await.unwrap(), "4");
+        assert_eq!(metric(&server, "skyconf_grpc_streams_refused_total{limit=\"total\"}"), 1);
+        drop((waiting, others));
         server.stop().await.unwrap();
     }
 }
