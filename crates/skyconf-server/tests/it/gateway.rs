@@ -522,12 +522,17 @@ async fn an_oaps_stream_limit_is_not_the_fleets() {
     let upstream = Upstream::start_with("oap-a", "127.0.0.1:0".parse().unwrap(), options).await;
     let (_dir, server) = gateway(&[&upstream]).await;
 
-    let hog = connect(server.grpc_addr).await;
+    // 256 held streams, 64 on each of four connections (an agent connection takes at most 100).
+    let mut hogs = Vec::new();
     let mut hog_calls = Vec::new();
-    for _ in 0..256 {
-        let (response, mut send) = open(&hog, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
-        send.send_data(Bytes::from(framed(b"held")), false).unwrap();
-        hog_calls.push((response, send));
+    for _ in 0..4 {
+        let hog = connect(server.grpc_addr).await;
+        for _ in 0..64 {
+            let (response, mut send) = open(&hog, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
+            send.send_data(Bytes::from(framed(b"held")), false).unwrap();
+            hog_calls.push((response, send));
+        }
+        hogs.push(hog);
     }
     // What one connection at 32 streams can take reaches the OAP in any case.
     upstream.wait_for("the first 32 held streams", |calls| calls.len() >= 32).await;
@@ -563,6 +568,7 @@ async fn an_oaps_stream_limit_is_not_the_fleets() {
         "{metrics}"
     );
     drop(hog_calls);
+    drop(hogs);
 }
 
 /// N13: an OAP that accepts TCP connections and never speaks HTTP/2 is never counted up, its
