@@ -45,12 +45,58 @@ pub struct AgentConnection {
 }
 
 /// The state of one agent connection.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ConnectionState {
     /// The OAP the connection's forwarded calls go to (gateway mode).
     pub pin: UpstreamPin,
     /// Its polls held now (see `crate::cds::hold`).
     pub held_polls: std::sync::atomic::AtomicUsize,
+    /// Its place in the fleet view: its rows and identity end when the connection closes (see
+    /// [`crate::fleet::link`]).
+    pub fleet: crate::fleet::Link,
+}
+
+impl ConnectionState {
+    /// The state of a new connection from `peer`.
+    pub fn new(peer: Option<SocketAddr>) -> Self {
+        Self { pin: UpstreamPin::default(), held_polls: Default::default(), fleet: crate::fleet::Link::new(peer) }
+    }
+
+    /// The connection closed: what it made true of the fleet ends now, even while calls that
+    /// came on it are still unwinding.
+    pub fn close(&self) {
+        self.fleet.close();
+    }
+}
+
+impl Default for ConnectionState {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+/// Closes its connection's state when dropped: owned by the socket, so the connection's facts
+/// end when the socket does (the peer's FIN or RST, a PING unanswered, shutdown), not when the
+/// last call that shares the state lets go of it.
+#[derive(Debug)]
+pub struct OpenConnection(Arc<ConnectionState>);
+
+impl OpenConnection {
+    /// A new connection from `peer`.
+    pub fn new(peer: Option<SocketAddr>) -> Self {
+        Self(Arc::new(ConnectionState::new(peer)))
+    }
+
+    /// Its state, shared with the calls on it.
+    pub fn state(&self) -> &Arc<ConnectionState> {
+        &self.0
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl AgentConnection {
@@ -80,6 +126,8 @@ pub const READ_AHEAD: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct BatchedWrites {
     stream: TcpStream,
+    /// The connection's state, closed when this socket is dropped.
+    open: OpenConnection,
     /// Read but not yet handed out: `ahead[start..end]`. Kept, drained, while the client streams
     /// (the next read ahead fills it again without a fresh zeroed allocation); `None` otherwise.
     ahead: Option<Box<[u8]>>,
@@ -94,7 +142,8 @@ pub struct BatchedWrites {
 impl BatchedWrites {
     /// Wraps an accepted stream.
     pub fn new(stream: TcpStream) -> Self {
-        Self { stream, ahead: None, start: 0, end: 0, streaming: false, frames: None }
+        let open = OpenConnection::new(stream.peer_addr().ok());
+        Self { stream, open, ahead: None, start: 0, end: 0, streaming: false, frames: None }
     }
 
     /// Read ahead bytes are handed out up to the next HTTP/2 frame boundary (plaintext HTTP/2
@@ -186,7 +235,7 @@ impl Connected for BatchedWrites {
     type ConnectInfo = AgentConnection;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        AgentConnection { tcp: self.stream.connect_info(), state: Arc::default() }
+        AgentConnection { tcp: self.stream.connect_info(), state: Arc::clone(self.open.state()) }
     }
 }
 
