@@ -59,6 +59,9 @@ pub mod link;
 pub mod management;
 pub mod replicas;
 
+#[cfg(test)]
+mod model;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
