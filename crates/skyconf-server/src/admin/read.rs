@@ -378,7 +378,9 @@ impl Listed {
     fn service_and_instance(&self) -> (&str, &str) {
         match self {
             Self::Local(key) => (&key.service, &key.instance),
-            Self::Remote(row) => (row["service"].as_str().unwrap_or_default(), row["instance"].as_str().unwrap_or_default()),
+            Self::Remote(row) => {
+                (row["service"].as_str().unwrap_or_default(), row["instance"].as_str().unwrap_or_default())
+            }
         }
     }
 
@@ -389,7 +391,11 @@ impl Listed {
             Self::Local(key) => (key.conn.peer, own, key.conn.id),
             Self::Remote(row) => {
                 let peer = row["peer"].as_str().and_then(|p| p.parse().ok());
-                (peer.unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0))), row["replica"].as_str().unwrap_or_default(), 0)
+                (
+                    peer.unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+                    row["replica"].as_str().unwrap_or_default(),
+                    0,
+                )
             }
         };
         Place { service: service.to_owned(), instance: instance.to_owned(), peer, replica: replica.to_owned(), conn }
@@ -449,9 +455,9 @@ pub(super) async fn instances(
     let end = (start + limit).min(total);
     let same = |i: usize, j: usize| listed[i].1.service_and_instance() == listed[j].1.service_and_instance();
     let mut instances = Vec::with_capacity(end - start);
-    for i in start..end {
+    for (i, (_, row)) in listed.iter().enumerate().take(end).skip(start) {
         let duplicate = (i > 0 && same(i - 1, i)) || (i + 1 < total && same(i, i + 1));
-        let row = match &listed[i].1 {
+        let row = match row {
             Listed::Remote(row) => {
                 let mut row = row.clone();
                 row["duplicate_name"] = json!(duplicate);
@@ -530,9 +536,9 @@ fn explain_targeting(view: &crate::served::View<'_>, instance: &mut crate::fleet
             Some(group) => format!("group `{}`: {}", group.name, group.selector.reason()),
             None => {
                 let groups = view.snapshot.table.targeting().groups(&polled.service);
-                let mut missed = groups
-                    .iter()
-                    .filter_map(|g| g.selector.mismatch(&polled.service, &who).map(|why| format!("`{}`: {why}", g.name)));
+                let mut missed = groups.iter().filter_map(|g| {
+                    g.selector.mismatch(&polled.service, &who).map(|why| format!("`{}`: {why}", g.name))
+                });
                 let named: Vec<String> = missed.by_ref().take(MAX_EXPLAINED_MISSES).collect();
                 let more = missed.count();
                 if named.is_empty() {

@@ -30,9 +30,9 @@ use skyconf_proto::v3::ConfigurationSyncRequest;
 use tonic::{Request, Response, Status};
 
 use crate::fleet::{Caller, Choice, Fleet};
-use crate::served::View;
 use crate::metrics::CdsMetrics;
 use crate::served::ServedTable;
+use crate::served::View;
 use codec::EncodedCommands;
 pub use generated::configuration_discovery_service_server::{
     ConfigurationDiscoveryService, ConfigurationDiscoveryServiceServer,
@@ -121,7 +121,12 @@ impl CdsService {
     /// answers vary per instance. `record`: the poll is recorded in the fleet table; when a held
     /// poll is looked up anew (`false`) it is not recorded again, but a command it is answered
     /// with is, so that the fleet knows what the agent was sent after its echo.
-    fn answer_to(&self, request: &ConfigurationSyncRequest, caller: Option<&Caller>, record: bool) -> (Bytes, FetchOutcome) {
+    fn answer_to(
+        &self,
+        request: &ConfigurationSyncRequest,
+        caller: Option<&Caller>,
+        record: bool,
+    ) -> (Bytes, FetchOutcome) {
         // Read before the view: a choice decided from this view holds for this generation.
         let generation = self.served.answers_generation();
         self.served.with_view(|view| {

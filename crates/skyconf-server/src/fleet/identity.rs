@@ -392,7 +392,9 @@ impl Fleet {
         for shard in &*self.shards {
             let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
             for (conn, peer) in shard.peers.iter().filter(|(_, p)| p.instance.is_none()) {
-                keys.extend(peer.services.keys().map(|service| AnonymousKey { service: Arc::clone(service), conn: *conn }));
+                keys.extend(
+                    peer.services.keys().map(|service| AnonymousKey { service: Arc::clone(service), conn: *conn }),
+                );
             }
         }
         keys
@@ -401,7 +403,11 @@ impl Fleet {
     /// The rows of the identified connections `keys` (in that order), each service judged with
     /// `current_of`; a connection gone since its key was read, or naming another instance now, is
     /// left out. `duplicate_name` is left false: the caller knows the whole listing.
-    pub fn instance_rows(&self, keys: &[InstanceKey], current_of: &(impl CurrentDigest + ?Sized)) -> Vec<InstanceStatus> {
+    pub fn instance_rows(
+        &self,
+        keys: &[InstanceKey],
+        current_of: &(impl CurrentDigest + ?Sized),
+    ) -> Vec<InstanceStatus> {
         let mut currents = Currents::new(current_of);
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {

@@ -141,8 +141,7 @@ impl Link {
                     (answers_generation, identity_generation, choice);
             }
             other => {
-                *other =
-                    Some(Decided { service: Arc::from(service), answers_generation, identity_generation, choice });
+                *other = Some(Decided { service: Arc::from(service), answers_generation, identity_generation, choice });
             }
         }
     }

@@ -817,7 +817,7 @@ impl Fleet {
                 }
             }
         }
-        out.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        out.sort_by_key(|row| (row.0, row.1));
         out.into_iter().map(|(_, _, status)| status).collect()
     }
 

@@ -276,7 +276,7 @@ impl Model {
     }
 
     /// Every row: (service, peer, instance for that service, state, polls, echoed, last seen).
-    fn rows(&self, served: &Served, now: u64) -> BTreeSet<(String, String, Option<String>, AgentState, u64, String, u64)> {
+    fn rows(&self, served: &Served, now: u64) -> RowSet {
         let mut out = BTreeSet::new();
         for conn in self.conns.values() {
             for (service, row) in &conn.rows {
@@ -284,7 +284,15 @@ impl Model {
                 let instance = conn.identity.as_ref().filter(|(s, _)| s == service).map(|(_, n)| n.clone());
                 let seen = if row.held > 0 { now } else { row.last_seen };
                 let state = self.state(conn, row, &current);
-                out.insert((service.clone(), conn.peer.to_string(), instance, state, row.polls, row.echoed.clone(), seen));
+                out.insert((
+                    service.clone(),
+                    conn.peer.to_string(),
+                    instance,
+                    state,
+                    row.polls,
+                    row.echoed.clone(),
+                    seen,
+                ));
             }
         }
         out
@@ -302,7 +310,7 @@ impl Model {
     }
 
     /// The identified connections: (service, instance, peer, the services polled with states).
-    fn instances(&self, served: &Served) -> Vec<(String, String, String, Vec<(String, AgentState)>)> {
+    fn instances(&self, served: &Served) -> Vec<Listed> {
         let mut out: Vec<_> = self
             .conns
             .values()
@@ -410,7 +418,10 @@ impl SharedRecords for Records {
         Box::pin(async move { Ok(self.records.lock().unwrap().get(&(kind.to_owned(), name.to_owned())).cloned()) })
     }
 
-    fn list<'a>(&'a self, kind: &'a str) -> skyconf_sources::BoxFuture<'a, Result<skyconf_sources::shared::Listed, SourceError>> {
+    fn list<'a>(
+        &'a self,
+        kind: &'a str,
+    ) -> skyconf_sources::BoxFuture<'a, Result<skyconf_sources::shared::Listed, SourceError>> {
         Box::pin(async move {
             let records = self.records.lock().unwrap();
             Ok(records.iter().filter(|((k, _), _)| k == kind).map(|((_, n), v)| (n.clone(), v.clone())).collect())
@@ -628,7 +639,15 @@ impl Sim {
                 publishing.await;
             });
             let management = Management::new(Arc::clone(&fleet));
-            replicas.push(Replica { served, fleet, cds: Arc::new(cds), management, metrics, admin, replicas: replicas_view });
+            replicas.push(Replica {
+                served,
+                fleet,
+                cds: Arc::new(cds),
+                management,
+                metrics,
+                admin,
+                replicas: replicas_view,
+            });
         }
         lock(&world).served = Served::of(&replicas[0].served, false);
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
@@ -778,10 +797,10 @@ impl Sim {
     /// Cancels agent `a`'s calls (their futures dropped, as when the client resets its streams).
     fn cancel_calls(&mut self, a: usize) {
         for poller in &mut self.agents[a].pollers {
-            if let Some(mut call) = poller.in_flight.take() {
-                if let Some(cancel) = call.cancel.take() {
-                    let _ = cancel.send(());
-                }
+            if let Some(mut call) = poller.in_flight.take()
+                && let Some(cancel) = call.cancel.take()
+            {
+                let _ = cancel.send(());
             }
         }
     }
@@ -1006,8 +1025,10 @@ impl Sim {
         poller.next = None;
         let (cancel, cancelled) = oneshot::channel();
         poller.in_flight = Some(InFlight { conn: conn.id, cancel: Some(cancel) });
-        let mut request =
-            tonic::Request::new(ConfigurationSyncRequest { service: poller.service.clone(), uuid: poller.uuid.clone() });
+        let mut request = tonic::Request::new(ConfigurationSyncRequest {
+            service: poller.service.clone(),
+            uuid: poller.uuid.clone(),
+        });
         request.metadata_mut().insert("grpc-timeout", DEADLINE.parse().unwrap());
         request.extensions_mut().insert(conn.connection.clone());
         let cds = Arc::clone(&self.replicas[conn.replica].cds);
@@ -1060,7 +1081,9 @@ impl Sim {
                         if let Some(got) = &received
                             && *got != served_now.as_str()
                         {
-                            world.fail(format!("seed {seed}: a held poll of {service} was sent {got}, the model serves {served_now}"));
+                            world.fail(format!(
+                                "seed {seed}: a held poll of {service} was sent {got}, the model serves {served_now}"
+                            ));
                         }
                         world.models[r].release(id, &service, sent.as_ref(), now);
                     } else if received.as_deref() != Some(current.as_str()) {
@@ -1283,7 +1306,8 @@ impl Sim {
                 }
                 let expected = model.rows(&world.served, now);
                 self.rows_checked += expected.len() as u64;
-                self.held_seen += model.conns.values().flat_map(|c| c.rows.values()).filter(|r| r.held > 0).count() as u64;
+                self.held_seen +=
+                    model.conns.values().flat_map(|c| c.rows.values()).filter(|r| r.held > 0).count() as u64;
                 if actual != expected {
                     let missing: Vec<_> = expected.difference(&actual).collect();
                     let extra: Vec<_> = actual.difference(&expected).collect();
@@ -1323,7 +1347,9 @@ impl Sim {
                     .map(|row| (row.0.clone(), row.1.clone(), row.3))
                     .collect();
                 if anonymous != want_anonymous {
-                    return Err(format!("seed {seed}, replica {r}: anonymous {anonymous:?}, the model {want_anonymous:?}"));
+                    return Err(format!(
+                        "seed {seed}, replica {r}: anonymous {anonymous:?}, the model {want_anonymous:?}"
+                    ));
                 }
             }
         }
@@ -1351,7 +1377,8 @@ impl Sim {
             let mut expected_series = BTreeMap::new();
             for row in &series {
                 for state in AgentState::ALL {
-                    expected_series.insert((row.service.clone(), state.as_str().to_owned()), row.counts.of(state) as u64);
+                    expected_series
+                        .insert((row.service.clone(), state.as_str().to_owned()), row.counts.of(state) as u64);
                 }
             }
             let scraped = scrape_fleet_agents(&replica.metrics.encode());
@@ -1427,7 +1454,9 @@ impl Sim {
             if local != want {
                 return Err(format!("seed {seed}, replica {r}: /api/v1/instances {local:?}, the model {want:?}"));
             }
-            let key = |row: &Value| (row["service"].as_str().unwrap().to_owned(), row["instance"].as_str().unwrap().to_owned());
+            let key = |row: &Value| {
+                (row["service"].as_str().unwrap().to_owned(), row["instance"].as_str().unwrap().to_owned())
+            };
             for (i, row) in rows.iter().enumerate() {
                 let shared = rows.iter().enumerate().any(|(j, other)| j != i && key(other) == key(row));
                 if row["duplicate_name"].as_bool() != Some(shared) {

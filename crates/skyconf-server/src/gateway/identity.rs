@@ -154,10 +154,10 @@ impl http_body::Body for IdentityTap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::SocketAddr;
     use crate::fleet::FleetOptions;
     use http_body_util::BodyExt;
     use skyconf_proto::v3::KeyStringValuePair;
+    use std::net::SocketAddr;
 
     fn framed(message: &impl Message) -> Vec<u8> {
         let encoded = message.encode_to_vec();

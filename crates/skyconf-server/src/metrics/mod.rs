@@ -404,7 +404,12 @@ mod tests {
         let tracker: Arc<std::sync::Mutex<Vec<ServiceAgents>>> = Arc::default();
         let source = Arc::clone(&tracker);
         fleet.on_scrape(move || source.lock().unwrap().clone());
-        let counts = |applied, stuck| crate::fleet::StateCounts { agents: applied + stuck, applied, stuck, ..Default::default() };
+        let counts = |applied, stuck| crate::fleet::StateCounts {
+            agents: applied + stuck,
+            applied,
+            stuck,
+            ..Default::default()
+        };
         *tracker.lock().unwrap() = vec![ServiceAgents { service: "a".into(), counts: counts(3, 1) }];
         let text = metrics.encode();
         assert!(text.contains("skyconf_fleet_agents{service=\"a\",state=\"applied\"} 3"), "{text}");
@@ -412,7 +417,10 @@ mod tests {
         assert!(text.contains("skyconf_fleet_agents{service=\"a\",state=\"new\"} 0"), "every state: {text}");
         *tracker.lock().unwrap() = vec![ServiceAgents { service: "b".into(), counts: counts(0, 2) }];
         let text = metrics.encode();
-        assert!(text.contains("skyconf_fleet_agents{service=\"b\",state=\"stuck\"} 2"), "pulled at scrape time: {text}");
+        assert!(
+            text.contains("skyconf_fleet_agents{service=\"b\",state=\"stuck\"} 2"),
+            "pulled at scrape time: {text}"
+        );
         assert!(!text.contains("service=\"a\""), "{text}");
         tracker.lock().unwrap().clear();
         assert!(!metrics.encode().contains("skyconf_fleet_agents{"));

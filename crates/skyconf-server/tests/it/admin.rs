@@ -305,7 +305,10 @@ async fn the_instances_listing_is_paged_and_flags_a_name_two_connections_claim()
     );
     let cursor = page["next_cursor"].as_str().unwrap().to_owned();
     let page = s.ok(get(&format!("/api/v1/instances?limit=2&cursor={cursor}"))).await;
-    assert_eq!(rows(&page), [("pod-2".into(), "10.1.2.3:2".into(), false), ("pod-3".into(), "10.1.2.3:3".into(), false)]);
+    assert_eq!(
+        rows(&page),
+        [("pod-2".into(), "10.1.2.3:2".into(), false), ("pod-3".into(), "10.1.2.3:3".into(), false)]
+    );
     let cursor = page["next_cursor"].as_str().unwrap().to_owned();
     let page = s.ok(get(&format!("/api/v1/instances?limit=2&cursor={cursor}"))).await;
     assert_eq!(rows(&page), [("pod-4".into(), "10.1.2.3:4".into(), false)]);

@@ -308,7 +308,11 @@ mod raw {
     }
 
     impl AsyncRead for Freezable {
-        fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
             if self.frozen.load(Ordering::Relaxed) {
                 return Poll::Pending;
             }
@@ -375,7 +379,8 @@ mod raw {
         /// Names the connection `instance` (a keepAlive), then sends a poll echoing `digest`
         /// with a 30 s deadline: held.
         pub(super) async fn hold(&self, instance: &str, digest: &str) -> h2::client::ResponseFuture {
-            let ping = InstancePingPkg { service: "svc".into(), service_instance: instance.into(), layer: String::new() };
+            let ping =
+                InstancePingPkg { service: "svc".into(), service_instance: instance.into(), layer: String::new() };
             let answer = self.call("/skywalking.v3.ManagementService/keepAlive", frame(&ping), None).await;
             let mut body = answer.await.unwrap().into_body();
             while body.data().await.is_some() {}

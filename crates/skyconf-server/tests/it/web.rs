@@ -380,11 +380,9 @@ async fn the_instances_view_pages_and_flags_a_name_claimed_twice() {
         running.fleet.observe_identity(peer, &identity);
         running.fleet.observe(SERVICE, current.as_str(), peer, &current, true);
     }
-    let out = page_test(
-        &running,
-        strings(&["--scenario", "instances-paged", "--instance", "pod-100", "--total", "102"]),
-    )
-    .await;
+    let out =
+        page_test(&running, strings(&["--scenario", "instances-paged", "--instance", "pod-100", "--total", "102"]))
+            .await;
     assert!(out.contains("100 of 102)") && out.contains("102 of 102)"), "{out}");
     running.stop().await.unwrap();
 }
