@@ -514,7 +514,8 @@ pub(super) async fn instances(
 /// The most groups a targeting reason names as missed; the others are counted.
 const MAX_EXPLAINED_MISSES: usize = 3;
 
-/// The longest targeting reason given, in bytes (N9: it was every group's miss).
+/// The longest targeting reason given, in bytes (N9: naming every missed group, a reason grows
+/// with the document).
 const MAX_REASON_BYTES: usize = 1024;
 
 /// Says, for each service `instance` polls whose answers vary per instance, which group (and

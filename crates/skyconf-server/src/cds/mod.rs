@@ -157,11 +157,16 @@ impl CdsService {
 /// per identity and table version, outside the fleet's locks).
 fn choice_of(fleet: &Fleet, caller: &Caller, view: &View<'_>, generation: u64, service: &str) -> Choice {
     let link = caller.link();
+    // Read before the identity: a change after it bumps it again.
+    let identity_generation = link.map(crate::fleet::Link::identity_generation);
+    if identity_generation == Some(0) {
+        // The connection never said which instance it is (a proxy's, say): the service's own
+        // answers, without a lookup.
+        return Choice::default();
+    }
     if let Some(choice) = link.and_then(|link| link.choice(service, generation)) {
         return choice;
     }
-    // Read before the identity: a change after it bumps it again.
-    let identity_generation = link.map(|link| link.identity_generation());
     let choice = fleet.with_instance(caller.key(), service, |instance| {
         let (answers, rollout) = view.answers_for(service, instance);
         Choice { candidate: rollout.is_some(), group: answers.group_index(service, instance) }

@@ -43,8 +43,9 @@ impl From<SocketAddr> for ConnKey {
 }
 
 /// Which answers and which targeting group the polls for one service on one connection are
-/// served, as decided for one table version and one identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// served, as decided for one table version and one identity (the default: the table's, the
+/// service's own settings).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Choice {
     /// From the rollout's candidate (else from the served table).
     pub candidate: bool,
@@ -106,7 +107,7 @@ impl Link {
         }
     }
 
-    /// Changes with every change of the connection's identity.
+    /// Changes with every change of the connection's identity; 0 while it has none.
     pub fn identity_generation(&self) -> u64 {
         self.identity_generation.load(Ordering::Acquire)
     }

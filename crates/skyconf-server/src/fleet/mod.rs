@@ -538,9 +538,11 @@ impl Fleet {
     pub fn hold(&self, caller: impl Into<ConnKey>, service: &str) -> Holding<'_> {
         let key = caller.into();
         let mut shard = self.lock(&key);
-        let held = shard.peers.get_mut(&key).and_then(|p| {
-            p.services.get_mut(service)?.held = p.services.get(service)?.held.saturating_add(1);
-            p.services.get_key_value(service).map(|(name, _)| Arc::clone(name))
+        let held = shard.peers.get_mut(&key).and_then(|peer| {
+            let name = Arc::clone(peer.services.get_key_value(service)?.0);
+            let entry = peer.services.get_mut(service)?;
+            entry.held = entry.held.saturating_add(1);
+            Some(name)
         });
         Holding { fleet: self, key, service: held }
     }
