@@ -60,7 +60,7 @@ use crate::served::ServedTable;
 use crate::socket::{AgentConnection, OpenConnection};
 
 /// Schedules run by default: enough to meet every kind of event many times, within the CI budget.
-const DEFAULT_SCHEDULES: u64 = 400;
+const DEFAULT_SCHEDULES: u64 = 600;
 
 /// The Java agent's poll period (`collector.get_agent_dynamic_config_interval`, fixed rate).
 const POLL_EVERY: Duration = Duration::from_secs(20);
