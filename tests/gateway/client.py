@@ -22,7 +22,9 @@ line at the end:
 
 `-bin` metadata values are base64, on the command line and in the output. With --hold a
 streaming call sends its messages, prints {"event": "sent", "messages": n}, and then waits on
-stdin: `close` (or end of input) ends the stream, `cancel` cancels the call. flood prints
+stdin: `close` (or end of input) ends the stream, `cancel` cancels the call. With --hold a unary
+properties, keepalive or cds call prints its result and keeps its connection open until `close`
+(or end of input), as an agent's channel outlives its calls. flood prints
 {"event": "progress", "bytes": n, "messages": m} each time another MiB has been taken by grpcio.
 hold opens N streams on the one connection, each sending one segment, prints {"event": "sent",
 "streams": N} once grpcio has taken every one, and waits likewise (`close` or `cancel` applies to
@@ -269,6 +271,11 @@ def main():
                 watch_stdin(feed, call)
             out = streaming_response(call, msgs, metadata, m)
     emit(out)
+    if a.hold and a.command in ("properties", "keepalive", "cds"):
+        # As an agent's channel outlives its calls: the connection stays open until `close`.
+        for line in sys.stdin:
+            if line.strip() in ("close", "cancel"):
+                break
     channel.close()
 
 

@@ -10,6 +10,7 @@ WebDriver HTTP API (no pip package: the protocol is plain JSON over HTTP).
     page_test.py --url URL --scenario browse --service NAME --key KEY --compare A B --services N --history N
     page_test.py --url URL --scenario instances --service NAME --instance I --host H --ip IP [--ip IP2]
                  --language L --agent-version V --anonymous-state S
+    page_test.py --url URL --scenario instances-paged --instance I --total N
     page_test.py --url URL --scenario rollouts --service NAME --key KEY --document TEXT --waves 1,100%
                  --served V --value NEW [--author A]
     (any of them with --screenshot DIR: PNGs of the page, for the README, written into DIR)
@@ -34,6 +35,11 @@ its host H, every IP, language L and agent version V, applied on NAME; its prope
 IPs listed) and stay unfolded through a refresh; the filter finds it by IP and hides it for
 another text; the anonymous pollers are listed apart in state S; "close" hides the view and the
 header's link opens it again; NAME's row in the services table counts the anonymous poller.
+
+instances-paged: the Instances view shows TOTAL instances 100 at a time: the first page counts
+"1–100 of TOTAL" with no previous button, the two connections claiming one name are both listed
+and flagged "claimed twice"; next shows the rest (instance I among them) without a next button;
+previous shows the first page again.
 
 rollouts (run step by step: at each step it prints {"step": NAME, ...} and waits for a line "go"
 on its standard input, while the caller checks the agents): types TEXT into the whole-document
@@ -565,6 +571,32 @@ def run_instances(a, driver):
     return {"ok": True, "cells": seen, "anonymous": anonymous, "services_row": fleet}
 
 
+def run_instances_paged(a, driver):
+    loaded(driver, a.url + "#/instances")
+    rows = "#instances tr[data-instance]"
+    driver.wait_for(lambda: shown(driver, "instances-view") and len(driver.find(rows)) == 100, 10,
+                    "the first page does not show 100 instances")
+    count = driver.text(driver.find("#instances-count")[0])
+    if f"1–100 of {a.total}" not in count:
+        raise Failure(f"the first page counts {count!r}")
+    if shown(driver, "instances-prev") or not shown(driver, "instances-next"):
+        raise Failure("the first page shows a previous button, or no next button")
+    flagged = driver.script("return [...document.querySelectorAll('#instances tr[data-duplicate=\"true\"]')].map(t => t.dataset.instance)")
+    if len(flagged) != 2 or len(set(flagged)) != 1 or not driver.find('#instances tr[data-duplicate="true"] .duplicate'):
+        raise Failure(f"the name claimed twice is flagged on {flagged}")
+    driver.click("#instances-next")
+    last = f'#instances tr[data-instance="{a.instance}"]'
+    driver.wait_for(lambda: len(driver.find(rows)) == a.total - 100 and driver.find(last), 10,
+                    f"the next page does not show the other {a.total - 100} with {a.instance}")
+    if shown(driver, "instances-next") or not shown(driver, "instances-prev"):
+        raise Failure("the last page shows a next button, or no previous button")
+    second = driver.text(driver.find("#instances-count")[0])
+    driver.click("#instances-prev")
+    driver.wait_for(lambda: len(driver.find(rows)) == 100 and not shown(driver, "instances-prev"), 10,
+                    "previous does not show the first page again")
+    return {"ok": True, "first": count, "second": second, "flagged": flagged}
+
+
 def replica_column_shown(driver, body):
     return driver.script("const th = document.querySelector(arguments[0]).closest('table').querySelector('th.replica-col');"
                          "return getComputedStyle(th).display !== 'none'", body)
@@ -825,7 +857,8 @@ def main():
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
     ap.add_argument("--held", choices=["confirm", "discard"])
-    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "replicas", "rollouts"])
+    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "instances-paged", "replicas", "rollouts"])
+    ap.add_argument("--total", type=int, help="instances-paged: how many instances are listed")
     ap.add_argument("--replica")
     ap.add_argument("--peer-replica")
     ap.add_argument("--instance")
@@ -853,7 +886,7 @@ def main():
     try:
         driver = Driver(chromium, chromedriver, profile)
         scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse, "instances": run_instances,
-                     "replicas": run_replicas, "rollouts": run_rollouts}
+                     "instances-paged": run_instances_paged, "replicas": run_replicas, "rollouts": run_rollouts}
         chosen = run_held if a.held else scenarios[a.scenario] if a.scenario else run
         print(json.dumps(chosen(a, driver)), flush=True)
     except Failure as e:

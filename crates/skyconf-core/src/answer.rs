@@ -144,6 +144,27 @@ impl Answers {
         }
     }
 
+    /// The index of the first group of `service` that `instance` matches (`None`: the service's
+    /// own settings): the decision [`Self::choose`] makes, to be remembered and given back to
+    /// [`Self::chosen`].
+    pub fn group_index(&self, service: &str, instance: Option<&InstanceRef<'_>>) -> Option<usize> {
+        let instance = instance.filter(|_| self.is_targeted(service))?;
+        self.targeting.group_of(service, instance).map(|(index, _)| index)
+    }
+
+    /// The answer of group `group` of `service` ([`Self::group_index`]), or the service's own for
+    /// `None` (or a group it no longer has).
+    pub fn chosen(&self, service: &str, group: Option<usize>) -> Chosen<'_> {
+        let grouped = group.and_then(|index| {
+            let answer = self.groups.get(service)?.get(index)?;
+            Some((answer, self.targeting.groups(service).get(index)?))
+        });
+        match grouped {
+            Some((answer, group)) => Chosen { answer, group: Some(group) },
+            None => Chosen { answer: self.answer(service), group: None },
+        }
+    }
+
     /// False while [`Self::waiting`].
     pub fn is_ready(&self) -> bool {
         self.ready
@@ -263,10 +284,20 @@ pub fn reply_to<'a>(
     instance: Option<&InstanceRef<'_>>,
     options: ReplyOptions,
 ) -> Reply<'a> {
+    reply_with(answers, answers.choose(&request.service, instance).answer, request, options)
+}
+
+/// [`reply`] with the answer already chosen from `answers` (a poller's remembered targeting
+/// group, [`Answers::chosen`]).
+pub fn reply_with<'a>(
+    answers: &'a Answers,
+    answer: &'a Answer,
+    request: &ConfigurationSyncRequest,
+    options: ReplyOptions,
+) -> Reply<'a> {
     if !answers.ready {
         return Reply::NotReady;
     }
-    let answer = answers.choose(&request.service, instance).answer;
     if !options.disable_message_digest && answer.digest == *request.uuid.as_str() {
         Reply::Unchanged(answer)
     } else {

@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the CDS hot path without the network: `CdsService::answer` for an agent that
-//! holds the configuration (empty answer), one that does not (the pre-encoded command with a fresh
-//! serial) and an unknown service; and installing a 10,000-service table (digests and pre-encoded
+//! holds the configuration (empty answer), the same recorded in the fleet table as the server
+//! records it, one that does not (the pre-encoded command with a fresh serial) and an unknown
+//! service; and installing a 10,000-service table (digests and pre-encoded
 //! answers), which is what a reload adds to parsing.
 //!
 //! `cargo bench -p skyconf-server --bench cds`.
@@ -9,7 +10,9 @@ use std::sync::Arc;
 
 use divan::{Bencher, black_box};
 use skyconf_proto::v3::ConfigurationSyncRequest;
-use skyconf_server::{CdsOptions, CdsService, ServedTable};
+use skyconf_server::fleet::Caller;
+use skyconf_server::socket::ConnectionState;
+use skyconf_server::{CdsOptions, CdsService, Fleet, FleetOptions, ServedTable};
 use skyconf_testkit::fixtures;
 
 fn main() {
@@ -33,6 +36,20 @@ fn answer_unchanged(bencher: Bencher<'_, '_>) {
     let (svc, digest) = service(1_000);
     let req = request("bench-svc-0", &digest);
     bencher.bench(|| svc.answer(black_box(&req)));
+}
+
+/// As [`answer_unchanged`], recorded in the fleet table as a poll on an agent connection, as the
+/// server answers it: the row's update under one shard lock.
+#[divan::bench]
+fn answer_unchanged_recorded(bencher: Bencher<'_, '_>) {
+    let table = skyconf_core::read(&fixtures::document(1_000, fixtures::ENTRIES.len())).unwrap();
+    let digest = table.get("bench-svc-0").unwrap().digest().as_str().to_owned();
+    let fleet = Arc::new(Fleet::new(FleetOptions::default()));
+    let svc = CdsService::new(Arc::new(ServedTable::new(table)), CdsOptions::default()).with_fleet(fleet);
+    let peer = std::net::SocketAddr::from(([10, 0, 0, 1], 40_000));
+    let caller = Caller::Connection(Arc::new(ConnectionState::new(Some(peer))));
+    let req = request("bench-svc-0", &digest);
+    bencher.bench(|| svc.answer_from(black_box(&req), Some(&caller)));
 }
 
 /// The agent has no configuration yet: lookup, then the pre-encoded command with a fresh serial.

@@ -138,7 +138,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let fleet_options =
         FleetOptions { expect_identity: config.fleet.expect_identity || upstreams.is_some(), ..config.fleet };
     let fleet = Arc::new(Fleet::new(fleet_options));
-    count_fleet_on_scrape(&metrics, &fleet, &served);
+    metrics.fleet().count(&fleet, &served);
     tasks.spawn(sweep_fleet(Arc::clone(&fleet), shutdown.clone()));
     let publishing = Arc::clone(&replicas).run(Arc::clone(&fleet), Arc::clone(&served), shutdown.clone());
     tasks.spawn(async move {
@@ -309,34 +309,7 @@ fn open_releases(config: &ServeConfig, persister: &Persister) -> ReleaseLog {
     })
 }
 
-/// The fleet gauges and the fleet table's counts, read from the fleet table on every scrape.
-fn count_fleet_on_scrape(metrics: &Metrics, fleet: &Arc<Fleet>, served: &Arc<ServedTable>) {
-    use metrics::{AgentsPerDigest, StuckAgents};
-    let (tracker, served) = (Arc::clone(fleet), Arc::clone(served));
-    metrics.fleet().on_scrape(move || {
-        let per_digest = tracker
-            .per_digest()
-            .into_iter()
-            .map(|((service, digest), agents)| AgentsPerDigest { service, digest, agents: agents as u64 })
-            .collect();
-        let stuck = tracker
-            .counts(&served.serving())
-            .into_iter()
-            .map(|(service, counts)| StuckAgents { service, agents: counts.stuck as u64 })
-            .collect();
-        (per_digest, stuck)
-    });
-    metrics.fleet().on_scrape_identities(Arc::clone(fleet));
-    let fleet = Arc::clone(fleet);
-    metrics.fleet().on_scrape_table(move || metrics::FleetTable {
-        tracked: fleet.tracked() as u64,
-        tracked_unconfigured: fleet.tracked_unconfigured() as u64,
-        evictions: fleet.evictions(),
-        untracked_polls: fleet.untracked_polls(),
-    });
-}
-
-/// Forgets agents not seen lately, until `stop`.
+/// Forgets rows of open connections that stopped polling their service, until `stop`.
 async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), ServerError> {
     let period = (fleet.options().expire_after / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     let mut tick = tokio::time::interval(period);
@@ -346,7 +319,7 @@ async fn sweep_fleet(fleet: Arc<Fleet>, stop: CancellationToken) -> Result<(), S
             _ = tick.tick() => {
                 let forgotten = fleet.sweep();
                 if forgotten > 0 {
-                    tracing::debug!(forgotten, tracked = fleet.tracked(), "Forgot agents not seen lately.");
+                    tracing::debug!(forgotten, tracked = fleet.tracked(), "Forgot fleet rows not polled lately.");
                 }
             }
         }

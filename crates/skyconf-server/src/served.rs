@@ -15,6 +15,7 @@
 //! than the EMPTY answer that would reset it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -223,6 +224,9 @@ pub struct ServedTable {
     overlay: ArcSwapOption<Overlay>,
     /// Bumped by every install and every overlay change.
     answers_changed: watch::Sender<u64>,
+    /// Bumped likewise, after the change is visible: a choice decided from what was served at
+    /// a generation is valid while the generation stays.
+    answers_generation: AtomicU64,
     // Short critical sections only, never held across an await.
     last_rejection: Mutex<Option<Rejection>>,
     held: Mutex<Option<Held>>,
@@ -250,6 +254,7 @@ impl ServedTable {
             changes,
             overlay: ArcSwapOption::empty(),
             answers_changed: watch::channel(0).0,
+            answers_generation: AtomicU64::new(0),
             last_rejection: Mutex::new(None),
             held: Mutex::new(None),
             store_revision: Mutex::new(VecDeque::new()),
@@ -283,6 +288,7 @@ impl ServedTable {
         let next = self.current.load().next(table);
         let version = next.version;
         self.current.store(Arc::new(next));
+        self.answers_generation.fetch_add(1, Ordering::AcqRel);
         self.changes.send_replace(version);
         self.answers_changed.send_modify(|n| *n += 1);
         version
@@ -292,7 +298,14 @@ impl ServedTable {
     /// polls are woken to see it.
     pub fn set_overlay(&self, overlay: Option<Arc<Overlay>>) {
         self.overlay.store(overlay);
+        self.answers_generation.fetch_add(1, Ordering::AcqRel);
         self.answers_changed.send_modify(|n| *n += 1);
+    }
+
+    /// Changes with every install and every overlay change, after it is served: read it before
+    /// [`Self::with_view`], and what the view says holds for that generation.
+    pub fn answers_generation(&self) -> u64 {
+        self.answers_generation.load(Ordering::Acquire)
     }
 
     /// The rollout overlay served now.

@@ -45,7 +45,7 @@ pub struct AgentConnection {
 }
 
 /// The state of one agent connection.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ConnectionState {
     /// The OAP the connection's forwarded calls go to (gateway mode).
     pub pin: UpstreamPin,
@@ -53,6 +53,62 @@ pub struct ConnectionState {
     pub held_polls: std::sync::atomic::AtomicUsize,
     /// Its source's shares and its forwarded calls (see `crate::security::connections`).
     pub edge: crate::security::connections::EdgeState,
+    /// Its place in the fleet view: its rows and identity end when the connection closes (see
+    /// [`crate::fleet::link`]).
+    pub fleet: crate::fleet::Link,
+}
+
+impl ConnectionState {
+    /// The state of a new connection from `peer`.
+    pub fn new(peer: Option<SocketAddr>) -> Self {
+        Self::with_edge(peer, crate::security::connections::EdgeState::default())
+    }
+
+    /// The state of a new connection from `peer`, with what the agent port's bounds know of it.
+    pub fn with_edge(peer: Option<SocketAddr>, edge: crate::security::connections::EdgeState) -> Self {
+        Self { pin: UpstreamPin::default(), held_polls: Default::default(), edge, fleet: crate::fleet::Link::new(peer) }
+    }
+
+    /// The connection closed: what it made true of the fleet ends now, even while calls that
+    /// came on it are still unwinding.
+    pub fn close(&self) {
+        self.fleet.close();
+    }
+}
+
+impl Default for ConnectionState {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+/// Closes its connection's state when dropped: owned by the socket's outermost wrapper, so the
+/// connection's facts end when the socket does (the peer's FIN or RST, a PING unanswered,
+/// shutdown), not when the last call that shares the state lets go of it.
+#[derive(Debug)]
+pub struct OpenConnection(Arc<ConnectionState>);
+
+impl OpenConnection {
+    /// A new connection from `peer`.
+    pub fn new(peer: Option<SocketAddr>) -> Self {
+        Self::of(ConnectionState::new(peer))
+    }
+
+    /// Opens `state`'s connection.
+    pub fn of(state: ConnectionState) -> Self {
+        Self(Arc::new(state))
+    }
+
+    /// Its state, shared with the calls on it.
+    pub fn state(&self) -> &Arc<ConnectionState> {
+        &self.0
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl AgentConnection {
@@ -193,7 +249,11 @@ impl Connected for BatchedWrites {
     type ConnectInfo = AgentConnection;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        AgentConnection { tcp: self.stream.connect_info(), state: Arc::default() }
+        // The state its calls share comes from the wrapper that owns the connection's lifetime
+        // (`crate::security::connections::Guarded`), which replaces this one.
+        let tcp = self.stream.connect_info();
+        let state = Arc::new(ConnectionState::new(tcp.remote_addr()));
+        AgentConnection { tcp, state }
     }
 }
 

@@ -143,11 +143,10 @@ fn a_fleet_table_of_100_000_agents_is_tracked_followed_summarised_and_swept_with
     for (i, name) in names.iter().enumerate() {
         fleet.observe(name, "", peer(i), &current_v2(name), true);
     }
-    for (i, name) in names.iter().enumerate().take(10) {
-        fleet.set_holding(name, peer(i), true);
-    }
+    let held: Vec<_> = names.iter().enumerate().take(10).map(|(i, name)| fleet.hold(peer(i), name)).collect();
     assert_eq!(fleet.sweep(), AGENTS - 10);
     assert_eq!(fleet.tracked(), 10, "held agents are never forgotten");
+    drop(held);
 }
 
 /// One held call per agent, each on a connection of its own, as tonic would call the service.

@@ -641,7 +641,15 @@ fn reported_instance_properties_show_in_the_admin_api() {
     for prop in &props {
         args.extend(["--prop", prop]);
     }
-    let result = client(&server.grpc_addr, &args);
+    // The connection stays open while the instance is looked at: an identity lives as long as
+    // its connection.
+    let reporter = HeldClient::start(&server.grpc_addr, &args);
+    let result = loop {
+        let line = reporter.next_line(PATIENCE).expect("the call is answered");
+        if line.get("code").is_some() {
+            break line;
+        }
+    };
     assert_eq!(result["code"], "OK", "{result}");
     // (Response headers and trailers are the business of the tests above.)
     let mut headers = HeaderCheck::default();
@@ -691,6 +699,20 @@ fn reported_instance_properties_show_in_the_admin_api() {
         .and_then(|all| all.iter().find(|i| i["instance"] == "order-1@10.0.0.7"))
         .unwrap_or_else(|| panic!("{body}"));
     assert_eq!(again["properties"], instance["properties"], "{body}");
+
+    // The reporting agent goes: its instance goes with its connection.
+    drop(reporter);
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        let body = admin.send_blocking("GET", "/api/v1/instances").json();
+        let left =
+            body["instances"].as_array().is_some_and(|all| all.iter().any(|i| i["instance"] == "order-1@10.0.0.7"));
+        if !left {
+            break;
+        }
+        assert!(Instant::now() < give_up, "the instance outlived its connection: {body}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// N6 with independent HTTP/2 stacks on both sides: a grpcio OAP stand-in that allows 8 streams

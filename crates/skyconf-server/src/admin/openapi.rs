@@ -455,7 +455,7 @@ pub(crate) struct FleetStatus {
     properties_cut: u64,
 }
 
-/// `GET /api/v1/instances`.
+/// `GET /api/v1/instances`: one page.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct InstanceList {
     /// Whether every agent is expected to say which instance it is (gateway mode).
@@ -463,14 +463,19 @@ pub(crate) struct InstanceList {
     /// This replica's id.
     #[schema(required = true)]
     replica: Option<String>,
-    /// Every connection that said which instance it is, on every replica, by service, instance
-    /// name, peer, then replica (at most 10000). Another replica's are built from its published
-    /// rows: without properties, digests cut to 16 hex digits.
+    /// The page size asked for (default 100, at most 1000).
+    limit: u64,
+    /// The `cursor` of the next page; `null` on the last one.
+    #[schema(required = true)]
+    next_cursor: Option<String>,
+    /// One page of the live connections that said which instance they are, on every replica, by
+    /// service, instance name, peer, then replica. Another replica's are built from its
+    /// published rows: without properties, digests cut to 16 hex digits.
     instances: Vec<ReplicaInstance>,
     /// How many there are in all (of the others, as many as they published).
     instances_total: u64,
-    /// Every (service, peer) pair polling from a connection that never said, on every replica,
-    /// by service, peer, then replica (at most 1000).
+    /// On the first page only: the first `limit` (service, peer) rows polling from a connection
+    /// that never said, on every replica, by service, peer, then replica.
     anonymous: Vec<ReplicaAnonymous>,
     /// How many there are in all (of the others, as many as they published).
     anonymous_total: u64,
@@ -910,6 +915,18 @@ pub(crate) struct ListParams {
     /// Releases older than this id (`next_before` of the previous page).
     #[param(schema_with = release_id, required = false)]
     before: u64,
+}
+
+/// `?limit` and `?cursor` of `GET /api/v1/instances`; any other parameter is refused (400).
+#[derive(Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct InstanceParams {
+    /// Instances per page (default 100).
+    #[param(minimum = 1, maximum = 1000, required = false)]
+    limit: u64,
+    /// Where the page starts: `next_cursor` of the previous page (opaque).
+    #[param(required = false)]
+    cursor: String,
 }
 
 /// `?limit` and `?before` of `GET /api/v1/services/{name}/history`; any other parameter is

@@ -5,7 +5,7 @@
 //! | `GET /api/v1/status` | served version, store status, newest release, the last refused document with its text, fleet settings, held polls, the gateway's OAPs, this replica's id and every replica sharing the store |
 //! | `GET /api/v1/services` | every configured service: digest, key count, last change, agents seen, how many applied / behind / stuck (summed over the replicas); and the names agents poll that have no configuration |
 //! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, properties, agent version, last seen, digest held, state, the replica it polls), with each replica's counts |
-//! | `GET /api/v1/instances` | every instance agents said they are (`ManagementService` calls): service, name, peer, properties, agent version, and each service its connection polls with its state; and the anonymous pollers, whose connection never said (at most [`MAX_INSTANCES_LISTED`] and [`MAX_ANONYMOUS_LISTED`]) |
+//! | `GET /api/v1/instances?limit=N&cursor=C` | a page of the live instances agents said they are (`ManagementService` calls): service, name, peer, whether another live connection claims the name, properties, agent version, and each service its connection polls with its state; by service, name, peer; `limit` defaults to 100, at most [`MAX_INSTANCES_PAGE`]; `cursor` pages on (`next_cursor`). The first page also lists the anonymous pollers, whose connection never said |
 //! | `GET /api/v1/releases?limit=N&before=ID` | a page of release summaries, newest first: who, when, why, how many services changed and the first 20 of them (no digests, no key-level changes); `limit` defaults to 50, at most 500; `before` pages on (`next_before` of the previous page) |
 //! | `GET /api/v1/releases/{id}` | one release in full: every changed service with digests and key-level changes, and its document text (read from its file) |
 //! | `GET /api/v1/releases/{id}/compare/{other}` | what changed from release `id` to release `other` (any two kept releases, either order): every changed service with digests and key-level changes, at most 1000 services (`truncated` says when there were more) |
@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use skyconf_core::Digest;
 
 use super::extract::{AnyServiceName, ReleaseId};
-use super::openapi::{ErrorBody, HistoryParams, ListParams};
+use super::openapi::{ErrorBody, HistoryParams, InstanceParams, ListParams};
 use super::{Admin, AppError};
 use crate::fleet::StateCounts;
 use crate::fleet::replicas::Summary;
@@ -45,12 +45,6 @@ const PAGE: &str = include_str!("../../assets/index.html");
 
 /// How many names of unconfigured services polled by agents are listed at most.
 const MAX_UNCONFIGURED_LISTED: usize = 1000;
-
-/// How many identified instances `GET /api/v1/instances` lists at most.
-pub const MAX_INSTANCES_LISTED: usize = 10_000;
-
-/// How many anonymous (service, peer) pairs `GET /api/v1/instances` lists at most.
-pub const MAX_ANONYMOUS_LISTED: usize = 1000;
 
 pub(super) async fn page() -> impl IntoResponse {
     static CSP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -330,58 +324,195 @@ pub(super) async fn service(
     Ok((etag(release), Json(body)))
 }
 
-/// `GET /api/v1/instances`.
+/// `?limit=N&cursor=C` of `GET /api/v1/instances`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct InstancesQuery {
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// Where a row of the instances listing sorts: (service, instance, peer, replica), then the
+/// connection id (two connections of one ip:port on this replica, the closing one and its
+/// successor).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct Place {
+    service: String,
+    instance: String,
+    peer: std::net::SocketAddr,
+    replica: String,
+    conn: u64,
+}
+
+impl Place {
+    /// The opaque `cursor` that starts the page after this row.
+    fn cursor(&self) -> String {
+        use base64::Engine as _;
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    fn from_cursor(cursor: &str) -> Result<Self, AppError> {
+        use base64::Engine as _;
+        let bad = || AppError::BadRequest(format!("`{cursor}` is not a cursor of this listing (`next_cursor`)"));
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
+        serde_json::from_slice(&json).map_err(|_| bad())
+    }
+}
+
+/// One row of the listing before it is built: this replica's connection (built only if it is on
+/// the page) or another replica's published row.
+enum Listed {
+    Local(crate::fleet::identity::InstanceKey),
+    Remote(Value),
+}
+
+impl Listed {
+    fn service_and_instance(&self) -> (&str, &str) {
+        match self {
+            Self::Local(key) => (&key.service, &key.instance),
+            Self::Remote(row) => {
+                (row["service"].as_str().unwrap_or_default(), row["instance"].as_str().unwrap_or_default())
+            }
+        }
+    }
+
+    /// Where it sorts; `own` is this replica's id.
+    fn place(&self, own: &str) -> Place {
+        let (service, instance) = self.service_and_instance();
+        let (peer, replica, conn) = match self {
+            Self::Local(key) => (key.conn.peer, own, key.conn.id),
+            Self::Remote(row) => {
+                let peer = row["peer"].as_str().and_then(|p| p.parse().ok());
+                (
+                    peer.unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+                    row["replica"].as_str().unwrap_or_default(),
+                    0,
+                )
+            }
+        };
+        Place { service: service.to_owned(), instance: instance.to_owned(), peer, replica: replica.to_owned(), conn }
+    }
+}
+
+/// How many instances a page holds by default, and at most.
+const DEFAULT_INSTANCES_PAGE: usize = 100;
+pub(crate) const MAX_INSTANCES_PAGE: usize = 1000;
+
+/// `GET /api/v1/instances`: one page, sorted by (service, instance, peer, replica). Its cost is
+/// what it returns: every live identity is only a key (shared names) until the page is chosen,
+/// and rows, properties and targeting reasons are built for the page alone.
 #[utoipa::path(
     get,
     path = "/api/v1/instances",
     tag = "read",
     operation_id = "instances",
     security(("bearer" = [])),
+    params(InstanceParams),
     responses(
-        (status = 200, description = "Every identified instance, and the anonymous pollers.", body = super::openapi::InstanceList),
+        (status = 200, description = "A page of the identified instances, and the anonymous pollers.", body = super::openapi::InstanceList),
+        (status = 400, description = "A bad or unknown query parameter, or a cursor not from this listing.", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
     ),
 )]
-pub(super) async fn instances(State(admin): State<Admin>) -> Json<Value> {
-    let serving = admin.served.serving();
-    let mut listed = admin.fleet.instances(&serving);
-    for instance in &mut listed.instances {
-        explain_targeting(&serving.view(), instance);
+pub(super) async fn instances(
+    State(admin): State<Admin>,
+    query: Result<Query<InstancesQuery>, QueryRejection>,
+) -> Result<Json<Value>, AppError> {
+    let Query(query) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let limit = query.limit.unwrap_or(DEFAULT_INSTANCES_PAGE);
+    if !(1..=MAX_INSTANCES_PAGE).contains(&limit) {
+        return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_INSTANCES_PAGE}")));
     }
+    let after = query.cursor.as_deref().map(Place::from_cursor).transpose()?;
+    let serving = admin.served.serving();
+    let own_name = admin.replicas.as_ref().map_or("", |r| r.id()).to_owned();
     let own = own_id(&admin);
-    let mut instances: Vec<Value> = listed.instances.iter().map(|i| labelled(i, &own, None)).collect();
-    let mut anonymous: Vec<Value> = listed.anonymous.iter().map(|a| labelled(a, &own, None)).collect();
+
+    let mut listed: Vec<(Place, Listed)> = Vec::new();
+    let mut anonymous_remote: Vec<Value> = Vec::new();
     let mut partial = Vec::new();
     for peer in peers(&admin).iter() {
         let (theirs, their_anonymous) = peer_instances(peer);
-        instances.extend(theirs);
-        anonymous.extend(their_anonymous);
+        listed.extend(theirs.into_iter().map(Listed::Remote).map(|l| (l.place(&own_name), l)));
+        anonymous_remote.extend(their_anonymous);
         if peer.rows.len() < peer.rows_total {
             partial.push(json!(peer.replica));
         }
     }
-    let key = |v: &Value, fields: &[&str]| {
-        fields.iter().map(|f| v[*f].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>()
-    };
-    instances.sort_by_cached_key(|v| key(v, &["service", "instance", "peer", "replica"]));
-    anonymous.sort_by_cached_key(|v| key(v, &["service", "peer", "replica"]));
-    let (instances_total, anonymous_total) = (instances.len(), anonymous.len());
-    instances.truncate(MAX_INSTANCES_LISTED);
-    anonymous.truncate(MAX_ANONYMOUS_LISTED);
-    Json(json!({
+    listed.extend(admin.fleet.identified_keys().into_iter().map(Listed::Local).map(|l| (l.place(&own_name), l)));
+    listed.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let total = listed.len();
+    let start = after.as_ref().map_or(0, |after| listed.partition_point(|(place, _)| place <= after));
+    let end = (start + limit).min(total);
+    let same = |i: usize, j: usize| listed[i].1.service_and_instance() == listed[j].1.service_and_instance();
+    let mut instances = Vec::with_capacity(end - start);
+    for (i, (_, row)) in listed.iter().enumerate().take(end).skip(start) {
+        let duplicate = (i > 0 && same(i - 1, i)) || (i + 1 < total && same(i, i + 1));
+        let row = match row {
+            Listed::Remote(row) => {
+                let mut row = row.clone();
+                row["duplicate_name"] = json!(duplicate);
+                row
+            }
+            Listed::Local(key) => {
+                // Gone since its key was read: left out of the page.
+                let Some(mut row) = admin.fleet.instance_rows(std::slice::from_ref(key), &serving).pop() else {
+                    continue;
+                };
+                row.duplicate_name = duplicate;
+                explain_targeting(&serving.view(), &mut row);
+                labelled(&row, &own, None)
+            }
+        };
+        instances.push(row);
+    }
+    let next_cursor = (end < total).then(|| listed[end - 1].0.cursor());
+
+    // The anonymous pollers: on the first page, the first `limit` of them.
+    let local_anonymous = admin.fleet.anonymous_keys();
+    let anonymous_total = local_anonymous.len() + anonymous_remote.len();
+    let mut anonymous: Vec<Value> = Vec::new();
+    if after.is_none() {
+        let mut keys = local_anonymous;
+        let keep = limit.min(keys.len());
+        if keys.len() > keep && keep > 0 {
+            keys.select_nth_unstable(keep - 1);
+        }
+        keys.truncate(keep);
+        keys.sort_unstable();
+        anonymous = admin.fleet.anonymous_rows(&keys, &serving).iter().map(|a| labelled(a, &own, None)).collect();
+        anonymous.extend(anonymous_remote);
+        let key = |v: &Value| {
+            let field = |f: &str| v[f].as_str().unwrap_or_default().to_owned();
+            (field("service"), field("peer").parse::<std::net::SocketAddr>().ok(), field("replica"))
+        };
+        anonymous.sort_by_cached_key(key);
+        anonymous.truncate(limit);
+    }
+    Ok(Json(json!({
         "expect_identity": admin.fleet.options().expect_identity,
         "replica": own,
+        "limit": limit,
+        "next_cursor": next_cursor,
         "instances": instances,
-        "instances_total": instances_total,
+        "instances_total": total,
         "anonymous": anonymous,
         "anonymous_total": anonymous_total,
         "partial_replicas": partial,
-    }))
+    })))
 }
 
+/// The most groups a targeting reason names as missed; the others are counted.
+const MAX_EXPLAINED_MISSES: usize = 3;
+
+/// The longest targeting reason given, in bytes (N9: naming every missed group, a reason grows
+/// with the document).
+const MAX_REASON_BYTES: usize = 1024;
+
 /// Says, for each service `instance` polls whose answers vary per instance, which group (and
-/// rollout) it is served as, and why.
+/// rollout) it is served as, and why: the first few groups it misses, not all of them.
 fn explain_targeting(view: &crate::served::View<'_>, instance: &mut crate::fleet::InstanceStatus) {
     let properties: Vec<(Box<str>, Box<str>)> =
         instance.properties.iter().map(|p| (Box::from(p.key.as_str()), Box::from(p.value.as_str()))).collect();
@@ -398,25 +529,31 @@ fn explain_targeting(view: &crate::served::View<'_>, instance: &mut crate::fleet
         let mut reason = match choice.chosen.group {
             Some(group) => format!("group `{}`: {}", group.name, group.selector.reason()),
             None => {
-                let missed: Vec<String> = view
-                    .snapshot
-                    .table
-                    .targeting()
-                    .groups(&polled.service)
-                    .iter()
-                    .filter_map(|g| {
-                        g.selector.mismatch(&polled.service, &who).map(|why| format!("`{}`: {why}", g.name))
-                    })
-                    .collect();
-                if missed.is_empty() {
+                let groups = view.snapshot.table.targeting().groups(&polled.service);
+                let mut missed = groups.iter().filter_map(|g| {
+                    g.selector.mismatch(&polled.service, &who).map(|why| format!("`{}`: {why}", g.name))
+                });
+                let named: Vec<String> = missed.by_ref().take(MAX_EXPLAINED_MISSES).collect();
+                let more = missed.count();
+                if named.is_empty() {
                     "the service's own settings".to_owned()
+                } else if more == 0 {
+                    format!("the service's own settings; no group matches ({})", named.join("; "))
                 } else {
-                    format!("the service's own settings; no group matches ({})", missed.join("; "))
+                    format!("the service's own settings; no group matches ({}; and {more} more)", named.join("; "))
                 }
             }
         };
         if let Some(rollout) = choice.rollout {
             reason = format!("reached by rollout {rollout}; {reason}");
+        }
+        if reason.len() > MAX_REASON_BYTES {
+            let mut end = MAX_REASON_BYTES - 3;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
+            reason.push_str("...");
         }
         polled.group = choice.chosen.group.map(|g| g.name.clone());
         polled.rollout = choice.rollout.map(str::to_owned);

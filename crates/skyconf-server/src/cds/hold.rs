@@ -168,8 +168,37 @@ pub fn jittered(hold: Duration) -> Duration {
     if tenth == 0 {
         return hold;
     }
-    let random = uuid::Uuid::new_v4().as_u128() as u64;
-    hold.saturating_sub(Duration::from_millis(random % (tenth + 1)))
+    hold.saturating_sub(Duration::from_millis(random() % (tenth + 1)))
+}
+
+#[cfg(not(test))]
+fn random() -> u64 {
+    uuid::Uuid::new_v4().as_u128() as u64
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The jitter's random state on this thread (tests seed it to replay a schedule).
+    static JITTER: std::cell::Cell<u64> = std::cell::Cell::new(uuid::Uuid::new_v4().as_u128() as u64 | 1);
+}
+
+/// Makes this thread's jitter repeatable from `seed` (tests).
+#[cfg(test)]
+pub(crate) fn seed_jitter(seed: u64) {
+    JITTER.with(|state| state.set(seed | 1));
+}
+
+#[cfg(test)]
+fn random() -> u64 {
+    // xorshift64*: enough to spread holds, repeatable per seed.
+    JITTER.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
 }
 
 /// The count of held calls, within the total bound.

@@ -25,14 +25,14 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use skyconf_core::answer::{FetchOutcome, ReplyOptions, reply_to};
-use skyconf_core::targeting::InstanceRef;
+use skyconf_core::answer::{Answers, FetchOutcome, ReplyOptions, reply_to, reply_with};
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use tonic::{Request, Response, Status};
 
-use crate::fleet::Fleet;
+use crate::fleet::{Caller, Choice, Fleet};
 use crate::metrics::CdsMetrics;
 use crate::served::ServedTable;
+use crate::served::View;
 use codec::EncodedCommands;
 pub use generated::configuration_discovery_service_server::{
     ConfigurationDiscoveryService, ConfigurationDiscoveryServiceServer,
@@ -111,47 +111,79 @@ impl CdsService {
         self.answer_from(request, None).0
     }
 
-    /// [`Self::answer`] and what kind of answer it is (for the metrics), recording the poll of the
-    /// agent at `peer` in the fleet table.
-    pub fn answer_from(
-        &self,
-        request: &ConfigurationSyncRequest,
-        peer: Option<std::net::SocketAddr>,
-    ) -> (Bytes, FetchOutcome) {
-        self.answer_to(request, peer, true)
+    /// [`Self::answer`] and what kind of answer it is (for the metrics), recording the poll of
+    /// `caller` in the fleet table.
+    pub fn answer_from(&self, request: &ConfigurationSyncRequest, caller: Option<&Caller>) -> (Bytes, FetchOutcome) {
+        self.answer_to(request, caller, true)
     }
 
-    /// The answer for the agent at `peer`: its instance's (targeting, a rollout's waves) where
-    /// the service's answers vary per instance. `record`: the poll is recorded in the fleet table;
-    /// when a held poll is looked up anew (`false`) it is not recorded again, but a command it is
-    /// answered with is, so that the fleet knows what the agent was sent after its echo.
+    /// The answer for `caller`: its instance's (targeting, a rollout's waves) where the service's
+    /// answers vary per instance. `record`: the poll is recorded in the fleet table; when a held
+    /// poll is looked up anew (`false`) it is not recorded again, but a command it is answered
+    /// with is, so that the fleet knows what the agent was sent after its echo.
     fn answer_to(
         &self,
         request: &ConfigurationSyncRequest,
-        peer: Option<std::net::SocketAddr>,
+        caller: Option<&Caller>,
         record: bool,
     ) -> (Bytes, FetchOutcome) {
+        // Read before the view: a choice decided from this view holds for this generation.
+        let generation = self.served.answers_generation();
         self.served.with_view(|view| {
-            let choose = |instance: Option<&InstanceRef<'_>>| {
-                let (answers, _) = view.answers_for(&request.service, instance);
-                reply_to(answers, request, instance, self.options)
-            };
-            let reply = match (&self.fleet, peer) {
-                (Some(fleet), Some(peer)) if view.varies(&request.service) => {
-                    fleet.with_instance(peer, &request.service, choose)
+            let reply = match (&self.fleet, caller) {
+                (Some(fleet), Some(caller)) if view.varies(&request.service) => {
+                    let choice = choice_of(fleet, caller, view, generation, &request.service);
+                    let answers = answers_of(view, choice);
+                    reply_with(answers, answers.chosen(&request.service, choice.group).answer, request, self.options)
                 }
-                _ => choose(None),
+                _ => reply_to(&view.snapshot.answers, request, None, self.options),
             };
-            if let (Some(fleet), Some(peer), Some(current)) = (&self.fleet, peer, reply.current()) {
+            if let (Some(fleet), Some(caller), Some(current)) = (&self.fleet, caller, reply.current()) {
                 if record {
                     let configured = view.snapshot.table.get(&request.service).is_some();
-                    fleet.observe(&request.service, &request.uuid, peer, &current.digest, configured);
+                    fleet.record(caller, &request.service, &request.uuid, &current.digest, configured);
                 } else if reply.outcome() != FetchOutcome::Unchanged {
-                    fleet.sent(&request.service, peer, &current.digest);
+                    fleet.sent(&request.service, caller.key(), &current.digest);
                 }
             }
             (reply.encode(), reply.outcome())
         })
+    }
+}
+
+/// Which answers and group `caller`'s polls for `service` get from `view` (served at answers
+/// generation `generation`): remembered on the connection, decided again only when the table,
+/// the rollout or the connection's identity changed (N8: targeting patterns are matched once
+/// per identity and table version, outside the fleet's locks).
+fn choice_of(fleet: &Fleet, caller: &Caller, view: &View<'_>, generation: u64, service: &str) -> Choice {
+    let link = caller.link();
+    // Read before the identity: a change after it bumps it again.
+    let identity_generation = link.map(crate::fleet::Link::identity_generation);
+    if identity_generation == Some(0) {
+        // The connection never said which instance it is (a proxy's, say): the service's own
+        // answers, without a lookup.
+        return Choice::default();
+    }
+    if let Some(choice) = link.and_then(|link| link.choice(service, generation)) {
+        return choice;
+    }
+    let choice = fleet.with_instance(caller.key(), service, |instance| {
+        let (answers, rollout) = view.answers_for(service, instance);
+        Choice { candidate: rollout.is_some(), group: answers.group_index(service, instance) }
+    });
+    #[cfg(test)]
+    tests::DECISIONS.with(|d| d.set(d.get() + 1));
+    if let (Some(link), Some(identity_generation)) = (link, identity_generation) {
+        link.remember(service, generation, identity_generation, choice);
+    }
+    choice
+}
+
+/// The answers `choice` picks from `view`.
+fn answers_of<'a>(view: &View<'a>, choice: Choice) -> &'a Answers {
+    match view.overlay {
+        Some(overlay) if choice.candidate => &overlay.candidate,
+        _ => &view.snapshot.answers,
     }
 }
 
@@ -163,26 +195,24 @@ impl ConfigurationDiscoveryService for CdsService {
     ) -> Result<Response<EncodedCommands>, Status> {
         let started = self.metrics.start();
         let hold_for = self.hold.hold_for(request.metadata());
-        let connection = crate::socket::connection_of(request.extensions()).map(|c| Arc::clone(&c.state));
-        let peer = crate::socket::peer_of(request.extensions());
+        let caller = Caller::of(request.extensions());
         let request = request.into_inner();
         // Subscribed before the lookup: a change between the two is not missed.
         let changes = hold_for.map(|_| self.served.subscribe_answers());
-        let Some((bytes, outcome)) = self.lookup(&request, peer, true) else {
+        let Some((bytes, outcome)) = self.lookup(&request, caller.as_ref(), true) else {
             return Ok(Response::new(EncodedCommands(Bytes::new())));
         };
         let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
         if let (Some(hold_for), Some(changes), true) = (hold_for, changes, holdable) {
-            let connection = connection.as_deref();
+            let connection = match &caller {
+                Some(Caller::Connection(state)) => Some(&**state),
+                _ => None,
+            };
             if let Some(slot) = self.take_slot(connection) {
-                let holding = self.fleet.as_ref().zip(peer);
-                if let Some((fleet, peer)) = holding {
-                    fleet.set_holding(&request.service, peer, true);
-                }
-                let held = self.hold(&request, peer, hold_for, changes, slot).await;
-                if let Some((fleet, peer)) = holding {
-                    fleet.set_holding(&request.service, peer, false);
-                }
+                // The row is seen now while this guard lives: it ends with the hold, however the
+                // hold ends (this future dropped at its `await` included).
+                let _holding = self.fleet.as_ref().zip(caller.as_ref()).map(|(f, c)| f.hold(c.key(), &request.service));
+                let held = self.hold(&request, caller.as_ref(), hold_for, changes, slot).await;
                 let (bytes, outcome) = held.unwrap_or((bytes, outcome));
                 self.metrics.record(outcome, None);
                 return Ok(Response::new(EncodedCommands(bytes)));
@@ -198,10 +228,10 @@ impl CdsService {
     fn lookup(
         &self,
         request: &ConfigurationSyncRequest,
-        peer: Option<std::net::SocketAddr>,
+        caller: Option<&Caller>,
         record: bool,
     ) -> Option<(Bytes, FetchOutcome)> {
-        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_to(request, peer, record)));
+        let answered = std::panic::catch_unwind(AssertUnwindSafe(|| self.answer_to(request, caller, record)));
         if answered.is_err() {
             tracing::error!(service = %request.service, "The configuration lookup panicked; answering \"no change\" so the agent keeps its configuration.");
         }
@@ -219,7 +249,7 @@ impl CdsService {
     async fn hold(
         &self,
         request: &ConfigurationSyncRequest,
-        peer: Option<std::net::SocketAddr>,
+        caller: Option<&Caller>,
         hold_for: std::time::Duration,
         mut changes: tokio::sync::watch::Receiver<u64>,
         slot: Slot<'_>,
@@ -237,7 +267,7 @@ impl CdsService {
                         break (Release::Shutdown, None);
                     }
                     // The poll was recorded in the fleet when it arrived; this is the same poll.
-                    match self.lookup(request, peer, false) {
+                    match self.lookup(request, caller, false) {
                         Some((_, FetchOutcome::Unchanged | FetchOutcome::NotReady)) => {}
                         Some(answer) => break (Release::Changed, Some(answer)),
                         None => break (Release::Expired, None),
@@ -266,6 +296,11 @@ impl Drop for ReleaseCount<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Targeting decisions made on this thread (cache misses of [`choice_of`]).
+        pub(super) static DECISIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
     use prost::Message;
     use skyconf_core::codec::DiscoveryCommand;
     use skyconf_core::digest::EMPTY_DIGEST;
@@ -296,6 +331,51 @@ mod tests {
         assert!(ask(&svc, "svc", &digest).is_none());
         served.install(skyconf_core::AgentConfigurations::default());
         assert_eq!(ask(&svc, "svc", &digest).unwrap().uuid.as_deref(), Some(EMPTY_DIGEST));
+    }
+
+    /// N8: a connection's targeting group is decided once per identity and table version, not
+    /// matched again on every poll; a new identity or a new table decides again.
+    #[test]
+    fn targeting_is_decided_once_per_identity_and_table_version() {
+        const TARGETED: &str = "configurations:\n  svc:\n    k: base\ntargeting:\n  svc:\n    - group: canary\n      instances: [canary-*]\n      settings:\n        k: canary\n";
+        let served = Arc::new(ServedTable::new(skyconf_core::read(TARGETED).unwrap()));
+        let fleet = Arc::new(Fleet::new(crate::fleet::FleetOptions::default()));
+        let svc = CdsService::new(Arc::clone(&served), CdsOptions::default()).with_fleet(Arc::clone(&fleet));
+        let state = Arc::new(crate::socket::ConnectionState::new(Some(([10, 0, 0, 1], 9).into())));
+        let caller = Caller::Connection(Arc::clone(&state));
+        let name = |instance: &str| crate::fleet::InstanceIdentity {
+            service: "svc".into(),
+            instance: instance.into(),
+            ..Default::default()
+        };
+        let value = |svc: &CdsService| {
+            let request = ConfigurationSyncRequest { service: "svc".into(), uuid: String::new() };
+            let (bytes, _) = svc.answer_from(&request, Some(&caller));
+            let commands = Commands::decode(bytes).unwrap();
+            DiscoveryCommand::from_command(&commands.commands[0]).unwrap().config[0].1.clone()
+        };
+        let decisions = || DECISIONS.with(std::cell::Cell::get);
+        let before = decisions();
+        fleet.identify(&caller, &name("canary-1"));
+        for _ in 0..100 {
+            assert_eq!(value(&svc), "canary");
+        }
+        assert_eq!(decisions() - before, 1, "decided once for 100 polls");
+        // A keepAlive that says the same changes nothing.
+        fleet.identify(&caller, &name("canary-1"));
+        assert_eq!(value(&svc), "canary");
+        assert_eq!(decisions() - before, 1);
+        fleet.identify(&caller, &name("stable-1"));
+        assert_eq!(value(&svc), "base", "another identity: decided again");
+        assert_eq!(value(&svc), "base");
+        assert_eq!(decisions() - before, 2);
+        served.install(skyconf_core::read(&TARGETED.replace("canary-*", "stable-*")).unwrap());
+        assert_eq!(value(&svc), "canary", "a new table: decided again");
+        assert_eq!(decisions() - before, 3);
+        // The connection closed: nothing is remembered, nothing recorded.
+        state.close();
+        assert_eq!(value(&svc), "base", "a closed connection has no identity");
+        assert_eq!(fleet.tracked(), 0);
     }
 
     // Held polls, in virtual time: the service is called as tonic calls it.
@@ -488,6 +568,38 @@ mod tests {
             assert_eq!(svc.held().get(), 0);
             assert_eq!(svc.metrics.held_released(Release::Cancelled), 1);
             assert_eq!(svc.metrics.held_released(Release::Expired), 0);
+        }
+
+        /// The hold is a guard: a call dropped at its `await` (the client went away) is no
+        /// longer held, so its row ages from that moment like any other.
+        #[tokio::test(start_paused = true)]
+        async fn a_held_poll_the_client_cancels_is_no_longer_held_in_the_fleet() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let stop = CancellationToken::new();
+            let fleet = Arc::new(crate::fleet::Fleet::new(crate::fleet::FleetOptions {
+                expire_after: Duration::ZERO,
+                ..crate::fleet::FleetOptions::default()
+            }));
+            let svc = CdsService::new(Arc::clone(&served), CdsOptions::default())
+                .with_holding(HoldOptions::default(), stop.clone())
+                .with_fleet(Arc::clone(&fleet));
+            let svc = Arc::new(svc);
+            let connection = AgentConnection {
+                tcp: tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], 7))),
+                },
+                state: Arc::new(ConnectionState::default()),
+            };
+            let held = [("grpc-timeout", "30S")];
+            assert!(start(&svc, request("", &held, Some(&connection))).await.await.unwrap().is_some());
+            let call = start(&svc, request(&current(&served), &held, Some(&connection))).await;
+            assert_eq!(svc.held().get(), 1);
+            assert_eq!(fleet.sweep(), 0, "a held agent is not forgotten");
+            call.abort();
+            let _ = call.await;
+            assert_eq!(svc.held().get(), 0);
+            assert_eq!(fleet.sweep(), 1, "its hold ended with the call: it ages as any row does");
         }
 
         #[tokio::test(start_paused = true)]

@@ -2,7 +2,8 @@
 //! empty `Commands` as the OAP answers it, so skyconf learns the instance behind a peer address:
 //! its name, its reported properties and the agent version the call's metadata carries (the Java
 //! agent sends `Agent-Version`; gRPC metadata keys arrive lowercase). Agents send these calls on
-//! the same gRPC channel as their configuration polls, so the peer address ties the two together.
+//! the same gRPC channel as their configuration polls, so the connection ties the two together,
+//! and the identity ends with it.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use skyconf_proto::v3::{Commands, InstancePingPkg, InstanceProperties};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use super::{Fleet, InstanceIdentity};
+use super::{Caller, Fleet, InstanceIdentity};
 
 /// The metadata key agents put their version in.
 pub const AGENT_VERSION_KEY: &str = "agent-version";
@@ -36,9 +37,9 @@ impl Management {
         ManagementServiceServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES)
     }
 
-    fn observe(&self, peer: Option<std::net::SocketAddr>, identity: &InstanceIdentity) {
-        if let Some(peer) = peer {
-            self.fleet.observe_identity(peer, identity);
+    fn observe(&self, caller: Option<Caller>, identity: &InstanceIdentity) {
+        if let Some(caller) = caller {
+            self.fleet.identify(&caller, identity);
         }
     }
 }
@@ -54,7 +55,7 @@ impl ManagementService for Management {
         &self,
         request: Request<InstanceProperties>,
     ) -> Result<Response<Commands>, Status> {
-        let peer = crate::socket::peer_of(request.extensions());
+        let caller = Caller::of(request.extensions());
         let agent_version = agent_version(request.metadata());
         let report = request.into_inner();
         let identity = InstanceIdentity {
@@ -64,12 +65,12 @@ impl ManagementService for Management {
             agent_version,
             reported_properties: true,
         };
-        self.observe(peer, &identity);
+        self.observe(caller, &identity);
         Ok(Response::new(Commands::default()))
     }
 
     async fn keep_alive(&self, request: Request<InstancePingPkg>) -> Result<Response<Commands>, Status> {
-        let peer = crate::socket::peer_of(request.extensions());
+        let caller = Caller::of(request.extensions());
         let agent_version = agent_version(request.metadata());
         let ping = request.into_inner();
         let identity = InstanceIdentity {
@@ -79,7 +80,7 @@ impl ManagementService for Management {
             agent_version,
             reported_properties: false,
         };
-        self.observe(peer, &identity);
+        self.observe(caller, &identity);
         Ok(Response::new(Commands::default()))
     }
 }

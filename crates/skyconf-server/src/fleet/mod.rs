@@ -1,9 +1,9 @@
 //! Fleet status from implicit ACKs: which agent holds which configuration.
 //!
 //! A stock agent sends back, on every poll, the digest of the last configuration it applied (the
-//! `uuid` of `ConfigurationSyncRequest`). So the CDS handler learns, per (service, peer address),
+//! `uuid` of `ConfigurationSyncRequest`). So the CDS handler learns, per (service, connection),
 //! when the agent was last seen and what it holds, at no cost to the agent. From that and the
-//! digest currently served, each agent is:
+//! digest currently served, each row is:
 //!
 //! - **applied**: it echoes the current digest;
 //! - **behind**: it does not yet, but it has polled fewer than N times since the current digest
@@ -14,43 +14,69 @@
 //!   keeps its old digest when a watcher throws while applying a command, so stuck is how a failed
 //!   apply (an implicit NACK) shows. N is [`FleetOptions::stuck_after_polls`].
 //!
-//! The hot path ([`Fleet::observe`]) takes one short lock on one of [`SHARDS`] shards (chosen by
-//! the peer address), does two hash lookups keyed by borrowed data and updates a few integers: it
-//! allocates only the first time a (service, peer) pair is seen or when an agent echoes a digest
-//! it did not echo before. Memory is bounded: at most [`FleetOptions::max_agents`] pairs are
-//! tracked, and [`Fleet::sweep`] forgets agents not seen for [`FleetOptions::expire_after`].
+//! **Lifetimes.** Every fact here is tied to the lifetime it describes (see the README's Fleet
+//! section for the bounds):
+//! - a **row** (service, connection) is created by the connection's first poll for the service and
+//!   removed when the connection closes ([`link::Link::close`], run by a guard the connection's
+//!   socket owns), or when the connection stays open but has not polled that service for
+//!   [`FleetOptions::expire_after`], or after [`ONE_OFF_EXPIRY`] for an unidentified row seen once;
+//! - a row is **seen now** exactly while one of its polls is held: the hold is a guard
+//!   ([`Holding`]), whose end (answered, deadline, client cancel, connection lost, shutdown) makes
+//!   that moment the row's last sight;
+//! - an **identity** ([`identity`]) lives exactly as long as its connection: at most one per
+//!   connection, its bytes bounded and counted.
+//!
+//! Rows are keyed by [`ConnKey`]: a connection id the process never issues twice, and the peer
+//! address; so a connection's close never removes a later connection's rows from the same
+//! ip:port.
+//!
+//! The hot path ([`Fleet::record`]) takes one short lock on one of [`SHARDS`] shards (chosen by
+//! the connection), does two hash lookups keyed by borrowed data and updates a few integers: it
+//! allocates only the first time a (service, connection) pair is seen or when an agent echoes a
+//! digest it did not echo before. Memory is bounded: at most [`FleetOptions::max_agents`] rows
+//! are tracked.
 //!
 //! Anyone who reaches the gRPC port can poll for any name, so names without configuration (typos,
 //! or a flood of made-up names) are tracked within a quota of their own
 //! ([`FleetOptions::max_unconfigured`]): when it or the whole table is full, the least recently
-//! seen pair of an unconfigured service is evicted to make room (approximately: each shard keeps
-//! its unconfigured pairs in a queue, and one seen again since it was queued gets a second
-//! chance), and counted ([`Fleet::evictions`]). Pairs of configured services are never evicted for
-//! another pair; the quota leaves them at least `max_agents - max_unconfigured` places.
+//! seen row of an unconfigured service is evicted to make room (approximately: each shard keeps
+//! its unconfigured rows in a queue, and one seen again since it was queued gets a second
+//! chance), and counted ([`Fleet::evictions`]). Rows of configured services are never evicted for
+//! another row; the quota leaves them at least `max_agents - max_unconfigured` places.
 //!
-//! Agents are told apart by peer address (IP and port of their gRPC connection). Behind a proxy
-//! that pools connections, that is the proxy's connection, not the agent. Where agents also send
-//! `ManagementService` calls to skyconf (answered here, see [`management`], or forwarded by the
-//! gateway), the connection's instance identity is kept too: name, properties, agent version
-//! (see [`identity`]). In gateway mode every agent sends them, so
+//! Behind a proxy that pools connections, a connection is the proxy's, not the agent's. Where
+//! agents also send `ManagementService` calls to skyconf (answered here, see [`management`], or
+//! forwarded by the gateway), the connection's instance identity is kept too: name, properties,
+//! agent version (see [`identity`]). In gateway mode every agent sends them, so
 //! [`FleetOptions::expect_identity`] marks a connection that polls without one
 //! [`AgentState::Anonymous`] instead of counting it as a fleet member.
+//!
+//! Counting is one function, [`Fleet::counts`]: the admin API and the `skyconf_fleet_agents`
+//! metric both read it.
 
 pub mod identity;
+pub mod link;
 pub mod management;
 pub mod replicas;
 
+#[cfg(test)]
+mod model;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use skyconf_core::Digest;
 use skyconf_core::targeting::InstanceRef;
+use tokio::time::Instant;
 
 use identity::Instance;
-pub use identity::{AnonymousPoller, InstanceService, InstanceStatus, Instances, MAX_PROPERTIES, Property};
+pub use identity::{
+    AnonymousPoller, InstanceService, InstanceStatus, Instances, MAX_IDENTITY_BYTES, MAX_PROPERTIES, Property,
+};
+pub use link::{Caller, Choice, ConnKey, Link};
 
 /// What each agent is served now, to judge whether it holds it. A closure `Fn(&str) -> Digest`
 /// (one digest per service) and a [`Digest`] (one for every agent) are ones.
@@ -88,7 +114,7 @@ impl<'a, C: CurrentDigest + ?Sized> Currents<'a, C> {
         Self { of, per_service: HashMap::new() }
     }
 
-    /// The digest served now to the agent of `service` at `peer`.
+    /// The digest served now to the agent of `service` on the connection of `peer`.
     fn of(&mut self, service: &Arc<str>, peer: &Peer) -> Digest {
         let of = self.of;
         let cached = self
@@ -108,8 +134,8 @@ impl<'a, C: CurrentDigest + ?Sized> Currents<'a, C> {
 /// How many independently locked shards the table has.
 pub const SHARDS: usize = 64;
 
-/// How long a pair seen only once is kept. A stock agent polls again within 20 s (the Java and Go
-/// agents' default interval), so a pair not seen again within a minute was a one-off poll.
+/// How long a row seen only once is kept. A stock agent polls again within 20 s (the Java and Go
+/// agents' default interval), so a row not seen again within a minute was a one-off poll.
 pub const ONE_OFF_EXPIRY: Duration = Duration::from_secs(60);
 
 /// The longest service name tracked; a longer one is answered but not tracked.
@@ -124,11 +150,13 @@ pub struct FleetOptions {
     /// An agent still echoing another digest this many polls after a change is stuck (at least 2:
     /// the first poll after a change always echoes the old digest).
     pub stuck_after_polls: u32,
-    /// Agents not seen for this long are forgotten.
+    /// A row of an open connection that has not polled its service for this long is removed
+    /// (a proxy's pooled connection that no longer carries that agent). Rows of closed
+    /// connections go at once, whatever this says.
     pub expire_after: Duration,
-    /// At most this many (service, peer) pairs are tracked; more are answered but not tracked.
-    /// Twice the largest fleet skyconf is sized for (100,000 agents): an agent that reconnects
-    /// polls from a new port, a new pair, while its old one stays until it expires.
+    /// At most this many (service, connection) rows are tracked; more are answered but not
+    /// tracked. Twice the largest fleet skyconf is sized for (100,000 agents): a restarted agent's
+    /// new connection may briefly be tracked beside its old one, until that one is found closed.
     pub max_agents: usize,
     /// At most this many of them are of services without configuration; beyond it, the least
     /// recently seen of those is evicted.
@@ -173,6 +201,22 @@ pub enum AgentState {
     Anonymous,
 }
 
+impl AgentState {
+    /// Every state, in the order the metrics list them.
+    pub const ALL: [Self; 5] = [Self::Applied, Self::Behind, Self::Stuck, Self::New, Self::Anonymous];
+
+    /// Its name in the API and in metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::New => "new",
+            Self::Applied => "applied",
+            Self::Behind => "behind",
+            Self::Stuck => "stuck",
+            Self::Anonymous => "anonymous",
+        }
+    }
+}
+
 /// What an agent last echoed.
 #[derive(Debug, Clone)]
 enum Echo {
@@ -198,7 +242,7 @@ impl Echo {
     }
 }
 
-/// One (service, peer) pair.
+/// One (service, connection) row.
 #[derive(Debug, Clone)]
 struct Entry {
     first_seen: u64,
@@ -211,41 +255,44 @@ struct Entry {
     polls_behind: u32,
     /// Whether the service had configuration at its last poll.
     configured: bool,
-    /// Its polls held now (see `crate::cds::hold`): a held agent is connected and waiting, so it
-    /// counts as seen now.
+    /// Its polls held now (each counted by a [`Holding`] guard): a held agent is connected and
+    /// waiting, so it counts as seen now.
     held: u16,
 }
 
 #[derive(Debug, Default)]
 struct Peer {
     services: HashMap<Arc<str>, Entry>,
-    /// Boxed: most peers have none (behind a proxy), and the poll path walks these maps.
-    instance: Option<Box<Instance>>,
+    /// Boxed behind an `Arc`: most connections have none (behind a proxy), the poll path walks
+    /// these maps, and a poll's targeting choice reads it outside the shard lock.
+    instance: Option<Arc<Instance>>,
 }
 
-/// One poll, as [`Fleet::observe`] records it.
+/// One poll, as [`Fleet::record`] records it.
 #[derive(Debug, Clone, Copy)]
 struct Poll<'a> {
     service: &'a str,
     uuid: &'a str,
-    peer: SocketAddr,
+    key: ConnKey,
     current: &'a Digest,
     configured: bool,
     now: u64,
+    /// The connection's closed flag: nothing is inserted for a closed connection.
+    closed: Option<&'a AtomicBool>,
 }
 
-/// A pair of an unconfigured service, queued for eviction when it was last seen at `at`.
+/// A row of an unconfigured service, queued for eviction when it was last seen at `at`.
 #[derive(Debug)]
 struct Queued {
-    peer: SocketAddr,
+    key: ConnKey,
     service: Arc<str>,
     at: u64,
 }
 
 #[derive(Debug, Default)]
 struct Shard {
-    peers: HashMap<SocketAddr, Peer>,
-    /// The shard's pairs of unconfigured services, oldest first; may hold stale items (pairs
+    peers: HashMap<ConnKey, Peer>,
+    /// The shard's rows of unconfigured services, oldest first; may hold stale items (rows
     /// forgotten or configured since), skipped when they come up.
     unconfigured: VecDeque<Queued>,
 }
@@ -255,22 +302,26 @@ struct Shard {
 pub struct Fleet {
     shards: Box<[Mutex<Shard>]>,
     options: FleetOptions,
+    /// The fleet's clock: tokio's, so that tests in paused time move it.
     epoch: Instant,
     epoch_unix_ms: u64,
     /// Milliseconds added to the clock: tests move time on with it.
     skew_ms: AtomicU64,
     tracked: AtomicUsize,
-    /// How many of the tracked pairs are of unconfigured services.
+    /// How many of the tracked rows are of unconfigured services.
     tracked_unconfigured: AtomicUsize,
     untracked: AtomicU64,
     evicted: AtomicU64,
-    /// Where the next search for an evictable pair in another shard starts.
+    /// Where the next search for an evictable row in another shard starts.
     next_victim_shard: AtomicUsize,
-    /// Peers with a known instance identity (bounded by [`FleetOptions::max_agents`] too).
+    /// Connections with a known instance identity (bounded by [`FleetOptions::max_agents`] too).
     identified: AtomicUsize,
+    /// The bytes the kept identities hold (names, properties, agent versions).
+    identity_bytes: AtomicUsize,
     /// Identities not kept because that bound was reached.
     unkept_identities: AtomicU64,
-    /// Properties dropped over [`MAX_PROPERTIES`] or shortened, over all reports.
+    /// Properties dropped over [`MAX_PROPERTIES`] or [`MAX_IDENTITY_BYTES`], or shortened, over
+    /// all reports.
     properties_cut: AtomicU64,
 }
 
@@ -307,7 +358,7 @@ pub struct AgentStatus {
     pub agent_version: Option<String>,
     /// First poll seen (Unix milliseconds).
     pub first_seen_ms: u64,
-    /// Last poll seen (Unix milliseconds).
+    /// Its last poll, or now while one of its polls is held (Unix milliseconds).
     pub last_seen_ms: u64,
     /// Polls seen.
     pub polls: u64,
@@ -363,6 +414,17 @@ impl StateCounts {
             self.agents += 1;
         }
     }
+
+    /// How many are in `state`.
+    pub fn of(&self, state: AgentState) -> usize {
+        match state {
+            AgentState::New => self.new,
+            AgentState::Anonymous => self.anonymous,
+            AgentState::Applied => self.applied,
+            AgentState::Behind => self.behind,
+            AgentState::Stuck => self.stuck,
+        }
+    }
 }
 
 fn cut(text: &str) -> &str {
@@ -376,17 +438,48 @@ fn cut(text: &str) -> &str {
     &text[..end]
 }
 
-/// Spreads peers over shards: a multiplicative hash of the address and port.
-fn shard_of(peer: &SocketAddr) -> usize {
-    let ip = match peer.ip() {
-        std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
-        std::net::IpAddr::V6(v6) => {
-            let bits = u128::from(v6);
-            (bits as u64) ^ ((bits >> 64) as u64)
-        }
+/// Spreads connections over shards: a multiplicative hash of the connection id, or of the
+/// address and port for a call without a connection.
+fn shard_of(key: &ConnKey) -> usize {
+    let bits = if key.id != 0 {
+        key.id
+    } else {
+        let ip = match key.peer.ip() {
+            std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
+            std::net::IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                (bits as u64) ^ ((bits >> 64) as u64)
+            }
+        };
+        ip ^ (u64::from(key.peer.port()) << 32)
     };
-    let mixed = (ip ^ (u64::from(peer.port()) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mixed = bits.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (mixed >> 58) as usize % SHARDS
+}
+
+/// One held poll's mark on its row: the row is seen now while this lives, and its end is the
+/// row's last sight. Dropped however the hold ends, a cancelled call's future dropped at its
+/// `await` included.
+#[derive(Debug)]
+#[must_use = "the row is held only while the guard lives"]
+pub struct Holding<'a> {
+    fleet: &'a Fleet,
+    key: ConnKey,
+    /// The row's service name (shared with the row), `None` when the row is not tracked.
+    service: Option<Arc<str>>,
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        let Some(service) = &self.service else { return };
+        let now = self.fleet.now();
+        let mut shard = self.fleet.lock(&self.key);
+        // Gone with its connection, or evicted: nothing to release.
+        if let Some(entry) = shard.peers.get_mut(&self.key).and_then(|p| p.services.get_mut(&**service)) {
+            entry.held = entry.held.saturating_sub(1);
+            entry.last_seen = now;
+        }
+    }
 }
 
 impl Fleet {
@@ -405,6 +498,7 @@ impl Fleet {
             evicted: AtomicU64::new(0),
             next_victim_shard: AtomicUsize::new(0),
             identified: AtomicUsize::new(0),
+            identity_bytes: AtomicUsize::new(0),
             unkept_identities: AtomicU64::new(0),
             properties_cut: AtomicU64::new(0),
         }
@@ -419,6 +513,11 @@ impl Fleet {
         self.epoch.elapsed().as_millis() as u64 + self.skew_ms.load(Ordering::Relaxed)
     }
 
+    /// Now, in Unix milliseconds by the fleet's clock (what `last_seen_ms` of a held row says).
+    pub fn now_unix_ms(&self) -> u64 {
+        self.unix_ms(self.now())
+    }
+
     /// Moves the fleet's clock on by `by` (for tests of expiry).
     #[cfg(test)]
     fn advance(&self, by: Duration) {
@@ -429,28 +528,33 @@ impl Fleet {
         self.epoch_unix_ms + at
     }
 
-    fn lock(&self, peer: &SocketAddr) -> MutexGuard<'_, Shard> {
-        self.shards[shard_of(peer)].lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self, key: &ConnKey) -> MutexGuard<'_, Shard> {
+        self.shards[shard_of(key)].lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Marks a poll of `peer` for `service` held (`true`) or answered (`false`). A held agent
-    /// is shown as seen now and is never forgotten while it waits; the end of a hold counts as
-    /// seen too.
-    pub fn set_holding(&self, service: &str, peer: SocketAddr, holding: bool) {
-        let now = self.now();
-        let mut shard = self.lock(&peer);
-        if let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service)) {
-            entry.held = if holding { entry.held.saturating_add(1) } else { entry.held.saturating_sub(1) };
-            entry.last_seen = now;
-        }
+    /// Marks a poll of `caller` for `service` held until the returned guard is dropped: the row
+    /// is seen now meanwhile and never forgotten, and the guard's end is its last sight. A row
+    /// not tracked is not marked.
+    pub fn hold(&self, caller: impl Into<ConnKey>, service: &str) -> Holding<'_> {
+        let key = caller.into();
+        let mut shard = self.lock(&key);
+        let held = shard.peers.get_mut(&key).and_then(|peer| {
+            let name = Arc::clone(peer.services.get_key_value(service)?.0);
+            let entry = peer.services.get_mut(service)?;
+            entry.held = entry.held.saturating_add(1);
+            Some(name)
+        });
+        Holding { fleet: self, key, service: held }
     }
 
-    /// Records that a held poll of `peer` for `service` was answered with `sent`'s command, after
-    /// the poll was recorded: the agent holds `sent` from now on, whatever it echoed before (so a
-    /// rollout reverted and started again does not count an agent as applied by a stale echo).
-    pub fn sent(&self, service: &str, peer: SocketAddr, sent: &Digest) {
-        let mut shard = self.lock(&peer);
-        if let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service))
+    /// Records that a held poll of `caller` for `service` was answered with `sent`'s command,
+    /// after the poll was recorded: the agent holds `sent` from now on, whatever it echoed before
+    /// (so a rollout reverted and started again does not count an agent as applied by a stale
+    /// echo).
+    pub fn sent(&self, service: &str, caller: impl Into<ConnKey>, sent: &Digest) {
+        let key = caller.into();
+        let mut shard = self.lock(&key);
+        if let Some(entry) = shard.peers.get_mut(&key).and_then(|p| p.services.get_mut(service))
             && entry.target != *sent
         {
             entry.target = sent.clone();
@@ -458,17 +562,43 @@ impl Fleet {
         }
     }
 
-    /// Records one poll: `peer` asked for `service` (`configured`: it has configuration) echoing
-    /// `uuid` and was served `current`.
+    /// Records one poll of `caller`: it asked for `service` (`configured`: it has configuration)
+    /// echoing `uuid` and was served `current`. Nothing is recorded for a closed connection.
+    pub fn record(self: &Arc<Self>, caller: &Caller, service: &str, uuid: &str, current: &Digest, configured: bool) {
+        let closed = caller.link().map(|link| {
+            link.attach(self);
+            link.closed_flag()
+        });
+        self.observe_key(caller.key(), closed, service, uuid, current, configured);
+    }
+
+    /// Records one poll seen without a connection record: `peer` asked for `service`
+    /// (`configured`: it has configuration) echoing `uuid` and was served `current`. Its row ends
+    /// only by expiry.
     pub fn observe(&self, service: &str, uuid: &str, peer: SocketAddr, current: &Digest, configured: bool) {
+        self.observe_key(ConnKey::from(peer), None, service, uuid, current, configured);
+    }
+
+    fn observe_key(
+        &self,
+        key: ConnKey,
+        closed: Option<&AtomicBool>,
+        service: &str,
+        uuid: &str,
+        current: &Digest,
+        configured: bool,
+    ) {
         if service.len() > MAX_TRACKED_NAME_BYTES {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let poll = Poll { service, uuid, peer, current, configured, now: self.now() };
+        let poll = Poll { service, uuid, key, current, configured, now: self.now(), closed };
         {
-            let mut shard = self.lock(&peer);
+            let mut shard = self.lock(&key);
             if self.update(&mut shard, &poll) {
+                return;
+            }
+            if poll.closed.is_some_and(|c| c.load(Ordering::Acquire)) {
                 return;
             }
             if self.has_room(configured) || (self.may_evict(configured) && self.evict_from(&mut shard)) {
@@ -481,16 +611,16 @@ impl Fleet {
             self.untracked.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut shard = self.lock(&peer);
-        if !self.update(&mut shard, &poll) {
+        let mut shard = self.lock(&key);
+        if !self.update(&mut shard, &poll) && !poll.closed.is_some_and(|c| c.load(Ordering::Acquire)) {
             self.insert(&mut shard, &poll);
         }
     }
 
-    /// Updates the pair if it is tracked; whether it was.
+    /// Updates the row if it is tracked; whether it was.
     fn update(&self, shard: &mut Shard, poll: &Poll<'_>) -> bool {
-        let Poll { service, uuid, peer, current, configured, now } = *poll;
-        let Some(entry) = shard.peers.get_mut(&peer).and_then(|p| p.services.get_mut(service)) else {
+        let Poll { service, uuid, key, current, configured, now, .. } = *poll;
+        let Some(entry) = shard.peers.get_mut(&key).and_then(|p| p.services.get_mut(service)) else {
             return false;
         };
         entry.update(uuid, current, now);
@@ -501,30 +631,30 @@ impl Fleet {
             } else {
                 self.tracked_unconfigured.fetch_add(1, Ordering::Relaxed);
                 // Rare (the service lost its configuration): a new name allocation is fine.
-                shard.unconfigured.push_back(Queued { peer, service: Arc::from(service), at: now });
+                shard.unconfigured.push_back(Queued { key, service: Arc::from(service), at: now });
             }
         }
         true
     }
 
-    /// Whether a new pair fits without evicting one.
+    /// Whether a new row fits without evicting one.
     fn has_room(&self, configured: bool) -> bool {
         self.tracked.load(Ordering::Relaxed) < self.options.max_agents
             && (configured || self.tracked_unconfigured.load(Ordering::Relaxed) < self.options.max_unconfigured)
     }
 
-    /// Whether evicting an unconfigured pair can make room for a new pair.
+    /// Whether evicting an unconfigured row can make room for a new row.
     fn may_evict(&self, configured: bool) -> bool {
         (configured || self.options.max_unconfigured > 0) && self.tracked_unconfigured.load(Ordering::Relaxed) > 0
     }
 
     fn insert(&self, shard: &mut Shard, poll: &Poll<'_>) {
-        let Poll { service, uuid, peer, current, configured, now } = *poll;
+        let Poll { service, uuid, key, current, configured, now, .. } = *poll;
         self.tracked.fetch_add(1, Ordering::Relaxed);
         let service: Arc<str> = Arc::from(service);
         if !configured {
             self.tracked_unconfigured.fetch_add(1, Ordering::Relaxed);
-            shard.unconfigured.push_back(Queued { peer, service: Arc::clone(&service), at: now });
+            shard.unconfigured.push_back(Queued { key, service: Arc::clone(&service), at: now });
         }
         let mut entry = Entry {
             first_seen: now,
@@ -537,16 +667,16 @@ impl Fleet {
             held: 0,
         };
         entry.update(uuid, current, now);
-        shard.peers.entry(peer).or_default().services.insert(service, entry);
+        shard.peers.entry(key).or_default().services.insert(service, entry);
     }
 
-    /// Evicts the shard's least recently seen pair of an unconfigured service (a pair seen again
+    /// Evicts the shard's least recently seen row of an unconfigured service (a row seen again
     /// since it was queued is queued again instead); whether one was evicted.
     fn evict_from(&self, shard: &mut Shard) -> bool {
-        // Two passes at most: after one, every live item is queued at its pair's last poll.
+        // Two passes at most: after one, every live item is queued at its row's last poll.
         for _ in 0..shard.unconfigured.len().saturating_mul(2) {
             let Some(item) = shard.unconfigured.pop_front() else { return false };
-            let Some(peer) = shard.peers.get_mut(&item.peer) else { continue };
+            let Some(peer) = shard.peers.get_mut(&item.key) else { continue };
             let Some(entry) = peer.services.get(&item.service) else { continue };
             if entry.configured {
                 continue;
@@ -558,7 +688,7 @@ impl Fleet {
             }
             peer.services.remove(&item.service);
             if peer.services.is_empty() && peer.instance.is_none() {
-                shard.peers.remove(&item.peer);
+                shard.peers.remove(&item.key);
             }
             self.tracked.fetch_sub(1, Ordering::Relaxed);
             self.tracked_unconfigured.fetch_sub(1, Ordering::Relaxed);
@@ -568,7 +698,7 @@ impl Fleet {
         false
     }
 
-    /// [`Self::evict_from`] the first shard that has a pair to evict, locking one at a time.
+    /// [`Self::evict_from`] the first shard that has a row to evict, locking one at a time.
     fn evict_elsewhere(&self) -> bool {
         let start = self.next_victim_shard.fetch_add(1, Ordering::Relaxed);
         (0..SHARDS).any(|i| {
@@ -577,16 +707,32 @@ impl Fleet {
         })
     }
 
-    /// Forgets agents (and instance identities) not seen for [`FleetOptions::expire_after`].
+    /// Removes every row and the identity of the connection `key` (it closed).
+    fn close(&self, key: ConnKey) {
+        let removed = self.lock(&key).peers.remove(&key);
+        let Some(peer) = removed else { return };
+        let unconfigured = peer.services.values().filter(|e| !e.configured).count();
+        self.tracked.fetch_sub(peer.services.len(), Ordering::Relaxed);
+        self.tracked_unconfigured.fetch_sub(unconfigured, Ordering::Relaxed);
+        if let Some(instance) = &peer.instance {
+            self.forget_identity(instance);
+        }
+    }
+
+    /// Forgets rows of open connections that have not polled for [`FleetOptions::expire_after`]
+    /// (and unidentified rows seen once, after [`ONE_OFF_EXPIRY`]); a held row is never
+    /// forgotten. Identities live as long as their connection; only those seen without a
+    /// connection record expire here, after `expire_after` without a `ManagementService` call.
     pub fn sweep(&self) -> usize {
         let now = self.now();
         let horizon = self.options.expire_after.as_millis() as u64;
         let one_off_horizon = horizon.min(ONE_OFF_EXPIRY.as_millis() as u64);
         let fresh = |seen: u64| now.saturating_sub(seen) < horizon;
-        let (mut removed, mut removed_unconfigured, mut forgotten) = (0, 0, 0);
+        let (mut removed, mut removed_unconfigured) = (0, 0);
+        let mut forgotten: Vec<Arc<Instance>> = Vec::new();
         for shard in &*self.shards {
             let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            shard.peers.retain(|_, peer| {
+            shard.peers.retain(|key, peer| {
                 let before = peer.services.len();
                 let identified = peer.instance.is_some();
                 peer.services.retain(|_, e| {
@@ -603,29 +749,32 @@ impl Fleet {
                     keep
                 });
                 removed += before - peer.services.len();
-                if peer.instance.as_ref().is_some_and(|i| !fresh(i.seen)) {
-                    peer.instance = None;
-                    forgotten += 1;
+                if key.id == 0
+                    && let Some(instance) = peer.instance.take_if(|i| !fresh(i.seen))
+                {
+                    forgotten.push(instance);
                 }
                 !peer.services.is_empty() || peer.instance.is_some()
             });
             let Shard { peers, unconfigured } = &mut *shard;
             unconfigured.retain(|item| {
-                peers.get(&item.peer).and_then(|p| p.services.get(&item.service)).is_some_and(|e| !e.configured)
+                peers.get(&item.key).and_then(|p| p.services.get(&item.service)).is_some_and(|e| !e.configured)
             });
         }
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
         self.tracked_unconfigured.fetch_sub(removed_unconfigured, Ordering::Relaxed);
-        self.identified.fetch_sub(forgotten, Ordering::Relaxed);
+        for instance in &forgotten {
+            self.forget_identity(instance);
+        }
         removed
     }
 
-    /// How many (service, peer) pairs are tracked.
+    /// How many (service, connection) rows are tracked.
     pub fn tracked(&self) -> usize {
         self.tracked.load(Ordering::Relaxed)
     }
 
-    /// How many of the tracked pairs are of services without configuration.
+    /// How many of the tracked rows are of services without configuration.
     pub fn tracked_unconfigured(&self) -> usize {
         self.tracked_unconfigured.load(Ordering::Relaxed)
     }
@@ -635,11 +784,12 @@ impl Fleet {
         self.untracked.load(Ordering::Relaxed)
     }
 
-    /// Pairs of unconfigured services evicted to make room for new pairs.
+    /// Rows of unconfigured services evicted to make room for new rows.
     pub fn evictions(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
     }
 
+    /// The one rule that judges a row: every count, listing and metric goes through it.
     fn state(&self, peer: &Peer, entry: &Entry, current: &Digest) -> AgentState {
         if self.options.expect_identity && peer.instance.is_none() {
             AgentState::Anonymous
@@ -662,15 +812,15 @@ impl Fleet {
         let name: Arc<str> = Arc::from(service);
         for shard in &*self.shards {
             let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            for (addr, peer) in &shard.peers {
+            for (key, peer) in &shard.peers {
                 if let Some(entry) = peer.services.get(service) {
                     let current = currents.of(&name, peer);
-                    out.push(self.status(service, *addr, peer, entry, &current));
+                    out.push((key.peer, key.id, self.status(service, key.peer, peer, entry, &current)));
                 }
             }
         }
-        out.sort_by(|a, b| a.peer.cmp(&b.peer));
-        out
+        out.sort_by_key(|row| (row.0, row.1));
+        out.into_iter().map(|(_, _, status)| status).collect()
     }
 
     fn status(&self, service: &str, addr: SocketAddr, peer: &Peer, entry: &Entry, current: &Digest) -> AgentStatus {
@@ -690,15 +840,15 @@ impl Fleet {
         }
     }
 
-    /// The first `limit` agents of every service in (service, peer address) order, judged with
-    /// `current_of(service)`, and how many agents there are. Only the pairs are collected from the
+    /// The first `limit` rows of every service in (service, peer address) order, judged with
+    /// `current_of(service)`, and how many rows there are. Only the keys are collected from the
     /// whole table; rows are built for the `limit` kept.
     pub fn agents(&self, limit: usize, current_of: &(impl CurrentDigest + ?Sized)) -> (Vec<AgentStatus>, usize) {
-        let mut pairs: Vec<(Arc<str>, SocketAddr)> = Vec::new();
+        let mut pairs: Vec<(Arc<str>, SocketAddr, ConnKey)> = Vec::new();
         for shard in &*self.shards {
             let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
-            for (addr, peer) in &shard.peers {
-                pairs.extend(peer.services.keys().map(|service| (Arc::clone(service), *addr)));
+            for (key, peer) in &shard.peers {
+                pairs.extend(peer.services.keys().map(|service| (Arc::clone(service), key.peer, *key)));
             }
         }
         let total = pairs.len();
@@ -709,11 +859,10 @@ impl Fleet {
         pairs.sort_unstable();
         let mut currents = Currents::new(current_of);
         let mut out = Vec::with_capacity(pairs.len());
-        for (service, addr) in pairs {
-            let shard = self.shards[shard_of(&addr)].lock().unwrap_or_else(|p| p.into_inner());
+        for (service, addr, key) in pairs {
+            let shard = self.lock(&key);
             // Forgotten since the first pass: left out.
-            if let Some((peer, entry)) = shard.peers.get(&addr).and_then(|p| p.services.get(&*service).map(|e| (p, e)))
-            {
+            if let Some((peer, entry)) = shard.peers.get(&key).and_then(|p| p.services.get(&*service).map(|e| (p, e))) {
                 let current = currents.of(&service, peer);
                 out.push(self.status(&service, addr, peer, entry, &current));
             }
@@ -721,7 +870,9 @@ impl Fleet {
         (out, total)
     }
 
-    /// Counts per service, judging each agent with `current_of(service)`.
+    /// Counts per service, judging each row with `current_of(service)`: the one counting
+    /// function, read by the admin API, the replica summaries and the `skyconf_fleet_agents`
+    /// metric alike.
     pub fn counts(&self, current_of: &(impl CurrentDigest + ?Sized)) -> BTreeMap<String, StateCounts> {
         let mut currents = Currents::new(current_of);
         let mut out: BTreeMap<String, StateCounts> = BTreeMap::new();
@@ -740,11 +891,9 @@ impl Fleet {
         }
         out
     }
-}
 
-impl Fleet {
-    /// How many agents of each service echo each digest (`""` for none yet), keyed by
-    /// (service, digest): the rows of a per-digest gauge.
+    /// How many rows of each service echo each digest (`""` for none yet), keyed by
+    /// (service, digest): what a replica summary says of its digests.
     pub fn per_digest(&self) -> BTreeMap<(String, String), usize> {
         let mut out: BTreeMap<(String, String), usize> = BTreeMap::new();
         for shard in &*self.shards {
@@ -860,20 +1009,102 @@ mod tests {
         let v1 = Digest::of_text("v1");
         fleet.observe("svc", "", peer(1), &v1, true);
         fleet.observe("svc", v1.as_str(), peer(1), &v1, true);
-        fleet.set_holding("svc", peer(1), true);
+        let held = fleet.hold(peer(1), "svc");
         fleet.advance(Duration::from_secs(700));
         assert_eq!(fleet.sweep(), 0, "a held agent is connected and waiting");
         let agent = &fleet.agents_of("svc", &v1)[0];
         assert_eq!(agent.state, AgentState::Applied);
         let now = fleet.unix_ms(fleet.now());
         assert_eq!(agent.last_seen_ms, now, "seen now while held");
-        fleet.set_holding("svc", peer(1), false);
+        drop(held);
         assert_eq!(fleet.agents_of("svc", &v1)[0].last_seen_ms, now, "the hold's end counts as seen");
         fleet.advance(Duration::from_secs(700));
         assert_eq!(fleet.sweep(), 1, "once answered, it expires as any agent does");
         // Holding an agent that is not tracked changes nothing.
-        fleet.set_holding("svc", peer(2), true);
+        let _untracked = fleet.hold(peer(2), "svc");
         assert!(fleet.agents_of("svc", &v1).is_empty());
+    }
+
+    fn connection(port: u16) -> (Arc<crate::socket::ConnectionState>, Caller) {
+        let state = Arc::new(crate::socket::ConnectionState::new(Some(peer(port))));
+        (Arc::clone(&state), Caller::Connection(state))
+    }
+
+    /// N1 and the contract's lifetimes: a connection's rows and identity end with it, at once,
+    /// and a later connection from the same ip:port is never removed by an earlier one's close.
+    #[test]
+    fn a_connections_rows_and_identity_end_with_it_and_never_a_later_ones_from_the_same_address() {
+        let fleet = Arc::new(fleet());
+        let v1 = Digest::of_text("v1");
+        let (first, by_first) = connection(1);
+        fleet.identify(&by_first, &report("svc", "pod-1", &[("hostname", "a")], Some("9.4.0")));
+        fleet.record(&by_first, "svc", "", &v1, true);
+        fleet.record(&by_first, "other", "", &v1, true);
+        assert_eq!((fleet.tracked(), fleet.identified()), (2, 1));
+        let bytes = fleet.identity_bytes();
+        assert_eq!(bytes, "svc".len() + "pod-1".len() + "hostname".len() + "a".len() + "9.4.0".len());
+        // The same process restarts from the same ip:port before the old close is seen.
+        let (second, by_second) = connection(1);
+        fleet.identify(&by_second, &report("svc", "pod-1", &[("hostname", "a")], Some("9.4.0")));
+        fleet.record(&by_second, "svc", "", &v1, true);
+        let listed = fleet.instances(&v1).instances;
+        assert_eq!(listed.len(), 2, "both live connections are listed");
+        assert!(listed.iter().all(|i| i.duplicate_name && i.peer == "10.0.0.1:1"), "and flagged: {listed:?}");
+        first.close();
+        assert_eq!((fleet.tracked(), fleet.identified(), fleet.identity_bytes()), (1, 1, bytes));
+        let listed = fleet.instances(&v1).instances;
+        assert_eq!((listed.len(), listed[0].duplicate_name), (1, false));
+        assert_eq!(fleet.agents_of("svc", &v1).len(), 1, "the later connection's row stays");
+        // Nothing is recorded on a closed connection: a call still unwinding cannot bring it back.
+        fleet.record(&by_first, "svc", "", &v1, true);
+        fleet.identify(&by_first, &report("svc", "pod-1", &[], None));
+        assert_eq!((fleet.tracked(), fleet.identified()), (1, 1));
+        // The last holder of the second connection's state lets go: it closes too.
+        drop((second, by_second));
+        assert_eq!((fleet.tracked(), fleet.identified(), fleet.identity_bytes()), (0, 0, 0));
+        assert!(fleet.instances(&v1).instances.is_empty());
+    }
+
+    /// `--agent-expiry` still removes the row of an open connection that stopped polling a
+    /// service (a proxy's pooled connection no longer carrying that agent); the connection's
+    /// identity stays as long as the connection.
+    #[test]
+    fn a_row_of_an_open_connection_that_stopped_polling_expires_and_its_identity_stays() {
+        let fleet = Arc::new(fleet());
+        let v1 = Digest::of_text("v1");
+        let (_state, caller) = connection(1);
+        fleet.identify(&caller, &report("svc", "pod-1", &[], None));
+        fleet.record(&caller, "old", "", &v1, true);
+        fleet.advance(Duration::from_secs(300));
+        fleet.record(&caller, "svc", "", &v1, true);
+        fleet.advance(Duration::from_secs(301));
+        assert_eq!(fleet.sweep(), 1, "`old` was not polled for 601 s");
+        let listed = fleet.instances(&v1).instances;
+        let services: Vec<_> = listed[0].services.iter().map(|s| s.service.as_str()).collect();
+        assert_eq!(services, ["svc"]);
+        fleet.advance(Duration::from_secs(3600));
+        assert_eq!(fleet.sweep(), 1);
+        assert_eq!((fleet.tracked(), fleet.identified()), (0, 1), "the identity lives with its connection");
+    }
+
+    #[test]
+    fn an_identity_keeps_at_most_its_byte_bound_of_properties() {
+        let fleet = fleet();
+        let big = "v".repeat(MAX_KEPT_TEXT_BYTES - 3);
+        let many: Vec<(String, String)> = (0..MAX_PROPERTIES).map(|i| (format!("k{i:02}"), big.clone())).collect();
+        let pairs: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        fleet.observe_identity(peer(1), &report("svc", "i", &pairs, None));
+        let instance = &fleet.instances(&Digest::empty()).instances[0];
+        let kept: usize = instance.properties.iter().map(|p| p.key.len() + p.value.len()).sum();
+        assert!(kept <= MAX_IDENTITY_BYTES, "{kept}");
+        assert_eq!(instance.properties.len(), MAX_PROPERTIES, "64 × 256 bytes fit exactly");
+        let over: Vec<(String, String)> = (0..MAX_PROPERTIES).map(|i| (format!("key{i:02}"), big.clone())).collect();
+        let pairs: Vec<(&str, &str)> = over.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        fleet.observe_identity(peer(1), &report("svc", "i", &pairs, None));
+        let instance = &fleet.instances(&Digest::empty()).instances[0];
+        assert_eq!(instance.properties.len(), MAX_PROPERTIES - 1, "the last one no longer fits");
+        assert_eq!(instance.properties_cut, 1);
+        assert!(fleet.identity_bytes() <= MAX_IDENTITY_BYTES + 64);
     }
 
     #[test]

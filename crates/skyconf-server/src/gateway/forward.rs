@@ -87,11 +87,11 @@ impl Forwarder {
             Err(unsent) => return status_response(unsent_status(unsent, &self.upstreams)),
         };
         let (mut parts, body) = request.into_parts();
-        let peer = agent.as_ref().and_then(|c| c.remote_addr());
-        let body = match (&self.fleet, peer, super::identity::call_of(parts.uri.path())) {
-            (Some(fleet), Some(peer), Some(call)) => {
+        let caller = agent.as_ref().map(|c| crate::fleet::Caller::Connection(Arc::clone(&c.state)));
+        let body = match (&self.fleet, caller, super::identity::call_of(parts.uri.path())) {
+            (Some(fleet), Some(caller), Some(call)) => {
                 let agent_version = parts.headers.get("agent-version").and_then(|v| v.to_str().ok()).map(str::to_owned);
-                Body::new(IdentityTap::new(body, call, peer, agent_version, Arc::clone(fleet)))
+                Body::new(IdentityTap::new(body, call, caller, agent_version, Arc::clone(fleet)))
             }
             _ => body,
         };

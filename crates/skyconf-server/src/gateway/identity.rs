@@ -4,7 +4,6 @@
 //! The bytes sent on are never altered or delayed; a message that is compressed, too large or
 //! not decodable is simply not recorded.
 
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -15,7 +14,7 @@ use http_body::Frame;
 use prost::Message;
 use skyconf_proto::v3::{InstancePingPkg, InstanceProperties};
 
-use crate::fleet::{Fleet, InstanceIdentity};
+use crate::fleet::{Caller, Fleet, InstanceIdentity};
 
 /// The largest management message read for identity (the limit of the local service).
 const MAX_MESSAGE_BYTES: usize = crate::fleet::management::MAX_REQUEST_BYTES;
@@ -73,7 +72,7 @@ pub fn decode(call: ManagementCall, message: &[u8], agent_version: Option<String
 pub struct IdentityTap {
     inner: Body,
     call: ManagementCall,
-    peer: SocketAddr,
+    caller: Caller,
     agent_version: Option<String>,
     fleet: Arc<Fleet>,
     /// The first message's bytes so far; `None` once read (or given up on).
@@ -81,15 +80,15 @@ pub struct IdentityTap {
 }
 
 impl IdentityTap {
-    /// Taps `inner`, a `call` on the connection from `peer`.
+    /// Taps `inner`, a `call` of `caller` (its connection: the identity ends with it).
     pub fn new(
         inner: Body,
         call: ManagementCall,
-        peer: SocketAddr,
+        caller: impl Into<Caller>,
         agent_version: Option<String>,
         fleet: Arc<Fleet>,
     ) -> Self {
-        Self { inner, call, peer, agent_version, fleet, copy: Some(BytesMut::new()) }
+        Self { inner, call, caller: caller.into(), agent_version, fleet, copy: Some(BytesMut::new()) }
     }
 
     /// Copies what is still missing of the first message from `data`; records the identity once
@@ -105,7 +104,7 @@ impl IdentityTap {
                 }
                 if copy.len() == HEADER_BYTES + length {
                     if let Some(identity) = decode(self.call, &copy[HEADER_BYTES..], self.agent_version.take()) {
-                        self.fleet.observe_identity(self.peer, &identity);
+                        self.fleet.identify(&self.caller, &identity);
                     }
                     self.copy = None;
                     return;
@@ -158,6 +157,7 @@ mod tests {
     use crate::fleet::FleetOptions;
     use http_body_util::BodyExt;
     use skyconf_proto::v3::KeyStringValuePair;
+    use std::net::SocketAddr;
 
     fn framed(message: &impl Message) -> Vec<u8> {
         let encoded = message.encode_to_vec();

@@ -1,10 +1,16 @@
-//! Fleet gauges: how many agents hold which digest, and how many are stuck; the fleet table's
-//! own counts (pairs tracked, evicted, polls not tracked); and instance identity (connections
-//! identified, anonymous pollers, properties cut). The fleet tracker owns the agent table, so the
+//! Fleet gauges: how many agents of each service are in each state, counted by the same
+//! function the admin API counts with ([`Fleet::counts`]); the fleet table's own counts (rows
+//! tracked, evicted, polls not tracked); and instance identity (connections identified, their
+//! bytes, anonymous pollers, properties cut). The fleet tracker owns the agent table, so the
 //! numbers are pulled from it at scrape time, through [`FleetGauges::on_scrape`],
-//! [`FleetGauges::on_scrape_table`] and [`FleetGauges::on_scrape_identities`]: a scrape sees one
-//! complete, current set and nothing is kept here.
+//! [`FleetGauges::on_scrape_table`] and [`FleetGauges::on_scrape_identities`] (all three at once:
+//! [`FleetGauges::count`]): a scrape sees one complete, current set and nothing is kept here.
+//!
+//! `skyconf_fleet_agents{service, state}` has one series per state of each service with rows;
+//! services without configuration (typos, made-up names) are summed into `service=""`, so the
+//! cardinality is bounded by the configured services, and no label value changes per release.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -12,26 +18,35 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use crate::fleet::Fleet;
+use crate::fleet::{AgentState, Fleet, StateCounts};
+use crate::served::ServedTable;
 
-/// The agents of one service that echo one digest.
+/// The agents of one service by state, as a scrape shows them (`service` is `""` for the
+/// services without configuration, summed).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentsPerDigest {
-    /// The service name, as agents send it.
+pub struct ServiceAgents {
+    /// The service name, as agents send it; `""` for every service without configuration.
     pub service: String,
-    /// The digest those agents echo (`""` for agents that sent none yet).
-    pub digest: String,
-    /// How many agents.
-    pub agents: u64,
+    /// Its rows by state.
+    pub counts: StateCounts,
 }
 
-/// The stuck agents of one service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StuckAgents {
-    /// The service name.
-    pub service: String,
-    /// How many of its agents are stuck (see `crate::fleet`).
-    pub agents: u64,
+/// The series of `skyconf_fleet_agents` for `counts` (as [`Fleet::counts`] gives them): one
+/// row per configured service, the others summed into `service=""`.
+pub fn by_series(counts: BTreeMap<String, StateCounts>, configured: impl Fn(&str) -> bool) -> Vec<ServiceAgents> {
+    let mut unconfigured: Option<StateCounts> = None;
+    let mut rows: Vec<ServiceAgents> = Vec::with_capacity(counts.len());
+    for (service, counts) in counts {
+        if configured(&service) {
+            rows.push(ServiceAgents { service, counts });
+        } else {
+            unconfigured.get_or_insert_default().merge(&counts);
+        }
+    }
+    if let Some(counts) = unconfigured {
+        rows.insert(0, ServiceAgents { service: String::new(), counts });
+    }
+    rows
 }
 
 /// The fleet table's own counts.
@@ -52,6 +67,8 @@ pub struct FleetTable {
 pub struct FleetIdentities {
     /// Connections with a known instance identity now.
     pub identified: u64,
+    /// The bytes of text those identities hold.
+    pub bytes: u64,
     /// (service, peer) pairs polling from a connection that never said which instance it is,
     /// where every agent is expected to (0 otherwise).
     pub anonymous: u64,
@@ -64,6 +81,7 @@ impl FleetIdentities {
     pub fn of(fleet: &Fleet) -> Self {
         Self {
             identified: fleet.identified() as u64,
+            bytes: fleet.identity_bytes() as u64,
             anonymous: fleet.anonymous_pollers() as u64,
             properties_cut: fleet.properties_cut(),
         }
@@ -71,7 +89,7 @@ impl FleetIdentities {
 }
 
 /// What a scrape asks the fleet tracker for.
-type Refresh = Arc<dyn Fn() -> (Vec<AgentsPerDigest>, Vec<StuckAgents>) + Send + Sync>;
+type Refresh = Arc<dyn Fn() -> Vec<ServiceAgents> + Send + Sync>;
 /// What a scrape asks the fleet table for.
 type RefreshTable = Arc<dyn Fn() -> FleetTable + Send + Sync>;
 /// What a scrape asks the fleet table about identities.
@@ -92,11 +110,31 @@ impl std::fmt::Debug for FleetGauges {
 }
 
 impl FleetGauges {
-    /// Computes both gauges with `refresh` on every scrape: `skyconf_fleet_agents{service, digest}`
-    /// and `skyconf_fleet_agents_stuck{service}` hold exactly the rows it returns (others
-    /// disappear). `refresh` must be quick and must not block on async work.
-    pub fn on_scrape(&self, refresh: impl Fn() -> (Vec<AgentsPerDigest>, Vec<StuckAgents>) + Send + Sync + 'static) {
+    /// Computes `skyconf_fleet_agents{service, state}` with `refresh` on every scrape: a series
+    /// per state of each row it returns (others disappear). `refresh` must be quick and must not
+    /// block on async work.
+    pub fn on_scrape(&self, refresh: impl Fn() -> Vec<ServiceAgents> + Send + Sync + 'static) {
         self.refresh.store(Arc::new(Some(Arc::new(refresh))));
+    }
+
+    /// Every fleet gauge from `fleet`, each row judged against what `served` serves now: the
+    /// agents by state ([`Fleet::counts`], the admin API's counting, with [`by_series`]), the
+    /// table's counts and the identities'.
+    pub fn count(&self, fleet: &Arc<Fleet>, served: &Arc<ServedTable>) {
+        let (tracker, served) = (Arc::clone(fleet), Arc::clone(served));
+        self.on_scrape(move || {
+            let serving = served.serving();
+            let table = &serving.snapshot.table;
+            by_series(tracker.counts(&serving), |service| table.get(service).is_some())
+        });
+        self.on_scrape_identities(Arc::clone(fleet));
+        let fleet = Arc::clone(fleet);
+        self.on_scrape_table(move || FleetTable {
+            tracked: fleet.tracked() as u64,
+            tracked_unconfigured: fleet.tracked_unconfigured() as u64,
+            evictions: fleet.evictions(),
+            untracked_polls: fleet.untracked_polls(),
+        });
     }
 
     /// Reads the table's counts with `refresh` on every scrape: `skyconf_fleet_tracked{kind}`,
@@ -128,6 +166,12 @@ impl FleetGauges {
             "skyconf_fleet_identified",
             "Agent connections whose instance identity is known",
             counts.identified,
+        )?;
+        gauge(
+            encoder,
+            "skyconf_fleet_identity_bytes",
+            "Bytes of text (names, properties, agent versions) the known instance identities hold",
+            counts.bytes,
         )?;
         gauge(
             encoder,
@@ -184,28 +228,19 @@ impl Collector for FleetGauges {
         self.encode_identities(&mut encoder)?;
         let refresh = self.refresh.load();
         let Some(refresh) = refresh.as_ref() else { return Ok(()) };
-        let (per_digest, stuck) = refresh();
-        if !per_digest.is_empty() {
+        let rows = refresh();
+        if !rows.is_empty() {
             let mut family = encoder.encode_descriptor(
                 "skyconf_fleet_agents",
-                "Agents seen lately, by service and the digest they echo",
+                "Agent rows (service, connection) by service and state, counted as the admin API counts them; services without configuration summed into service=\"\"",
                 None,
                 MetricType::Gauge,
             )?;
-            for row in per_digest.iter() {
-                let labels = [("service", row.service.as_str()), ("digest", row.digest.as_str())];
-                family.encode_family(&labels)?.encode_gauge(&row.agents)?;
-            }
-        }
-        if !stuck.is_empty() {
-            let mut family = encoder.encode_descriptor(
-                "skyconf_fleet_agents_stuck",
-                "Agents still echoing an older digest several polls after a change (a failed apply), by service",
-                None,
-                MetricType::Gauge,
-            )?;
-            for row in stuck.iter() {
-                family.encode_family(&[("service", row.service.as_str())])?.encode_gauge(&row.agents)?;
+            for row in &rows {
+                for state in AgentState::ALL {
+                    let labels = [("service", row.service.as_str()), ("state", state.as_str())];
+                    family.encode_family(&labels)?.encode_gauge(&(row.counts.of(state) as u64))?;
+                }
             }
         }
         Ok(())

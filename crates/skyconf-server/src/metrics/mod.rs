@@ -38,7 +38,7 @@ use crate::cds::hold::{HeldCount, Refusal, Release};
 
 pub use edge::{EdgeMetrics, PendingLimit};
 pub use events::{AdminDenial, BrowserRefusal, Events, GuardedService, OriginEvents};
-pub use fleet::{AgentsPerDigest, FleetGauges, FleetIdentities, FleetTable, StuckAgents};
+pub use fleet::{FleetGauges, FleetIdentities, FleetTable, ServiceAgents, by_series};
 pub use gateway::GatewayMetrics;
 use histogram::{AtomicHistogram, FETCH_BUCKETS};
 
@@ -417,27 +417,45 @@ mod tests {
         let fleet = metrics.fleet();
         assert!(!metrics.encode().contains("skyconf_fleet_agents"), "no series before the tracker gives any");
         // What the fleet tracker would answer, changed between scrapes.
-        type Rows = (Vec<AgentsPerDigest>, Vec<StuckAgents>);
-        let tracker: Arc<std::sync::Mutex<Rows>> = Arc::default();
+        let tracker: Arc<std::sync::Mutex<Vec<ServiceAgents>>> = Arc::default();
         let source = Arc::clone(&tracker);
         fleet.on_scrape(move || source.lock().unwrap().clone());
-        *tracker.lock().unwrap() = (
-            vec![
-                AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 3 },
-                AgentsPerDigest { service: "a".into(), digest: "d0".into(), agents: 1 },
-            ],
-            vec![StuckAgents { service: "a".into(), agents: 1 }],
+        let counts = |applied, stuck| crate::fleet::StateCounts {
+            agents: applied + stuck,
+            applied,
+            stuck,
+            ..Default::default()
+        };
+        *tracker.lock().unwrap() = vec![ServiceAgents { service: "a".into(), counts: counts(3, 1) }];
+        let text = metrics.encode();
+        assert!(text.contains("skyconf_fleet_agents{service=\"a\",state=\"applied\"} 3"), "{text}");
+        assert!(text.contains("skyconf_fleet_agents{service=\"a\",state=\"stuck\"} 1"), "{text}");
+        assert!(text.contains("skyconf_fleet_agents{service=\"a\",state=\"new\"} 0"), "every state: {text}");
+        *tracker.lock().unwrap() = vec![ServiceAgents { service: "b".into(), counts: counts(0, 2) }];
+        let text = metrics.encode();
+        assert!(
+            text.contains("skyconf_fleet_agents{service=\"b\",state=\"stuck\"} 2"),
+            "pulled at scrape time: {text}"
         );
-        let text = metrics.encode();
-        assert!(text.contains("skyconf_fleet_agents{service=\"a\",digest=\"d1\"} 3"), "{text}");
-        assert!(text.contains("skyconf_fleet_agents_stuck{service=\"a\"} 1"), "{text}");
-        tracker.lock().unwrap().0 = vec![AgentsPerDigest { service: "a".into(), digest: "d1".into(), agents: 4 }];
-        let text = metrics.encode();
-        assert!(!text.contains("digest=\"d0\""), "{text}");
-        *tracker.lock().unwrap() = (Vec::new(), vec![StuckAgents { service: "b".into(), agents: 2 }]);
-        let text = metrics.encode();
-        assert!(text.contains("skyconf_fleet_agents_stuck{service=\"b\"} 2"), "pulled at scrape time: {text}");
-        assert!(!text.contains("skyconf_fleet_agents{"), "{text}");
+        assert!(!text.contains("service=\"a\""), "{text}");
+        tracker.lock().unwrap().clear();
+        assert!(!metrics.encode().contains("skyconf_fleet_agents{"));
+    }
+
+    #[test]
+    fn services_without_configuration_are_summed_into_one_series() {
+        let mut counts = std::collections::BTreeMap::new();
+        let mut one = |name: &str, state| {
+            counts.entry(name.to_owned()).or_insert_with(crate::fleet::StateCounts::default).add(state);
+        };
+        one("svc", crate::fleet::AgentState::Applied);
+        one("typo-1", crate::fleet::AgentState::New);
+        one("typo-2", crate::fleet::AgentState::New);
+        one("typo-2", crate::fleet::AgentState::Behind);
+        let rows = by_series(counts, |s| s == "svc");
+        let names: Vec<_> = rows.iter().map(|r| r.service.as_str()).collect();
+        assert_eq!(names, ["", "svc"]);
+        assert_eq!((rows[0].counts.new, rows[0].counts.behind, rows[0].counts.agents), (2, 1, 1));
     }
 
     #[test]

@@ -39,7 +39,7 @@ use tokio::time::{Instant, Sleep};
 use super::drain::{Drain, OpenSocket};
 use super::sources::{Bound, Source, SourceConnection, Sources, default_share};
 use crate::metrics::EdgeMetrics;
-use crate::socket::{AgentConnection, ConnectionState};
+use crate::socket::{AgentConnection, ConnectionState, OpenConnection};
 
 /// The HTTP/2 client preface and the header of the SETTINGS frame that must follow it.
 const HTTP2_OPENING_BYTES: usize = 24 + 9;
@@ -283,7 +283,8 @@ pub struct Guarded<S> {
     opening: OpeningBytes,
     /// Given to the drain when the stream is dropped, or dropped with it.
     admission: Option<Admission>,
-    state: Arc<ConnectionState>,
+    /// The state its calls share, closed (the connection's fleet rows end) when it is dropped.
+    state: OpenConnection,
     /// The socket of `inner`, for the drain.
     tcp: fn(&S) -> &TcpStream,
     /// Whether the socket is closed without a drain: the peer closed it, or a read or a write
@@ -303,12 +304,13 @@ impl<S: Socket> Guarded<S> {
     /// `inner`, which must send its opening bytes within `timeout`, holding `admission`.
     pub fn new(inner: S, opening: Opening, timeout: Duration, admission: Admission) -> Self {
         let source = admission.source().cloned();
+        let peer = S::tcp(&inner).peer_addr().ok();
         Self {
             inner,
             deadline: Some(Box::pin(tokio::time::sleep(timeout))),
             opening: OpeningBytes::new(opening),
             admission: Some(admission),
-            state: Arc::new(ConnectionState { edge: EdgeState::of(source), ..Default::default() }),
+            state: OpenConnection::of(ConnectionState::with_edge(peer, EdgeState::of(source))),
             tcp: S::tcp,
             finished: false,
             cut: None,
@@ -361,11 +363,11 @@ impl<S> Guarded<S> {
     /// after the second's. It is then cut at its next read, and its socket drained.
     fn flushed(&mut self, cx: &mut Context<'_>) {
         let Some((began, _)) = self.shutdown_bounds() else { return };
-        if Instant::now() < began + super::drain::SHUTDOWN_GRACE || self.state.edge.answering() {
+        if Instant::now() < began + super::drain::SHUTDOWN_GRACE || self.state.state().edge.answering() {
             self.ended_at_flush = None;
             return;
         }
-        let ended = self.state.edge.ended();
+        let ended = self.state.state().edge.ended();
         if self.ended_at_flush == Some(ended) {
             self.cut_next_read = true;
         } else {
@@ -518,7 +520,7 @@ where
     /// source).
     fn connect_info(&self) -> Self::ConnectInfo {
         let mut info = self.inner.connect_info();
-        info.set_state(Arc::clone(&self.state));
+        info.set_state(Arc::clone(self.state.state()));
         info
     }
 }

@@ -33,6 +33,16 @@ use super::sources::{Bound, default_share, increment_below};
 use crate::metrics::{EdgeMetrics, PendingLimit};
 use crate::socket::ConnectionState;
 
+/// How long an agent connection may be idle (nothing read from it) before the server sends an
+/// HTTP/2 PING. A held poll leaves its connection idle for up to 28 s, so a live agent is pinged
+/// about once per hold; a silent peer (a partition: no FIN, no RST) is found by this.
+pub const PING_INTERVAL: Duration = Duration::from_secs(20);
+
+/// How long a PING may go unanswered before the server closes the connection: a partitioned
+/// agent's connection, and with it its fleet rows and identity, ends within
+/// `PING_INTERVAL + PING_TIMEOUT` (30 s) of the partition.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// HTTP/2 limits of the gRPC port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcLimits {
@@ -64,8 +74,8 @@ impl Default for GrpcLimits {
             // An agent has one or two calls open; a proxy that multiplexes many agents (Envoy)
             // opens another connection when one is full, and clients queue the rest.
             max_concurrent_streams: 100,
-            keepalive_interval: Some(Duration::from_secs(60)),
-            keepalive_timeout: Duration::from_secs(20),
+            keepalive_interval: Some(PING_INTERVAL),
+            keepalive_timeout: PING_TIMEOUT,
             tcp_keepalive: Some(Duration::from_secs(60)),
             request_message_timeout: Duration::from_secs(10),
             max_pending_streams: 10_000,
@@ -374,4 +384,19 @@ pub fn admin_write_body_bytes(max_document_bytes: usize) -> usize {
 /// `router` refusing bodies over `bytes` with 413, before a handler reads them.
 pub fn limit_body(router: Router, bytes: usize) -> Router {
     router.layer(RequestBodyLimitLayer::new(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fleet view's bound for a partitioned agent (PING_INTERVAL + PING_TIMEOUT, 30 s) rests
+    /// on these defaults.
+    #[test]
+    fn an_idle_agent_connection_is_pinged_after_20_s_and_closed_10_s_later_without_an_answer() {
+        let limits = GrpcLimits::default();
+        assert_eq!(limits.keepalive_interval, Some(Duration::from_secs(20)));
+        assert_eq!(limits.keepalive_timeout, Duration::from_secs(10));
+        assert_eq!((PING_INTERVAL, PING_TIMEOUT), (Duration::from_secs(20), Duration::from_secs(10)));
+    }
 }

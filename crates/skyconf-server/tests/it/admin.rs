@@ -273,6 +273,54 @@ async fn lists_instances_with_their_properties_and_the_pollers_that_never_said_w
     assert_eq!((agents[1]["properties"].clone(), agents[1]["agent_version"].clone()), (json!([]), Value::Null));
 }
 
+/// N1, N9: the instances listing is paged (by service, instance, peer), built only for the page
+/// it returns, and two live connections naming the same instance are both listed and flagged.
+#[tokio::test]
+async fn the_instances_listing_is_paged_and_flags_a_name_two_connections_claim() {
+    let s = setup();
+    let order = s.digest("order");
+    for port in 1..=5u16 {
+        let name = if port == 5 { "pod-1".to_owned() } else { format!("pod-{port}") };
+        s.fleet.observe_identity(peer(port), &java_report(&name, Some("9.4.0")));
+        s.fleet.observe("order", order.as_str(), peer(port), &order, true);
+    }
+    let page = s.ok(get("/api/v1/instances?limit=2")).await;
+    let rows = |body: &Value| -> Vec<(String, String, bool)> {
+        body["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let duplicate = i["duplicate_name"].as_bool().unwrap();
+                (i["instance"].as_str().unwrap().to_owned(), i["peer"].as_str().unwrap().to_owned(), duplicate)
+            })
+            .collect()
+    };
+    assert_eq!(page["instances_total"], 5);
+    assert_eq!(page["limit"], 2);
+    assert_eq!(
+        rows(&page),
+        [("pod-1".into(), "10.1.2.3:1".into(), true), ("pod-1".into(), "10.1.2.3:5".into(), true)],
+        "both connections claiming pod-1, flagged"
+    );
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    let page = s.ok(get(&format!("/api/v1/instances?limit=2&cursor={cursor}"))).await;
+    assert_eq!(
+        rows(&page),
+        [("pod-2".into(), "10.1.2.3:2".into(), false), ("pod-3".into(), "10.1.2.3:3".into(), false)]
+    );
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    let page = s.ok(get(&format!("/api/v1/instances?limit=2&cursor={cursor}"))).await;
+    assert_eq!(rows(&page), [("pod-4".into(), "10.1.2.3:4".into(), false)]);
+    assert_eq!(page["next_cursor"], Value::Null, "the last page");
+    let all = s.ok(get("/api/v1/instances")).await;
+    assert_eq!((all["limit"].as_u64(), all["instances"].as_array().unwrap().len()), (Some(100), 5), "100 by default");
+    for bad in ["limit=0", "limit=1001", "limit=x", "cursor=%%%", "cursor=bm9wZQ", "offset=3"] {
+        let (status, body) = call(&s.router, get(&format!("/api/v1/instances?{bad}"))).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
+
 #[tokio::test]
 async fn with_identities_expected_anonymous_pollers_are_counted_apart() {
     let s = setup_with(FleetOptions { expect_identity: true, ..FleetOptions::default() });

@@ -208,3 +208,190 @@ async fn the_management_calls_identify_an_agent_and_a_poller_without_them_is_ano
     );
     running.stop().await.unwrap();
 }
+
+/// An agent whose connection closes while its poll is held (a crash, a `kill -9`): its row and
+/// its identity go with the connection, at once, whatever `--agent-expiry` says.
+#[tokio::test]
+async fn an_agent_whose_connection_closes_while_its_poll_is_held_is_gone_at_once() {
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let mut agent = Agent::connect(&running, false).await;
+    let ping = InstancePingPkg { service: "svc".into(), service_instance: "pod-1".into(), layer: String::new() };
+    ManagementServiceClient::new(agent.channel.clone()).keep_alive(ping).await.unwrap();
+    agent.poll().await;
+    // The next poll echoes the current digest with the Java agent's 30 s deadline: held.
+    let mut request = tonic::Request::new(ConfigurationSyncRequest { service: "svc".into(), uuid: agent.uuid.clone() });
+    request.set_timeout(Duration::from_secs(30));
+    let mut client = ConfigurationDiscoveryServiceClient::new(agent.channel.clone());
+    let held = tokio::spawn(async move { client.fetch_configurations(request).await });
+    let admin = running.admin();
+    skyconf_testkit::server::eventually_async("the poll is held", async || {
+        admin.get_json("/api/v1/status").await["held_polls"] == 1
+    })
+    .await;
+    let body = admin.get_json("/api/v1/services/svc").await;
+    assert_eq!(states(&body), [("pod-1".into(), "applied".into())]);
+
+    // The process dies: its call and its connection end.
+    held.abort();
+    drop(agent);
+    let closed = Instant::now();
+    skyconf_testkit::server::eventually_async("the agent is gone", async || {
+        let body = admin.get_json("/api/v1/services/svc").await;
+        body["agents"].as_array().unwrap().is_empty()
+    })
+    .await;
+    assert!(closed.elapsed() < Duration::from_secs(1), "gone within a second: {:?}", closed.elapsed());
+    let instances = admin.get_json("/api/v1/instances").await;
+    assert_eq!(instances["instances"].as_array().unwrap().len(), 0, "no identity outlives its connection");
+    assert_eq!(running.fleet.identified(), 0);
+    running.stop().await.unwrap();
+}
+
+/// A peer that goes silent without FIN or RST (a partition) while its poll is held: the server's
+/// HTTP/2 PING finds it, the connection ends within the ping interval and timeout, and its row
+/// with it. A peer that answers pings keeps its connection and its held poll.
+#[tokio::test]
+async fn a_silent_peer_is_found_by_ping_and_its_row_ends_with_its_connection() {
+    use skyconf_server::security::{GrpcLimits, SecurityConfig};
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let (interval, timeout) = (Duration::from_millis(600), Duration::from_millis(600));
+    let grpc_limits =
+        GrpcLimits { keepalive_interval: Some(interval), keepalive_timeout: timeout, ..GrpcLimits::default() };
+    let security = SecurityConfig { grpc_limits, ..SecurityConfig::default() };
+    let running = Server::start(FileSource::new(&path), ServeConfig { security, ..loopback() }).await;
+    let admin = running.admin();
+    let digest = running.served.snapshot().answer("svc").digest.as_str().to_owned();
+
+    let silent = raw::Client::connect(running.grpc_addr).await;
+    let answering = raw::Client::connect(running.grpc_addr).await;
+    let _held = [silent.hold("silent", &digest).await, answering.hold("answering", &digest).await];
+    skyconf_testkit::server::eventually_async("both polls are held", async || {
+        admin.get_json("/api/v1/status").await["held_polls"] == 2
+    })
+    .await;
+    silent.freeze();
+    let frozen = Instant::now();
+    skyconf_testkit::server::eventually_async("the silent agent is gone", async || {
+        let body = admin.get_json("/api/v1/services/svc").await;
+        states(&body) == [("answering".to_owned(), "applied".to_owned())]
+    })
+    .await;
+    let took = frozen.elapsed();
+    assert!(took >= interval, "ended by the ping timeout, not before: {took:?}");
+    assert!(took < interval + timeout + Duration::from_secs(1), "within interval + timeout: {took:?}");
+    // The answering peer stays through several more ping intervals, its poll still held.
+    tokio::time::sleep(3 * (interval + timeout)).await;
+    assert_eq!(admin.get_json("/api/v1/status").await["held_polls"], 1);
+    let body = admin.get_json("/api/v1/services/svc").await;
+    assert_eq!(states(&body), [("answering".to_owned(), "applied".to_owned())]);
+    running.stop().await.unwrap();
+}
+
+/// A raw HTTP/2 client (h2) whose socket can be frozen: from then on it reads and writes nothing,
+/// so a PING goes unanswered while the TCP connection stays open, as across a partition.
+mod raw {
+    use std::net::SocketAddr;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Poll};
+
+    use bytes::Bytes;
+    use skyconf_proto::v3::{ConfigurationSyncRequest, InstancePingPkg};
+    use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+    use tokio::net::TcpStream;
+
+    struct Freezable {
+        inner: TcpStream,
+        frozen: Arc<AtomicBool>,
+    }
+
+    impl AsyncRead for Freezable {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            if self.frozen.load(Ordering::Relaxed) {
+                return Poll::Pending;
+            }
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for Freezable {
+        fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            if self.frozen.load(Ordering::Relaxed) {
+                return Poll::Pending;
+            }
+            Pin::new(&mut self.inner).poll_write(cx, buf)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            if self.frozen.load(Ordering::Relaxed) {
+                return Poll::Pending;
+            }
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    pub(super) struct Client {
+        addr: SocketAddr,
+        send: h2::client::SendRequest<Bytes>,
+        frozen: Arc<AtomicBool>,
+    }
+
+    fn frame(message: &impl prost::Message) -> Bytes {
+        let encoded = message.encode_to_vec();
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
+        frame.extend_from_slice(&encoded);
+        frame.into()
+    }
+
+    impl Client {
+        pub(super) async fn connect(addr: SocketAddr) -> Self {
+            let frozen = Arc::new(AtomicBool::new(false));
+            let tcp = Freezable { inner: TcpStream::connect(addr).await.unwrap(), frozen: Arc::clone(&frozen) };
+            let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+            tokio::spawn(connection);
+            Self { addr, send, frozen }
+        }
+
+        async fn call(&self, path: &str, message: Bytes, timeout: Option<&str>) -> h2::client::ResponseFuture {
+            let mut request = http::Request::post(format!("http://{}{path}", self.addr))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers");
+            if let Some(timeout) = timeout {
+                request = request.header("grpc-timeout", timeout);
+            }
+            let mut ready = self.send.clone().ready().await.unwrap();
+            let (response, mut body) = ready.send_request(request.body(()).unwrap(), false).unwrap();
+            body.send_data(message, true).unwrap();
+            response
+        }
+
+        /// Names the connection `instance` (a keepAlive), then sends a poll echoing `digest`
+        /// with a 30 s deadline: held.
+        pub(super) async fn hold(&self, instance: &str, digest: &str) -> h2::client::ResponseFuture {
+            let ping =
+                InstancePingPkg { service: "svc".into(), service_instance: instance.into(), layer: String::new() };
+            let answer = self.call("/skywalking.v3.ManagementService/keepAlive", frame(&ping), None).await;
+            let mut body = answer.await.unwrap().into_body();
+            while body.data().await.is_some() {}
+            let poll = ConfigurationSyncRequest { service: "svc".into(), uuid: digest.into() };
+            self.call("/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations", frame(&poll), Some("30S"))
+                .await
+        }
+
+        /// From now on, nothing is read or written.
+        pub(super) fn freeze(&self) {
+            self.frozen.store(true, Ordering::Relaxed);
+        }
+    }
+}

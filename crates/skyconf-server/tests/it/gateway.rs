@@ -325,7 +325,8 @@ async fn management_calls_are_forwarded_and_tell_the_fleet_which_instance_a_conn
     assert_eq!(calls[0].body, framed(&prost::Message::encode_to_vec(&properties)), "forwarded unchanged");
 
     let sync = ConfigurationSyncRequest { service: "order".into(), uuid: String::new() };
-    ConfigurationDiscoveryServiceClient::new(channel).fetch_configurations(sync.clone()).await.unwrap();
+    // The channel stays open: the identity lives as long as its connection.
+    ConfigurationDiscoveryServiceClient::new(channel.clone()).fetch_configurations(sync.clone()).await.unwrap();
     let digest = server.served.snapshot().answer("order").digest.clone();
     let agents = server.fleet.agents_of("order", &digest);
     assert_eq!(agents.len(), 1, "{agents:?}");

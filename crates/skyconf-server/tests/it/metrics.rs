@@ -7,7 +7,7 @@ use std::time::Duration;
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_core::store::{AGENT_CONFIGURATIONS_KEY, StoreContent};
 use skyconf_sources::{Expect, KeySet, Revision, Source, SourceError, Update};
-use skyconf_testkit::server::{Reply, Server, eventually, loopback};
+use skyconf_testkit::server::{Reply, Server, eventually, eventually_async, loopback};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -99,10 +99,6 @@ async fn fetches_are_counted_by_outcome() {
         assert!(text.contains(&format!("# TYPE {family} counter")), "{family} in\n{text}");
     }
     assert!(text.contains("# TYPE skyconf_fetch_duration_seconds histogram"));
-    // Every fetch above came on its own connection: one agent per peer, counted at scrape time.
-    let holding = format!("skyconf_fleet_agents{{service=\"svc\",digest=\"{digest}\"}}");
-    assert_eq!(value(&text, &holding), Some(1.0), "{text}");
-    assert_eq!(value(&text, "skyconf_fleet_agents_stuck{service=\"svc\"}"), Some(0.0), "{text}");
     assert!(text.ends_with("# EOF\n"));
     running.stop().await.unwrap();
 }
@@ -165,5 +161,42 @@ async fn dcs_calls_are_counted() {
     assert_eq!(value(&text, "skyconf_dcs_calls_total{method=\"call\",outcome=\"changed\"}"), Some(1.0), "{text}");
     assert_eq!(value(&text, "skyconf_dcs_calls_total{method=\"call\",outcome=\"unchanged\"}"), Some(1.0), "{text}");
     assert_eq!(value(&text, "skyconf_dcs_calls_total{method=\"callGroup\",outcome=\"changed\"}"), Some(1.0), "{text}");
+    running.stop().await.unwrap();
+}
+
+/// `skyconf_fleet_agents{service, state}` counts exactly what the API counts: one series per
+/// state of each service polled, no digest label, the names without configuration summed into
+/// `service=""`; and the rows go with their connections.
+#[tokio::test]
+async fn fleet_agents_are_counted_by_state_as_the_api_counts_them() {
+    let (source, _script) = Scripted::new(GOOD);
+    let running = Server::start(source, loopback()).await;
+    // A member (two polls), a one-off poll, and two pollers of names without configuration.
+    let (member, one_off, typo) = (running.cds().await, running.cds().await, running.cds().await);
+    let digest = member.fetch_digest("svc", "").await.unwrap();
+    assert_eq!(member.fetch_digest("svc", &digest).await, None);
+    one_off.fetch_digest("svc", "").await.unwrap();
+    typo.fetch_digest("svx", "").await.unwrap();
+    typo.fetch_digest("nobody", "").await.unwrap();
+
+    let text = running.admin().get("/metrics").await.body;
+    let api = running.admin().get_json("/api/v1/services").await;
+    let svc = &api["services"][0];
+    for state in ["applied", "behind", "stuck", "new", "anonymous"] {
+        let series = format!("skyconf_fleet_agents{{service=\"svc\",state=\"{state}\"}}");
+        assert_eq!(value(&text, &series), svc[state].as_f64(), "{series} as the API says: {text}");
+    }
+    assert_eq!(value(&text, "skyconf_fleet_agents{service=\"svc\",state=\"applied\"}"), Some(1.0), "{text}");
+    assert_eq!(value(&text, "skyconf_fleet_agents{service=\"svc\",state=\"new\"}"), Some(1.0), "{text}");
+    assert_eq!(value(&text, "skyconf_fleet_agents{service=\"\",state=\"new\"}"), Some(2.0), "summed: {text}");
+    assert!(!text.contains("svx") && !text.contains("nobody"), "no series per unconfigured name: {text}");
+    assert!(!text.contains("digest=\""), "no digest label: {text}");
+
+    drop((member, one_off, typo));
+    eventually_async("the rows go with their connections", async || {
+        let text = running.admin().get("/metrics").await.body;
+        !text.contains("skyconf_fleet_agents{")
+    })
+    .await;
     running.stop().await.unwrap();
 }

@@ -439,7 +439,6 @@ async fn a_stale_instance_that_left_before_the_start_does_not_revert_the_rollout
 /// closed while its poll is held) reverts the rollout for having disappeared, `lost_after_s`
 /// after the kill, within the driver's 500 ms tick.
 #[tokio::test]
-#[ignore = "needs fleet-truth: a poll held when its client goes away keeps the agent seen now"]
 async fn an_agent_killed_during_the_bake_reverts_the_rollout_within_lost_after() {
     let (_dir, path) = temp_file("agents.yaml", V1);
     let server = Server::start(FileSource::new(&path), loopback()).await;

@@ -364,6 +364,31 @@ async fn the_page_shows_the_instances_and_the_anonymous_pollers() {
     running.stop().await.unwrap();
 }
 
+/// The Instances view pages the listing 100 at a time, and flags both connections that claim
+/// one instance name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instances_view_pages_and_flags_a_name_claimed_twice() {
+    if !browser_available() {
+        return;
+    }
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let current = running.served.snapshot().answer(SERVICE).digest.clone();
+    // 101 names, the first claimed by two connections: 102 rows.
+    for port in 0..=101u16 {
+        let name = format!("pod-{:03}", port.saturating_sub(1));
+        let peer = std::net::SocketAddr::from(([10, 9, 0, 1], 30_000 + port));
+        let identity = InstanceIdentity { service: SERVICE.into(), instance: name, ..InstanceIdentity::default() };
+        running.fleet.observe_identity(peer, &identity);
+        running.fleet.observe(SERVICE, current.as_str(), peer, &current, true);
+    }
+    let out =
+        page_test(&running, strings(&["--scenario", "instances-paged", "--instance", "pod-100", "--total", "102"]))
+            .await;
+    assert!(out.contains("100 of 102)") && out.contains("102 of 102)"), "{out}");
+    running.stop().await.unwrap();
+}
+
 /// Two replicas on one etcd: the page of replica B lists an agent that polls replica A, in the
 /// service's agents and in the Instances view, with A in its replica column; the header names B
 /// and counts two replicas.
