@@ -289,12 +289,12 @@ impl Model {
             problems.push(Problem {
                 id: format!("identities {name} {key:?}"),
                 text: format!(
-                    "{name} lists {} identit(y/ies) of {} in /api/v1/instances, want {}..={}: {:?}",
+                    "{name} lists {} instance(s) {} in /api/v1/instances, want {}..={}: {:?}",
                     listed.len(),
                     self.key_text(key),
                     must.len(),
                     may,
-                    listed.iter().map(|i| &i.raw).collect::<Vec<_>>()
+                    listed.iter().map(|i| i.raw.to_string()).collect::<Vec<_>>()
                 ),
             });
             return;
@@ -321,7 +321,7 @@ impl Model {
                     "{name} lists {} live connection(s) naming {}: each must say duplicate_name: {duplicate}; listed: {:?}",
                     must.len(),
                     self.key_text(key),
-                    listed.iter().map(|i| &i.raw).collect::<Vec<_>>()
+                    listed.iter().map(|i| i.raw.to_string()).collect::<Vec<_>>()
                 ),
             });
         }
