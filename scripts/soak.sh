@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# The soak (issue 10): MINUTES (default 30) of steady agent load on a release build of skyconf
-# serving from a real etcd, while
+# The soak: MINUTES (default 30) of steady agent load on a release build of skyconf in gateway
+# mode (in front of `skyconf bench sink`, an OAP stand-in) serving from a real etcd, while
 #   - `skyconf bench soak` writes a document through the admin API every 2 s (one in four is a
 #     document the server must refuse) and checks every answer and every acknowledged write;
+#   - 100 held agents (30 s deadlines, instance names and keepAlive, as the Java agent) poll, and
+#     one of them is killed during its held poll and replaced every 5 s;
+#   - 8 connections send trace-segment streams through the gateway, every one of which must end OK;
 #   - this script makes etcd flap every 90 s (killed and restarted on its data, or frozen with
 #     SIGSTOP), and every 20 s puts a refused document, or one that would empty the fleet, straight
 #     into etcd (the server must keep the last good table; the emptying one is held);
 #   - the server's RSS and open descriptors are sampled.
-# It fails if any agent was answered EMPTY or with a status that drops a Java agent's channel, an
-# acknowledged write was lost, RSS or descriptors kept growing, or the server logged a panic.
+# It fails if any agent was answered EMPTY or with a status that drops a Java agent's channel, a
+# held poll outlived its deadline, a forwarded stream failed, an acknowledged write was lost, RSS
+# or descriptors kept growing, the fleet view at the end disagreed with the live fleet, or the
+# server logged a panic.
 # The JSON report goes to stdout and to $SOAK_OUT (default target/soak/report.json).
 #
 # Not part of CI's run: it takes half an hour. Usage: scripts/soak.sh [MINUTES]
@@ -35,6 +40,7 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 etcd_port="$(free_port)" peer_port="$(free_port)" grpc_port="$(free_port)" admin_port="$(free_port)"
+sink_port="$(free_port)"
 etcd_url="http://127.0.0.1:$etcd_port"
 key="/skywalking/configuration-discovery.default.agentConfigurations"
 
@@ -58,8 +64,14 @@ etcd_put() {
 start_etcd
 etcd_put "$("$bin" bench document --services 20 --service-prefix soak-svc-)"
 
+# The OAP stand-in: answers every forwarded call (management calls, segment streams) with OK.
+"$bin" bench sink --addr "127.0.0.1:$sink_port" --json >"$work/sink.jsonl" 2>"$work/sink.log" &
+sink_pid=$!
+pids+=("$sink_pid")
+
 "$bin" serve --store etcd --store-setting "endpoints=$etcd_url" \
   --grpc-addr "127.0.0.1:$grpc_port" --admin-addr "127.0.0.1:$admin_port" \
+  --upstream "127.0.0.1:$sink_port" \
   --data-dir "$work/data" 2>"$work/server.log" &
 server_pid=$!
 pids+=("$server_pid")
@@ -67,6 +79,8 @@ for _ in $(seq 100); do curl -fs "http://127.0.0.1:$admin_port/readyz" >/dev/nul
 
 "$bin" bench soak --addr "127.0.0.1:$grpc_port" --admin "http://127.0.0.1:$admin_port" \
   --services 20 --service-prefix soak-svc- --agents 200 --interval 1s --write-every 2s \
+  --held-agents 100 --held-interval 20s --churn-every 5s \
+  --stream-clients 8 --stream-every 100ms --stream-messages 5 \
   --duration "${minutes}m" --pid "$server_pid" --json --quiet >"$report" &
 soak_pid=$!
 
@@ -100,12 +114,16 @@ soak_status=0
 wait "$soak_pid" || soak_status=$?
 
 panics="$(grep -c 'panicked' "$work/server.log" || true)"
-python3 - "$report" "$flaps" "$churns" "$panics" <<'EOF'
+kill "$sink_pid" 2>/dev/null || true
+wait "$sink_pid" 2>/dev/null || true
+python3 - "$report" "$flaps" "$churns" "$panics" "$work/sink.jsonl" <<'EOF'
 import json, sys
-path, flaps, churns, panics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path, flaps, churns, panics, sink = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 report = json.load(open(path))
 report["store"] = {"etcd_flaps": flaps, "refused_documents_put_in_etcd": churns}
 report["server_panics"] = panics
+lines = [json.loads(l) for l in open(sink) if l.strip()]
+report["upstream"] = next((l for l in reversed(lines) if l.get("event") == "stopped"), None)
 if panics:
     report["passed"] = False
 json.dump(report, open(path, "w"), indent=1)

@@ -10,6 +10,7 @@
 //! - [`fixtures`]: synthetic agent-configurations documents;
 //! - [`latency`]: percentiles of measured delays;
 //! - [`upstream::Upstream`]: a recording OAP stand-in for the gateway's tests;
+//! - [`tcp_proxy::TcpProxy`]: a TCP proxy that can fall silent (a partition that closes nothing);
 //! - [`conformance`]: the [`skyconf_sources::Source`] contract, checked once for every store.
 
 #![warn(missing_docs)]
@@ -20,6 +21,7 @@ pub mod latency;
 pub mod probe;
 pub mod server;
 pub mod servers;
+pub mod tcp_proxy;
 pub mod upstream;
 
 use std::time::Duration;

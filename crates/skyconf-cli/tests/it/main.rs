@@ -1,8 +1,10 @@
 //! skyconf-cli's integration tests, one binary (`cargo test -p skyconf-cli --test it`; a module's
 //! tests alone with a filter, e.g. `-- fleet::`): the `skyconf` binary as a process (digest,
-//! validate, fetch, serve, bench, tokens) and fleet status with independent clients.
+//! validate, fetch, serve, bench, tokens), fleet status with independent clients, and the fleet view
+//! against a churning fleet of real agent processes (`churn`).
 
 mod bench;
+mod churn;
 mod cli;
 mod conventions;
 mod durable;

@@ -25,12 +25,17 @@ pub(crate) fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// Whether python3 with grpcio and grpcio-tools (the independent client of
+/// The Python interpreter the grpcio clients run on, as a command to add arguments to:
+/// `$SKYCONF_TEST_PYTHON` when set (a virtualenv's `bin/python`), else `python3` from `PATH`.
+pub(crate) fn python() -> Command {
+    Command::new(std::env::var_os("SKYCONF_TEST_PYTHON").unwrap_or_else(|| "python3".into()))
+}
+
+/// Whether [`python`] with grpcio and grpcio-tools (the independent client of
 /// `tests/interop/cds_client.py`) is there; when not, says so, and fails instead when
 /// `SKYCONF_REQUIRE_INTEROP` is set (`scripts/test.sh` installs them and sets it).
 pub(crate) fn grpcio_available() -> bool {
-    let has_grpcio =
-        Command::new("python3").args(["-c", "import grpc, grpc_tools"]).status().is_ok_and(|s| s.success());
+    let has_grpcio = python().args(["-c", "import grpc, grpc_tools"]).status().is_ok_and(|s| s.success());
     if !has_grpcio {
         assert!(
             std::env::var_os("SKYCONF_REQUIRE_INTEROP").is_none(),

@@ -2,11 +2,16 @@
 //! goes. `scripts/soak.sh` runs it next to a server on etcd while it makes the store flap and puts
 //! refused documents straight into the store.
 //!
-//! Three things run at once until `--duration` is over:
+//! These run at once until `--duration` is over:
 //! - **Agents:** `--agents` connections poll their service every `--interval`, caching the digest
 //!   as a stock agent does. Every answer is checked: the EMPTY command is never right (every
 //!   document the soak writes configures every service), and neither is a status that makes a
 //!   Java agent drop its channel (`UNKNOWN`, `UNAVAILABLE`, `RESOURCE_EXHAUSTED`, ...).
+//! - **Held agents, churning** (`--held-agents`, `--churn-every`): agents with the Java agent's
+//!   timing and `ManagementService` calls, whose polls the server holds; one is killed during its
+//!   held poll and replaced every `--churn-every` ([`fleet`]).
+//! - **Forwarded streams** (`--stream-clients`, for a server in gateway mode): trace-segment
+//!   client streams through the server to its upstream, each of which must end OK ([`streams`]).
 //! - **Writes:** every `--write-every`, a document through the admin API. Three in four are good
 //!   (a new revision, sent with `If-Match`); one in four is refused (a syntax error, a null value,
 //!   no `configurations:`, an alias bomb), and must be a 400. After each write the served document
@@ -17,7 +22,13 @@
 //!   than `--rss-growth-percent` (a leak grows; a plateau is bounded), and descriptors may not
 //!   grow past the first half's peak plus `--fd-slack`.
 //!
+//! When `--duration` is over, the churn stops and, with every agent still polling, the fleet view
+//! (`/api/v1/services`, `/api/v1/instances`, `/metrics`) must agree with the live fleet.
+//!
 //! The report is one JSON object (or a table); the exit status is 0 only when nothing failed.
+
+mod fleet;
+mod streams;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -29,6 +40,7 @@ use serde_json::{Value, json};
 use skyconf_core::codec::DiscoveryCommand;
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_proto::v3::ConfigurationSyncRequest;
+use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use super::{Target, connect, print_report, runtime, service_name};
@@ -69,6 +81,28 @@ pub(super) struct Args {
     /// How many descriptors the second half may hold beyond the first half's peak.
     #[arg(long, default_value_t = 32)]
     fd_slack: u64,
+    /// Agents with the Java agent's timing (30 s deadlines, so the server holds their polls) that
+    /// name their instance and send keepAlive, each on a connection of its own; they poll every
+    /// service but the first, which the writes change.
+    #[arg(long, default_value_t = 0)]
+    held_agents: usize,
+    /// The held agents' fixed poll rate.
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
+    held_interval: Duration,
+    /// Kill one held agent this often (during its held poll when one is held) and replace it,
+    /// under the same name or a new one.
+    #[arg(long, value_parser = parse_duration)]
+    churn_every: Option<Duration>,
+    /// Connections sending trace-segment client streams (to a server in gateway mode, which
+    /// forwards them to its upstream).
+    #[arg(long, default_value_t = 0)]
+    stream_clients: usize,
+    /// Each stream connection sends a report this often.
+    #[arg(long, value_parser = parse_duration, default_value = "100ms")]
+    stream_every: Duration,
+    /// Segments per report.
+    #[arg(long, default_value_t = 5)]
+    stream_messages: usize,
 }
 
 /// Documents the server must refuse, with why.
@@ -146,19 +180,27 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let end = started + args.duration;
 
         let mut clients = Vec::with_capacity(args.agents);
+        let mut plain: BTreeMap<String, usize> = BTreeMap::new();
         for i in 0..args.agents {
             clients.push(connect(&args.target, i).await?);
+            *plain.entry(service_name(&args.target, i % args.target.services)).or_default() += 1;
         }
+        // The agents poll until the fleet view has been checked, after `end`.
+        let stop = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         for (i, mut client) in clients.into_iter().enumerate() {
             let service = service_name(&args.target, i % args.target.services);
             let (failures, counts, interval) = (Arc::clone(&failures), Arc::clone(&counts), args.interval);
+            let stop = stop.clone();
             tasks.spawn(async move {
                 let mut uuid = String::new();
                 // Spread over the interval, as a real fleet is.
                 let mut at = started + interval.mul_f64((i as f64 * 0.618_034).fract());
-                while at < end {
-                    tokio::time::sleep_until(at.into()).await;
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep_until(at.into()) => {}
+                    }
                     at += interval;
                     let request = ConfigurationSyncRequest { service: service.clone(), uuid: uuid.clone() };
                     match client.fetch_configurations(request).await {
@@ -181,13 +223,35 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
             });
         }
 
+        let settings = fleet::Settings {
+            target: args.target.clone(),
+            agents: args.held_agents,
+            interval: args.held_interval,
+            churn_every: args.churn_every,
+        };
+        let held = fleet::HeldFleet::start(settings, Arc::clone(&failures), Arc::clone(&counts)).await?;
+        let churn = tokio::spawn(held.churn(end));
+        let streams = tokio::spawn(streams::run(
+            args.target.clone(),
+            args.stream_clients,
+            args.stream_every,
+            args.stream_messages,
+            end,
+            Arc::clone(&failures),
+            Arc::clone(&counts),
+        ));
         let writer = tokio::spawn(write_loop(args.clone(), end, Arc::clone(&failures), Arc::clone(&counts)));
         let resources = args.pid.map(|pid| tokio::spawn(sample_loop(pid, args.sample_every, end)));
 
+        streams.await.context("the streams panicked")?;
+        let held = churn.await.context("the churn panicked")?;
+        let written = writer.await.context("the writer panicked")?;
+        let fleet_view = held.check_view(&args.admin, &plain).await;
+        stop.cancel();
+        held.stop().await;
         while let Some(joined) = tasks.join_next().await {
             joined.context("an agent task panicked")?;
         }
-        let written = writer.await.context("the writer panicked")?;
         let resources = match resources {
             Some(task) => Some(task.await.context("the sampler panicked")?),
             None => None,
@@ -199,11 +263,15 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "addr": args.target.addr,
             "admin": args.admin,
             "agents": args.agents,
+            "held_agents": args.held_agents,
+            "churn_every_s": args.churn_every.map(|d| d.as_secs_f64()),
+            "stream_clients": args.stream_clients,
             "services": args.target.services,
             "seconds": started.elapsed().as_secs(),
             "counts": counts.json(),
             "acknowledged_writes": written,
             "resources": resource_report,
+            "fleet_view": fleet_view,
             "failures": failures.json(),
             "passed": failures.is_empty(),
         });
