@@ -5,6 +5,7 @@
 mod bench;
 mod cli;
 mod conventions;
+mod deploy;
 mod fleet;
 mod gateway;
 mod held;
