@@ -86,6 +86,14 @@ command -v valgrind >/dev/null || SKIP_PROFILE=1
 log "Build (release)"
 cargo build --release -q -p skyconf-cli
 SKY=$TARGET/release/skyconf
+# callgrind's profiles want line tables, which the release binary no longer carries: the same
+# code built with them (Cargo.toml's `profiling` profile), for the profile section only.
+PROF_SKY=$SKY
+if [ "${SKIP_PROFILE:-0}" != 1 ]; then
+  log "Build (profiling: release with line tables)"
+  cargo build --profile profiling -q -p skyconf-cli
+  PROF_SKY=$TARGET/profiling/skyconf
+fi
 if [ $HAVE_REFS = 1 ]; then
   CARGO_TARGET_DIR=$TMP/nullserver cargo build --release -q --manifest-path "$SHARED/nullserver/Cargo.toml"
   NULL=$TMP/nullserver/release/nullserver
@@ -330,7 +338,7 @@ if [ "${SKIP_PROFILE:-0}" != 1 ]; then
   PROFILE_DIR=$WORK/profile
   for scenario in unchanged changed; do
     json=$(scripts/bench/profile.sh "$PROFILE_DIR" "skyconf-$scenario" $P_SKY "$WORK/$scenario.bin" 10000 -- \
-      "$SKY" serve --file "$DOC" --grpc-addr 127.0.0.1:$P_SKY --admin-addr 127.0.0.1:$P_SKY_ADMIN)
+      "$PROF_SKY" serve --file "$DOC" --grpc-addr 127.0.0.1:$P_SKY --admin-addr 127.0.0.1:$P_SKY_ADMIN)
     record "{\"kind\": \"profile\", \"server\": \"skyconf\", \"scenario\": \"$scenario\", \"result\": $json}"
   done
   if [ $HAVE_REFS = 1 ]; then
@@ -339,7 +347,7 @@ if [ "${SKIP_PROFILE:-0}" != 1 ]; then
   fi
   # Where a reload's time goes: one in-process reload of 10,000 services x 6 keys.
   valgrind --tool=callgrind --callgrind-out-file="$PROFILE_DIR/reload.callgrind" \
-    "$SKY" bench reload --mode full --services 10000 --keys 6 --repeat 1 --json --quiet >"$PROFILE_DIR/reload.json" 2>"$PROFILE_DIR/reload.log"
+    "$PROF_SKY" bench reload --mode full --services 10000 --keys 6 --repeat 1 --json --quiet >"$PROFILE_DIR/reload.json" 2>"$PROFILE_DIR/reload.log"
   total=$(grep -m1 '^totals:\|^summary:' "$PROFILE_DIR/reload.callgrind" | awk '{print $2}')
   {
     echo "== one reload of 10,000 services x 6 keys (skyconf bench reload --repeat 1): $total instructions in all,"

@@ -8,7 +8,9 @@
 # with h2load (32 connections x 16 streams, framed request BODY). The difference of the two totals
 # divided by CALLS is the cost of one call, start-up and document loading excluded. Prints one JSON
 # line {"name", "calls", "instructions", "per_call"}; OUT_DIR/NAME.callgrind keeps the larger run's
-# profile and OUT_DIR/NAME.top.txt its hottest functions (self and inclusive).
+# profile and OUT_DIR/NAME.top.txt its hottest functions (self and inclusive). Give it a binary
+# with line tables (`cargo build --profile profiling`: target/profiling/skyconf), as bench.sh does;
+# the release binary has its function names but no file and line.
 set -euo pipefail
 out=$1 name=$2 port=$3 body=$4 calls=$5
 shift 5

@@ -311,6 +311,9 @@ impl ConfigFile {
             bail!("{origin}: the config file must be a mapping of sections");
         }
         resolve_placeholders(&mut tree, env);
+        if let Some(own) = tree.get_mut("skyconf") {
+            drop_empty(own);
+        }
         if let Some(own) = tree.get("skyconf") {
             check_own_keys(own, "skyconf").map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
         }
@@ -412,6 +415,16 @@ fn field_names<T: DeserializeOwned>() -> &'static [&'static str] {
     let mut fields: &'static [&'static str] = &[];
     let _ = T::deserialize(Names(&mut fields));
     fields
+}
+
+/// Removes keys without a value (YAML null) from the mappings under `value`: a section whose
+/// settings are all commented out (`holdPolls:` and nothing under it) is an empty section, and an
+/// empty setting is an unset one, not a type error.
+fn drop_empty(value: &mut serde_json::Value) {
+    if let serde_json::Value::Object(map) = value {
+        map.retain(|_, child| !child.is_null());
+        map.values_mut().for_each(drop_empty);
+    }
 }
 
 /// Replaces `${NAME:default}` (and `${NAME}`) in every string with the environment variable or the
@@ -662,6 +675,59 @@ skyconf:
             origin: "c.yaml".into(),
         };
         assert!(file.section::<SkyconfSection>("skyconf").unwrap_err().to_string().contains("agentTokn"));
+    }
+
+    #[test]
+    fn a_section_whose_settings_are_all_commented_out_is_an_empty_section() {
+        // `holdPolls:` with every line under it commented out is YAML null, not a mapping.
+        let text = "skyconf:\n  grpcAddr: 127.0.0.1:1\n  holdPolls:\n    #capSecs: 30\n  gateway:\n    tls:\n  security:\n    admin:\n    tls:\n      grpc:\n      admin:\n";
+        let file = ConfigFile::parse(text, "c.yaml", &env(&[])).unwrap();
+        let own: SkyconfSection = file.section("skyconf").unwrap().unwrap();
+        assert_eq!(own.hold_polls.cap_secs, None);
+        assert!(own.security.tls.grpc.resolve("grpc").unwrap().is_none());
+        let empty = ConfigFile::parse("skyconf:\n  grpcAddr:\n", "c.yaml", &env(&[])).unwrap();
+        let own: Option<SkyconfSection> = empty.section("skyconf").unwrap();
+        assert_eq!(own.and_then(|own| own.grpc_addr), None, "an empty setting is no setting");
+    }
+
+    #[test]
+    fn the_example_settings_file_parses_and_names_every_setting() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/skyconf.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file = ConfigFile::parse(&text, "examples/skyconf.yaml", &env(&[])).unwrap();
+        let own: SkyconfSection = file.section("skyconf").unwrap().unwrap();
+        assert_eq!(own.grpc_addr, Some("0.0.0.0:11800".parse().unwrap()));
+        assert_eq!(file.string("configuration.selector").as_deref(), Some("file"));
+        // Every key, set or shown switched off (`#key:`), so the file documents each setting.
+        let sections: [(&str, &[&str]); 15] = [
+            ("skyconf", field_names::<SkyconfSection>()),
+            ("skyconf.security", field_names::<SecuritySection>()),
+            ("skyconf.security.admin", field_names::<AdminSecuritySection>()),
+            ("skyconf.security.tls", field_names::<TlsSection>()),
+            ("skyconf.security.tls.*", field_names::<TlsSettings>()),
+            ("skyconf.limits", field_names::<LimitsSection>()),
+            ("skyconf.gateway", field_names::<GatewaySection>()),
+            ("skyconf.gateway.tls", field_names::<UpstreamTlsSettings>()),
+            ("skyconf.holdPolls", field_names::<HoldSection>()),
+            ("configuration.file", field_names::<skyconf_sources::file::FileSettings>()),
+            ("configuration.etcd", field_names::<skyconf_sources::etcd::EtcdSettings>()),
+            ("configuration.zookeeper", field_names::<skyconf_sources::zookeeper::ZookeeperSettings>()),
+            ("configuration.nacos", field_names::<skyconf_sources::nacos::NacosSettings>()),
+            ("configuration.grpc", field_names::<skyconf_sources::dcs::DcsSettings>()),
+            ("receiver-sharing-server.default", &["authentication"]),
+        ];
+        let mentioned = |key: &str| {
+            text.lines().any(|line| {
+                let line = line.trim_start().trim_start_matches('#');
+                line.starts_with(&format!("{key}:"))
+            })
+        };
+        for (section, keys) in sections {
+            assert!(!keys.is_empty(), "{section}");
+            for key in keys {
+                assert!(mentioned(key), "examples/skyconf.yaml does not show `{section}.{key}`");
+            }
+        }
     }
 
     #[test]

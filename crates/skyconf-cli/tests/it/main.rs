@@ -7,6 +7,7 @@ mod bench;
 mod churn;
 mod cli;
 mod conventions;
+mod deploy;
 mod durable;
 mod fleet;
 mod gateway;

@@ -10,12 +10,14 @@
 //!   ([`events`]): one call logs the line and counts it.
 //! - The table's and the store's state (up, stale, ages, version) is read at scrape time.
 //! - The fleet's gauges ([`FleetGauges`]) are computed from the fleet table at scrape time.
+//! - `process_*` and `skyconf_build_info` come from [`process`].
 
 pub mod edge;
 pub mod events;
 mod fleet;
 mod gateway;
 mod histogram;
+mod process;
 mod state;
 
 use std::cell::Cell;
@@ -286,6 +288,7 @@ impl Metrics {
         gateway.register(&mut registry);
         let edge = EdgeMetrics::default();
         edge.register(&mut registry);
+        process::register(&mut registry);
         Self { registry, cds, dcs, events, fleet, gateway, edge }
     }
 
