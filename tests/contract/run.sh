@@ -35,7 +35,9 @@ fi
 
 work="$(mktemp -d)"
 server_pid=""
+agent_pids=()
 cleanup() {
+  for pid in "${agent_pids[@]}"; do kill "$pid" 2>/dev/null; done
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
   rm -rf "$work"
 }
@@ -68,34 +70,25 @@ for _ in $(seq 100); do
 done
 curl -fsS -H "Authorization: Bearer $read_token" "$base/api/v1/openapi.json" -o "$work/openapi.json"
 
-# Rows for the fleet views, so their schemas are checked against real ones: a
-# reportInstanceProperties with `agent-version` metadata (an identified instance), and a poll on
-# another connection that never says who it is (an anonymous poller, forgotten after a minute as
-# a one-off poll is). Plain gRPC frames sent by
-# curl: a flag byte, the length, the protobuf message (written here by hand). One call per curl:
-# curl 7.88 fails a second POST on a reused prior-knowledge HTTP/2 connection, so the identity
-# and polls of one connection (InstanceService rows) are left to the Rust tests.
-python3 - "$work" <<'PY'
-import struct, sys
-def field(number, payload):
-    return bytes([number << 3 | 2, len(payload)]) + payload
-def frame(message):
-    return b"\0" + struct.pack(">I", len(message)) + message
-pairs = [("hostname", "contract-host"), ("ipv4", "10.0.0.9"), ("ipv4", "172.17.0.1"), ("language", "java")]
-report = field(1, b"mall-order-service") + field(2, b"contract-pod@10.0.0.9")
-report += b"".join(field(3, field(1, k.encode()) + field(2, v.encode())) for k, v in pairs)
-open(sys.argv[1] + "/report.bin", "wb").write(frame(report))
-open(sys.argv[1] + "/poll.bin", "wb").write(frame(field(1, b"mall-order-service")))
-PY
-grpc=(--http2-prior-knowledge -fsS -o /dev/null -H 'content-type: application/grpc' -H 'te: trailers')
-grpc_base="http://127.0.0.1:$grpc_port"
-curl "${grpc[@]}" -H 'agent-version: 9.4.0-contract' --data-binary "@$work/report.bin" \
-  "$grpc_base/skywalking.v3.ManagementService/reportInstanceProperties"
-curl "${grpc[@]}" --data-binary "@$work/poll.bin" "$grpc_base/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations"
-instances="$(curl -fsS -H "Authorization: Bearer $read_token" "$base/api/v1/instances")"
+# Rows for the fleet views, so their schemas are checked against real ones: an agent that
+# reports its instance (properties, `agent-version` metadata) on its polls' connection, and one
+# whose connection never says who it is (an anonymous poller). Both keep polling while
+# schemathesis runs: a fleet row lives as long as its connection.
+agent() { "$SKYCONF_BIN" agent --addr "127.0.0.1:$grpc_port" --service mall-order-service "$@" >/dev/null 2>&1 & agent_pids+=("$!"); }
+agent --instance contract-pod@10.0.0.9 --agent-version 9.4.0-contract --property hostname=contract-host \
+  --property ipv4=10.0.0.9 --property ipv4=172.17.0.1 --property language=java
+agent
+instances=""
+for _ in $(seq 100); do
+  instances="$(curl -fsS -H "Authorization: Bearer $read_token" "$base/api/v1/instances")"
+  case "$instances" in
+    *'"agent_version":"9.4.0-contract"'*'"anonymous":[{'*) break ;;
+  esac
+  sleep 0.1
+done
 case "$instances" in
   *'"agent_version":"9.4.0-contract"'*'"anonymous":[{'*) ;;
-  *) echo "contract: the fed agent is not listed: $instances" >&2; exit 1 ;;
+  *) echo "contract: the fed agents are not listed: $instances" >&2; exit 1 ;;
 esac
 
 started=$SECONDS

@@ -83,4 +83,7 @@ pub enum AgentError {
     /// The authentication token cannot be sent as gRPC metadata.
     #[error("the authentication token is not valid gRPC metadata")]
     InvalidToken,
+    /// The agent version cannot be sent as gRPC metadata.
+    #[error("the agent version is not valid gRPC metadata (printable ASCII only)")]
+    InvalidAgentVersion,
 }

@@ -21,6 +21,10 @@ use crate::AgentError;
 /// The metadata key the OAP checks when `receiver-sharing-server.default.authentication` is set.
 pub const AUTHENTICATION_METADATA: &str = "authentication";
 
+/// The metadata key that carries the agent's version on every call (the Java agent sends its
+/// own; the OAP and skyconf show it per instance).
+pub const AGENT_VERSION_METADATA: &str = "agent-version";
+
 /// One `fetchConfigurations` call, and the `ManagementService` calls of a named instance.
 pub trait Transport: Send + 'static {
     /// Sends `request` and returns the server's answer. `timeout` is the call's deadline; the
@@ -132,6 +136,7 @@ pub struct GrpcTransport {
     client: ConfigurationDiscoveryServiceClient<Channel>,
     management: ManagementServiceClient<Channel>,
     token: Option<MetadataValue<tonic::metadata::Ascii>>,
+    agent_version: Option<MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl GrpcTransport {
@@ -151,18 +156,29 @@ impl GrpcTransport {
             management: ManagementServiceClient::new(channel.clone()),
             client: ConfigurationDiscoveryServiceClient::new(channel),
             token: None,
+            agent_version: None,
         }
     }
 
     /// A request with the call's deadline (sent as `grpc-timeout`, so the server can give up
-    /// too) and the token.
+    /// too), the token and the agent's version.
     fn request<M>(&self, message: M, timeout: Duration) -> tonic::Request<M> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(timeout);
         if let Some(token) = &self.token {
             request.metadata_mut().insert(AUTHENTICATION_METADATA, token.clone());
         }
+        if let Some(version) = &self.agent_version {
+            request.metadata_mut().insert(AGENT_VERSION_METADATA, version.clone());
+        }
         request
+    }
+
+    /// Sends `version` as the `agent-version` metadata on every call, as the Java agent sends
+    /// its own version.
+    pub fn with_agent_version(mut self, version: &str) -> Result<Self, AgentError> {
+        self.agent_version = Some(version.parse().map_err(|_| AgentError::InvalidAgentVersion)?);
+        Ok(self)
     }
 
     /// Sends `token` as the `authentication` metadata on every call, as the Java agent does with
@@ -247,7 +263,9 @@ mod tests {
     async fn tokens_must_be_ascii_metadata() {
         let t = GrpcTransport::lazy("127.0.0.1:1").unwrap();
         assert!(t.clone().with_authentication("secret").is_ok());
-        assert!(matches!(t.with_authentication("bad\nvalue"), Err(AgentError::InvalidToken)));
+        assert!(matches!(t.clone().with_authentication("bad\nvalue"), Err(AgentError::InvalidToken)));
+        assert!(t.clone().with_agent_version("9.4.0").is_ok());
+        assert!(matches!(t.with_agent_version("bad\nvalue"), Err(AgentError::InvalidAgentVersion)));
     }
 
     #[test]

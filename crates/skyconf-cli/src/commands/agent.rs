@@ -41,6 +41,10 @@ pub(crate) struct Args {
     /// so targeting groups and rollout waves can reach this agent.
     #[arg(long)]
     instance: Option<String>,
+    /// The `agent-version` metadata sent on every call, as the Java agent sends its version (shown
+    /// per instance by the server).
+    #[arg(long = "agent-version", value_name = "VERSION")]
+    agent_version: Option<String>,
     /// A reported instance property, `KEY=VALUE` (repeatable; with --instance).
     #[arg(long = "property", value_name = "KEY=VALUE", value_parser = parse_property, requires = "instance")]
     properties: Vec<(String, String)>,
@@ -86,13 +90,22 @@ async fn follow<W: Write + Send + 'static>(
     out: Arc<Mutex<W>>,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let Args { client: ClientArgs { addr, service, timeout, authentication }, interval, keys, instance, properties } =
-        args;
+    let Args {
+        client: ClientArgs { addr, service, timeout, authentication },
+        interval,
+        keys,
+        instance,
+        properties,
+        agent_version,
+    } = args;
     // As `GrpcTransport::lazy`, for every spelling of --addr (https:// included).
     let channel = addr.endpoint()?.connect_timeout(Duration::from_secs(10)).tcp_nodelay(true).connect_lazy();
     let mut transport = GrpcTransport::from_channel(channel);
     if let Some(token) = &authentication {
         transport = transport.with_authentication(token.expose()).context("invalid --authentication")?;
+    }
+    if let Some(version) = &agent_version {
+        transport = transport.with_agent_version(version).context("invalid --agent-version")?;
     }
     let keys = if keys.is_empty() { JAVA_KEYS.iter().map(|k| (*k).to_owned()).collect() } else { keys };
     let registry = Registry::new();
@@ -200,6 +213,7 @@ mod tests {
             interval: Duration::from_millis(20),
             keys: vec![],
             instance: None,
+            agent_version: None,
             properties: vec![],
         };
         let stop = {

@@ -5,7 +5,7 @@
 //! | `GET /api/v1/status` | served version, store status, newest release, the last refused document with its text, fleet settings, held polls, the gateway's OAPs, this replica's id and every replica sharing the store |
 //! | `GET /api/v1/services` | every configured service: digest, key count, last change, agents seen, how many applied / behind / stuck (summed over the replicas); and the names agents poll that have no configuration |
 //! | `GET /api/v1/services/{name}` | one service: configuration, digest, last change and every agent (peer, instance, properties, agent version, last seen, digest held, state, the replica it polls), with each replica's counts |
-//! | `GET /api/v1/instances?limit=N&cursor=C` | a page of the live instances agents said they are (`ManagementService` calls): service, name, peer, whether another live connection claims the name, properties, agent version, and each service its connection polls with its state; by service, name, peer; `limit` defaults to 100, at most [`MAX_INSTANCES_PAGE`]; `cursor` pages on (`next_cursor`). The first page also lists the anonymous pollers, whose connection never said |
+//! | `GET /api/v1/instances?limit=N&cursor=C` | a page of the live instances agents said they are (`ManagementService` calls): service, name, peer, whether another live connection claims the name, properties, agent version, and each service its connection polls with its state; by service, name, peer; `limit` defaults to 100, at most [`MAX_INSTANCES_PAGE`]; `cursor` pages on (`next_cursor`; empty: the first page). The first page also lists the anonymous pollers, whose connection never said |
 //! | `GET /api/v1/releases?limit=N&before=ID` | a page of release summaries, newest first: who, when, why, how many services changed and the first 20 of them (no digests, no key-level changes); `limit` defaults to 50, at most 500; `before` pages on (`next_before` of the previous page) |
 //! | `GET /api/v1/releases/{id}` | one release in full: every changed service with digests and key-level changes, and its document text (read from its file) |
 //! | `GET /api/v1/releases/{id}/compare/{other}` | what changed from release `id` to release `other` (any two kept releases, either order): every changed service with digests and key-level changes, at most 1000 services (`truncated` says when there were more) |
@@ -425,7 +425,7 @@ pub(super) async fn instances(
     if !(1..=MAX_INSTANCES_PAGE).contains(&limit) {
         return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_INSTANCES_PAGE}")));
     }
-    let after = query.cursor.as_deref().map(Place::from_cursor).transpose()?;
+    let after = query.cursor.as_deref().filter(|c| !c.is_empty()).map(Place::from_cursor).transpose()?;
     let serving = admin.served.serving();
     let own_name = admin.replicas.as_ref().map_or("", |r| r.id()).to_owned();
     let own = own_id(&admin);

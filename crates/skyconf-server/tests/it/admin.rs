@@ -315,6 +315,8 @@ async fn the_instances_listing_is_paged_and_flags_a_name_two_connections_claim()
     assert_eq!(page["next_cursor"], Value::Null, "the last page");
     let all = s.ok(get("/api/v1/instances")).await;
     assert_eq!((all["limit"].as_u64(), all["instances"].as_array().unwrap().len()), (Some(100), 5), "100 by default");
+    // An empty cursor (a form's empty field) is the first page.
+    assert_eq!(s.ok(get("/api/v1/instances?cursor=")).await, all);
     for bad in ["limit=0", "limit=1001", "limit=x", "cursor=%%%", "cursor=bm9wZQ", "offset=3"] {
         let (status, body) = call(&s.router, get(&format!("/api/v1/instances?{bad}"))).await;
         assert_eq!(status, 400, "{bad}: {body}");
