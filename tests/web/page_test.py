@@ -13,7 +13,7 @@ WebDriver HTTP API (no pip package: the protocol is plain JSON over HTTP).
     page_test.py --url URL --scenario instances-paged --instance I --total N
     page_test.py --url URL --scenario rollouts --service NAME --key KEY --document TEXT --waves 1,100%
                  --served V --value NEW [--author A]
-    (any of them with --screenshot DIR: PNGs of the page, for the README, written into DIR)
+    (any of them with --screenshot DIR: PNGs of the page, for the documentation, written into DIR)
 
 editing: opens NAME by its URL (#/services/NAME); the whole-document editor shows the served
 document unasked. Types a draft into it and a new configuration {KEY: NEW} into the service
@@ -172,7 +172,7 @@ class Driver:
         import base64
         data = self.call("GET", self.s("/screenshot"))
         with open(path, "wb") as f:
-            f.write(base64.b64decode(data))
+            f.write(small_png(base64.b64decode(data)))
 
     def script(self, source, *args):
         return self.call("POST", self.s("/execute/sync"), {"script": source, "args": list(args)})
@@ -272,6 +272,68 @@ def shown(driver, element_id):
 
 def note_text(driver):
     return driver.script("const n = document.querySelector('#notice .note'); return n ? n.dataset.kind + ':' + n.textContent : null;")
+
+
+def small_png(png):
+    """`png` (Chromium's 8-bit RGB or RGBA screenshot) as a palette PNG of at most 256 colours, about
+    a third of the size: colours are grouped by the top 4 bits of each channel, the most used group
+    of each kind keeps its most used colour, and every pixel takes the nearest kept colour. The
+    page's flat colours stay exact; only the anti-aliased edges of text move a little."""
+    import struct
+    import zlib
+    from collections import Counter
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    pos, idat, header = 8, b"", None
+    while pos < len(png):
+        (n,) = struct.unpack(">I", png[pos:pos + 4])
+        kind, body = png[pos + 4:pos + 8], png[pos + 8:pos + 8 + n]
+        pos += 12 + n
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+    width, height, depth, colour, _, _, interlace = header
+    if depth != 8 or interlace or colour not in (2, 6):
+        return png
+    bpp = 4 if colour == 6 else 3
+    raw, stride = zlib.decompress(idat), width * bpp
+    pixels, prev, i = [], bytearray(stride), 0
+    for _ in range(height):  # undo the PNG row filters
+        kind, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b, c = prev[x], (prev[x - bpp] if x >= bpp else 0)
+            if kind == 1:
+                line[x] = (line[x] + a) & 255
+            elif kind == 2:
+                line[x] = (line[x] + b) & 255
+            elif kind == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        pixels.extend(bytes(line[x:x + 3]) for x in range(0, stride, bpp))
+        prev = line
+    counts = Counter(pixels)
+    groups = {}
+    for rgb, n in counts.items():
+        group = groups.setdefault((rgb[0] >> 4, rgb[1] >> 4, rgb[2] >> 4), [0, rgb, 0])
+        group[0] += n
+        if n > group[2]:
+            group[1], group[2] = rgb, n
+    palette = [g[1] for g in sorted(groups.values(), key=lambda g: -g[0])[:256]]
+    index = {rgb: k for k, rgb in enumerate(palette)}
+    nearest = {rgb: index[rgb] if rgb in index else
+               min(range(len(palette)), key=lambda k: sum((p - q) ** 2 for p, q in zip(rgb, palette[k])))
+               for rgb in counts}
+    rows = b"".join(b"\0" + bytes(nearest[p] for p in pixels[y * width:(y + 1) * width]) for y in range(height))
+    return (png[:8] + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 3, 0, 0, 0))
+            + chunk(b"PLTE", b"".join(palette)) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b""))
 
 
 def shoot(a, driver, name):

@@ -6,8 +6,8 @@
 //! releases by URL, compares any two releases, shows the instances agents said they are, and
 //! starts, promotes and aborts staged rollouts (the agents checked between the page's steps).
 //!
-//! `SKYCONF_SCREENSHOTS=DIR` makes the page tests write the README's screenshots
-//! (`docs/page-*.png`) into DIR.
+//! `SKYCONF_SCREENSHOTS=DIR` makes the page tests write the documentation's screenshots
+//! (`docs/images/page-*.png`) into DIR.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium`, `chromium-driver`) and python3.
 //! Skipped with a message when they are missing, unless SKYCONF_REQUIRE_BROWSER=1 (which
