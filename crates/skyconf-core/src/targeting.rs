@@ -110,10 +110,24 @@ impl Share {
         ((0.0..=f64::from(WHOLE)).contains(&basis_points) && percent.is_finite()).then_some(Self(basis_points as u32))
     }
 
-    /// Reads `10%`, `10 %`, `10`, `0.5%`.
+    /// Reads `10%`, `10 %`, `10`, `0.5%`: digits with at most two decimals, from 0 to 100 %.
+    /// Nothing is rounded into range (`100.004%`, `0.001%`), and a sign or an exponent (`-0%`,
+    /// `1e2%`) is no share.
     pub fn parse(text: &str) -> Option<Self> {
         let number = text.trim().strip_suffix('%').unwrap_or(text.trim()).trim();
-        number.parse::<f64>().ok().and_then(Self::from_percent)
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(whole) || (number.contains('.') && !digits(fraction)) || fraction.len() > 2 {
+            return None;
+        }
+        let whole = whole.trim_start_matches('0');
+        if whole.len() > 3 {
+            return None;
+        }
+        let whole: u32 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+        let hundredths: u32 = format!("{fraction:0<2}").parse().ok()?;
+        let basis_points = whole * 100 + hundredths;
+        (basis_points <= WHOLE).then_some(Self(basis_points))
     }
 
     /// Basis points.
@@ -323,6 +337,13 @@ mod tests {
         assert_eq!(Share::parse("101%"), None);
         assert_eq!(Share::parse("-1"), None);
         assert_eq!(Share::parse("ten"), None);
+        // Nothing rounded into range, no sign, no exponent, at most two decimals.
+        for bad in ["-0%", "100.004%", "0.001%", "1e2%", "+5%", "5.%", ".5%", "5,5%", "NaN", "inf", "0100.00001"] {
+            assert_eq!(Share::parse(bad), None, "{bad}");
+        }
+        assert_eq!(Share::parse("0%"), Some(Share::from_basis_points(0)));
+        assert_eq!(Share::parse("007.50 %"), Some(Share::from_basis_points(750)));
+        assert_eq!(Share::parse("100.00"), Some(Share::ALL));
         assert_eq!(Share::from_basis_points(50).to_string(), "0.50%");
         assert_eq!(Share::from_basis_points(1000).to_string(), "10%");
         // A wider share holds every instance of a narrower one, and about its share of 10,000.
