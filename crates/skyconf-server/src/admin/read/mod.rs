@@ -12,9 +12,10 @@
 //! | `GET /api/v1/services/{name}/history?limit=N&before=ID` | the kept releases that changed this service, newest first, each with its change (kind, digests, keys); `limit` defaults to 20, at most 100; `before` pages on (`next_before`) |
 //! | `GET /api/v1/configurations` | the current document text |
 //!
-//! Each answer is one type next to its handler ([`status`], [`services`], [`instances`],
-//! [`releases`]): what the handler serialises is what the OpenAPI description says, and the
-//! failures every read shares are [`ReadFailures`].
+//! Each answer is one type next to its handler ([`status`](mod@status),
+//! [`services`](mod@services), [`instances`](mod@instances), [`releases`](mod@releases)): what
+//! the handler serialises is what the OpenAPI description says, and the failures every read
+//! shares are [`ReadFailures`].
 //!
 //! With several replicas on a shared store, the fleet views add the other replicas' published
 //! summaries (see [`crate::fleet::replicas`]) to this replica's live table: their rows carry the
