@@ -1,11 +1,36 @@
-//! The one mapping from admin API failures to HTTP responses: a status code and a JSON body
-//! `{"error": "<what went wrong>", "details": <more, or null>}`.
+//! The one mapping from admin API failures to HTTP responses: a status code and an
+//! [`ErrorBody`], `{"error": "<what went wrong>", "details": <where, or null>}`.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
 use skyconf_sources::SourceError;
+use utoipa::ToSchema;
+
+/// Every failure: what went wrong, and for a refused document where.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ErrorBody {
+    /// What went wrong.
+    error: String,
+    /// For a refused document (400), where; `null` otherwise. Absent on the browser checks' 403.
+    #[schema(required = false)]
+    details: Option<Refusal>,
+}
+
+/// Where a document was refused.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Refusal {
+    /// The reader's message, with line and column.
+    message: String,
+    /// 1-based line.
+    #[schema(required = true)]
+    line: Option<u64>,
+    /// 1-based column.
+    #[schema(required = true)]
+    column: Option<u64>,
+}
 
 /// Why an admin request failed.
 #[derive(Debug, thiserror::Error)]
@@ -80,17 +105,17 @@ impl AppError {
         }
     }
 
-    fn details(&self) -> Value {
+    fn details(&self) -> Option<Refusal> {
         match self {
             Self::Refused(error) => {
                 let at = error.position();
-                json!({
-                    "message": error.to_string(),
-                    "line": at.map(|p| p.line),
-                    "column": at.map(|p| p.column),
+                Some(Refusal {
+                    message: error.to_string(),
+                    line: at.map(|p| p.line as u64),
+                    column: at.map(|p| p.column as u64),
                 })
             }
-            _ => Value::Null,
+            _ => None,
         }
     }
 }
@@ -105,7 +130,7 @@ impl IntoResponse for AppError {
             Self::Refused(_) => "the document was refused".to_owned(),
             other => other.to_string(),
         };
-        let mut response = (status, Json(json!({ "error": error, "details": self.details() }))).into_response();
+        let mut response = (status, Json(ErrorBody { error, details: self.details() })).into_response();
         if matches!(self, Self::Unauthorized(_)) {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,
@@ -135,6 +160,6 @@ mod tests {
         let refused = skyconf_core::read("configurations:\n  a: {k: }\n").unwrap_err();
         let error = AppError::from(refused);
         assert_eq!(error.status(), StatusCode::BAD_REQUEST);
-        assert_eq!(error.details()["line"], 2);
+        assert_eq!(error.details().and_then(|at| at.line), Some(2));
     }
 }

@@ -112,10 +112,12 @@ pub(super) struct HeldRequest {
     pub(super) since_ms: Option<u64>,
 }
 
-/// The JSON body of [`HeldRequest`].
-#[derive(Debug, Default, serde::Deserialize)]
+/// The optional body of `POST /api/v1/held/confirm` and `/discard`.
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct HeldBody {
+#[schema(as = HeldRequest)]
+pub(crate) struct HeldBody {
+    /// The `held.since_ms` the operator saw: only that change is decided on.
     #[serde(default, deserialize_with = "whole_number")]
     since_ms: Option<u64>,
 }

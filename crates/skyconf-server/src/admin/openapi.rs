@@ -1,11 +1,13 @@
 //! The admin port's OpenAPI 3.1 description, served at `GET /api/v1/openapi.json`.
 //!
 //! It is generated, not written: every handler carries a `#[utoipa::path]` with its method,
-//! path, parameters, bodies and status codes, and the types it answers with derive `ToSchema`;
-//! [`ApiDoc`] only lists the handlers. Answers still built with `json!` are described by the
-//! schema-only types below, field for field; the contract test (`tests/contract/run.sh`,
-//! schemathesis against a real server) checks every answer against them, and a unit test checks
-//! that the router's route table and the description name the same routes.
+//! path, parameters, bodies and status codes, and answers with types that derive both
+//! `Serialize` and `ToSchema`, next to it (`read/`, `rollouts.rs`, `error.rs`), so what is sent
+//! is what is described. This file holds [`ApiDoc`] (the list of paths), its modifiers, and the
+//! schemas of the write routes (`write.rs`) and of `/readyz`, whose answers are still built as
+//! JSON values there. The contract test (`tests/contract/run.sh`, schemathesis against a real
+//! server) checks every answer against the description, and a unit test checks that the
+//! router's route table and the description name the same routes.
 
 use std::sync::OnceLock;
 
@@ -17,8 +19,11 @@ use skyconf_core::warnings::Warning;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
+pub(crate) use super::error::ErrorBody;
+pub(crate) use super::extract::HeldBody as HeldRequest;
+use super::read::ReadFailures;
 use crate::fleet::{AgentState, AgentStatus, AnonymousPoller, InstanceService, InstanceStatus, Property, StateCounts};
-use crate::releases::{ChangeSummary, Release, ReleaseSummary};
+use crate::releases::{ChangeSummary, ReleaseSummary};
 use crate::served::{Held, Rejection};
 use crate::store_view::StoreStatus;
 
@@ -39,15 +44,15 @@ use crate::store_view::StoreStatus;
         super::readyz,
         crate::metrics::scrape,
         serve,
-        super::read::status,
-        super::read::services,
-        super::read::service,
-        super::read::instances,
-        super::read::releases,
-        super::read::release,
-        super::read::compare,
-        super::read::history,
-        super::read::configurations,
+        super::read::status::status,
+        super::read::services::services,
+        super::read::services::service,
+        super::read::instances::instances,
+        super::read::releases::releases,
+        super::read::releases::release,
+        super::read::releases::compare,
+        super::read::releases::history,
+        super::read::releases::configurations,
         super::write::put_configurations,
         super::write::put_service,
         super::write::patch_service,
@@ -72,7 +77,8 @@ use crate::store_view::StoreStatus;
         Property,
         InstanceStatus,
         InstanceService,
-        AnonymousPoller
+        AnonymousPoller,
+        ErrorBody
     )),
     modifiers(&BearerAuth, &YamlDocument),
     tags(
@@ -168,36 +174,11 @@ pub(super) fn json() -> &'static str {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "This description (OpenAPI 3.1).", body = Object, content_type = "application/json"),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        ReadFailures,
     ),
 )]
 pub(super) async fn serve() -> impl IntoResponse {
     ([(CONTENT_TYPE, "application/json")], json())
-}
-
-/// Every failure: what went wrong, and for a refused document where.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ErrorBody {
-    /// What went wrong.
-    error: String,
-    /// For a refused document (400), where; `null` otherwise. Absent on the browser checks' 403.
-    #[schema(required = false)]
-    details: Option<Refusal>,
-}
-
-/// Where a document was refused.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Refusal {
-    /// The reader's message, with line and column.
-    message: String,
-    /// 1-based line.
-    #[schema(required = true)]
-    line: Option<u64>,
-    /// 1-based column.
-    #[schema(required = true)]
-    column: Option<u64>,
 }
 
 /// `GET /readyz`.
@@ -222,511 +203,6 @@ pub(crate) struct Readiness {
     /// A store change held by the fleet-reset guard.
     #[schema(required = true)]
     held: Option<Held>,
-}
-
-/// `GET /api/v1/status`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Status {
-    /// Whether a table is served.
-    ready: bool,
-    /// The served table's version.
-    version: u64,
-    /// When the served table was installed.
-    installed_at_ms: u64,
-    /// Services served.
-    services: u64,
-    /// The store and its health.
-    store: StoreStatus,
-    /// Whether the store can be written through the API.
-    writable: bool,
-    /// The newest release.
-    #[schema(required = true)]
-    release: Option<u64>,
-    /// How many releases are kept.
-    retention: u64,
-    /// Releases not written to the data directory.
-    unsaved_releases: u64,
-    /// The last document refused, with its text.
-    #[schema(required = true)]
-    last_rejection: Option<LastRejection>,
-    /// A store change held by the fleet-reset guard.
-    #[schema(required = true)]
-    held: Option<Held>,
-    /// `fetchConfigurations` calls held now, waiting for a change.
-    held_polls: u64,
-    /// Gateway mode: the OAPs calls are forwarded to; `null` without it.
-    #[schema(required = true)]
-    gateway: Option<GatewayStatus>,
-    /// The fleet table's size and settings.
-    fleet: FleetStatus,
-    /// This replica's id.
-    #[schema(required = true)]
-    replica: Option<String>,
-    /// Every replica sharing the store: this one first (live), then the others (as of their last
-    /// published summary). Only this one on a single-replica store (a file).
-    replicas: Vec<ReplicaRow>,
-}
-
-/// One replica, as `GET /api/v1/status` and `GET /api/v1/services` list them.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ReplicaRow {
-    /// Its id.
-    id: String,
-    /// Where its admin API is, when known.
-    #[schema(required = true)]
-    admin_addr: Option<String>,
-    /// Whether it is the replica answering.
-    local: bool,
-    /// When its numbers were computed: now for this one, its last publish for the others.
-    updated_ms: u64,
-    /// Its fleet members (applied, behind or stuck agents).
-    agents: u64,
-    /// The (service, peer) pairs it tracks.
-    rows_total: u64,
-    /// Whether its summary had to leave services out (too large to publish).
-    truncated: bool,
-}
-
-/// An agent row labelled with the replica it polls.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ReplicaAgent {
-    #[serde(flatten)]
-    agent: AgentStatus,
-    /// The replica the agent polls.
-    #[schema(required = true)]
-    replica: Option<String>,
-    /// For another replica's agent, when that replica published it (its row's digest is then a
-    /// 16-hex-digit prefix and its properties are left out); `null` for this replica's, which are
-    /// live.
-    #[schema(required = true)]
-    as_of_ms: Option<u64>,
-}
-
-/// An identified instance labelled with the replica it polls.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ReplicaInstance {
-    #[serde(flatten)]
-    instance: InstanceStatus,
-    /// The replica the instance polls.
-    #[schema(required = true)]
-    replica: Option<String>,
-    /// For another replica's instance, when that replica published it; `null` for this one's.
-    #[schema(required = true)]
-    as_of_ms: Option<u64>,
-}
-
-/// An anonymous poller labelled with the replica it polls.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ReplicaAnonymous {
-    #[serde(flatten)]
-    poller: AnonymousPoller,
-    /// The replica it polls.
-    #[schema(required = true)]
-    replica: Option<String>,
-    /// For another replica's poller, when that replica published it; `null` for this one's.
-    #[schema(required = true)]
-    as_of_ms: Option<u64>,
-}
-
-/// One replica's share of a service in `GET /api/v1/services/{name}`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ServiceReplica {
-    /// The replica.
-    #[schema(required = true)]
-    id: Option<String>,
-    /// When its numbers were published; `null` for this replica (live).
-    #[schema(required = true)]
-    as_of_ms: Option<u64>,
-    /// Its agents of the service per state (exact, not capped).
-    counts: StateCounts,
-    /// How many of them are listed in `agents` (another replica publishes at most 1000 rows).
-    listed: u64,
-}
-
-/// The gateway part of `GET /api/v1/status` (the numbers of the `skyconf_gateway_*` metrics).
-#[derive(Serialize, ToSchema)]
-pub(crate) struct GatewayStatus {
-    /// Whether the OAPs are reached over TLS.
-    tls: bool,
-    /// HTTP/2 connections kept open to each OAP.
-    connections_per_upstream: u64,
-    /// The most connections to one OAP, opened while every stream it allows is in use.
-    max_connections_per_upstream: u64,
-    /// The most calls waiting for a stream to one OAP.
-    max_queued_calls: u64,
-    /// How long a call waits for a stream at most, in milliseconds.
-    queue_wait_ms: u64,
-    /// Calls answered UNAVAILABLE because no OAP was reachable, so far.
-    no_upstream: u64,
-    /// Every OAP, as configured.
-    upstreams: Vec<UpstreamStatus>,
-}
-
-/// One OAP behind the gateway.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct UpstreamStatus {
-    /// `host:port`.
-    addr: String,
-    /// Whether a connection to it is open (one on which it has spoken HTTP/2).
-    up: bool,
-    /// Agent connections whose forwarded calls go to it.
-    agent_connections: u64,
-    /// Open HTTP/2 connections to it.
-    connections: u64,
-    /// Forwarded calls holding a stream to it.
-    calls_in_flight: u64,
-    /// Calls waiting for a stream to it.
-    queued_calls: u64,
-    /// Its `SETTINGS_MAX_CONCURRENT_STREAMS` per connection; `null`: no limit (or no connection).
-    stream_limit: Option<u64>,
-    /// Calls it answered (whatever their status), so far.
-    forwarded: u64,
-    /// Calls that failed before it answered (a reset, the connection lost), so far.
-    failed: u64,
-    /// Its answers not passed on (the call ended INTERNAL), by reason.
-    answers_refused: AnswersRefused,
-    /// Calls never sent to it for want of a stream, by reason.
-    unsent: UnsentCalls,
-}
-
-/// OAP answers not passed on.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct AnswersRefused {
-    /// A header block (response headers or trailers) over 8 KiB.
-    oversized: u64,
-    /// Refused by HTTP/2 for its stream (malformed, or a header block over 16 MiB).
-    malformed: u64,
-}
-
-/// Calls never sent to an OAP for want of a stream.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct UnsentCalls {
-    /// Ended DEADLINE_EXCEEDED after waiting as long as the queue allows.
-    deadline: u64,
-    /// Ended DEADLINE_EXCEEDED at once: the queue was full.
-    full: u64,
-    /// Ended while waiting: their own deadline passed or the agent cancelled them.
-    left: u64,
-}
-
-/// A refused document, as `GET /api/v1/status` shows it.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct LastRejection {
-    /// Where it came from.
-    origin: String,
-    /// Why, with line and column.
-    error: String,
-    /// When.
-    at_ms: u64,
-    /// Its text (the first MiB), when kept.
-    #[schema(required = true)]
-    text: Option<String>,
-    /// Whether the text was cut.
-    truncated: bool,
-}
-
-/// The fleet part of `GET /api/v1/status`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct FleetStatus {
-    /// This replica's fleet members (applied, behind or stuck agents), all services.
-    agents: u64,
-    /// Fleet members of every replica sharing the store (the others' as of their last publish).
-    agents_all_replicas: u64,
-    /// Agents tracked.
-    tracked: u64,
-    /// Agents tracked that poll for services without configuration.
-    tracked_unconfigured: u64,
-    /// Agents dropped because the table was full.
-    evictions: u64,
-    /// Polls not tracked because the table was full.
-    untracked_polls: u64,
-    /// Polls without the current digest after which an agent is stuck.
-    stuck_after_polls: u64,
-    /// Seconds after which an agent that stopped polling is forgotten.
-    expire_after_s: u64,
-    /// Whether every agent is expected to say which instance it is (gateway mode): pollers
-    /// that do not are `anonymous`.
-    expect_identity: bool,
-    /// Connections whose instance identity is known.
-    identified: u64,
-    /// `ManagementService` calls whose identity was not kept (the table was full).
-    unkept_identities: u64,
-    /// Reported properties dropped (over 64 per instance) or shortened, since start.
-    properties_cut: u64,
-}
-
-/// `GET /api/v1/instances`: one page.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct InstanceList {
-    /// Whether every agent is expected to say which instance it is (gateway mode).
-    expect_identity: bool,
-    /// This replica's id.
-    #[schema(required = true)]
-    replica: Option<String>,
-    /// The page size asked for (default 100, at most 1000).
-    limit: u64,
-    /// The `cursor` of the next page; `null` on the last one.
-    #[schema(required = true)]
-    next_cursor: Option<String>,
-    /// One page of the live connections that said which instance they are, on every replica, by
-    /// service, instance name, peer, then replica. Another replica's are built from its
-    /// published rows: without properties, digests cut to 16 hex digits.
-    instances: Vec<ReplicaInstance>,
-    /// How many there are in all (of the others, as many as they published).
-    instances_total: u64,
-    /// On the first page only: the first `limit` (service, peer) rows polling from a connection
-    /// that never said, on every replica, by service, peer, then replica.
-    anonymous: Vec<ReplicaAnonymous>,
-    /// How many there are in all (of the others, as many as they published).
-    anonymous_total: u64,
-    /// The replicas that track more agents than they publish rows for (1000): their lists here
-    /// are partial; their counts in `GET /api/v1/services` are not.
-    partial_replicas: Vec<String>,
-}
-
-/// A rollout answer: `GET /api/v1/rollouts` and every rollout write.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct RolloutAnswer {
-    /// The current (or last) rollout; `null` when there has been none.
-    #[schema(required = true)]
-    rollout: Option<RolloutView>,
-    /// The ended rollouts kept (the newest 20), newest first; the last one too once ended.
-    history: Vec<crate::rollout::plan::Summary>,
-}
-
-/// A rollout with where it stands.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct RolloutView {
-    #[serde(flatten)]
-    rollout: crate::rollout::Rollout,
-    /// The phase in words (`running`, `waiting for a promote`, `completed`, `reverted`, ...).
-    state: String,
-    /// The current wave's reach (empty once the rollout has ended).
-    progress: RolloutProgress,
-}
-
-/// The current wave's reach.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct RolloutProgress {
-    /// The wave being run, from 1 (the record's `wave_index` is the same wave from 0).
-    wave: usize,
-    /// How many waves there are.
-    waves: usize,
-    /// Instances reached so far, by this wave and the earlier ones: served the candidate and
-    /// seen live since the wave that serves them started (0 once the rollout has ended).
-    reached: usize,
-    /// Of them, those holding their new digest now.
-    applied: usize,
-    /// Each reached instance (the first 1000 by service and name).
-    agents: Vec<ReachedAgent>,
-}
-
-/// One reached instance.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ReachedAgent {
-    /// Its service.
-    service: String,
-    /// Its instance.
-    instance: String,
-    /// Whether it holds its new digest.
-    applied: bool,
-    /// When its row was last seen (a held poll: now); `null` when the fleet lists no row of it
-    /// now (it disappears when that lasts `lost_after_s`).
-    #[schema(required = true)]
-    last_seen_ms: Option<u64>,
-}
-
-/// `GET /api/v1/services`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Services {
-    /// The served table's version.
-    version: u64,
-    /// The newest release.
-    #[schema(required = true)]
-    release: Option<u64>,
-    /// Every configured service, in document order.
-    services: Vec<ServiceRow>,
-    /// Names agents poll that have no configuration (at most 1000).
-    unconfigured: Vec<UnconfiguredRow>,
-    /// This replica's id.
-    #[schema(required = true)]
-    replica: Option<String>,
-    /// Every replica sharing the store; the counts above are their sums (the others' as of
-    /// their `updated_ms`).
-    replicas: Vec<ReplicaRow>,
-}
-
-/// A configured service in `GET /api/v1/services`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ServiceRow {
-    /// The service.
-    name: String,
-    /// The digest agents are served.
-    digest: String,
-    /// How many settings it has.
-    keys: u64,
-    /// The release that last changed it, when kept.
-    #[schema(required = true)]
-    last_change: Option<LastChange>,
-    /// Agents seen (not counting pollers seen once).
-    agents: u64,
-    /// Agents holding the current digest.
-    applied: u64,
-    /// Agents not holding it yet.
-    behind: u64,
-    /// Agents that failed to apply it.
-    stuck: u64,
-    /// Pollers seen once.
-    new: u64,
-    /// Pollers that never said which instance they are, where every agent is expected to.
-    anonymous: u64,
-}
-
-/// A polled service without configuration in `GET /api/v1/services`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct UnconfiguredRow {
-    /// The service.
-    name: String,
-    /// The EMPTY answer's digest.
-    digest: String,
-    /// Agents seen (not counting pollers seen once).
-    agents: u64,
-    /// Agents holding the current digest.
-    applied: u64,
-    /// Agents not holding it yet.
-    behind: u64,
-    /// Agents that failed to apply it.
-    stuck: u64,
-    /// Pollers seen once.
-    new: u64,
-    /// Pollers that never said which instance they are, where every agent is expected to.
-    anonymous: u64,
-}
-
-/// The release that last changed a service.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct LastChange {
-    /// The release.
-    release: u64,
-    /// When.
-    at_ms: u64,
-}
-
-/// `GET /api/v1/services/{name}`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ServiceDetail {
-    /// The service.
-    name: String,
-    /// Whether the served document configures it (else only agents poll for it).
-    configured: bool,
-    /// The digest agents are served.
-    digest: String,
-    /// Its settings in document order; values are strings, as agents receive them.
-    config: std::collections::BTreeMap<String, String>,
-    /// How many settings it has.
-    keys: u64,
-    /// The release that last changed it, when kept.
-    #[schema(required = true)]
-    last_change: Option<LastChange>,
-    /// The served table's version.
-    version: u64,
-    /// Agents per state, on every replica.
-    counts: StateCounts,
-    /// Polls without the current digest after which an agent is stuck.
-    stuck_after_polls: u64,
-    /// Agents per state on each replica (this one first); `counts` is their sum.
-    replicas: Vec<ServiceReplica>,
-    /// Every agent seen polling for it: this replica's (live), then the others' (as published,
-    /// at most 1000 rows each), each with the replica it polls.
-    agents: Vec<ReplicaAgent>,
-}
-
-/// `GET /api/v1/releases`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ReleasePage {
-    /// How many releases are kept.
-    retention: u64,
-    /// How many are kept now.
-    total: u64,
-    /// The page size.
-    limit: u64,
-    /// `before` for the next page; `null` on the last.
-    #[schema(required = true)]
-    next_before: Option<u64>,
-    /// Newest first.
-    releases: Vec<ReleaseSummary>,
-}
-
-/// `GET /api/v1/releases/{id}`: the release with its document.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct ReleaseDetail {
-    /// The release.
-    #[serde(flatten)]
-    release: Release,
-    /// Its document text; `null` when the key was deleted.
-    #[schema(required = true)]
-    document: Option<String>,
-    /// The release before it, when kept.
-    #[schema(required = true)]
-    previous: Option<u64>,
-    /// Whether it is the newest.
-    current: bool,
-}
-
-/// `GET /api/v1/releases/{id}/compare/{other}`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Comparison {
-    /// The release compared from.
-    from: u64,
-    /// The release compared to.
-    to: u64,
-    /// How many services changed.
-    changed: u64,
-    /// Whether `changes` lists only the first 1000.
-    truncated: bool,
-    /// Every changed service (at most 1000), with digests and key-level changes.
-    changes: Vec<ServiceChange>,
-}
-
-/// `GET /api/v1/services/{name}/history`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct History {
-    /// The service.
-    name: String,
-    /// How many releases are kept.
-    retention: u64,
-    /// How many are kept now.
-    releases_kept: u64,
-    /// The page size.
-    limit: u64,
-    /// `before` for the next page; `null` on the last.
-    #[schema(required = true)]
-    next_before: Option<u64>,
-    /// Newest first.
-    history: Vec<HistoryEntry>,
-}
-
-/// A release that changed the service, with that change.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct HistoryEntry {
-    /// The release.
-    #[serde(flatten)]
-    release: ReleaseSummary,
-    /// What it did to the service.
-    change: ServiceChange,
-}
-
-/// `GET /api/v1/configurations`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct Configurations {
-    /// The release served now, when known.
-    #[schema(required = true)]
-    release: Option<u64>,
-    /// The served table's version.
-    version: u64,
-    /// The document text; `null` when no release is known or the key is absent.
-    #[schema(required = true)]
-    document: Option<String>,
 }
 
 /// The JSON form of `PUT /api/v1/configurations`.
@@ -782,14 +258,6 @@ pub(crate) struct NoteRequest {
     /// Why.
     #[schema(pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$", max_length = 4096)]
     message: Option<String>,
-}
-
-/// The optional body of `POST /api/v1/held/confirm` and `/discard`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct HeldRequest {
-    /// The `held.since_ms` the operator saw: only that change is decided on.
-    since_ms: Option<u64>,
 }
 
 /// The answer of a write: a dry run's report, `unchanged`, the served release, or (202) the
@@ -903,52 +371,6 @@ pub(crate) struct WriteHeaders {
     #[serde(rename = "X-Skyconf-Message")]
     #[param(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$", max_length = 4096, required = false)]
     message: String,
-}
-
-/// `?limit` and `?before` of `GET /api/v1/releases`; any other parameter is refused (400).
-#[derive(Serialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct ListParams {
-    /// Releases per page (default 50).
-    #[param(minimum = 1, maximum = 500, required = false)]
-    limit: u64,
-    /// Releases older than this id (`next_before` of the previous page).
-    #[param(schema_with = release_id, required = false)]
-    before: u64,
-}
-
-/// `?limit` and `?cursor` of `GET /api/v1/instances`; any other parameter is refused (400).
-#[derive(Serialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct InstanceParams {
-    /// Instances per page (default 100).
-    #[param(minimum = 1, maximum = 1000, required = false)]
-    limit: u64,
-    /// Where the page starts: `next_cursor` of the previous page (opaque).
-    #[param(required = false)]
-    cursor: String,
-}
-
-/// `?limit` and `?before` of `GET /api/v1/services/{name}/history`; any other parameter is
-/// refused (400).
-#[derive(Serialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct HistoryParams {
-    /// Entries per page (default 20).
-    #[param(minimum = 1, maximum = 100, required = false)]
-    limit: u64,
-    /// Releases older than this id (`next_before` of the previous page).
-    #[param(schema_with = release_id, required = false)]
-    before: u64,
-}
-
-/// A release id: any unsigned 64-bit integer (not `int64`, whose maximum is half of it).
-fn release_id() -> utoipa::openapi::schema::Object {
-    utoipa::openapi::schema::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::Integer)
-        .minimum(Some(0u64))
-        .maximum(Some(u64::MAX))
-        .build()
 }
 
 #[cfg(test)]

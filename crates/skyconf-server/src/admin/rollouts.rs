@@ -1,17 +1,22 @@
 //! The rollout endpoints: start a staged rollout of a candidate document, watch it wave by wave,
-//! promote or abort it (see [`crate::rollout`] for what a rollout does).
+//! promote or abort it (see [`crate::rollout`] for what a rollout does). Every answer is a
+//! [`RolloutAnswer`]; the failures the writes share are [`RolloutFailures`] and, for a promote or
+//! an abort, [`DecisionFailures`].
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::error::ErrorBody;
 use super::extract::WriteRequest;
 use super::extract::json_body;
-use super::openapi::ErrorBody;
+use super::read::ReadFailures;
 use super::{Admin, AppError};
-use crate::rollout::plan::{Advance, Gates, Rollout, WaveSpec, phase_name};
+use crate::rollout::driver::Reached;
+use crate::rollout::plan::{Advance, Gates, Rollout, Summary, WaveSpec, phase_name};
 use crate::rollout::{Plan, RolloutError, Rollouts};
 
 impl From<RolloutError> for AppError {
@@ -62,35 +67,115 @@ pub struct Operator {
     pub author: Option<String>,
 }
 
+/// A rollout answer: `GET /api/v1/rollouts` and every rollout write.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RolloutAnswer {
+    /// The current (or last) rollout; `null` when there has been none.
+    #[schema(required = true)]
+    rollout: Option<RolloutView>,
+    /// The ended rollouts kept (the newest 20), newest first; the last one too once ended.
+    history: Vec<Summary>,
+}
+
+/// A rollout with where it stands.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RolloutView {
+    #[serde(flatten)]
+    rollout: Rollout,
+    /// The phase in words (`running`, `waiting for a promote`, `completed`, `reverted`, ...).
+    state: String,
+    /// The current wave's reach (empty once the rollout has ended).
+    progress: RolloutProgress,
+}
+
+/// The current wave's reach.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct RolloutProgress {
+    /// The wave being run, from 1 (the record's `wave_index` is the same wave from 0).
+    wave: usize,
+    /// How many waves there are.
+    waves: usize,
+    /// Instances reached so far, by this wave and the earlier ones: served the candidate and
+    /// seen live since the wave that serves them started (0 once the rollout has ended).
+    reached: usize,
+    /// Of them, those holding their new digest now.
+    applied: usize,
+    /// Each reached instance (the first 1000 by service and name).
+    agents: Vec<ReachedAgent>,
+}
+
+/// One reached instance.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ReachedAgent {
+    /// Its service.
+    service: String,
+    /// Its instance.
+    instance: String,
+    /// Whether it holds its new digest.
+    applied: bool,
+    /// When its row was last seen (a held poll: now); `null` when the fleet lists no row of it
+    /// now (it disappears when that lasts `lost_after_s`).
+    #[schema(required = true)]
+    last_seen_ms: Option<u64>,
+}
+
+impl From<Reached> for ReachedAgent {
+    fn from(reached: Reached) -> Self {
+        let Reached { service, instance, applied, last_seen_ms } = reached;
+        Self { service, instance, applied, last_seen_ms }
+    }
+}
+
+/// The failures every rollout write shares.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "a description only: `AppError` builds these answers")]
+pub(crate) enum RolloutFailures {
+    /// No token, or an unknown one.
+    #[response(status = 401, description = "No token, or an unknown one.")]
+    Unauthorized(ErrorBody),
+    /// The store cannot keep the rollout.
+    #[response(status = 503, description = "The store cannot keep the rollout.")]
+    Unavailable(ErrorBody),
+}
+
+/// The failures a promote and an abort share, besides [`RolloutFailures`].
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "a description only: `AppError` builds these answers")]
+pub(crate) enum DecisionFailures {
+    /// A read token, or cross-site; an unknown Host.
+    #[response(status = 403, description = "A read token, or cross-site; an unknown Host.")]
+    Forbidden(ErrorBody),
+    /// No such rollout is current.
+    #[response(status = 404, description = "No such rollout is current.")]
+    NotFound(ErrorBody),
+    /// This server runs no rollouts.
+    #[response(status = 409, description = "This server runs no rollouts.")]
+    NoRollouts(ErrorBody),
+}
+
 fn rollouts(admin: &Admin) -> Result<&Rollouts, AppError> {
     admin.rollouts.as_deref().ok_or_else(|| AppError::Conflict("this server runs no rollouts".into()))
 }
 
 /// A rollout as the API shows it: the record and where its reached agents stand.
-fn view(rollouts: &Rollouts, rollout: &Rollout) -> Value {
+fn view(rollouts: &Rollouts, rollout: Rollout) -> RolloutView {
     let active = rollout.phase.is_active();
-    let listed = if active { rollouts.progress(rollout) } else { Vec::new() };
+    let listed = if active { rollouts.progress(&rollout) } else { Vec::new() };
     let reached = if active { rollout.reached() } else { 0 };
     let applied = listed.iter().filter(|a| a.applied).count();
-    let agents: Vec<Value> = listed
-        .iter()
-        .map(|a| json!({"service": a.service, "instance": a.instance, "applied": a.applied, "last_seen_ms": a.last_seen_ms}))
-        .collect();
-    let mut body = serde_json::to_value(rollout).expect("a rollout always serializes");
-    body["state"] = json!(phase_name(rollout.phase));
-    body["progress"] = json!({
-        "wave": rollout.wave_index + 1,
-        "waves": rollout.waves.len(),
-        "reached": reached,
-        "applied": applied,
-        "agents": agents,
-    });
-    body
+    let progress = RolloutProgress {
+        wave: rollout.wave_index + 1,
+        waves: rollout.waves.len(),
+        reached,
+        applied,
+        agents: listed.into_iter().map(ReachedAgent::from).collect(),
+    };
+    RolloutView { state: phase_name(rollout.phase).to_owned(), progress, rollout }
 }
 
 /// Every rollout answer: `rollout` and the `history` of ended ones.
-fn answer(rollouts: &Rollouts, rollout: Option<&Rollout>) -> Value {
-    json!({ "rollout": rollout.map(|r| view(rollouts, r)), "history": rollouts.history() })
+fn answer(rollouts: &Rollouts, rollout: Option<Rollout>) -> RolloutAnswer {
+    RolloutAnswer { rollout: rollout.map(|r| view(rollouts, r)), history: rollouts.history() }
 }
 
 /// `GET /api/v1/rollouts`.
@@ -101,17 +186,16 @@ fn answer(rollouts: &Rollouts, rollout: Option<&Rollout>) -> Value {
     operation_id = "get_rollout",
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The current (or last) rollout with its reached agents, or `null`; and the ended ones, newest first.", body = super::openapi::RolloutAnswer),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        (status = 200, description = "The current (or last) rollout with its reached agents, or `null`; and the ended ones, newest first.", body = RolloutAnswer),
+        ReadFailures,
     ),
 )]
-pub(super) async fn current(State(admin): State<Admin>) -> Json<Value> {
+pub(super) async fn current(State(admin): State<Admin>) -> Json<RolloutAnswer> {
     let Some(rollouts) = admin.rollouts.as_deref() else {
-        return Json(json!({ "rollout": null, "history": [] }));
+        return Json(RolloutAnswer { rollout: None, history: Vec::new() });
     };
     let rollout = rollouts.current().await;
-    Json(answer(rollouts, rollout.as_ref()))
+    Json(answer(rollouts, rollout))
 }
 
 /// `POST /api/v1/rollouts`.
@@ -123,13 +207,12 @@ pub(super) async fn current(State(admin): State<Admin>) -> Json<Value> {
     security(("bearer" = [])),
     request_body(content = StartRollout, content_type = "application/json"),
     responses(
-        (status = 201, description = "Started: its first wave is served.", body = super::openapi::RolloutAnswer),
+        (status = 201, description = "Started: its first wave is served.", body = RolloutAnswer),
         (status = 400, description = "A refused document (line and column in `details`); a wave, gate, author or message out of its bounds; a candidate without a service or that changes nothing; or a first wave that reaches no live identified instance of a changed service (the services named, and what to do), without `ungated`.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
+        RolloutFailures,
         (status = 403, description = "A read token; a write without a JSON content type, or cross-site; an unknown Host.", body = ErrorBody),
         (status = 409, description = "Another rollout is running, or this server runs none.", body = ErrorBody),
         (status = 413, description = "The body is larger than the limit.", body = ErrorBody),
-        (status = 503, description = "The store cannot keep the rollout.", body = ErrorBody),
     ),
 )]
 pub(super) async fn start(
@@ -157,7 +240,7 @@ pub(super) async fn start(
         ungated: request.ungated,
     };
     let rollout = rollouts.start(plan, base).await?;
-    Ok((StatusCode::CREATED, Json(answer(rollouts, Some(&rollout)))).into_response())
+    Ok((StatusCode::CREATED, Json(answer(rollouts, Some(rollout)))).into_response())
 }
 
 /// `POST /api/v1/rollouts/{id}/promote`.
@@ -171,24 +254,21 @@ pub(super) async fn start(
     request_body(content = Option<Operator>, content_type = "application/json",
         description = "Optional: who promotes."),
     responses(
-        (status = 200, description = "The next wave started.", body = super::openapi::RolloutAnswer),
+        (status = 200, description = "The next wave started.", body = RolloutAnswer),
         (status = 400, description = "The rollout is not waiting for a promote, an author over 256 bytes, or bad JSON.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token, or cross-site; an unknown Host.", body = ErrorBody),
-        (status = 404, description = "No such rollout is current.", body = ErrorBody),
-        (status = 409, description = "This server runs no rollouts.", body = ErrorBody),
-        (status = 503, description = "The store cannot keep the rollout.", body = ErrorBody),
+        RolloutFailures,
+        DecisionFailures,
     ),
 )]
 pub(super) async fn promote(
     State(admin): State<Admin>,
     Path(id): Path<String>,
     WriteRequest { body, .. }: WriteRequest,
-) -> Result<Json<Value>, AppError> {
+) -> Result<Json<RolloutAnswer>, AppError> {
     let rollouts = rollouts(&admin)?;
     let operator = operator(&body)?;
     let rollout = rollouts.promote(&id, operator.author.as_deref()).await?;
-    Ok(Json(answer(rollouts, Some(&rollout))))
+    Ok(Json(answer(rollouts, Some(rollout))))
 }
 
 /// `POST /api/v1/rollouts/{id}/abort`.
@@ -202,24 +282,21 @@ pub(super) async fn promote(
     request_body(content = Option<Operator>, content_type = "application/json",
         description = "Optional: who aborts."),
     responses(
-        (status = 200, description = "Aborted: every reached instance is served what it had.", body = super::openapi::RolloutAnswer),
+        (status = 200, description = "Aborted: every reached instance is served what it had.", body = RolloutAnswer),
         (status = 400, description = "The rollout has ended, an author over 256 bytes, or bad JSON.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token, or cross-site; an unknown Host.", body = ErrorBody),
-        (status = 404, description = "No such rollout is current.", body = ErrorBody),
-        (status = 409, description = "This server runs no rollouts.", body = ErrorBody),
-        (status = 503, description = "The store cannot keep the rollout.", body = ErrorBody),
+        RolloutFailures,
+        DecisionFailures,
     ),
 )]
 pub(super) async fn abort(
     State(admin): State<Admin>,
     Path(id): Path<String>,
     WriteRequest { body, .. }: WriteRequest,
-) -> Result<Json<Value>, AppError> {
+) -> Result<Json<RolloutAnswer>, AppError> {
     let rollouts = rollouts(&admin)?;
     let operator = operator(&body)?;
     let rollout = rollouts.abort(&id, operator.author.as_deref()).await?;
-    Ok(Json(answer(rollouts, Some(&rollout))))
+    Ok(Json(answer(rollouts, Some(rollout))))
 }
 
 fn operator(body: &[u8]) -> Result<Operator, AppError> {
