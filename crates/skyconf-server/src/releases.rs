@@ -37,13 +37,13 @@
 //!
 //! Releases are recorded by the [`Reloader`](crate::reload::Reloader) just *before* it installs a
 //! table, so whoever wakes up on the served table's watch channel finds the release already there.
-//! Writers announce an upcoming document with [`ReleaseLog::expect`] to attach their author and
-//! message to it; documents nobody announced are attributed to their origin.
+//! A writer's announcement ([`crate::publish::PendingWrites`]) attaches its author and message to
+//! the release ([`ReleaseLog::record_as`]); documents nobody announced are attributed to their
+//! origin.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::{ChangeKind, ServiceChange, diff};
@@ -71,9 +71,6 @@ pub const RESERVE: u64 = 32;
 
 /// The reservation's file, in the data directory.
 const RESERVATION_FILE: &str = "next-release-id";
-
-/// How long an announced author and message wait for their document.
-const PENDING_FOR: Duration = Duration::from_secs(300);
 
 /// Why the log could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -341,13 +338,6 @@ pub struct RejectedDocument {
     pub truncated: bool,
 }
 
-#[derive(Debug)]
-struct Pending {
-    hash: Option<String>,
-    attribution: Attribution,
-    until: Instant,
-}
-
 /// The last good copy (`last-good.json`, see [`crate::persist`]) as far as durability goes: a
 /// release is durable once its file is on disk *and* a copy that holds its document (or a newer
 /// one) is, so a restart with the store away serves it.
@@ -374,7 +364,6 @@ struct LogState {
     /// Which release each served version of this run is (oldest first): a served snapshot names
     /// its release through its version, so a reader pairs content and release id atomically.
     served_as: VecDeque<(u64, u64)>,
-    pending: Vec<Pending>,
     /// Kept releases whose file could not be written, with why.
     unsaved: BTreeMap<u64, String>,
     /// The last good copy, where the server keeps one.
@@ -540,34 +529,6 @@ impl ReleaseLog {
         self.retention
     }
 
-    /// Announces a document about to be written (`None`: a delete), so its release carries
-    /// `attribution`.
-    pub fn expect(&self, text: Option<&str>, attribution: Attribution) {
-        let now = Instant::now();
-        let mut state = self.lock();
-        state.pending.retain(|p| p.until > now);
-        if state.pending.len() >= 64 {
-            state.pending.remove(0);
-        }
-        state.pending.push(Pending { hash: text.map(document_hash), attribution, until: now + PENDING_FOR });
-    }
-
-    /// Whether a writer announced `text` (`None`: a delete) and the announcement is still live.
-    pub fn is_expected(&self, text: Option<&str>) -> bool {
-        let hash = text.map(document_hash);
-        let now = Instant::now();
-        self.lock().pending.iter().any(|p| p.hash == hash && p.until > now)
-    }
-
-    /// Withdraws an announcement whose write failed.
-    pub fn withdraw(&self, text: Option<&str>) {
-        let hash = text.map(document_hash);
-        let mut state = self.lock();
-        if let Some(i) = state.pending.iter().rposition(|p| p.hash == hash) {
-            state.pending.remove(i);
-        }
-    }
-
     /// Records an accepted document: `table` read from `text` (`None`: the key was deleted), to
     /// be served as `version`, replacing `previous`, found in the store at `store_revision` where
     /// it has revisions. `origin` names the store.
@@ -584,18 +545,25 @@ impl ReleaseLog {
         store_revision: Option<u64>,
         origin: &str,
     ) -> Arc<ReleaseSummary> {
+        let attribution = Attribution { origin: origin.to_owned(), ..Attribution::default() };
+        self.record_as(previous, table, text, version, store_revision, attribution)
+    }
+
+    /// [`Self::record`], attributed to `attribution` (a writer's announcement, see
+    /// [`crate::publish::PendingWrites`]).
+    pub fn record_as(
+        &self,
+        previous: &AgentConfigurations,
+        table: &AgentConfigurations,
+        text: Option<&str>,
+        version: u64,
+        store_revision: Option<u64>,
+        attribution: Attribution,
+    ) -> Arc<ReleaseSummary> {
         let hash = text.map(document_hash);
         let chunked = self.chunk(text);
-        let now = Instant::now();
         let (release, appended) = {
             let mut state = self.lock();
-            state.pending.retain(|p| p.until > now);
-            let attribution = state
-                .pending
-                .iter()
-                .position(|p| p.hash == hash)
-                .map(|i| state.pending.remove(i).attribution)
-                .unwrap_or_else(|| Attribution { origin: origin.to_owned(), ..Attribution::default() });
             // A store revision is unique by itself: it need only follow the kept releases (the
             // reservation ahead guards local ids, which a restart could otherwise reissue).
             let newest = state.releases.back().map_or(0, |r| r.id);
@@ -1217,8 +1185,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = ReleaseLog::open(dir.path(), 2).unwrap();
         log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
-        log.expect(Some(V2), Attribution { author: Some("ann".into()), origin: "api".into(), ..Default::default() });
-        log.record(&table(V1), &table(V2), Some(V2), 2, None, "file x");
+        let ann = Attribution { author: Some("ann".into()), origin: "api".into(), ..Default::default() };
+        log.record_as(&table(V1), &table(V2), Some(V2), 2, None, ann);
         log.record(&table(V2), &AgentConfigurations::default(), None, 3, None, "file x");
         assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [3, 2]);
         log.flush();
