@@ -114,30 +114,7 @@ impl ReleaseLog {
             }
         }
         let releases: VecDeque<_> = releases.iter().map(|r| Arc::new(ReleaseSummary::of(r))).collect();
-        let reservation = data_dir.join(RESERVATION_FILE);
-        let reserved_before = match std::fs::read_to_string(&reservation) {
-            Ok(text) => match text.trim().parse::<u64>() {
-                Ok(id) if id <= MAX_ID => id,
-                _ => {
-                    tracing::error!(path = %reservation.display(), "The release id reservation is not a valid id; ignoring it.");
-                    0
-                }
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(error) => {
-                tracing::error!(path = %reservation.display(), %error, "Cannot read the release id reservation.");
-                0
-            }
-        };
-        let next_id = highest_seen.saturating_add(1).max(reserved_before).max(1);
-        let target = next_id.saturating_add(RESERVE);
-        let reserved = match write_atomically(&reservation, format!("{target}\n").as_bytes()) {
-            Ok(()) => target,
-            Err(error) => {
-                tracing::error!(path = %reservation.display(), %error, "Cannot reserve release ids on disk; ids of releases that fail to be written may be issued again after a restart.");
-                next_id
-            }
-        };
+        let (next_id, reserved) = reserve_at_start(data_dir, highest_seen);
         {
             let mut state = log.lock();
             state.next_id = next_id;

@@ -39,3 +39,35 @@ impl ReleaseLog {
         persister.write(data_dir.join(RESERVATION_FILE), format!("{target}\n").into_bytes(), Some(done));
     }
 }
+
+/// The first id of a run and the reservation written for it at start-up: above every id a file
+/// name claims (`highest_seen`) and above the reservation the last run left. Written before
+/// anything is served; when it cannot be, ids of releases that never reach the disk may be
+/// issued again after a restart, which is logged at error level.
+pub(super) fn reserve_at_start(data_dir: &Path, highest_seen: u64) -> (u64, u64) {
+    let reservation = data_dir.join(RESERVATION_FILE);
+    let reserved_before = match std::fs::read_to_string(&reservation) {
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(id) if id <= MAX_ID => id,
+            _ => {
+                tracing::error!(path = %reservation.display(), "The release id reservation is not a valid id; ignoring it.");
+                0
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(error) => {
+            tracing::error!(path = %reservation.display(), %error, "Cannot read the release id reservation.");
+            0
+        }
+    };
+    let next_id = highest_seen.saturating_add(1).max(reserved_before).max(1);
+    let target = next_id.saturating_add(RESERVE);
+    let reserved = match write_atomically(&reservation, format!("{target}\n").as_bytes()) {
+        Ok(()) => target,
+        Err(error) => {
+            tracing::error!(path = %reservation.display(), %error, "Cannot reserve release ids on disk; ids of releases that fail to be written may be issued again after a restart.");
+            next_id
+        }
+    };
+    (next_id, reserved)
+}

@@ -74,7 +74,7 @@ pub use rejection::RejectedDocument;
 
 use durability::CopyState;
 use files::{ReleaseFile, read_release_file, release_path};
-use ids::RESERVATION_FILE;
+use ids::reserve_at_start;
 use memory::{Appended, Kept, Stored, digests};
 
 /// How many releases are kept by default.
