@@ -273,11 +273,12 @@ impl Publisher {
             };
             let proposal = self.read(writer::with_service(&current.table, name, entries))?.warnings_of(name);
             let (version, expected) = (current.version, self.served.store_revision_of(current.version));
+            let refused = self.refused_revision();
             match self.apply(guard, current, proposal, attribution.clone(), options, Basis::Snapshot).await {
                 Err(PublishError::StoreMoved(why)) if options.if_match.is_none() && rebases < MAX_REBASES => {
                     rebases += 1;
                     tracing::info!(service = name, rebases, %why, "The store changed under a per-service write; building it again on the newer document.");
-                    if !self.newer_than(version, expected).await {
+                    if !self.newer_than(version, expected, refused).await {
                         return Err(PublishError::StoreMoved(format!(
                             "{why}; the store holds a document this server does not serve (held, see \
                              GET /api/v1/status): confirm or discard it (POST /api/v1/held/confirm or /discard), \
@@ -420,9 +421,13 @@ impl Publisher {
         let refused = self.refused_in_store();
         match basis {
             Basis::Snapshot if revisions => {
-                if let Some((revision, replaced)) = refused {
-                    // The refused document was never served: the snapshot is the newest good
-                    // document, and the write replaces exactly the refused one.
+                // The refused document was never served. Read after the store's view, a served
+                // version that is still the snapshot's is the newest good document before the
+                // refused one (the reloader installs a document before the view shows the next),
+                // so the write replaces exactly the refused one and undoes nothing.
+                if let Some((revision, replaced)) = refused
+                    && self.served.snapshot().version == snapshot.version
+                {
                     return Ok((Expect::At(revision), Some(replaced)));
                 }
                 self.served.store_revision_of(snapshot.version).map(|r| (Expect::At(r), None)).ok_or_else(|| {
@@ -507,16 +512,27 @@ impl Publisher {
         Ok(Published::Accepted { waited: wait, changes, warnings: proposal.warnings, replaced_refused })
     }
 
+    /// The store's revision of the refused document it holds, if it holds one.
+    fn refused_revision(&self) -> Option<Option<Revision>> {
+        self.refused_in_store().map(|(revision, _)| revision)
+    }
+
     /// Waits (at most [`CATCH_UP`]) until this server has seen the store move past the served
-    /// `version` read at `revision`: a newer table, or the same text at a newer revision. False
-    /// when it did not.
-    async fn newer_than(&self, version: u64, revision: Option<Option<Revision>>) -> bool {
+    /// `version` read at `revision` (and past the `refused` document it held, if any): a newer
+    /// table, the same text at a newer revision, or another refused document. False when it did
+    /// not.
+    async fn newer_than(
+        &self,
+        version: u64,
+        revision: Option<Option<Revision>>,
+        refused: Option<Option<Revision>>,
+    ) -> bool {
         let mut changes = self.store.subscribe();
         let deadline = tokio::time::Instant::now() + CATCH_UP;
         loop {
             if self.served.snapshot().version != version
                 || self.served.store_revision_of(version) != revision
-                || self.refused_in_store().is_some()
+                || self.refused_revision().is_some_and(|now| Some(now) != refused)
             {
                 return true;
             }
