@@ -111,8 +111,11 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         watched.run(keys, updates_tx, stop).await;
         Ok(())
     });
+    // The writes the admin API and the rollout driver announce, read back by the reloader.
+    let pending = Arc::new(crate::publish::PendingWrites::default());
     let reloader = Reloader::new(Arc::clone(&served), store_name, accepted.as_deref())
         .with_releases(Arc::clone(&releases))
+        .with_pending(Arc::clone(&pending))
         .with_events(&metrics.events())
         .with_guard(config.reset_guard);
     let last_good = last_good.map(|copy| (copy, persister.clone()));
@@ -270,9 +273,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_replicas(Arc::clone(&replicas))
         .with_writer(source as Arc<dyn DynSource>)
         .with_held_control(held_control)
+        .with_pending(pending)
         .with_rollouts(Arc::clone(&rollouts))
         .with_options(config.admin);
-    let (driven, stop) = (admin.clone(), shutdown.clone());
+    let (driven, stop) = (admin.publisher().clone(), shutdown.clone());
     tasks.spawn(async move {
         rollouts.run(driven, stop).await;
         Ok(())

@@ -16,6 +16,7 @@ pub mod gateway;
 pub mod metrics;
 pub mod persist;
 pub mod persister;
+pub mod publish;
 pub mod releases;
 pub mod reload;
 pub mod rollout;

@@ -14,8 +14,8 @@
 //! being served, a WARN is logged, and `/readyz`, `/api/v1/status` show it (`held`). It is
 //! installed when the grace period ends (`--reset-grace`, default 10 minutes; `0` turns the guard
 //! off) or is dropped when another document arrives that does not reset the fleet (that one is
-//! installed normally). A document announced through [`ReleaseLog::expect`] (an operator's write
-//! through the admin API) is deliberate and never held.
+//! installed normally). A document announced by the publisher ([`PendingWrites`], an operator's
+//! write through the admin API) is deliberate and never held.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -26,7 +26,8 @@ use skyconf_core::reader::IncrementalReader;
 use skyconf_core::store::{Revision, content_hash};
 
 use crate::metrics::{Events, OriginEvents};
-use crate::releases::ReleaseLog;
+use crate::publish::PendingWrites;
+use crate::releases::{Attribution, ReleaseLog};
 use crate::served::{Held, Rejection, ServedTable};
 
 /// The default grace period before a held change is installed anyway.
@@ -97,6 +98,8 @@ pub struct Reloader {
     revision: Option<Revision>,
     /// Reads each document, re-reading only the services whose text changed since the last.
     reader: IncrementalReader,
+    /// Writes announced by the publisher: their attribution, and that they are deliberate.
+    pending: Option<Arc<PendingWrites>>,
 }
 
 impl Reloader {
@@ -122,6 +125,7 @@ impl Reloader {
             held: None,
             revision: None,
             reader,
+            pending: None,
         }
     }
 
@@ -179,7 +183,7 @@ impl Reloader {
         if !self.guard.enabled() {
             return None;
         }
-        if self.releases.as_ref().is_some_and(|r| r.is_expected(text)) {
+        if self.pending.as_ref().is_some_and(|p| p.is_announced(text)) {
             return None; // announced by an admin-API write: deliberate
         }
         let current = self.served.snapshot();
@@ -238,6 +242,12 @@ impl Reloader {
         self
     }
 
+    /// Attributes releases to the writes announced in `pending`, and never holds those.
+    pub fn with_pending(mut self, pending: Arc<PendingWrites>) -> Self {
+        self.pending = Some(pending);
+        self
+    }
+
     /// Counts installs and rejections in `events`.
     pub fn with_events(mut self, events: &Events) -> Self {
         self.events = events.for_origin(&self.origin);
@@ -247,7 +257,12 @@ impl Reloader {
     fn record_release(&self, table: &AgentConfigurations, text: Option<&str>) {
         if let Some(releases) = &self.releases {
             let current = self.served.snapshot();
-            releases.record(&current.table, table, text, current.version + 1, self.revision, &self.origin);
+            let attribution = self
+                .pending
+                .as_ref()
+                .and_then(|p| p.take(text))
+                .unwrap_or_else(|| Attribution { origin: self.origin.clone(), ..Attribution::default() });
+            releases.record_as(&current.table, table, text, current.version + 1, self.revision, attribution);
             releases.clear_rejection();
         }
     }
@@ -310,11 +325,7 @@ impl Reloader {
                 if let Some(releases) = &self.releases {
                     releases.record_rejection(&self.origin, &error, text);
                 }
-                self.served.record_rejection(Rejection {
-                    origin: self.origin.clone(),
-                    error: error.clone(),
-                    at: SystemTime::now(),
-                });
+                self.served.record_rejection(Rejection::new(self.origin.clone(), error.clone(), Some(text)));
                 Outcome::Rejected(error)
             }
         }
@@ -499,9 +510,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_announced_write_is_deliberate_and_not_held() {
         let (served, reloader) = guarded();
-        let releases = Arc::new(ReleaseLog::in_memory(10));
-        let mut reloader = reloader.with_releases(Arc::clone(&releases));
-        releases.expect(Some("configurations: {}\n"), Default::default());
+        let pending = Arc::new(PendingWrites::default());
+        let mut reloader = reloader.with_pending(Arc::clone(&pending));
+        pending.announce(Some("configurations: {}\n"), Default::default());
         assert_eq!(reloader.apply(Some("configurations: {}\n")), Outcome::Installed(2));
         assert!(served.snapshot().table.is_empty());
     }

@@ -192,6 +192,26 @@ pub struct Rejection {
     #[serde(rename = "at_ms", serialize_with = "crate::unix_time::serialize_ms")]
     #[schema(value_type = u64)]
     pub at: SystemTime,
+    /// The hash of the refused text, to know it when the store still holds it.
+    #[serde(skip)]
+    pub document: Option<[u8; 32]>,
+}
+
+impl Rejection {
+    /// `text` from `origin`, refused now for `error`.
+    pub fn new(origin: impl Into<String>, error: impl Into<String>, text: Option<&str>) -> Self {
+        Self {
+            origin: origin.into(),
+            error: error.into(),
+            at: SystemTime::now(),
+            document: text.map(skyconf_core::store::content_hash),
+        }
+    }
+
+    /// Whether `text` is the refused document.
+    pub fn is_of(&self, text: &str) -> bool {
+        self.document == Some(skyconf_core::store::content_hash(text))
+    }
 }
 
 /// A change from the store that would reset the fleet, held until confirmed or until its grace

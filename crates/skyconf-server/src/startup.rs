@@ -6,8 +6,6 @@
 //! it is not the store's, why (usability finding 7: one cause, one line, and a true one). The
 //! store task, the replicas and the rollout driver do not log the same outage again.
 
-use std::time::SystemTime;
-
 use skyconf_core::AgentConfigurations;
 use skyconf_core::store::StoreContent;
 use skyconf_sources::{Source, SourceError};
@@ -104,8 +102,7 @@ pub(crate) async fn initial_state<S: Source>(
                     Ok(Start::Loaded { table, text, content })
                 }
                 Err(error) => {
-                    let rejection =
-                        Rejection { origin: store.clone(), error: error.to_string(), at: SystemTime::now() };
+                    let rejection = Rejection::new(store.clone(), error.to_string(), text.as_deref());
                     if let Some((start, saved_at)) =
                         from_persisted(Some(content.clone()), Some(rejection.clone()), None)
                     {

@@ -31,7 +31,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -39,9 +39,9 @@ use serde_json::json;
 use skyconf_sources::DynSource;
 
 pub use error::AppError;
-pub(crate) use write::write_planned;
 
 use crate::fleet::{Fleet, FleetOptions};
+use crate::publish::{Limits, PendingWrites, Publisher};
 use crate::releases::{DEFAULT_RETENTION, ReleaseLog};
 use crate::served::ServedTable;
 use crate::store_task::HeldControl;
@@ -73,11 +73,9 @@ pub struct Admin {
     releases: Arc<ReleaseLog>,
     fleet: Arc<Fleet>,
     writer: Option<Arc<dyn DynSource>>,
-    /// Confirms or discards a change held by the fleet-reset guard.
-    held: Option<HeldControl>,
+    /// Every write goes through it: checks, writes through the store, waits to be served.
+    publisher: Publisher,
     options: AdminOptions,
-    /// Writes are serialised: each one reads the current table, writes, and waits to be served.
-    write_lock: Arc<tokio::sync::Mutex<()>>,
     /// The OAPs behind the gateway, in gateway mode.
     gateway: Option<Arc<crate::gateway::Upstreams>>,
     /// The count of held polls.
@@ -103,15 +101,17 @@ impl Admin {
     /// Admin over `served` and `store`, with an in-memory release log, an empty fleet table and no
     /// writer (writes answer 409) until the `with_*` methods say otherwise.
     pub fn new(served: Arc<ServedTable>, store: Arc<StoreView>) -> Self {
+        let releases = Arc::new(ReleaseLog::in_memory(DEFAULT_RETENTION));
+        let options = AdminOptions::default();
+        let publisher = Publisher::new(Arc::clone(&served), Arc::clone(&store), Arc::clone(&releases), limits(options));
         Self {
             served,
             store,
-            releases: Arc::new(ReleaseLog::in_memory(DEFAULT_RETENTION)),
+            releases,
             fleet: Arc::new(Fleet::new(FleetOptions::default())),
             writer: None,
-            held: None,
-            options: AdminOptions::default(),
-            write_lock: Arc::default(),
+            publisher,
+            options,
             gateway: None,
             held_polls: None,
             replicas: None,
@@ -146,6 +146,7 @@ impl Admin {
 
     /// Uses this release log.
     pub fn with_releases(mut self, releases: Arc<ReleaseLog>) -> Self {
+        self.publisher = self.publisher.with_releases(Arc::clone(&releases));
         self.releases = releases;
         self
     }
@@ -158,20 +159,34 @@ impl Admin {
 
     /// Writes through `writer`.
     pub fn with_writer(mut self, writer: Arc<dyn DynSource>) -> Self {
+        self.publisher = self.publisher.with_writer(Some(Arc::clone(&writer)));
         self.writer = Some(writer);
         self
     }
 
     /// Confirms and discards held changes through `held` (without it, both answer 409).
     pub fn with_held_control(mut self, held: HeldControl) -> Self {
-        self.held = Some(held);
+        self.publisher = self.publisher.with_held_control(Some(held));
+        self
+    }
+
+    /// Announces writes in `pending`, which the reloader reads to attribute their releases
+    /// ([`crate::reload::Reloader::with_pending`]).
+    pub fn with_pending(mut self, pending: Arc<PendingWrites>) -> Self {
+        self.publisher = self.publisher.with_pending(pending);
         self
     }
 
     /// Uses these limits.
     pub fn with_options(mut self, options: AdminOptions) -> Self {
+        self.publisher = self.publisher.with_limits(limits(options));
         self.options = options;
         self
+    }
+
+    /// The publishing service the write routes use: for other writers (the rollout driver).
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
     }
 
     /// `/healthz` and `/readyz`.
@@ -226,6 +241,17 @@ impl Admin {
     pub fn router(&self) -> Router {
         self.health_routes().merge(self.page_routes()).merge(self.read_routes()).merge(self.write_routes())
     }
+}
+
+impl FromRef<Admin> for Publisher {
+    fn from_ref(admin: &Admin) -> Self {
+        admin.publisher.clone()
+    }
+}
+
+/// The publisher's limits from the admin API's.
+fn limits(options: AdminOptions) -> Limits {
+    Limits { max_document_bytes: options.max_document_bytes, write_wait: options.write_wait }
 }
 
 /// The admin router with health endpoints and a read-only API over `served` and `store` (no
@@ -319,11 +345,7 @@ mod tests {
     #[tokio::test]
     async fn readyz_reports_the_table_and_the_last_rejection() {
         let served = Arc::new(ServedTable::new(skyconf_core::read("configurations:\n  a: {k: v}\n").unwrap()));
-        served.record_rejection(crate::served::Rejection {
-            origin: "f".into(),
-            error: "line 1, column 2: bad".into(),
-            at: std::time::SystemTime::now(),
-        });
+        served.record_rejection(crate::served::Rejection::new("f", "line 1, column 2: bad", None));
         let (status, body) = readyz(&served).await;
         assert_eq!(status, 200);
         assert_eq!(body["services"], 1);

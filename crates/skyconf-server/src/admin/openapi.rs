@@ -304,6 +304,10 @@ pub(crate) struct WriteAnswer {
     /// 503: served, but not on disk: which file could not be written, and why.
     #[schema(required = false)]
     error: String,
+    /// A per-service write that replaced a document the reader refused (put into the store by
+    /// hand): where it came from, why it was refused, its store revision.
+    #[schema(required = false)]
+    replaced_refused: Option<crate::publish::ReplacedRefused>,
     /// What is probably wrong with the document (the warnings `skyconf validate` prints): each
     /// at the line and column of its key in the document written (a dry run's `document`). A
     /// per-service write's are those about its service and the whole document.

@@ -27,12 +27,20 @@
 //! (default 10 s, at most 60; `0` answers as soon as the store accepted the write). `If-Match:
 //! "<release id>"` makes the write fail with 409 unless that release is still the newest.
 //!
+//! The handlers here parse requests and map the outcome to HTTP; checking, the compare-and-swap,
+//! the release and the waits are the publishing service's ([`crate::publish`]).
+//!
+//! A refused document in the store (put there by hand, bypassing this API) is never served; a
+//! per-service write replaces it, built on the served document, and its answer names it
+//! (`replaced_refused`: origin, error, and the store's revision of it where the store has
+//! revisions).
+//!
 //! Several replicas. Where the store has revisions (etcd, ZooKeeper), release ids are the
 //! store's revisions of the document, and a write that builds on what was read — a per-service
 //! edit, or any write with `If-Match` — is a compare-and-swap on the revision of the served
-//! document ([`Expect::At`]): refused by the store, on whichever replica, once another write
+//! document ([`skyconf_sources::Expect::At`]): refused by the store, on whichever replica, once another write
 //! landed. A per-service write without `If-Match` that lost that race is built again on the newer
-//! document ([`MAX_REBASES`] times); with `If-Match` it answers 409. A whole document or a
+//! document ([`crate::publish::MAX_REBASES`] times); with `If-Match` it answers 409. A whole document or a
 //! rollback without `If-Match` is written against the key as this server last saw it.
 //!
 //! Answers: 200 with the release once the new document is served; 202 when the store took it but
@@ -48,31 +56,24 @@
 //! in `GET /api/v1/status` as `unsaved_releases`). Per-service writes rewrite the document in a canonical form (every string
 //! double-quoted; comments dropped), with the same digests for every untouched service.
 
-use std::sync::Arc;
-use std::time::Instant;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use skyconf_core::AgentConfigurations;
-use skyconf_core::diff::diff;
-use skyconf_core::warnings::{Warning, warnings};
-use skyconf_core::writer;
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect};
-use tokio::sync::OwnedMutexGuard;
 
+use super::AppError;
 use super::extract::{AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body};
 use super::openapi::{
     ErrorBody, HeldAnswer as HeldAnswerBody, WriteAnswer, WriteHeaders, WriteParams, WriteUnavailable,
 };
-use super::read::{document_of, summary};
-use super::{Admin, AppError};
-use crate::releases::{Attribution, Durability, document_hash};
-use crate::served::Snapshot;
-use crate::store_task::{HeldAnswer, HeldDecision};
+use super::read::summary;
+use crate::publish::{
+    Basis, HeldDecided, Proposal, PublishError, Published, Publisher, ServiceEdit, WriteOptions as PublishOptions,
+};
+use crate::releases::{Attribution, Durability};
+use crate::store_task::HeldDecision;
 
 /// The header naming who makes a change.
 pub const AUTHOR_HEADER: &str = "x-skyconf-author";
@@ -145,251 +146,93 @@ fn is_json(headers: &HeaderMap) -> bool {
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// A document to write: its text (`None`: delete the key), the table it reads as, and its
-/// warnings ([`skyconf_core::warnings`], the list `skyconf validate` prints).
-struct Proposal {
-    text: Option<String>,
-    table: AgentConfigurations,
-    warnings: Vec<Warning>,
+/// The publisher's options for a write asked for as `options`.
+fn publish_options(options: WriteOptions) -> PublishOptions {
+    PublishOptions { dry_run: options.dry_run, wait: options.wait, if_match: options.if_match }
 }
 
-impl Proposal {
-    fn read(admin: &Admin, text: String) -> Result<Self, AppError> {
-        if text.len() > admin.options.max_document_bytes {
-            return Err(AppError::TooLarge(format!(
-                "the document is {} bytes, more than the limit of {} bytes",
-                text.len(),
-                admin.options.max_document_bytes
-            )));
-        }
-        let reading = skyconf_core::read_with_warnings(&text)?;
-        let warnings = warnings(&reading, &text);
-        Ok(Self { text: Some(text), table: reading.table, warnings })
-    }
-
-    /// Keeps the warnings about `service` and the whole document: a per-service write answers
-    /// for what it changes, not for the other services' settings.
-    fn warnings_of(mut self, service: &str) -> Self {
-        self.warnings.retain(|w| w.service.as_deref().is_none_or(|s| s == service));
-        self
-    }
-}
-
-/// What a write of the document expects to replace in the store: the compare of its
-/// compare-and-swap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Basis {
-    /// The proposal is built on the served snapshot (a per-service edit) or the client named
-    /// what it saw (`If-Match`): the store must still hold the document that snapshot was read
-    /// from, at its revision — on every replica, since the revision is the store's own.
-    Snapshot,
-    /// The proposal stands on its own (a whole document or a rollback without `If-Match`): it
-    /// replaces what this server last saw of the key.
-    Standalone,
-}
-
-impl Basis {
-    /// The store's expectation for a write based on `snapshot`. A snapshot whose revision is
-    /// unknown (the store was not read since start-up, or the table was replaced several times
-    /// since the snapshot was taken) cannot be written on: the write is refused as if the store
-    /// had moved on. Never "as last seen" instead: the source may have seen a newer document
-    /// than the snapshot, and a write on the snapshot would then undo it.
-    fn expect(self, admin: &Admin, snapshot: &Snapshot) -> Result<Expect, AppError> {
-        let revisions = admin.writer.as_ref().is_some_and(|w| w.revisions_boxed());
-        match self {
-            Self::Snapshot if revisions => admin.served.store_revision_of(snapshot.version).map(Expect::At).ok_or_else(|| {
-                AppError::StoreMoved(
-                    "the served document is being replaced, or was not read from the store since start-up; read it again"
-                        .into(),
-                )
-            }),
-            _ => Ok(Expect::Seen),
+impl From<PublishError> for AppError {
+    fn from(error: PublishError) -> Self {
+        match error {
+            PublishError::Refused(error) => Self::Refused(error),
+            PublishError::TooLarge(why) => Self::TooLarge(why),
+            PublishError::NotFound(why) => Self::NotFound(why),
+            PublishError::Conflict(why) => Self::Conflict(why),
+            PublishError::StoreMoved(why) => Self::StoreMoved(why),
+            PublishError::Store(error) => error.into(),
+            PublishError::NotServed(why) => Self::NotWritten(why),
+            PublishError::Unavailable(why) => Self::Unavailable(why),
+            PublishError::Internal(why) => Self::Internal(why),
         }
     }
 }
 
-/// Checks, writes, waits; the guard keeps writes of this server one at a time.
-/// `snapshot` is the served table the proposal was built from (taken under the guard).
-async fn apply(
-    admin: &Admin,
-    guard: OwnedMutexGuard<()>,
-    snapshot: Arc<Snapshot>,
-    proposal: Proposal,
-    attribution: Attribution,
-    options: WriteOptions,
-    basis: Basis,
-) -> Result<Response, AppError> {
-    let latest = admin.releases.latest();
-    let latest_id = latest.as_ref().map_or(0, |r| r.id);
-    // The newest release must be the one served: a release is recorded just before its table is
-    // installed, and an If-Match on a table about to be replaced must not pass.
-    let served_id = admin.releases.served_as(snapshot.version).unwrap_or(0);
-    if let Some(expected) = options.if_match
-        && (expected != latest_id || served_id != latest_id)
-    {
-        return Err(AppError::Conflict(format!(
-            "the configuration changed: If-Match names release {expected}, the newest is {latest_id}"
-        )));
-    }
-    let changes = diff(&snapshot.table, &proposal.table);
-    let hash = proposal.text.as_deref().map(document_hash);
-    if options.dry_run {
-        return Ok(Json(json!({
+/// The answer to a write: 200 when served (or a dry run, or unchanged), 202 when the store took
+/// it but it was not served within the wait, 503 when it is served but not on disk.
+fn answer(published: Published) -> Response {
+    match published {
+        Published::DryRun { changes, document, document_sha256, base_release, warnings } => Json(json!({
             "dry_run": true,
             "written": false,
             "changes": changes,
-            "document": proposal.text,
-            "document_sha256": hash,
-            "base_release": latest.map(|r| r.id),
-            "warnings": proposal.warnings,
+            "document": document,
+            "document_sha256": document_sha256,
+            "base_release": base_release,
+            "warnings": warnings,
         }))
-        .into_response());
-    }
-    if snapshot.ready()
-        && latest.as_ref().is_some_and(|l| l.document_sha256 == hash)
-        && snapshot.table == proposal.table
-    {
-        return Ok(Json(json!({
+        .into_response(),
+        Published::Unchanged { changes, release, version, warnings } => Json(json!({
             "dry_run": false,
             "written": false,
             "unchanged": true,
             "served": true,
             "changes": changes,
-            "release": latest.map(|r| summary(&r)),
-            "version": snapshot.version,
-            "warnings": proposal.warnings,
+            "release": release.map(|r| summary(&r)),
+            "version": version,
+            "warnings": warnings,
         }))
-        .into_response());
-    }
-    let basis = if options.if_match.is_some() { Basis::Snapshot } else { basis };
-    let expect = basis.expect(admin, &snapshot)?;
-    // From here the write runs to its end even when the client goes away. Dropped halfway, it
-    // released the write lock while its store write could still land, after a later write that was
-    // acknowledged (the soak found it: a write abandoned while etcd was frozen overwrote the next
-    // one when etcd came back).
-    let admin = admin.clone();
-    tokio::spawn(async move {
-        let _guard = guard;
-        let write = Write { proposal, changes, hash, latest_id, attribution, expect };
-        write_and_wait(&admin, write, options.wait).await
-    })
-    .await
-    .map_err(|error| AppError::Internal(format!("the write task failed: {error}")))?
-}
-
-/// A checked write, ready for the store.
-struct Write {
-    proposal: Proposal,
-    changes: Vec<skyconf_core::diff::ServiceChange>,
-    /// The proposal's document hash.
-    hash: Option<String>,
-    /// The newest release when the write was checked.
-    latest_id: u64,
-    attribution: Attribution,
-    expect: Expect,
-}
-
-/// Writes the proposal to the store and waits (up to `wait`) for it to be served and its release
-/// to be durable.
-async fn write_and_wait(admin: &Admin, write: Write, wait: std::time::Duration) -> Result<Response, AppError> {
-    let Write { proposal, changes, hash, latest_id, attribution, expect } = write;
-    let writer =
-        admin.writer.as_ref().ok_or_else(|| AppError::Conflict("this server has no store to write to".into()))?;
-    let mut served_changes = admin.served.subscribe();
-    let started = Instant::now();
-    let rollout = attribution.origin.strip_prefix(crate::releases::ORIGIN_ROLLOUT).map(str::to_owned);
-    admin.releases.expect(proposal.text.as_deref(), attribution);
-    if let Err(error) = writer.put_boxed(AGENT_CONFIGURATIONS_KEY, proposal.text.as_deref(), expect).await {
-        admin.releases.withdraw(proposal.text.as_deref());
-        tracing::warn!(%error, "The store refused an admin write.");
-        return Err(error.into());
-    }
-    match rollout {
-        Some(rollout) => tracing::info!(
-            changed = changes.len(),
-            %rollout,
-            "The rollout driver wrote agent configurations to the store: the rollout's candidate."
-        ),
-        None => tracing::info!(changed = changes.len(), "Wrote agent configurations to the store from the admin API."),
-    }
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        if let Some(release) = admin.releases.find_after(latest_id, hash.as_deref()) {
-            let served = admin.served.snapshot();
-            if served.version >= release.version {
-                let served_after_ms = started.elapsed().as_millis() as u64;
-                let durability = admin.releases.durable(release.id, deadline).await;
-                let mut body = json!({
-                    "dry_run": false,
-                    "written": true,
-                    "served": true,
-                    "durable": match durability {
-                        Durability::Durable => Some(true),
-                        Durability::Failed(_) => Some(false),
-                        Durability::Memory | Durability::Pending => None,
-                    },
-                    "served_after_ms": served_after_ms,
-                    "changes": changes,
-                    "release": summary(&release),
-                    "version": release.version,
-                    "warnings": proposal.warnings,
-                });
-                if let Durability::Failed(why) = durability {
-                    body["error"] = json!(format!("the change is served, but it is not on disk: {why}"));
-                    return Ok((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response());
-                }
-                return Ok(Json(body).into_response());
+        .into_response(),
+        Published::Served { changes, release, durability, served_after, warnings, replaced_refused } => {
+            let mut body = json!({
+                "dry_run": false,
+                "written": true,
+                "served": true,
+                "durable": match durability {
+                    Durability::Durable => Some(true),
+                    Durability::Failed(_) => Some(false),
+                    Durability::Memory | Durability::Pending => None,
+                },
+                "served_after_ms": served_after.as_millis() as u64,
+                "changes": changes,
+                "release": summary(&release),
+                "version": release.version,
+                "warnings": warnings,
+            });
+            if let Some(refused) = replaced_refused {
+                body["replaced_refused"] = json!(refused);
             }
+            if let Durability::Failed(why) = durability {
+                body["error"] = json!(format!("the change is served, but it is not on disk: {why}"));
+                return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+            }
+            Json(body).into_response()
         }
-        match tokio::time::timeout_at(deadline, served_changes.changed()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => break,
+        Published::Accepted { waited, changes, warnings, replaced_refused } => {
+            let mut body = json!({
+                "dry_run": false,
+                "written": true,
+                "served": false,
+                "message": format!("the store took the document; it was not served within {waited:?}"),
+                "changes": changes,
+                "warnings": warnings,
+            });
+            if let Some(refused) = replaced_refused {
+                body["replaced_refused"] = json!(refused);
+            }
+            (StatusCode::ACCEPTED, Json(body)).into_response()
         }
     }
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({
-            "dry_run": false,
-            "written": true,
-            "served": false,
-            "message": format!("the store took the document; it was not served within {wait:?}"),
-            "changes": changes,
-            "warnings": proposal.warnings,
-        })),
-    )
-        .into_response())
 }
-
-/// Writes `text` as the whole document on release `base` (a rollout's last step), waiting for it
-/// to be served: the release it became. Refused when the configuration changed since `base`.
-pub(crate) async fn write_planned(
-    admin: &Admin,
-    text: String,
-    attribution: Attribution,
-    base: u64,
-) -> Result<u64, AppError> {
-    let proposal = Proposal::read(admin, text)?;
-    let hash = proposal.text.as_deref().map(document_hash);
-    let guard = Arc::clone(&admin.write_lock).lock_owned().await;
-    let snapshot = admin.served.snapshot();
-    let options =
-        WriteOptions { dry_run: false, wait: admin.options.write_wait.max(PLANNED_WAIT), if_match: Some(base) };
-    let response = apply(admin, guard, snapshot, proposal, attribution, options, Basis::Snapshot).await?;
-    if response.status() != StatusCode::OK {
-        return Err(AppError::NotWritten(format!(
-            "the store took the document but it was not served as expected ({})",
-            response.status()
-        )));
-    }
-    admin
-        .releases
-        .find_after(base, hash.as_deref())
-        .map(|release| release.id)
-        .ok_or_else(|| AppError::NotWritten("the document was served but its release is not in the history".into()))
-}
-
-/// How long [`write_planned`] waits for its document to be served, at least.
-const PLANNED_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The JSON form of `PUT /api/v1/configurations`.
 #[derive(Debug, serde::Deserialize)]
@@ -431,7 +274,7 @@ struct DocumentBody {
     ),
 )]
 pub(super) async fn put_configurations(
-    State(admin): State<Admin>,
+    State(publisher): State<Publisher>,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
     let (text, author, message) = if is_json(&headers) {
@@ -443,10 +286,8 @@ pub(super) async fn put_configurations(
         (text, None, None)
     };
     let attribution = attribution(&headers, author, message, None)?;
-    let proposal = Proposal::read(&admin, text)?;
-    let guard = Arc::clone(&admin.write_lock).lock_owned().await;
-    let snapshot = admin.served.snapshot();
-    apply(&admin, guard, snapshot, proposal, attribution, options, Basis::Standalone).await
+    let proposal = publisher.read(text)?;
+    Ok(answer(publisher.write(proposal, attribution, publish_options(options), Basis::Standalone).await?))
 }
 
 /// The body of `PUT /api/v1/services/{name}`.
@@ -485,7 +326,7 @@ struct ServiceBody {
     ),
 )]
 pub(super) async fn put_service(
-    State(admin): State<Admin>,
+    State(publisher): State<Publisher>,
     ServiceName(name): ServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
@@ -494,7 +335,7 @@ pub(super) async fn put_service(
         other => Err(not_a_string(key, &other)),
     })?;
     let attribution = attribution(&headers, author, message, None)?;
-    write_service(&admin, &name, ServiceChange::Set(entries), attribution, options).await
+    Ok(answer(publisher.write_service(&name, ServiceEdit::Set(entries), attribution, publish_options(options)).await?))
 }
 
 /// `PATCH /api/v1/services/{name}`: a JSON merge patch (RFC 7396) of the service's settings. The
@@ -533,7 +374,7 @@ pub(super) async fn put_service(
     ),
 )]
 pub(super) async fn patch_service(
-    State(admin): State<Admin>,
+    State(publisher): State<Publisher>,
     ServiceName(name): ServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
@@ -543,7 +384,7 @@ pub(super) async fn patch_service(
         other => Err(not_a_string(key, &other)),
     })?;
     let attribution = attribution(&headers, author, message, None)?;
-    write_service(&admin, &name, ServiceChange::Merge(patch), attribution, options).await
+    Ok(answer(publisher.write_service(&name, ServiceEdit::Merge(patch), attribution, publish_options(options)).await?))
 }
 
 /// A per-service write's body: its `config` entries (each value taken by `value`), author and
@@ -595,114 +436,14 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     ),
 )]
 pub(super) async fn delete_service(
-    State(admin): State<Admin>,
+    State(publisher): State<Publisher>,
     // Any name: one that is not configured is a 404, whether or not a write could create it.
     AnyServiceName(name): AnyServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
     let body = note(&body)?;
     let attribution = attribution(&headers, body.author, body.message, None)?;
-    write_service(&admin, &name, ServiceChange::Remove, attribution, options).await
-}
-
-/// What a per-service write does to the service.
-enum ServiceChange {
-    /// Replace its settings (create it when new).
-    Set(Vec<(String, String)>),
-    /// Set (`Some`) or remove (`None`) the named keys, keeping the others.
-    Merge(Vec<(String, Option<String>)>),
-    /// Remove the service.
-    Remove,
-}
-
-/// How many times a per-service write without `If-Match` is built again on a newer document
-/// when the store changed under it (another replica's write, a hand edit).
-const MAX_REBASES: usize = 16;
-
-/// Applies `change` to one service of the served document and writes the result, conditioned
-/// on the store still holding that document: no concurrent write is lost, whether from this
-/// server (the write lock) or from another replica (the store's compare-and-swap). Without
-/// `If-Match`, a write that lost the race is built again on the newer document, up to
-/// [`MAX_REBASES`] times.
-async fn write_service(
-    admin: &Admin,
-    name: &str,
-    change: ServiceChange,
-    attribution: Attribution,
-    options: WriteOptions,
-) -> Result<Response, AppError> {
-    let mut rebases = 0;
-    loop {
-        let guard = Arc::clone(&admin.write_lock).lock_owned().await;
-        // A conditional write need not wait: `apply` refuses it while the served table lags.
-        let current = if options.if_match.is_some() { admin.served.snapshot() } else { newest_served(admin).await };
-        let existing = current.table.get(name);
-        let entries = match &change {
-            ServiceChange::Set(entries) => Some(entries.clone()),
-            ServiceChange::Merge(patch) => Some(writer::merge_entries(existing.map_or(&[], |s| s.entries()), patch)),
-            ServiceChange::Remove if existing.is_none() => {
-                return Err(AppError::NotFound(format!("no service `{name}` is configured")));
-            }
-            ServiceChange::Remove => None,
-        };
-        let proposal = Proposal::read(admin, writer::with_service(&current.table, name, entries))?.warnings_of(name);
-        let (version, expected) = (current.version, admin.served.store_revision_of(current.version));
-        match apply(admin, guard, current, proposal, attribution.clone(), options, Basis::Snapshot).await {
-            Err(AppError::StoreMoved(why)) if options.if_match.is_none() && rebases < MAX_REBASES => {
-                rebases += 1;
-                tracing::info!(service = name, rebases, %why, "The store changed under a per-service write; building it again on the newer document.");
-                if !newer_than(admin, version, expected).await {
-                    return Err(AppError::StoreMoved(format!(
-                        "{why}; the store holds a document this server does not serve (refused or held, see \
-                         GET /api/v1/status): replace it with PUT /api/v1/configurations or roll back"
-                    )));
-                }
-            }
-            answer => return answer,
-        }
-    }
-}
-
-/// Waits (at most [`CATCH_UP`]) until this server has seen the store move past the served
-/// `version` read at `revision`: a newer table, or the same text at a newer revision. False when
-/// it did not.
-async fn newer_than(admin: &Admin, version: u64, revision: Option<Option<skyconf_sources::Revision>>) -> bool {
-    let mut changes = admin.store.subscribe();
-    let deadline = tokio::time::Instant::now() + CATCH_UP;
-    loop {
-        if admin.served.snapshot().version != version || admin.served.store_revision_of(version) != revision {
-            return true;
-        }
-        match tokio::time::timeout_at(deadline, changes.changed()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => return false,
-        }
-    }
-}
-
-/// How long a per-service write waits for a recorded release to be installed before it builds
-/// on the served table anyway.
-const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The served snapshot, once it is the newest release's: a release is recorded just before its
-/// table is installed, and a per-service write built on the table before it would undo it.
-async fn newest_served(admin: &Admin) -> Arc<Snapshot> {
-    let mut changes = admin.served.subscribe();
-    let deadline = tokio::time::Instant::now() + CATCH_UP;
-    loop {
-        let snapshot = admin.served.snapshot();
-        let behind = match (admin.releases.served_as(snapshot.version), admin.releases.latest()) {
-            (Some(served), Some(latest)) => served < latest.id,
-            _ => false,
-        };
-        if !behind {
-            return snapshot;
-        }
-        match tokio::time::timeout_at(deadline, changes.changed()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => return admin.served.snapshot(),
-        }
-    }
+    Ok(answer(publisher.write_service(&name, ServiceEdit::Remove, attribution, publish_options(options)).await?))
 }
 
 /// `POST /api/v1/releases/{id}/rollback`.
@@ -733,7 +474,7 @@ async fn newest_served(admin: &Admin) -> Arc<Snapshot> {
     ),
 )]
 pub(super) async fn rollback(
-    State(admin): State<Admin>,
+    State(publisher): State<Publisher>,
     ReleaseId(id): ReleaseId,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
@@ -743,16 +484,14 @@ pub(super) async fn rollback(
         .or_else(|| header_text(&headers, MESSAGE_HEADER).ok().flatten())
         .or_else(|| Some(format!("Roll back to release {id}")));
     let attribution = attribution(&headers, body.author, message, Some(id))?;
-    if admin.releases.get(id).is_none() {
+    if !publisher.has_release(id) {
         return Err(AppError::NotFound(format!("no release {id}")));
     }
-    let proposal = match document_of(&admin, id).await? {
-        Some(text) => Proposal::read(&admin, text)?,
-        None => Proposal { text: None, table: AgentConfigurations::default(), warnings: Vec::new() },
+    let proposal = match publisher.release_document(id).await? {
+        Some(text) => publisher.read(text)?,
+        None => Proposal::delete(),
     };
-    let guard = Arc::clone(&admin.write_lock).lock_owned().await;
-    let snapshot = admin.served.snapshot();
-    apply(&admin, guard, snapshot, proposal, attribution, options, Basis::Standalone).await
+    Ok(answer(publisher.write(proposal, attribution, publish_options(options), Basis::Standalone).await?))
 }
 
 /// `POST /api/v1/held/confirm`.
@@ -775,10 +514,10 @@ pub(super) async fn rollback(
     ),
 )]
 pub(super) async fn confirm_held(
-    State(admin): State<Admin>,
+    State(publisher): State<Publisher>,
     HeldRequest { since_ms }: HeldRequest,
 ) -> Result<Response, AppError> {
-    decide_held(&admin, since_ms, HeldDecision::Confirm).await
+    decide_held(&publisher, since_ms, HeldDecision::Confirm).await
 }
 
 /// `POST /api/v1/held/discard`.
@@ -801,43 +540,29 @@ pub(super) async fn confirm_held(
     ),
 )]
 pub(super) async fn discard_held(
-    State(admin): State<Admin>,
+    State(publisher): State<Publisher>,
     HeldRequest { since_ms }: HeldRequest,
 ) -> Result<Response, AppError> {
-    decide_held(&admin, since_ms, HeldDecision::Discard).await
+    decide_held(&publisher, since_ms, HeldDecision::Discard).await
 }
 
-async fn decide_held(admin: &Admin, since_ms: Option<u64>, decision: HeldDecision) -> Result<Response, AppError> {
-    let control = admin
-        .held
-        .as_ref()
-        .ok_or_else(|| AppError::Conflict("nothing is held: this server holds no store changes".into()))?;
-    let _guard = Arc::clone(&admin.write_lock).lock_owned().await;
-    let answer = control
-        .decide(decision, since_ms)
-        .await
-        .ok_or_else(|| AppError::Unavailable("the store task has stopped; the server is shutting down".into()))?;
-    let snapshot = admin.served.snapshot();
-    match answer {
-        HeldAnswer::NothingHeld => Err(AppError::Conflict(
-            "nothing is held: the change was installed, replaced or discarded meanwhile, or never held".into(),
-        )),
-        HeldAnswer::NotTheOneSeen { since_ms } => Err(AppError::Conflict(format!(
-            "the change held now is not the one named by since_ms (it arrived at {since_ms}); nothing was changed"
-        ))),
-        // The reloader logs both decisions.
-        HeldAnswer::Confirmed(_) => Ok(Json(json!({
+async fn decide_held(
+    publisher: &Publisher,
+    since_ms: Option<u64>,
+    decision: HeldDecision,
+) -> Result<Response, AppError> {
+    let body = match publisher.decide_held(decision, since_ms).await? {
+        HeldDecided::Confirmed { version, services, release } => json!({
             "confirmed": true,
-            "version": snapshot.version,
-            "services": snapshot.table.len(),
-            "release": admin.releases.latest().map(|r| summary(&r)),
-        }))
-        .into_response()),
-        HeldAnswer::Discarded => Ok(Json(json!({
+            "version": version,
+            "services": services,
+            "release": release.map(|r| summary(&r)),
+        }),
+        HeldDecided::Discarded { version, services } => json!({
             "discarded": true,
-            "version": snapshot.version,
-            "services": snapshot.table.len(),
-        }))
-        .into_response()),
-    }
+            "version": version,
+            "services": services,
+        }),
+    };
+    Ok(Json(body).into_response())
 }

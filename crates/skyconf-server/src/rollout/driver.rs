@@ -22,8 +22,8 @@
 //! (else no gate could judge the rollout there: refused, naming the services and what to do,
 //! unless the plan is `ungated`).
 //!
-//! **Completion.** When the last wave passes, the candidate is written through the admin write
-//! path with `If-Match` on the release the rollout was planned on; once it is served, the overlay
+//! **Completion.** When the last wave passes, the candidate is written through the publishing
+//! service ([`crate::publish::Publisher::write_planned`]) with `If-Match` on the release the rollout was planned on; once it is served, the overlay
 //! is dropped (the candidate's answers and the new table's are the same, so no agent sees a
 //! change). A configuration changed meanwhile refuses the write, and the rollout reverts.
 
@@ -45,6 +45,7 @@ use super::plan::{
     live, ms,
 };
 use crate::fleet::{AgentState, Fleet};
+use crate::publish::Publisher;
 use crate::served::{Overlay, ServedTable};
 use crate::unix_time::now_ms;
 
@@ -708,7 +709,7 @@ impl Rollouts {
     }
 
     /// Reads the record, serves it, and moves it on where this replica drives, until `stop`.
-    pub async fn run(self: Arc<Self>, admin: crate::admin::Admin, stop: CancellationToken) {
+    pub async fn run(self: Arc<Self>, publisher: Publisher, stop: CancellationToken) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -717,11 +718,11 @@ impl Rollouts {
                 () = self.wake.notified() => {}
                 () = stop.cancelled() => return,
             }
-            self.tick(&admin).await;
+            self.tick(&publisher).await;
         }
     }
 
-    async fn tick(&self, admin: &crate::admin::Admin) {
+    async fn tick(&self, publisher: &Publisher) {
         let mut current = self.current.lock().await;
         if self.unsaved.load(Ordering::Relaxed)
             && let Some(rollout) = current.as_ref()
@@ -803,20 +804,19 @@ impl Rollouts {
             }
         }
         if complete {
-            self.complete(admin, rollout).await;
+            self.complete(publisher, rollout).await;
         }
     }
 
     /// Writes the candidate as the document, then stops serving the overlay.
-    async fn complete(&self, admin: &crate::admin::Admin, rollout: &mut Rollout) {
+    async fn complete(&self, publisher: &Publisher, rollout: &mut Rollout) {
         let attribution = crate::releases::Attribution {
             author: rollout.author.clone(),
             message: Some(rollout.message.clone().unwrap_or_else(|| format!("rollout {} completed", rollout.id))),
             rollback_of: None,
             origin: format!("{}{}", crate::releases::ORIGIN_ROLLOUT, rollout.id),
         };
-        let written =
-            crate::admin::write_planned(admin, rollout.document.clone(), attribution, rollout.base_release).await;
+        let written = publisher.write_planned(rollout.document.clone(), attribution, rollout.base_release).await;
         let now = now_ms();
         let before = rollout.events.last().cloned();
         match written {

@@ -92,7 +92,10 @@ fn setup_with(fleet: FleetOptions) -> Setup {
     let store = Arc::new(StoreView::new("memory".into(), content, true, false));
     let releases = Arc::new(ReleaseLog::in_memory(50));
     releases.record_start(&table, Some(V1), 1, None, "memory");
-    let reloader = Reloader::new(Arc::clone(&served), "memory", Some(V1)).with_releases(Arc::clone(&releases));
+    let pending = Arc::new(skyconf_server::publish::PendingWrites::default());
+    let reloader = Reloader::new(Arc::clone(&served), "memory", Some(V1))
+        .with_releases(Arc::clone(&releases))
+        .with_pending(Arc::clone(&pending));
     let (tx, rx) = mpsc::channel(8);
     tokio::spawn(StoreTask::new(Arc::clone(&store), reloader, None).run(rx));
     let fleet = Arc::new(Fleet::new(fleet));
@@ -108,6 +111,7 @@ fn setup_with(fleet: FleetOptions) -> Setup {
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
         .with_writer(Arc::clone(&writer) as Arc<dyn skyconf_sources::DynSource>)
+        .with_pending(pending)
         .router();
     Setup { router, served, releases, fleet, mode, store: writer }
 }

@@ -7,6 +7,7 @@
 mod admin;
 mod admin_held;
 mod admin_history;
+mod admin_refused;
 mod admin_rollback;
 mod agent_identity;
 mod dcs;

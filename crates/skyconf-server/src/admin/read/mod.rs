@@ -37,7 +37,7 @@ use axum::response::IntoResponse;
 use serde_json::Value;
 
 pub(super) use self::instances::instances;
-pub(super) use self::releases::{compare, configurations, document_of, history, release, releases};
+pub(super) use self::releases::{compare, configurations, history, release, releases};
 pub(super) use self::services::{service, services};
 pub(super) use self::status::status;
 use super::Admin;

@@ -1,0 +1,75 @@
+//! Repairing a refused document from the admin API: a document put straight into the store
+//! (the file, etcd) that the reader refuses leaves the last good table served. A per-service
+//! write then replaces the refused document, built on the served table, and its answer says
+//! which refused document it replaced; it is not a 409, since no concurrent write is lost.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use skyconf_server::ServeConfig;
+use skyconf_server::reload::Guard;
+use skyconf_sources::Backoff;
+use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
+use skyconf_sources::file::FileSource;
+use skyconf_testkit::server::{Server, eventually, loopback};
+use skyconf_testkit::servers::etcd::EtcdServer;
+
+const V1: &str =
+    "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n  other:\n    agent.span_limit_per_segment: 300\n";
+const REFUSED: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: [unclosed\n";
+const AGENT_KEY: &str = "/skywalking/configuration-discovery.default.agentConfigurations";
+
+fn config() -> ServeConfig {
+    ServeConfig { reset_guard: Guard::OFF, ..loopback() }
+}
+
+/// Refuses `REFUSED` (put into the store by `put_refused`), then repairs `svc` with a
+/// per-service write: the answer, once served.
+async fn repair(running: &Server) -> Value {
+    eventually("the document put into the store is refused", || running.served.last_rejection().is_some()).await;
+    let body = r#"{"config": {"agent.sample_n_per_3_secs": "20"}, "author": "ops", "message": "repair"}"#;
+    let reply =
+        running.admin().send("PUT", "/api/v1/services/svc", &[("Content-Type", "application/json")], body).await;
+    let answer = reply.json();
+    assert_eq!(reply.status, 200, "a per-service write repairs the refused document: {answer}");
+    assert_eq!(answer["served"], true, "{answer}");
+    assert!(
+        answer["replaced_refused"]["error"].as_str().is_some_and(|e| e.contains("line")),
+        "the answer says it replaced a refused document, and why that one was refused: {answer}"
+    );
+    let cds = running.cds().await;
+    let served = cds.fetch("svc", "").await.unwrap();
+    assert_eq!(served.config, [("agent.sample_n_per_3_secs".to_owned(), "20".to_owned())]);
+    assert!(cds.fetch("other", "").await.is_some(), "the other services are kept from the served table");
+    assert!(running.served.last_rejection().is_none(), "the store holds a good document again");
+    answer
+}
+
+#[tokio::test]
+async fn a_per_service_write_replaces_a_document_refused_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.yaml");
+    std::fs::write(&path, V1).unwrap();
+    let running = Server::start(FileSource::new(&path), config()).await;
+    std::fs::write(&path, REFUSED).unwrap();
+    let answer = repair(&running).await;
+    assert_eq!(answer["replaced_refused"]["revision"], Value::Null, "a file has no revisions: {answer}");
+    assert!(std::fs::read_to_string(&path).unwrap().contains("\"20\""), "written through to the file");
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_per_service_write_replaces_a_document_refused_in_etcd() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put(AGENT_KEY, V1).await;
+    let settings = EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() };
+    let source = EtcdSource::new(settings)
+        .unwrap()
+        .with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)));
+    let running = Server::start(source, config()).await;
+    let refused_at = admin.put(AGENT_KEY, REFUSED).await;
+    let answer = repair(&running).await;
+    assert_eq!(answer["replaced_refused"]["revision"], refused_at, "the refused document's revision: {answer}");
+    running.stop().await.unwrap();
+}
