@@ -99,20 +99,100 @@ fn agent_says_it_cannot_connect_and_to_which_address() {
     }
 }
 
+/// `skyconf ARGS --help`, which must succeed.
+fn help(args: &[&str]) -> String {
+    let output = skyconf().args(args).arg("--help").output().unwrap();
+    assert!(output.status.success(), "{args:?} --help: {output:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The names under a help text's `Commands:` heading (clap's own `help` left out).
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The statuses a help text's `Exit status:` section lists, in order; panics, naming `what`,
+/// when the section is missing or a line is not `  N  meaning` (or its continuation).
+fn exit_statuses(what: &str, help: &str) -> Vec<u8> {
+    let section: Vec<&str> = help
+        .lines()
+        .skip_while(|l| *l != "Exit status:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(!section.is_empty(), "`{what} --help` has no `Exit status:` section:\n{help}");
+    let mut statuses = Vec::new();
+    for line in section {
+        let bytes = line.as_bytes();
+        match bytes {
+            [b' ', b' ', d, b' ', b' ', c, ..] if d.is_ascii_digit() && *c != b' ' => statuses.push(d - b'0'),
+            [b' ', b' ', b' ', b' ', b' ', c, ..] if *c != b' ' && !statuses.is_empty() => {}
+            _ => panic!("`{what} --help`: `{line}` is not `  N  meaning` in its exit statuses:\n{help}"),
+        }
+    }
+    assert_eq!(statuses.first(), Some(&0), "`{what} --help` starts its exit statuses at 0:\n{help}");
+    assert!(statuses.windows(2).all(|w| w[0] < w[1]), "`{what} --help`: statuses in order:\n{help}");
+    statuses
+}
+
+/// Usability finding 12: every subcommand, at every depth (rollout's and bench's included),
+/// documents its exit statuses in one form, each status has one meaning across commands, and the
+/// top-level help names every command and every status.
 #[test]
 fn help_lists_every_command_and_each_command_documents_its_exit_statuses() {
-    let help = String::from_utf8(skyconf().arg("--help").output().unwrap().stdout).unwrap();
-    let about = help.lines().next().unwrap();
-    for command in ["serve", "fetch", "digest", "validate", "agent", "bench"] {
+    let top = help(&[]);
+    let about = top.lines().next().unwrap();
+    let all = exit_statuses("skyconf", &top);
+    assert_eq!(all, [0, 1, 2, 3, 4], "{top}");
+    let commands = subcommands(&top);
+    for command in ["serve", "fetch", "digest", "validate", "agent", "rollout", "bench"] {
         assert!(about.contains(command), "the about line names `{command}`: {about}");
-        let sub = skyconf().args([command, "--help"]).output().unwrap();
-        assert!(sub.status.success());
-        let sub = String::from_utf8(sub.stdout).unwrap();
-        assert!(sub.contains("Exit status:\n  0  "), "`{command} --help` documents exit statuses:\n{sub}");
+        assert!(commands.iter().any(|c| c == command), "`skyconf --help` lists `{command}`: {top}");
     }
+    let mut walked = 0;
+    let mut queue: Vec<Vec<String>> = commands.into_iter().map(|c| vec![c]).collect();
+    while let Some(path) = queue.pop() {
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        let what = format!("skyconf {}", args.join(" "));
+        let text = help(&args);
+        let statuses = exit_statuses(&what, &text);
+        assert!(statuses.iter().all(|s| all.contains(s)), "`{what} --help` uses a status the top level does not list");
+        // One meaning per status: 2 is a usage error (or a refused document) everywhere, 3 an
+        // error the server answered, 4 a watched rollout that ended reverted or aborted.
+        let meaning = |status: u8| {
+            let mut lines = text.lines().skip_while(|l| !l.starts_with(&format!("  {status}  ")));
+            let mut said = lines.next().unwrap()[5..].to_owned();
+            for more in lines.take_while(|l| l.starts_with("     ")) {
+                said.push(' ');
+                said.push_str(more.trim());
+            }
+            said
+        };
+        assert!(meaning(2).ends_with("usage error"), "{what}: 2 is a usage error: {}", meaning(2));
+        if statuses.contains(&3) {
+            assert!(meaning(3).starts_with("the server"), "{what}: 3 is an error the server answered: {}", meaning(3));
+        }
+        if statuses.contains(&4) {
+            assert!(meaning(4).contains("reverted or aborted"), "{what}: {}", meaning(4));
+        }
+        for sub in subcommands(&text) {
+            let mut deeper = path.clone();
+            deeper.push(sub);
+            queue.push(deeper);
+        }
+        walked += 1;
+    }
+    assert!(walked >= 7 + 4 + 8, "every command and the subcommands of rollout and bench ({walked})");
     // --addr has a default, so it is not required.
     for command in ["fetch", "agent"] {
-        let sub = String::from_utf8(skyconf().args([command, "--help"]).output().unwrap().stdout).unwrap();
+        let sub = help(&[command]);
         let usage = sub.lines().find(|l| l.starts_with("Usage:")).unwrap();
         assert!(!usage.contains("--addr"), "{usage}");
         assert!(sub.contains("[default: 127.0.0.1:11800]"), "{sub}");

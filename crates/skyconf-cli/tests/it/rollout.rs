@@ -166,7 +166,8 @@ async fn the_cli_rolls_a_document_out_to_grpcio_and_rust_agents_and_aborts_one()
     let mut command = skyconf();
     command.args(["rollout", "--admin", &format!("http://{}", running.admin_addr), "start", next.to_str().unwrap()]);
     let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    // Status 2, as `validate` has it for a document skyconf would refuse.
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(&format!("{}:3:1: ", next.display())), "with the file's name: {stderr}");
     running.stop().await.unwrap();
