@@ -64,6 +64,81 @@ fn fetch_puts_answers_on_stdout_and_failures_on_stderr_with_documented_statuses(
     }
 }
 
+/// `skyconf fetch --service svc ARGS`: its status, stdout and stderr.
+fn fetch(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = skyconf().args(["fetch", "--service", "svc", "--timeout", "10s"]).args(args).output().unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.code(), text(&output.stdout), text(&output.stderr))
+}
+
+/// Usability finding 13: `fetch` pointed at the admin port said "invalid compression flag: 123",
+/// TLS against a plaintext port "received corrupt message of type InvalidContentType", and a
+/// refused token gave no hint of the flag that sets it. Each now says what is wrong and what to
+/// use; none is an answer of the server's (nothing on stdout, status 1), but a refused token is
+/// (status 3).
+#[test]
+fn fetch_says_what_listens_at_a_wrong_port_or_scheme_and_which_flag_sets_the_token() {
+    let mut command = serve_command();
+    command.args(["--agent-token", "t0k", "--file"]).arg(example_document());
+    let plain = Server::spawn(command);
+
+    let (code, stdout, stderr) = fetch(&["--addr", &plain.admin_addr]);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} is skyconf's admin port (HTTP", plain.admin_addr))
+            && stderr.contains("agent port, 11800 by default"),
+        "{stderr}"
+    );
+
+    let (code, stdout, stderr) = fetch(&["--addr", &format!("https://{}", plain.grpc_addr)]);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    assert!(stderr.contains(&format!("does not speak TLS (it answers plaintext HTTP/2): use --addr http://{}", plain.grpc_addr)), "{stderr}");
+
+    let (code, _, stderr) = fetch(&["--addr", &plain.grpc_addr]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("the server wants an agent token: pass it with --authentication or SKYCONF_AUTHENTICATION"), "{stderr}");
+    let (code, _, stderr) = fetch(&["--addr", &plain.grpc_addr, "--authentication", "wrong"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("does not take this agent token: check --authentication or SKYCONF_AUTHENTICATION"), "{stderr}");
+
+    // A TLS agent port, called without TLS.
+    let dir = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let mut command = serve_command();
+    command.arg("--file").arg(example_document()).arg("--grpc-tls-cert").arg(&cert).arg("--grpc-tls-key").arg(&key);
+    let tls = Server::spawn(command);
+    let (code, stdout, stderr) = fetch(&["--addr", &tls.grpc_addr]);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    assert!(stderr.contains(&format!("{0} speaks TLS: use --addr https://{0}", tls.grpc_addr)), "{stderr}");
+}
+
+/// Usability finding 10: the start-up line names the page's URL, which answers; a wildcard
+/// listen address is given as loopback, which a browser on this machine opens.
+#[test]
+fn the_start_up_line_names_the_page() {
+    let server = Server::start(&example_document());
+    let line = crate::util::json_line(server.startup_log.last().unwrap());
+    let page = format!("http://{}/", server.admin_addr);
+    assert_eq!(line["fields"]["page"], page.as_str(), "{line}");
+    let mut http = std::net::TcpStream::connect(&server.admin_addr).unwrap();
+    let request = format!("GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", server.admin_addr);
+    std::io::Write::write_all(&mut http, request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut http, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("<html"), "the page answers: {answer:.200}");
+
+    let mut command = skyconf();
+    command.args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "0.0.0.0:0", "--file"]);
+    command.arg(example_document());
+    let wildcard = Server::spawn(command);
+    let line = crate::util::json_line(wildcard.startup_log.last().unwrap());
+    let port = wildcard.admin_addr.rsplit_once(':').unwrap().1;
+    assert_eq!(line["fields"]["page"], format!("http://127.0.0.1:{port}/").as_str(), "{line}");
+}
+
 /// What `skyconf agent ARGS` logs on stderr in 1.5 s against a port nothing listens on.
 fn agent_stderr(addr: &str, args: &[&str]) -> String {
     let child = skyconf()

@@ -31,7 +31,7 @@ impl Drop for Guard {
 }
 
 fn grpcio(running: &Running, instance: &str) -> Guard {
-    let child = Command::new("python3")
+    let child = crate::util::python()
         .arg(repo_root().join("tests/interop/cds_client.py"))
         .args(["poll", "--addr", &running.grpc_addr.to_string(), "--service", "roll-svc", "--interval", "0.2"])
         .args(["--instance", instance, "--property", "language=python"])
