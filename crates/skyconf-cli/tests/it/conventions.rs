@@ -92,14 +92,26 @@ fn fetch_says_what_listens_at_a_wrong_port_or_scheme_and_which_flag_sets_the_tok
 
     let (code, stdout, stderr) = fetch(&["--addr", &format!("https://{}", plain.grpc_addr)]);
     assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
-    assert!(stderr.contains(&format!("does not speak TLS (it answers plaintext HTTP/2): use --addr http://{}", plain.grpc_addr)), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "does not speak TLS (it answers plaintext HTTP/2): use --addr http://{}",
+            plain.grpc_addr
+        )),
+        "{stderr}"
+    );
 
     let (code, _, stderr) = fetch(&["--addr", &plain.grpc_addr]);
     assert_eq!(code, Some(3), "{stderr}");
-    assert!(stderr.contains("the server wants an agent token: pass it with --authentication or SKYCONF_AUTHENTICATION"), "{stderr}");
+    assert!(
+        stderr.contains("the server wants an agent token: pass it with --authentication or SKYCONF_AUTHENTICATION"),
+        "{stderr}"
+    );
     let (code, _, stderr) = fetch(&["--addr", &plain.grpc_addr, "--authentication", "wrong"]);
     assert_eq!(code, Some(3), "{stderr}");
-    assert!(stderr.contains("does not take this agent token: check --authentication or SKYCONF_AUTHENTICATION"), "{stderr}");
+    assert!(
+        stderr.contains("does not take this agent token: check --authentication or SKYCONF_AUTHENTICATION"),
+        "{stderr}"
+    );
 
     // A TLS agent port, called without TLS.
     let dir = tempfile::tempdir().unwrap();
@@ -131,7 +143,16 @@ fn the_start_up_line_names_the_page() {
     assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("<html"), "the page answers: {answer:.200}");
 
     let mut command = skyconf();
-    command.args(["--log-format", "json", "serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "0.0.0.0:0", "--file"]);
+    command.args([
+        "--log-format",
+        "json",
+        "serve",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--admin-addr",
+        "0.0.0.0:0",
+        "--file",
+    ]);
     command.arg(example_document());
     let wildcard = Server::spawn(command);
     let line = crate::util::json_line(wildcard.startup_log.last().unwrap());
@@ -196,12 +217,8 @@ fn subcommands(help: &str) -> Vec<String> {
 /// The statuses a help text's `Exit status:` section lists, in order; panics, naming `what`,
 /// when the section is missing or a line is not `  N  meaning` (or its continuation).
 fn exit_statuses(what: &str, help: &str) -> Vec<u8> {
-    let section: Vec<&str> = help
-        .lines()
-        .skip_while(|l| *l != "Exit status:")
-        .skip(1)
-        .take_while(|l| !l.is_empty())
-        .collect();
+    let section: Vec<&str> =
+        help.lines().skip_while(|l| *l != "Exit status:").skip(1).take_while(|l| !l.is_empty()).collect();
     assert!(!section.is_empty(), "`{what} --help` has no `Exit status:` section:\n{help}");
     let mut statuses = Vec::new();
     for line in section {

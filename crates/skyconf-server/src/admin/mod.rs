@@ -225,7 +225,8 @@ impl Admin {
 
     /// All of the above.
     pub fn router(&self) -> Router {
-        let routes = self.health_routes().merge(self.page_routes()).merge(self.read_routes()).merge(self.write_routes());
+        let routes =
+            self.health_routes().merge(self.page_routes()).merge(self.read_routes()).merge(self.write_routes());
         json_errors::layer(routes)
     }
 }
