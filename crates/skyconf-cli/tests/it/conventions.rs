@@ -127,6 +127,45 @@ fn fetch_says_what_listens_at_a_wrong_port_or_scheme_and_which_flag_sets_the_tok
     assert!(stderr.contains(&format!("{0} speaks TLS: use --addr https://{0}", tls.grpc_addr)), "{stderr}");
 }
 
+/// `rollout` refused by the server exits 3, as `fetch` does, and a refused admin token names the
+/// flag and variable that set it.
+#[test]
+fn rollout_refusals_exit_3_and_name_the_token_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "read r3ad\nwrite wr1te\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let mut command = serve_command();
+    command.arg("--admin-token-file").arg(&tokens).arg("--file").arg(example_document());
+    let server = Server::spawn(command);
+    let admin = format!("http://{}", server.admin_addr);
+    let rollout = |args: &[&str]| {
+        let output = skyconf().args(["rollout", "--admin", &admin]).args(args).output().unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (code, stderr) = rollout(&["status"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("wants an admin token: pass it with --token or SKYCONF_ADMIN_TOKEN"), "{stderr}");
+    let (code, stderr) = rollout(&["--token", "wrong", "status"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("does not know this token"), "{stderr}");
+    let (code, stderr) = rollout(&["--token", "r3ad", "abort", "r1"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("need a write token, in --token or SKYCONF_ADMIN_TOKEN"), "{stderr}");
+    let (code, stderr) = rollout(&["--token", "wr1te", "abort", "r1"]);
+    assert_eq!(code, Some(3), "the server refused: no such rollout: {stderr}");
+    // Nothing listens: 1, not an answer of the server's.
+    let (code, stderr) = skyconf()
+        .args(["rollout", "--admin", &format!("http://{}", closed_addr()), "status"])
+        .output()
+        .map(|o| (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned()))
+        .unwrap();
+    assert_eq!(code, Some(1), "{stderr}");
+}
+
 /// Usability finding 10: the start-up line names the page's URL, which answers; a wildcard
 /// listen address is given as loopback, which a browser on this machine opens.
 #[test]
