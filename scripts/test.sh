@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of skyconf. On a fresh machine with only the Rust toolchain it first installs
-# what the integration tests talk to (python3 grpcio for the independent-client interop test,
-# schemathesis for the admin API's contract test),
-# and it makes those tests fail rather than skip when their dependencies are missing.
+# what the integration tests talk to (scripts/deps/: servers, a browser, and the Python packages
+# in the project's virtualenv .venv/, never the global site-packages), and it makes those tests
+# fail rather than skip when their dependencies are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,17 +13,6 @@ for deps in scripts/deps/*.sh; do
   # shellcheck source=/dev/null
   . "$deps"
 done
-
-if ! python3 -c 'import grpc, grpc_tools' 2>/dev/null; then
-  echo "test.sh: installing grpcio and grpcio-tools for the interop test" >&2
-  python3 -m pip install --quiet --disable-pip-version-check grpcio grpcio-tools
-fi
-export SKYCONF_REQUIRE_INTEROP=1
-# The admin API's contract test (tests/contract/run.sh) is required: it fails, not skips, without it.
-if ! python3 -c 'import schemathesis' 2>/dev/null; then
-  echo "test.sh: installing schemathesis for the admin API contract test" >&2
-  python3 -m pip install --quiet --disable-pip-version-check schemathesis
-fi
 
 # Every step runs even when an earlier one failed (--no-fail-fast within each), so one failure
 # does not hide the others; the status says whether any failed.

@@ -13,19 +13,21 @@
 #
 # One worker: Python 3.11 can fail in ast.parse when two threads parse at once (hypothesis
 # describes its strategies that way), which schemathesis reports as a runtime error.
-# Needs schemathesis (pip); SKYCONF_BIN names a built `skyconf` (else it is built).
+# Needs schemathesis (scripts/deps/python.sh); SKYCONF_BIN names a built `skyconf` (else it is built).
 # CONTRACT_MAX_EXAMPLES (default 40) and CONTRACT_TIMEOUT (seconds, default 170) bound it;
 # CONTRACT_KEEP=DIR keeps the server's files, log and schemathesis' cassettes after a failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-# The console script, or the same entry point through python3 when pip put scripts off PATH.
-if command -v schemathesis >/dev/null; then
+# schemathesis from the tests' Python ($SKYCONF_TEST_PYTHON: the project's virtualenv, which
+# scripts/deps/python.sh makes), else python3's, else a console script on PATH.
+python="${SKYCONF_TEST_PYTHON:-python3}"
+if "$python" -c 'import schemathesis.cli' 2>/dev/null; then
+  schemathesis=("$python" -c 'import sys; from schemathesis.cli import schemathesis; sys.argv[0] = "schemathesis"; schemathesis()')
+elif command -v schemathesis >/dev/null; then
   schemathesis=(schemathesis)
-elif python3 -c 'import schemathesis.cli' 2>/dev/null; then
-  schemathesis=(python3 -c 'import sys; from schemathesis.cli import schemathesis; sys.argv[0] = "schemathesis"; schemathesis()')
 else
-  echo "contract: schemathesis is not installed (pip install schemathesis)" >&2
+  echo "contract: schemathesis is not installed (scripts/deps/python.sh installs it into .venv/)" >&2
   exit 1
 fi
 if [ -z "${SKYCONF_BIN:-}" ]; then
@@ -50,7 +52,7 @@ write_token="contract-write-$RANDOM$RANDOM"
 printf 'read %s\nwrite %s\n' "$read_token" "$write_token" > "$work/tokens"
 chmod 600 "$work/tokens"
 # Two free loopback ports (the kernel's choice; a race with another process is unlikely).
-read -r grpc_port admin_port < <(python3 -c '
+read -r grpc_port admin_port < <("$python" -c '
 import socket
 s = [socket.socket() for _ in range(2)]
 for x in s: x.bind(("127.0.0.1", 0))

@@ -28,21 +28,20 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_ROOT = os.path.join(HERE, "..", "..", "crates", "skyconf-proto", "proto")
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import skyconf_protos  # noqa: E402 - compiles the protos into the package skyconf_pb (tests/python/)
+
 PROTOS = ["common", "configuration_discovery", "management"]
 
 
 def generate_stubs(out):
     os.makedirs(out, exist_ok=True)
-    files = [f"skywalking/v3/{name}.proto" for name in PROTOS]
-    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_ROOT,
-                           "--python_out=" + out, "--grpc_python_out=" + out] + files)
+    skyconf_protos.compile_protos(out, PROTOS)
 
 
 def load_stubs(stubs):
@@ -50,11 +49,9 @@ def load_stubs(stubs):
         import tempfile
         stubs = tempfile.mkdtemp(prefix="skyconf-java-agent-")
         generate_stubs(stubs)
-    sys.path.insert(0, stubs)
-    from skywalking.v3 import common_pb2, configuration_discovery_pb2, configuration_discovery_pb2_grpc
-    from skywalking.v3 import management_pb2, management_pb2_grpc
-    return common_pb2, configuration_discovery_pb2, configuration_discovery_pb2_grpc, management_pb2, \
-        management_pb2_grpc
+    return tuple(skyconf_protos.load(stubs, m) for m in ("common_pb2", "configuration_discovery_pb2",
+                                                      "configuration_discovery_pb2_grpc", "management_pb2",
+                                                      "management_pb2_grpc"))
 
 
 def say(**line):

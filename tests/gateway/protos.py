@@ -1,18 +1,21 @@
 """The gateway tests' skywalking.v3 messages, compiled at run time with grpcio-tools into a
-temporary directory that is removed at exit: the trace-segment and JVM-metric protocols from
-proto/ (written for these tests from the published field numbers), the common types, Management
-and CDS from skyconf's own crates/skyconf-proto/proto. Shared by client.py and upstream.py."""
+temporary directory that is removed at exit, as modules of the tests' own package
+(tests/python/skyconf_protos.py: `skyconf_pb.skywalking.v3`, which no installed `skywalking`
+package can shadow): the trace-segment and JVM-metric protocols from proto/ (written for these
+tests from the published field numbers), the common types, Management and CDS from skyconf's own
+crates/skyconf-proto/proto. Shared by client.py and upstream.py."""
 import atexit
 import base64
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import skyconf_protos  # noqa: E402 - found through the line above
+
 PROTO_ROOT = os.path.join(HERE, "proto")
-SKYCONF_PROTO_ROOT = os.path.join(HERE, "..", "..", "crates", "skyconf-proto", "proto")
 FILES = ["common", "tracing", "management", "jvm_metric", "configuration_discovery"]
 
 TRACE_COLLECT = "/skywalking.v3.TraceSegmentReportService/collect"
@@ -30,14 +33,10 @@ class Messages:
 def load():
     out = tempfile.mkdtemp(prefix="skyconf-gateway-pb-")
     atexit.register(shutil.rmtree, out, True)
-    protos = [f"skywalking/v3/{name}.proto" for name in FILES]
-    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_ROOT, "-I", SKYCONF_PROTO_ROOT,
-                           "--python_out=" + out] + protos)
-    sys.path.insert(0, out)
-    import importlib
+    skyconf_protos.compile_protos(out, FILES, roots=(PROTO_ROOT, skyconf_protos.SKYCONF_PROTO_ROOT), grpc=False)
     m = Messages()
     for name in FILES:
-        setattr(m, name, importlib.import_module(f"skywalking.v3.{name}_pb2"))
+        setattr(m, name, skyconf_protos.load(out, f"{name}_pb2"))
     return m
 
 

@@ -25,26 +25,22 @@ import json
 import os
 import signal
 import time
-import subprocess
 import sys
 import tempfile
 import uuid as uuidlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROTO_ROOT = os.path.join(HERE, "..", "..", "crates", "skyconf-proto", "proto")
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+import skyconf_protos  # noqa: E402 - compiles the protos into the package skyconf_pb (tests/python/)
+
 EMPTY_DIGEST = ("410bb567794fe14362a2fb5912af7331eba74877614b82f36f3861fe86201c614f53423e896e5036"
                 "509c0a815c7f444f20aefbc2bbe66545b382200299aced16")
 
 
 def load_stubs():
     out = tempfile.mkdtemp(prefix="skyconf-grpcio-")
-    protos = ["skywalking/v3/common.proto", "skywalking/v3/configuration_discovery.proto",
-              "skywalking/v3/management.proto"]
-    subprocess.check_call([sys.executable, "-m", "grpc_tools.protoc", "-I", PROTO_ROOT,
-                           "--python_out=" + out, "--grpc_python_out=" + out] + protos)
-    sys.path.insert(0, out)
-    from skywalking.v3 import configuration_discovery_pb2 as pb, configuration_discovery_pb2_grpc as rpc
-    return pb, rpc
+    skyconf_protos.compile_protos(out, ["common", "configuration_discovery", "management"])
+    return skyconf_protos.load(out, "configuration_discovery_pb2"), skyconf_protos.load(out, "configuration_discovery_pb2_grpc")
 
 
 def call(stub, pb, service, uuid="", timeout=10.0):
@@ -98,7 +94,7 @@ def check(stub, pb, golden):
 
 def report_instance(channel, service, instance, properties):
     """ManagementService.reportInstanceProperties on `channel`, as an agent sends it at start."""
-    from skywalking.v3 import common_pb2, management_pb2 as mpb, management_pb2_grpc as mrpc
+    from skyconf_pb.skywalking.v3 import common_pb2, management_pb2 as mpb, management_pb2_grpc as mrpc
     pairs = []
     for pair in properties:
         key, sep, value = pair.partition("=")

@@ -64,6 +64,11 @@ impl ServerAddr {
         Ok(Self { text: text.to_owned(), uri })
     }
 
+    /// `HOST:PORT`, without the scheme.
+    pub(crate) fn authority(&self) -> &str {
+        self.uri.split_once("://").map_or(self.uri.as_str(), |(_, rest)| rest)
+    }
+
     /// Whether calls go over TLS.
     pub(crate) fn is_tls(&self) -> bool {
         self.uri.starts_with("https://")
@@ -121,6 +126,7 @@ mod tests {
     fn addresses_take_host_port_or_an_http_or_https_uri() {
         let plain = ServerAddr::parse("127.0.0.1:11800").unwrap();
         assert_eq!((plain.uri.as_str(), plain.is_tls()), ("http://127.0.0.1:11800", false));
+        assert_eq!(plain.authority(), "127.0.0.1:11800");
         assert_eq!(ServerAddr::parse("http://127.0.0.1:11800").unwrap().uri, "http://127.0.0.1:11800");
         assert_eq!(ServerAddr::parse("http://oap.local:11800/").unwrap().uri, "http://oap.local:11800");
         assert!(ServerAddr::parse("https://oap.example:443").unwrap().is_tls());
@@ -136,7 +142,7 @@ mod tests {
     /// otherwise runs only when a subcommand is used.
     #[test]
     fn the_command_line_is_well_formed() {
-        crate::Cli::command().debug_assert();
+        crate::command().debug_assert();
     }
 
     /// Every subcommand that calls a server hides the token it may read from the environment.

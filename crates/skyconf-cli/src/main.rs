@@ -5,19 +5,25 @@ mod allocator;
 mod args;
 mod commands;
 mod logging;
+mod probe;
 mod settings;
 mod stores;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Subcommand};
 
 /// skyconf: dynamic configuration for SkyWalking agents.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "skyconf", version, about, long_about = None, after_help = "\
-Results go to stdout, errors and logs to stderr. Exit status: 0 success; 1 failure (the reason on
-stderr); 2 a refused document (digest, validate) or a usage error; 3 an error status the server
-answered (fetch). Each command's --help says which apply.")]
+Results go to stdout, errors and logs to stderr. Each command's --help says which statuses apply.
+
+Exit status:
+  0  success
+  1  failure: a file cannot be read, a server cannot be reached (the reason on stderr)
+  2  a refused document (digest, validate) or a usage error
+  3  the server answered with an error or refused the request (fetch, rollout)
+  4  a watched rollout ended reverted or aborted (rollout status --watch)")]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "text", env = "SKYCONF_LOG_FORMAT")]
@@ -50,8 +56,32 @@ enum Command {
     Bench(commands::bench::Args),
 }
 
+/// The heading every command's `--help` puts its exit statuses under, one `  N  meaning` line each.
+pub(crate) const EXIT_STATUS_HEADING: &str = "Exit status:";
+
+/// The command line, with an exit-status section on every subcommand: one that documents none
+/// itself (a tool under `bench`) gets its parent's, whose statuses its tools share.
+pub(crate) fn command() -> clap::Command {
+    fn inherit(command: clap::Command, parent: Option<&str>) -> clap::Command {
+        let help = command.get_after_help().map(ToString::to_string).unwrap_or_default();
+        let own = help.find(EXIT_STATUS_HEADING).map(|at| help[at..].to_owned());
+        let mut command = match (&own, parent) {
+            (None, Some(statuses)) if help.is_empty() => command.after_help(statuses.to_owned()),
+            (None, Some(statuses)) => command.after_help(format!("{help}\n\n{statuses}")),
+            _ => command,
+        };
+        let statuses = own.as_deref().or(parent).map(str::to_owned);
+        let names: Vec<String> = command.get_subcommands().map(|s| s.get_name().to_owned()).collect();
+        for name in names {
+            command = command.mut_subcommand(name, |sub| inherit(sub, statuses.as_deref()));
+        }
+        command
+    }
+    inherit(Cli::command(), None)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|error| error.exit());
     let logging = logging::init(cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => commands::serve::run(args),

@@ -1,7 +1,7 @@
 //! The application: wires the parts into a running server. Everything that starts a task or
 //! opens a port is here, once; the parts themselves know nothing of each other.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -282,6 +282,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         Ok(())
     });
     let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
+    let page = page_url(admin_addr, admin_tls.is_some());
     let stop = shutdown.clone();
     tasks.spawn(async move {
         let serving =
@@ -297,8 +298,18 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         }
     });
 
-    tracing::info!(%grpc_addr, %admin_addr, "Serving configuration discovery.");
+    tracing::info!(%grpc_addr, %admin_addr, %page, "Serving configuration discovery.");
     Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, replicas, metrics, persister, shutdown, tasks })
+}
+
+/// The web page's URL on the admin port, to open from this machine: a wildcard listen address
+/// (`0.0.0.0`, `[::]`) is reached through loopback.
+fn page_url(admin_addr: SocketAddr, tls: bool) -> String {
+    let mut addr = admin_addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() { Ipv4Addr::LOCALHOST.into() } else { Ipv6Addr::LOCALHOST.into() });
+    }
+    format!("{}://{addr}/", if tls { "https" } else { "http" })
 }
 
 /// The release log in the data directory, or in memory without one (or when it cannot be read).

@@ -8,13 +8,12 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use serde_json::json;
 use skyconf_proto::v3::ConfigurationSyncRequest;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
 use skyconf_server::cds::hold::HOLD_HEADER;
 
-use crate::args::ClientArgs;
+use crate::args::{ClientArgs, ServerAddr};
 
 /// Exit status of `fetch` when the server answered with an error status.
 const EXIT_SERVER_ERROR: u8 = 3;
@@ -43,7 +42,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Args { client: ClientArgs { addr, service, timeout, authentication }, uuid } = args;
     super::runtime()?.block_on(async {
         let endpoint = addr.endpoint()?.timeout(timeout).connect_timeout(timeout);
-        let channel = endpoint.connect().await.with_context(|| format!("cannot connect to {addr}"))?;
+        let channel = match endpoint.connect().await {
+            Ok(channel) => channel,
+            Err(error) => return Err(with_hint(&addr, anyhow::Error::new(error)).await.context(format!("cannot connect to {addr}"))),
+        };
         let mut client = ConfigurationDiscoveryServiceClient::new(channel);
         let mut request = tonic::Request::new(ConfigurationSyncRequest { service, uuid });
         // An answer now, whatever the timeout: a held poll would wait for the next change.
@@ -70,7 +72,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             // A status with a cause is the client's own (the connection broke, the deadline
             // passed): no answer, so nothing on stdout.
             Err(status) if std::error::Error::source(&status).is_some() => {
-                Err(anyhow::Error::new(status).context(format!("no answer from {addr}")))
+                Err(with_hint(&addr, anyhow::Error::new(status)).await.context(format!("no answer from {addr}")))
+            }
+            // An HTTP answer that is not gRPC (another port's server): no answer either.
+            Err(status) if !is_grpc_answer(&status) => {
+                Err(with_hint(&addr, anyhow::Error::new(status)).await.context(format!("no gRPC answer from {addr}")))
             }
             Err(status) => {
                 let code = status.code();
@@ -79,13 +85,45 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     json!({ "error": format!("{code:?}"), "code": code as i32, "message": status.message() })
                 );
                 // Never a panic on a closed stderr: the answer is on stdout already.
-                let message = match status.message() {
+                let mut message = match status.message() {
                     "" => String::new(),
                     text => format!(": {text}"),
                 };
+                if matches!(code, tonic::Code::PermissionDenied | tonic::Code::Unauthenticated) {
+                    message.push_str(match authentication {
+                        None => " (the server wants an agent token: pass it with --authentication or SKYCONF_AUTHENTICATION)",
+                        Some(_) => " (the server does not take this agent token: check --authentication or SKYCONF_AUTHENTICATION)",
+                    });
+                }
                 let _ = writeln!(std::io::stderr(), "skyconf: the server at {addr} answered {code:?}{message}");
                 Ok(ExitCode::from(EXIT_SERVER_ERROR))
             }
         }
     })
+}
+
+/// Whether an error status came from a gRPC server: tonic reads a non-gRPC HTTP answer (an admin
+/// port's JSON, say) as a gRPC one and says so in its message; its headers are in the metadata.
+fn is_grpc_answer(status: &tonic::Status) -> bool {
+    let content_type = status.metadata().get("content-type").and_then(|v| v.to_str().ok());
+    let not_grpc = content_type.is_some_and(|t| !t.starts_with("application/grpc"));
+    !not_grpc && !status.message().contains("while receiving response with status")
+}
+
+/// `error` with a sentence of what listens at `addr` instead, when a probe tells
+/// ([`crate::probe::hint`]).
+async fn with_hint(addr: &ServerAddr, error: anyhow::Error) -> anyhow::Error {
+    // A TLS client that met a plaintext server says so in rustls' words.
+    let text = crate::causes(error.chain().map(|c| c as &(dyn std::error::Error + 'static)));
+    let hint = match crate::probe::hint(addr).await {
+        Some(hint) => Some(hint),
+        None if addr.is_tls() && text.contains("InvalidContentType") => {
+            Some(format!("{} does not speak TLS: use --addr http://{}", addr.authority(), addr.authority()))
+        }
+        None => None,
+    };
+    match hint {
+        Some(hint) => anyhow::anyhow!("{hint} ({text})"),
+        None => error,
+    }
 }

@@ -9,12 +9,18 @@ mod text;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::io::Write as _;
+
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 use skyconf_server::security::Secret;
 
 use super::Document;
 use crate::args::parse_duration;
+
+/// Exit status when the server answered with an error (it refused the request, or the token),
+/// as `fetch` has it.
+const EXIT_SERVER_ERROR: u8 = 3;
 
 /// Exit status when a watched rollout ends reverted or aborted.
 const EXIT_REVERTED: u8 = 4;
@@ -29,8 +35,10 @@ rollout in a few lines for a person with --text.
 
 Exit status:
   0  the server did it (status: answered; status --watch: the rollout completed)
-  1  the server refused (its reason on stderr) or could not be reached
-  2  usage error
+  1  the server could not be reached, or a file cannot be read (the reason on stderr)
+  2  start: skyconf would refuse the candidate (FILE:LINE:COLUMN: message on stderr), or a usage
+     error
+  3  the server answered with an error: it refused the request or the token (its reason on stderr)
   4  status --watch: the rollout ended reverted or aborted")]
 pub(crate) struct Args {
     /// The server's admin API.
@@ -51,21 +59,23 @@ pub(crate) struct Args {
 enum Command {
     /// Start rolling out a document in waves.
     #[command(after_help = "\
-Refused (exit status 1, the reason on stderr) when a wave, a gate, the author or the message is out
+Refused (exit status 3, the reason on stderr) when a wave, a gate, the author or the message is out
 of its bounds, or when the first wave reaches no live identified instance of a service the document
 changes (unless --ungated).
 
 Exit status:
   0  started: its first wave is served
-  1  the server refused the plan (its reason on stderr) or could not be reached
-  2  usage error")]
+  1  the server could not be reached, or the candidate cannot be read
+  2  skyconf would refuse the candidate (FILE:LINE:COLUMN: message on stderr), or a usage error
+  3  the server refused the plan or the token (its reason on stderr)")]
     Start(StartArgs),
     /// Print the current (or last) rollout.
     #[command(after_help = "\
 Exit status:
   0  printed; with --watch: the rollout completed (or there is none)
-  1  the server refused (its reason on stderr) or could not be reached
+  1  the server could not be reached
   2  usage error
+  3  the server refused the token (its reason on stderr)
   4  --watch: the rollout ended reverted or aborted")]
     Status {
         /// Print again each time its state, wave, reach or events change, until it ends (exit
@@ -77,9 +87,9 @@ Exit status:
     #[command(after_help = "\
 Exit status:
   0  the next wave started
-  1  the server refused (the rollout is not waiting for a promote, or is not current) or could not
-     be reached
-  2  usage error")]
+  1  the server could not be reached
+  2  usage error
+  3  the server refused: the rollout is not waiting for a promote or is not current, or the token")]
     Promote {
         /// The rollout's id.
         id: String,
@@ -91,8 +101,9 @@ Exit status:
     #[command(after_help = "\
 Exit status:
   0  aborted: every instance it reached is served what it had before
-  1  the server refused (the rollout has ended, or is not current) or could not be reached
-  2  usage error")]
+  1  the server could not be reached
+  2  usage error
+  3  the server refused: the rollout has ended or is not current, or the token")]
     Abort {
         /// The rollout's id.
         id: String,
@@ -167,7 +178,45 @@ fn whole_seconds(flag: &str, duration: Duration) -> anyhow::Result<u64> {
     Ok(duration.as_secs())
 }
 
+/// Why a rollout command ends with a status of its own rather than 1: the server answered with
+/// an error (3), or the candidate is one skyconf would refuse (2, as `validate` says it).
+#[derive(Debug)]
+enum Ended {
+    /// The server's error answer, with its reason.
+    Answered(String),
+    /// The candidate's `FILE:LINE:COLUMN: message`.
+    Refused(String),
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Answered(text) | Self::Refused(text) => f.write_str(text),
+        }
+    }
+}
+
+impl std::error::Error for Ended {}
+
+/// Runs the subcommand; an [`Ended`] becomes its exit status, with its message on stderr.
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match execute(args) {
+        Err(error) => match error.downcast_ref::<Ended>() {
+            Some(ended) => {
+                let code = match ended {
+                    Ended::Answered(_) => EXIT_SERVER_ERROR,
+                    Ended::Refused(_) => super::EXIT_REFUSED,
+                };
+                let _ = writeln!(std::io::stderr(), "skyconf: {ended}");
+                Ok(ExitCode::from(code))
+            }
+            None => Err(error),
+        },
+        done => done,
+    }
+}
+
+fn execute(args: Args) -> anyhow::Result<ExitCode> {
     super::runtime()?.block_on(async move {
         let client = Client::new(&args.admin, args.token.as_ref())?;
         let print = |answer: &Value| show(answer, args.text);
@@ -176,7 +225,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let document = Document::read(&start.document)?;
                 // A refused candidate is said as `validate` says it, with the file's name.
                 if let Err(refused) = document.parse() {
-                    bail!("{}", document.located(&refused));
+                    return Err(Ended::Refused(document.located(&refused)).into());
                 }
                 let Some(text) = document.text else { bail!("{} has no document", document.name) };
                 let mut gates = json!({
@@ -294,11 +343,29 @@ impl Client {
         let answer: Value = response.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
             let error = answer["error"].as_str().unwrap_or("no reason given");
-            match answer["details"]["message"].as_str() {
-                Some(refused) => bail!("{method} {path}: {status}: {error}: {refused}"),
-                None => bail!("{method} {path}: {status}: {error}"),
-            }
+            let mut reason = match answer["details"]["message"].as_str() {
+                Some(refused) => format!("{method} {path}: {status}: {error}: {refused}"),
+                None => format!("{method} {path}: {status}: {error}"),
+            };
+            reason.push_str(token_hint(status, self.token.is_some()));
+            return Err(Ended::Answered(reason).into());
         }
         Ok(answer)
+    }
+}
+
+/// What to do about a refused token: which flag or variable sets it.
+fn token_hint(status: reqwest::StatusCode, has_token: bool) -> &'static str {
+    match status {
+        reqwest::StatusCode::UNAUTHORIZED if has_token => {
+            " (the server does not know this token: pass one of its admin tokens with --token or SKYCONF_ADMIN_TOKEN)"
+        }
+        reqwest::StatusCode::UNAUTHORIZED => {
+            " (the server wants an admin token: pass it with --token or SKYCONF_ADMIN_TOKEN)"
+        }
+        reqwest::StatusCode::FORBIDDEN if has_token => {
+            " (this token may not do this: start, promote and abort need a write token, in --token or SKYCONF_ADMIN_TOKEN)"
+        }
+        _ => "",
     }
 }

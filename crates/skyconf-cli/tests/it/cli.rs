@@ -2,7 +2,6 @@
 //! addresses read from its JSON log, SIGTERM for a graceful stop), plus the grpcio interop check.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use predicates::prelude::*;
 
@@ -411,7 +410,7 @@ fn an_independent_grpcio_client_sees_exactly_the_oap_answers() {
         return;
     }
     let server = Server::start(&example_document());
-    let output = Command::new("python3")
+    let output = crate::util::python()
         .arg(root.join("tests/interop/cds_client.py"))
         .args(["check", "--addr", &server.grpc_addr, "--golden"])
         .arg(root.join("tests/interop/golden/agent-configurations.json"))

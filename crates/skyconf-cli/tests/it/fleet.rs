@@ -32,7 +32,7 @@ impl Drop for Guard {
 }
 
 fn grpcio(running: &Running, stuck: bool) -> Guard {
-    let mut command = Command::new("python3");
+    let mut command = crate::util::python();
     command
         .arg(repo_root().join("tests/interop/cds_client.py"))
         .args(["poll", "--addr", &running.grpc_addr.to_string(), "--service", "fleet-svc", "--interval", INTERVAL])

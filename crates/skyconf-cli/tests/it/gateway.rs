@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -83,7 +83,7 @@ impl Upstream {
         let record = dir.path().join("record.jsonl");
         let scenario_file = dir.path().join("scenario.json");
         std::fs::write(&scenario_file, scenario.to_string()).unwrap();
-        let mut child = Command::new("python3")
+        let mut child = crate::util::python()
             .arg(tool("upstream.py"))
             .args(["--name", name, "--record"])
             .arg(&record)
@@ -168,7 +168,7 @@ impl Drop for Upstream {
 
 /// Runs `client.py --addr addr args...` to its end; its JSON result.
 fn client(addr: &str, args: &[&str]) -> Value {
-    let output = Command::new("python3").arg(tool("client.py")).args(["--addr", addr]).args(args).output().unwrap();
+    let output = crate::util::python().arg(tool("client.py")).args(["--addr", addr]).args(args).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "client.py {args:?}: {stdout}{}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_str(stdout.lines().last().unwrap()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
@@ -183,7 +183,7 @@ struct HeldClient {
 
 impl HeldClient {
     fn start(addr: &str, args: &[&str]) -> Self {
-        let mut child = Command::new("python3")
+        let mut child = crate::util::python()
             .arg(tool("client.py"))
             .args(["--addr", addr, "--hold"])
             .args(args)

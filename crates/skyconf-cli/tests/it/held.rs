@@ -14,7 +14,7 @@
 //! and sets SKYCONF_REQUIRE_INTEROP=1 so a missing dependency fails instead of skipping.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -37,7 +37,7 @@ struct Grpcio {
 impl Grpcio {
     /// `cds_client.py ARGS...` against `server`.
     fn spawn(server: &Server, args: &[&str]) -> Self {
-        let mut child = Command::new("python3")
+        let mut child = crate::util::python()
             .arg(repo_root().join("tests/interop/cds_client.py"))
             .args(args)
             .args(["--addr", &server.grpc_addr, "--service", SERVICE])

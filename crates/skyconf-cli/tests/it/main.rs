@@ -3,6 +3,7 @@
 //! validate, fetch, serve, bench, tokens), fleet status with independent clients, and the fleet view
 //! against a churning fleet of real agent processes (`churn`).
 
+mod admin_errors;
 mod bench;
 mod churn;
 mod cli;

@@ -31,7 +31,7 @@ impl Drop for Guard {
 }
 
 fn grpcio(running: &Running, instance: &str) -> Guard {
-    let child = Command::new("python3")
+    let child = crate::util::python()
         .arg(repo_root().join("tests/interop/cds_client.py"))
         .args(["poll", "--addr", &running.grpc_addr.to_string(), "--service", "roll-svc", "--interval", "0.2"])
         .args(["--instance", instance, "--property", "language=python"])
@@ -166,7 +166,8 @@ async fn the_cli_rolls_a_document_out_to_grpcio_and_rust_agents_and_aborts_one()
     let mut command = skyconf();
     command.args(["rollout", "--admin", &format!("http://{}", running.admin_addr), "start", next.to_str().unwrap()]);
     let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
-    assert_eq!(output.status.code(), Some(1));
+    // Status 2, as `validate` has it for a document skyconf would refuse.
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(&format!("{}:3:1: ", next.display())), "with the file's name: {stderr}");
     running.stop().await.unwrap();

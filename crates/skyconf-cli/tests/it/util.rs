@@ -37,11 +37,14 @@ pub(crate) fn python() -> Command {
 pub(crate) fn grpcio_available() -> bool {
     let has_grpcio = python().args(["-c", "import grpc, grpc_tools"]).status().is_ok_and(|s| s.success());
     if !has_grpcio {
+        let python = python().get_program().to_string_lossy().into_owned();
+        let how = "`. scripts/deps/00-lib.sh; . scripts/deps/python.sh` installs them into .venv/ and sets \
+                   SKYCONF_TEST_PYTHON";
         assert!(
             std::env::var_os("SKYCONF_REQUIRE_INTEROP").is_none(),
-            "python3 with grpcio and grpcio-tools is required"
+            "{python} with grpcio and grpcio-tools is required ({how})"
         );
-        eprintln!("skipped: python3 with grpcio and grpcio-tools is not installed (pip install grpcio grpcio-tools)");
+        eprintln!("skipped: {python} has no grpcio and grpcio-tools ({how})");
     }
     has_grpcio
 }

@@ -50,7 +50,8 @@ pub enum AppError {
     /// No such service or release: 404.
     #[error("{0}")]
     NotFound(String),
-    /// The store's state does not allow the write, or the caller's `If-Match` is outdated: 409.
+    /// The store's state does not allow the write (a read-only document among them), or the
+    /// caller's `If-Match` is outdated: 409.
     #[error("{0}")]
     Conflict(String),
     /// The key changed in the store under the write (a failed compare-and-swap; another replica
@@ -61,7 +62,7 @@ pub enum AppError {
     /// The body is larger than the limit: 413.
     #[error("{0}")]
     TooLarge(String),
-    /// The store could not write (permissions, a read-only file system, a full disk): 500;
+    /// The store could not write (a full disk, an I/O error): 500;
     /// nothing was written, and retrying will not help until an operator fixes it.
     #[error("{0}")]
     NotWritten(String),
@@ -82,6 +83,12 @@ impl From<SourceError> for AppError {
             }
             SourceError::TooLarge { .. } => Self::TooLarge(error.to_string()),
             SourceError::NotText { .. } => Self::BadRequest(error.to_string()),
+            SourceError::Write { ref path, ref cause } if is_read_only(cause) => Self::Conflict(format!(
+                "the document is read-only here: cannot write {path} ({cause}). A document mounted read-only \
+                 (a ConfigMap, a file in the image) is changed at its source; to write through this API, serve \
+                 a writable copy (--file on a writable volume, such as the one holding --data-dir) or use a \
+                 store that takes writes (etcd, ZooKeeper, Nacos)"
+            )),
             SourceError::Write { .. } => Self::NotWritten(error.to_string()),
             SourceError::Io { .. }
             | SourceError::Watch { .. }
@@ -89,6 +96,12 @@ impl From<SourceError> for AppError {
             | SourceError::Refused { .. } => Self::Unavailable(error.to_string()),
         }
     }
+}
+
+/// Whether a failed write means the document cannot be written by this process at all (a
+/// read-only mount, no permission), rather than a failure a retry may get past.
+fn is_read_only(cause: &std::io::Error) -> bool {
+    matches!(cause.kind(), std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied)
 }
 
 impl AppError {
@@ -153,10 +166,16 @@ mod tests {
         let changed = AppError::from(SourceError::Conflict { store: "etcd".into(), message: "key k".into() });
         assert_eq!(changed.status(), StatusCode::CONFLICT);
         assert!(changed.to_string().starts_with("the store changed under this write; read it again"), "{changed}");
-        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        let write = AppError::from(SourceError::Write { path: "/etc/agent.yaml".into(), cause: denied });
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let write = AppError::from(SourceError::Write { path: "/etc/agent.yaml".into(), cause: full });
         assert_eq!(write.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(write.to_string().starts_with("cannot write /etc/agent.yaml: "), "{write}");
+        for kind in [std::io::ErrorKind::ReadOnlyFilesystem, std::io::ErrorKind::PermissionDenied] {
+            let cause = std::io::Error::from(kind);
+            let read_only = AppError::from(SourceError::Write { path: "/etc/agent.yaml".into(), cause });
+            assert_eq!(read_only.status(), StatusCode::CONFLICT);
+            assert!(read_only.to_string().starts_with("the document is read-only here: cannot write /etc/agent.yaml"));
+        }
         let refused = skyconf_core::read("configurations:\n  a: {k: }\n").unwrap_err();
         let error = AppError::from(refused);
         assert_eq!(error.status(), StatusCode::BAD_REQUEST);

@@ -22,6 +22,7 @@
 
 pub mod error;
 mod extract;
+pub mod json_errors;
 pub(crate) mod openapi;
 pub mod read;
 pub mod rollouts;
@@ -239,7 +240,9 @@ impl Admin {
 
     /// All of the above.
     pub fn router(&self) -> Router {
-        self.health_routes().merge(self.page_routes()).merge(self.read_routes()).merge(self.write_routes())
+        let routes =
+            self.health_routes().merge(self.page_routes()).merge(self.read_routes()).merge(self.write_routes());
+        json_errors::layer(routes)
     }
 }
 

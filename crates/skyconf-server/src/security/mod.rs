@@ -128,8 +128,9 @@ pub fn admin_app(
         .merge(metrics_routes)
         .merge(protect(admin.read_routes(), Role::Read, small))
         .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)));
-    // Outermost: a cross-site or rebound request is refused before the token check.
-    browser::protect(app, security.allowed_hosts.clone(), metrics.events())
+    // Outermost: a cross-site or rebound request is refused before the token check; every
+    // refusal the framework gives on its own (404, 405, a query that does not parse) is JSON.
+    crate::admin::json_errors::layer(browser::protect(app, security.allowed_hosts.clone(), metrics.events()))
 }
 
 /// Serves `app` on `listener`, over TLS when `tls` is given, until `stop` completes, within
