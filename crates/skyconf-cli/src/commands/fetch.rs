@@ -35,11 +35,18 @@ pub(crate) struct Args {
     /// The digest the agent holds (empty on a first poll).
     #[arg(long, default_value = "")]
     uuid: String,
+    /// Poll as an agent does: the server may hold the call until the service's answer changes
+    /// (at most until shortly before --timeout; a timeout under 10 s is answered at once). With
+    /// --uuid of the current answer, this waits for the next change.
+    #[arg(long)]
+    hold: bool,
 }
 
 /// Makes the call and prints its answer; exit status 3 when the server answers with an error.
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let Args { client: ClientArgs { addr, service, timeout, authentication }, uuid } = args;
+    let Args { client: ClientArgs { addr, service, timeout, authentication }, uuid, hold } = args;
+    let first_poll = uuid.is_empty();
+    let asked = service.clone();
     super::runtime()?.block_on(async {
         let endpoint = addr.endpoint()?.timeout(timeout).connect_timeout(timeout);
         let channel = match endpoint.connect().await {
@@ -48,8 +55,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         let mut client = ConfigurationDiscoveryServiceClient::new(channel);
         let mut request = tonic::Request::new(ConfigurationSyncRequest { service, uuid });
-        // An answer now, whatever the timeout: a held poll would wait for the next change.
-        request.metadata_mut().insert(HOLD_HEADER, tonic::metadata::MetadataValue::from_static("off"));
+        if hold {
+            // The deadline an agent sends (`grpc-timeout`): the server holds the poll within it.
+            request.set_timeout(timeout);
+        } else {
+            // An answer now, whatever the timeout: a held poll would wait for the next change.
+            request.metadata_mut().insert(HOLD_HEADER, tonic::metadata::MetadataValue::from_static("off"));
+        }
         if let Some(token) = &authentication {
             let token =
                 token.expose().parse().map_err(|_| anyhow::anyhow!("invalid --authentication: not ASCII text"))?;
@@ -67,6 +79,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     })
                     .collect();
                 crate::commands::outln!("{}", json!({ "commands": commands }));
+                if first_poll && answer_is_empty(&commands) {
+                    // A typo in the name gets the same answer as a service without settings.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "skyconf: no settings for `{asked}`: the answer is the empty configuration (check the service name)"
+                    );
+                }
                 Ok(ExitCode::SUCCESS)
             }
             // A status with a cause is the client's own (the connection broke, the deadline
@@ -100,6 +119,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// Whether an answer carries no setting: one command with only its serial number and digest.
+fn answer_is_empty(commands: &[serde_json::Value]) -> bool {
+    commands.iter().all(|c| c["args"].as_array().is_some_and(|args| args.len() <= 2))
 }
 
 /// Whether an error status came from a gRPC server: tonic reads a non-gRPC HTTP answer (an admin

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use predicates::prelude::*;
 
 use crate::util::{Server, example_document, grpcio_available, repo_root, serve_command, skyconf, stdout_of};
+use skyconf_testkit::server::AdminClient;
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     let path = dir.path().join(name);
@@ -234,6 +235,41 @@ fn serve_answers_fetch_and_stops_cleanly_on_sigterm() {
     let last: serde_json::Value = serde_json::from_str(log.last().expect("a final line")).unwrap();
     assert_eq!(last["fields"]["message"], "Stopped.", "{log:#?}");
     assert!(last["fields"]["took_ms"].as_u64().unwrap() < 1000, "{last}");
+}
+
+#[test]
+fn fetch_says_when_a_service_has_no_settings() {
+    let server = Server::start(&example_document());
+    let output = skyconf().args(["fetch", "--addr", &server.grpc_addr, "--service", "inventroy-go"]).output().unwrap();
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["commands"][0]["args"].as_array().unwrap().len(), 2, "{json}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("no settings for `inventroy-go`") && stderr.contains("check the service name"), "{stderr}");
+    let output = skyconf().args(["fetch", "--addr", &server.grpc_addr, "--service", "inventory-go"]).output().unwrap();
+    assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn fetch_hold_waits_for_the_next_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agents.yaml");
+    std::fs::write(&file, "configurations:\n  svc:\n    agent.sample_rate: \"0.5\"\n").unwrap();
+    let server = Server::start(&file);
+    let uuid = fetch_digest(&server.grpc_addr, "svc");
+    let addr = server.grpc_addr.clone();
+    let held = std::thread::spawn(move || {
+        stdout_of(skyconf().args(["fetch", "--hold", "--addr", &addr, "--service", "svc", "--uuid", &uuid]))
+    });
+    let admin = AdminClient::new(&server.admin_addr);
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !admin.send_blocking("GET", "/metrics").body.lines().any(|l| l == "skyconf_held_polls 1") {
+        assert!(std::time::Instant::now() < give_up, "the poll was never held");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::write(&file, "configurations:\n  svc:\n    agent.sample_rate: \"0.7\"\n").unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&held.join().unwrap()).unwrap();
+    assert_eq!(json["commands"][0]["args"][2], serde_json::json!(["agent.sample_rate", "0.7"]), "{json}");
 }
 
 fn fetch_digest(addr: &str, service: &str) -> String {
