@@ -127,7 +127,8 @@ fn grpc_js_with_the_java_timing_gets_changes_within_a_second_unchanged_for_its_d
     let first = poller.next_answer("the first poll", PATIENCE);
     assert_eq!(first["uuid"].as_str(), Some(digest_of(&edited(10)).as_str()), "{first}");
     assert_eq!(first["config"]["agent.sample_n_per_3_secs"], "10", "{first}");
-    assert!(first["elapsed"].as_f64().unwrap() < 1.0, "answered at once: {first}");
+    // At once, not held (a hold lasts 25 s or more); loose, for a loaded machine.
+    assert!(first["elapsed"].as_f64().unwrap() < 10.0, "answered at once: {first}");
 
     // The next poll echoes that digest and is held; a change made meanwhile reaches it within a second.
     wait_for_metric(&admin, HELD, 1, PATIENCE);
