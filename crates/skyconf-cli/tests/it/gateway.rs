@@ -36,12 +36,12 @@ fn tool(name: &str) -> PathBuf {
 
 /// One call as an upstream recorded it.
 #[derive(Debug, Default, Clone)]
-struct Call {
-    path: String,
-    metadata: Vec<(String, String)>,
+pub(crate) struct Call {
+    pub(crate) path: String,
+    pub(crate) metadata: Vec<(String, String)>,
     time_remaining: Option<f64>,
     /// The request messages, base64.
-    messages: Vec<String>,
+    pub(crate) messages: Vec<String>,
     /// The response messages the upstream sent, base64.
     replies: Vec<String>,
     half_closed: bool,
@@ -63,7 +63,7 @@ fn strings(value: &Value) -> Vec<String> {
 }
 
 /// A recording `upstream.py`, killed when dropped.
-struct Upstream {
+pub(crate) struct Upstream {
     child: Child,
     name: String,
     port: u16,
@@ -73,7 +73,7 @@ struct Upstream {
 
 impl Upstream {
     /// Starts one with `scenario` (path -> behaviour, see upstream.py) and waits for it to listen.
-    fn start(name: &str, scenario: &Value) -> Self {
+    pub(crate) fn start(name: &str, scenario: &Value) -> Self {
         Self::start_with(name, scenario, &[])
     }
 
@@ -100,12 +100,12 @@ impl Upstream {
         Self { child, name: name.to_owned(), port, record, _dir: dir }
     }
 
-    fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
     /// The calls recorded so far, in the order they started.
-    fn calls(&self) -> Vec<Call> {
+    pub(crate) fn calls(&self) -> Vec<Call> {
         let text = std::fs::read_to_string(&self.record).unwrap_or_default();
         let mut calls: BTreeMap<u64, Call> = BTreeMap::new();
         // Only whole lines: the upstream may be writing the last one.
@@ -130,7 +130,7 @@ impl Upstream {
     }
 
     /// Waits (bounded) until the recorded calls satisfy `condition`.
-    fn wait_until(&self, what: &str, condition: impl Fn(&[Call]) -> bool) -> Vec<Call> {
+    pub(crate) fn wait_until(&self, what: &str, condition: impl Fn(&[Call]) -> bool) -> Vec<Call> {
         let give_up = Instant::now() + PATIENCE;
         loop {
             let calls = self.calls();

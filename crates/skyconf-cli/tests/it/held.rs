@@ -24,7 +24,7 @@ use skyconf_testkit::server::AdminClient;
 
 use crate::util::{Server, example_document, grpcio_available, json_line, read_lines, repo_root};
 
-const SERVICE: &str = "mall-order-service";
+pub(crate) const SERVICE: &str = "mall-order-service";
 const WRITES: u32 = 20;
 
 /// The grpcio client as a child process, killed when dropped; its stdout's JSON lines are
@@ -89,7 +89,7 @@ impl Drop for Grpcio {
 }
 
 /// The served file in a temp dir: a copy of the tests' example document.
-fn served_copy() -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn served_copy() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent-configurations.yaml");
     std::fs::copy(example_document(), &path).unwrap();
@@ -97,20 +97,20 @@ fn served_copy() -> (tempfile::TempDir, PathBuf) {
 }
 
 /// Replaces `path` by rename, as editors and ConfigMap mounts do.
-fn replace(path: &Path, text: &str) {
+pub(crate) fn replace(path: &Path, text: &str) {
     let staged = path.with_extension("yaml.tmp");
     std::fs::write(&staged, text).unwrap();
     std::fs::rename(&staged, path).unwrap();
 }
 
 /// A metric's line (`name{labels} value`), or empty when absent.
-fn metric(admin: &AdminClient, name: &str) -> String {
+pub(crate) fn metric(admin: &AdminClient, name: &str) -> String {
     let body = admin.send_blocking("GET", "/metrics").body;
     body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).unwrap_or_default().to_owned()
 }
 
 /// Waits (bounded) until `metric(name)` reads `name value`.
-fn wait_for_metric(admin: &AdminClient, name: &str, value: u64, within: Duration) {
+pub(crate) fn wait_for_metric(admin: &AdminClient, name: &str, value: u64, within: Duration) {
     let want = format!("{name} {value}");
     let give_up = Instant::now() + within;
     loop {
@@ -123,15 +123,15 @@ fn wait_for_metric(admin: &AdminClient, name: &str, value: u64, within: Duration
     }
 }
 
-const HELD: &str = "skyconf_held_polls";
+pub(crate) const HELD: &str = "skyconf_held_polls";
 const CHANGED: &str = "skyconf_held_polls_released_total{reason=\"changed\"}";
-const EXPIRED: &str = "skyconf_held_polls_released_total{reason=\"expired\"}";
+pub(crate) const EXPIRED: &str = "skyconf_held_polls_released_total{reason=\"expired\"}";
 const SHUTDOWN: &str = "skyconf_held_polls_released_total{reason=\"shutdown\"}";
 const REFUSED: [&str; 2] =
     ["skyconf_held_polls_refused_total{limit=\"total\"}", "skyconf_held_polls_refused_total{limit=\"connection\"}"];
 
 /// The example document with the service's sample rate set to `value` (10 in the example).
-fn edited(value: u32) -> String {
+pub(crate) fn edited(value: u32) -> String {
     let original = std::fs::read_to_string(example_document()).unwrap();
     let text = original.replace("agent.sample_n_per_3_secs: 10\n", &format!("agent.sample_n_per_3_secs: {value}\n"));
     assert!(value == 10 || text != original, "the example document sets the service's sample rate to 10");
@@ -139,11 +139,11 @@ fn edited(value: u32) -> String {
 }
 
 /// The digest skyconf serves the service for `text`.
-fn digest_of(text: &str) -> String {
+pub(crate) fn digest_of(text: &str) -> String {
     skyconf_core::read(text).unwrap().get(SERVICE).unwrap().digest().as_str().to_owned()
 }
 
-fn epoch_seconds(at: SystemTime) -> f64 {
+pub(crate) fn epoch_seconds(at: SystemTime) -> f64 {
     at.duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
 }
 
