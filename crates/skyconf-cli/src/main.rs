@@ -46,8 +46,6 @@ enum Command {
     Agent(commands::agent::Args),
     /// Start, watch, promote or abort a staged rollout through a server's admin API (JSON out).
     Rollout(commands::rollout::Args),
-    /// Load-test a configuration discovery endpoint (any server); also memory, scale and propagation probes.
-    Bench(commands::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,7 +58,6 @@ fn main() -> ExitCode {
         Command::Validate(args) => commands::validate::run(&args),
         Command::Agent(args) => commands::agent::run(args),
         Command::Rollout(args) => commands::rollout::run(args),
-        Command::Bench(args) => commands::bench::run(args),
     };
     match result {
         Ok(code) => {
