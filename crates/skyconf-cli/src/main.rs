@@ -32,6 +32,8 @@ pub(crate) enum LogFormat {
     Json,
 }
 
+// Parsed once at start: the size of `serve`'s flags costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve agent configurations to SkyWalking agents (configuration discovery over gRPC).
