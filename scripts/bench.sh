@@ -8,7 +8,7 @@
 #
 # Servers run on CPU $SERVER_CPU (default 0) and every load generator on CPU $LOAD_CPU (default 1),
 # pinned with taskset. Load: h2load (Debian nghttp2-client, 1 thread, 32 connections x 16 streams)
-# for raw calls/s, and `skyconf bench`, which checks every grpc-status and every answer, for the
+# for raw calls/s, and `skyconf-bench`, which checks every grpc-status and every answer, for the
 # mixed scenario and for latency at a fixed rate (half of each server's own maximum). Each
 # throughput figure is the best of $ROUNDS interleaved rounds, so a neighbour's burst on a shared
 # machine hurts every server alike.
@@ -84,15 +84,18 @@ command -v valgrind >/dev/null || SKIP_PROFILE=1
 [ $QUICK = 1 ] && SKIP_PROFILE=1
 
 log "Build (release)"
-cargo build --release -q -p skyconf-cli
+cargo build --release -q -p skyconf-cli -p skyconf-bench
 SKY=$TARGET/release/skyconf
+SKYBENCH=$TARGET/release/skyconf-bench
 # callgrind's profiles want line tables, which the release binary no longer carries: the same
 # code built with them (Cargo.toml's `profiling` profile), for the profile section only.
 PROF_SKY=$SKY
+PROF_SKYBENCH=$SKYBENCH
 if [ "${SKIP_PROFILE:-0}" != 1 ]; then
   log "Build (profiling: release with line tables)"
-  cargo build --profile profiling -q -p skyconf-cli
+  cargo build --profile profiling -q -p skyconf-cli -p skyconf-bench
   PROF_SKY=$TARGET/profiling/skyconf
+  PROF_SKYBENCH=$TARGET/profiling/skyconf-bench
 fi
 if [ $HAVE_REFS = 1 ]; then
   CARGO_TARGET_DIR=$TMP/nullserver cargo build --release -q --manifest-path "$SHARED/nullserver/Cargo.toml"
@@ -104,28 +107,12 @@ fi
 log "Documents and request bodies"
 DOC=$WORK/doc-1k.yaml
 DOC10K=$WORK/doc-10k.yaml
-"$SKY" bench document --services 1000 --keys 6 >"$DOC"
-"$SKY" bench document --services 10000 --keys 6 >"$DOC10K"
+"$SKYBENCH" document --services 1000 --keys 6 >"$DOC"
+"$SKYBENCH" document --services 10000 --keys 6 >"$DOC10K"
 DIGEST=$("$SKY" digest "$DOC" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bench-svc-0"]["uuid"])')
-# A framed ConfigurationSyncRequest{service, uuid}: 1 flag byte, 4 length bytes, the protobuf.
-python3 - "$WORK" "$DIGEST" <<'EOF'
-import struct, sys
-out, digest = sys.argv[1], sys.argv[2]
-def varint(n):
-    out = b""
-    while n >= 0x80:
-        out += bytes([n & 0x7F | 0x80])
-        n >>= 7
-    return out + bytes([n])
-def field(n, s):
-    b = s.encode()
-    return bytes([n << 3 | 2]) + varint(len(b)) + b  # the 128-character digest needs two length bytes
-def body(service, uuid):
-    m = field(1, service) + (field(2, uuid) if uuid else b"")
-    return b"\0" + struct.pack(">I", len(m)) + m
-open(f"{out}/unchanged.bin", "wb").write(body("bench-svc-0", digest))
-open(f"{out}/changed.bin", "wb").write(body("bench-svc-0", ""))
-EOF
+# The bodies h2load sends: an agent that holds the digest, and one that holds none.
+python3 "$BENCH_PY/cds_request.py" "$WORK/unchanged.bin" bench-svc-0 "$DIGEST"
+python3 "$BENCH_PY/cds_request.py" "$WORK/changed.bin" bench-svc-0
 
 # ---------------------------------------------------------------------------------------------
 log "Servers on CPU $SERVER_CPU, load on CPU $LOAD_CPU"
@@ -166,27 +153,14 @@ h2() {
     -H 'content-type: application/grpc' -H 'te: trailers' -d "$WORK/$scenario.bin" \
     "http://127.0.0.1:${PORT[$server]}$PATH_FETCH" 2>&1)
   echo "$out" >>"$WORK/h2load-$server-$scenario.txt"
-  python3 - "$out" <<'EOF'
-import re, sys
-out = sys.argv[1]
-m = re.search(r"finished in [\d.]+s, ([\d.]+) req/s", out)
-r = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
-d = re.search(r"traffic: .*\((\d+)\) data", out)
-if not m or not r or not d or int(r.group(4)) or int(r.group(5)) or int(r.group(3)) == 0:
-    sys.exit("h2load failed:\n" + out[-2000:])
-# h2load sees HTTP 200 only. A gRPC error comes as a trailers-only answer with no DATA frame, while
-# every real answer carries at least a 5-byte message frame: fewer data bytes means errors.
-if int(d.group(1)) < 5 * int(r.group(3)):
-    sys.exit("h2load: answers without a message (grpc errors):\n" + out[-2000:])
-print(m.group(1))
-EOF
+  python3 "$BENCH_PY/h2load.py" "$out" req_s
 }
 
-# skyconf bench against SERVER; extra arguments follow; prints its JSON.
+# skyconf-bench against SERVER; extra arguments follow; prints its JSON.
 load() {
   local server=$1
   shift
-  taskset -c "$LOAD_CPU" "$SKY" bench --addr 127.0.0.1:"${PORT[$server]}" --check "${CHECK[$server]}" \
+  taskset -c "$LOAD_CPU" "$SKYBENCH" --addr 127.0.0.1:"${PORT[$server]}" --check "${CHECK[$server]}" \
     --json --quiet "$@"
 }
 
@@ -207,7 +181,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-log "Every answer checked: skyconf bench (unchanged, changed, mixed over 1000 services)"
+log "Every answer checked: skyconf-bench (unchanged, changed, mixed over 1000 services)"
 for s in "${SERVERS[@]}"; do
   for scenario in unchanged changed mixed; do
     [ "$s" = nullserver ] && [ "$scenario" != unchanged ] && continue
@@ -219,22 +193,11 @@ for s in "${SERVERS[@]}"; do
   done
 done
 
-log "Latency at half of each server's maximum (open loop, skyconf bench --rate; the lower of the h2load and skyconf bench maxima)"
+log "Latency at half of each server's maximum (open loop, skyconf-bench --rate; the lower of the h2load and skyconf-bench maxima)"
 for s in "${SERVERS[@]}"; do
   for scenario in unchanged changed; do
     [ "$s" = nullserver ] && [ "$scenario" = changed ] && continue
-    max=$(python3 - "$RESULTS" "$s" "$scenario" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-server, scenario = sys.argv[2], sys.argv[3]
-h2 = max(r["calls_per_s"] for r in rows if r["kind"] == "h2load" and r["server"] == server and r["scenario"] == scenario)
-# The checked tonic client costs more per call than h2load: when it cannot drive the server to
-# its h2load maximum, half of what it can drive is the highest rate where its own queue stays short.
-own = [r["result"]["calls_per_s"] for r in rows if r["kind"] == "skyconf_bench" and r["server"] == server
-       and r["result"]["scenario"] == scenario]
-print(min([h2] + own))
-EOF
-)
+    max=$(python3 "$BENCH_PY/half_rate.py" "$RESULTS" "$s" "$scenario")
     rate=$(python3 -c "print(round($max / 2))")
     json=$(load "$s" --scenario "$scenario" -c 32 -m 16 --rate "$rate" --duration "$((DURATION + 2))s" --warmup 1s)
     echo "$s $scenario at $rate/s: $json" >&2
@@ -284,7 +247,7 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   wait_port $P_SCALE
   sleep 2
   record "{\"kind\": \"rss_10k_services\", \"server\": \"skyconf\", \"kb\": $(rss_kb $pid)}"
-  json=$(taskset -c "$LOAD_CPU" "$SKY" bench --addr 127.0.0.1:$P_SCALE --scenario mixed --services 10000 \
+  json=$(taskset -c "$LOAD_CPU" "$SKYBENCH" --addr 127.0.0.1:$P_SCALE --scenario mixed --services 10000 \
     -c 32 -m 16 --duration 5s --warmup 1s --json --quiet)
   record "{\"kind\": \"skyconf_bench_10k\", \"server\": \"skyconf\", \"result\": $json}"
   record "{\"kind\": \"rss_10k_services_after_load\", \"server\": \"skyconf\", \"kb\": $(rss_kb $pid)}"
@@ -292,7 +255,7 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   AGENTS=10000
   AGENT_SECONDS=$([ $QUICK = 1 ] && echo 25 || echo 50)
   before=$(rss_kb $pid)
-  taskset -c "$LOAD_CPU" "$SKY" bench agents --addr 127.0.0.1:$P_SCALE -c $AGENTS --services 10000 \
+  taskset -c "$LOAD_CPU" "$SKYBENCH" agents --addr 127.0.0.1:$P_SCALE -c $AGENTS --services 10000 \
     --interval 20s --duration "${AGENT_SECONDS}s" --local-addr 127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5 \
     --json --quiet >"$WORK/agents.out" 2>"$WORK/agents.err" &
   agents=$!
@@ -307,7 +270,7 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   record "{\"kind\": \"agents\", \"server\": \"skyconf\", \"agents\": $AGENTS, \"rss_before_kb\": $before, \"rss_steady_kb\": $steady, \"fds\": $conns, \"result\": $(tail -1 "$WORK/agents.out")}"
 
   # Edit -> new digest served, on the 10,000-service document (each edit changes one service).
-  json=$(taskset -c "$LOAD_CPU" "$SKY" bench propagation --addr 127.0.0.1:$P_SCALE --file "$SCALE_DOC" \
+  json=$(taskset -c "$LOAD_CPU" "$SKYBENCH" propagation --addr 127.0.0.1:$P_SCALE --file "$SCALE_DOC" \
     --services 10000 --keys 6 --edits "$([ $QUICK = 1 ] && echo 10 || echo 40)" --pause 300ms --json --quiet)
   record "{\"kind\": \"propagation\", \"server\": \"skyconf\", \"result\": $json}"
   kill $pid
@@ -321,14 +284,14 @@ if [ "${SKIP_SCALE:-0}" != 1 ]; then
   pid=$!
   PIDS+=("$pid")
   wait_port $P_SCALE
-  json=$(taskset -c "$LOAD_CPU" "$SKY" bench propagation --addr 127.0.0.1:$P_SCALE --file "$SCALE_DOC" \
+  json=$(taskset -c "$LOAD_CPU" "$SKYBENCH" propagation --addr 127.0.0.1:$P_SCALE --file "$SCALE_DOC" \
     --services 1000 --keys 6 --edits "$([ $QUICK = 1 ] && echo 10 || echo 40)" --pause 300ms --json --quiet)
   record "{\"kind\": \"propagation\", \"server\": \"skyconf\", \"result\": $json}"
   kill $pid
   wait $pid 2>/dev/null || true
   PIDS=()
 
-  json=$(taskset -c "$SERVER_CPU" "$SKY" bench reload --services 10000 --keys 6 --repeat 10 --json --quiet)
+  json=$(taskset -c "$SERVER_CPU" "$SKYBENCH" reload --services 10000 --keys 6 --repeat 10 --json --quiet)
   record "{\"kind\": \"reload\", \"server\": \"skyconf\", \"result\": $json}"
 fi
 
@@ -347,10 +310,10 @@ if [ "${SKIP_PROFILE:-0}" != 1 ]; then
   fi
   # Where a reload's time goes: one in-process reload of 10,000 services x 6 keys.
   valgrind --tool=callgrind --callgrind-out-file="$PROFILE_DIR/reload.callgrind" \
-    "$PROF_SKY" bench reload --mode full --services 10000 --keys 6 --repeat 1 --json --quiet >"$PROFILE_DIR/reload.json" 2>"$PROFILE_DIR/reload.log"
+    "$PROF_SKYBENCH" reload --mode full --services 10000 --keys 6 --repeat 1 --json --quiet >"$PROFILE_DIR/reload.json" 2>"$PROFILE_DIR/reload.log"
   total=$(grep -m1 '^totals:\|^summary:' "$PROFILE_DIR/reload.callgrind" | awk '{print $2}')
   {
-    echo "== one reload of 10,000 services x 6 keys (skyconf bench reload --repeat 1): $total instructions in all,"
+    echo "== one reload of 10,000 services x 6 keys (skyconf-bench reload --repeat 1): $total instructions in all,"
     echo "== the synthetic document's generation included (skyconf::commands::bench::document)"
     echo
     echo "== inclusive cost, skyconf functions"
@@ -366,7 +329,7 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 log "Report"
-python3 scripts/bench/report.py "$RESULTS" "$BENCH_OUT" "$PLOT_DIR" \
+python3 "$BENCH_PY/report.py" "$RESULTS" "$BENCH_OUT" "$PLOT_DIR" \
   --command "$COMMAND" --commit "$COMMIT" --have-refs "$HAVE_REFS" --note "${BENCH_NOTE:-}" \
   --rounds "$ROUNDS" --duration "$DURATION" --server-cpu "$SERVER_CPU" --load-cpu "$LOAD_CPU" \
   --machine "$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB, Linux $(uname -r)" \
@@ -378,6 +341,6 @@ echo "bench.sh: wrote $BENCH_OUT (raw results: $PLOT_DIR/results.jsonl, work fil
 if [ "${SKIP_GATEWAY:-0}" != 1 ]; then
   log "Gateway: forwarding against nginx and a direct connection (scripts/bench/gateway.sh)"
   # Its own servers and ports; it replaces the Gateway section of BENCH_OUT that report.py kept.
-  SKY="$SKY" BENCH_OUT="$BENCH_OUT" SERVER_CPU="$SERVER_CPU" LOAD_CPU="$LOAD_CPU" WARMUP="$WARMUP" \
+  SKY="$SKY" SKYBENCH="$SKYBENCH" BENCH_OUT="$BENCH_OUT" SERVER_CPU="$SERVER_CPU" LOAD_CPU="$LOAD_CPU" WARMUP="$WARMUP" \
     scripts/bench/gateway.sh ${1:+"$1"}
 fi

@@ -11,7 +11,8 @@
 #   prometheus  promtool check rules, and promtool test rules (when each alert fires);
 #   grafana     the dashboard is JSON Grafana can import: panels with ids, positions, queries.
 # That every metric the rules and the dashboard name is exported is a cargo test
-# (`cargo test -p skyconf-cli --test it deploy::`), run with the others by scripts/test.sh.
+# (`cargo build -p skyconf-bench && cargo test -p skyconf-cli --test it deploy::`), run with the
+# others by scripts/test.sh.
 #
 #   scripts/deploy-check.sh              # all of it
 #   scripts/deploy-check.sh kubernetes   # some steps

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The soak: MINUTES (default 30) of steady agent load on a release build of skyconf in gateway
-# mode (in front of `skyconf bench sink`, an OAP stand-in) serving from a real etcd, while
-#   - `skyconf bench soak` writes a document through the admin API every 2 s (one in four is a
+# mode (in front of `skyconf-bench sink`, an OAP stand-in) serving from a real etcd, while
+#   - `skyconf-bench soak` writes a document through the admin API every 2 s (one in four is a
 #     document the server must refuse) and checks every answer and every acknowledged write;
 #   - 100 held agents (30 s deadlines, instance names and keepAlive, as the Java agent) poll, and
 #     one of them is killed during its held poll and replaced every 5 s;
@@ -25,9 +25,12 @@ mkdir -p "$out_dir"
 report="${SOAK_OUT:-$out_dir/report.json}"
 
 source scripts/deps/00-lib.sh
+# shellcheck source=scripts/bench/lib.sh
+source scripts/bench/lib.sh
 apt_install etcd-server curl python3
-cargo build --release -q -p skyconf-cli
+cargo build --release -q -p skyconf-cli -p skyconf-bench
 bin="$PWD/target/release/skyconf"
+bench_bin="$PWD/target/release/skyconf-bench"
 
 work="$(mktemp -d)"
 pids=()
@@ -38,7 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 etcd_port="$(free_port)" peer_port="$(free_port)" grpc_port="$(free_port)" admin_port="$(free_port)"
 sink_port="$(free_port)"
 etcd_url="http://127.0.0.1:$etcd_port"
@@ -62,10 +64,10 @@ etcd_put() {
 }
 
 start_etcd
-etcd_put "$("$bin" bench document --services 20 --service-prefix soak-svc-)"
+etcd_put "$("$bench_bin" document --services 20 --service-prefix soak-svc-)"
 
 # The OAP stand-in: answers every forwarded call (management calls, segment streams) with OK.
-"$bin" bench sink --addr "127.0.0.1:$sink_port" --json >"$work/sink.jsonl" 2>"$work/sink.log" &
+"$bench_bin" sink --addr "127.0.0.1:$sink_port" --json >"$work/sink.jsonl" 2>"$work/sink.log" &
 sink_pid=$!
 pids+=("$sink_pid")
 
@@ -77,7 +79,7 @@ server_pid=$!
 pids+=("$server_pid")
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$admin_port/readyz" >/dev/null && break; sleep 0.1; done
 
-"$bin" bench soak --addr "127.0.0.1:$grpc_port" --admin "http://127.0.0.1:$admin_port" \
+"$bench_bin" soak --addr "127.0.0.1:$grpc_port" --admin "http://127.0.0.1:$admin_port" \
   --services 20 --service-prefix soak-svc- --agents 200 --interval 1s --write-every 2s \
   --held-agents 100 --held-interval 20s --churn-every 5s \
   --stream-clients 8 --stream-every 100ms --stream-messages 5 \
@@ -116,19 +118,7 @@ wait "$soak_pid" || soak_status=$?
 panics="$(grep -c 'panicked' "$work/server.log" || true)"
 kill "$sink_pid" 2>/dev/null || true
 wait "$sink_pid" 2>/dev/null || true
-python3 - "$report" "$flaps" "$churns" "$panics" "$work/sink.jsonl" <<'EOF'
-import json, sys
-path, flaps, churns, panics, sink = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-report = json.load(open(path))
-report["store"] = {"etcd_flaps": flaps, "refused_documents_put_in_etcd": churns}
-report["server_panics"] = panics
-lines = [json.loads(l) for l in open(sink) if l.strip()]
-report["upstream"] = next((l for l in reversed(lines) if l.get("event") == "stopped"), None)
-if panics:
-    report["passed"] = False
-json.dump(report, open(path, "w"), indent=1)
-print(json.dumps(report, indent=1))
-EOF
+python3 "$BENCH_PY/soak_verdict.py" "$report" "$flaps" "$churns" "$panics" "$work/sink.jsonl"
 if [ "$soak_status" -ne 0 ] || [ "$panics" -ne 0 ]; then
   echo "soak: FAILED (see $report; server log kept in $out_dir/server.log)" >&2
   cp "$work/server.log" "$out_dir/server.log"

@@ -6,11 +6,12 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 work="$(mktemp -d)"
+# shellcheck source=scripts/bench/lib.sh
+. "$repo/scripts/bench/lib.sh"
 trap 'pkill -f "grpc-addr 127.0.0.1:$grpc" 2>/dev/null || true; rm -rf "$work"' EXIT
 git clone -q "$repo" "$work/skyconf"
 cd "$work/skyconf"
 unset CARGO_TARGET_DIR
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 grpc="$(free_port)" admin="$(free_port)"
 start=$(date +%s)
 cargo run -q --release -p skyconf-cli -- serve --file examples/agent-configurations.yaml \

@@ -11,15 +11,15 @@
 #
 # Each argument is NAME=BINARY[:CONFIG] (CONFIG: a skyconf.yaml passed as --config, for
 # settings such as `skyconf.gateway.connectionsPerUpstream`). nginx is always measured too.
-# The upstream (`skyconf bench sink`, the same binary for every target) and the proxy share CPU
+# The upstream (`skyconf-bench sink`, the same binary for every target) and the proxy share CPU
 # $SERVER_CPU; h2load sends CALLS client streams of 100 framed SegmentObjects (32 connections x
 # 2 streams) from CPU $LOAD_CPU. A proxy's CPU time is read from /proc before and after (nginx:
 # its worker). Every target starts fresh each round.
 #
 # Output: a table (median over rounds of proxy and upstream microseconds per call, and the proxy's
 # ratio to nginx's, round by round) on stderr, and one JSON line per measurement on stdout.
-# Environment: ROUNDS (4), CALLS (20000), SERVER_CPU (0), LOAD_CPU (1), SINK (the skyconf that
-# runs the sink; default the first build).
+# Environment: ROUNDS (4), CALLS (20000), SERVER_CPU (0), LOAD_CPU (1), SINK (the skyconf-bench
+# that runs the sink; default this checkout's release build).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -31,10 +31,6 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/skyconf-gateway-cpu.XXXXXX")
 RESULTS=$WORK/cpu.jsonl
 # shellcheck source=scripts/bench/lib.sh
 . "$ROOT/scripts/bench/lib.sh"
-fail() {
-  echo "gateway-cpu.sh: $*" >&2
-  exit 1
-}
 
 command -v h2load >/dev/null || fail "needs h2load (Debian: nghttp2-client)"
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
@@ -43,7 +39,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 NAMES=(nginx)
 declare -A BIN CONFIG
 if [ $# = 0 ]; then
-  cargo build --release -q -p skyconf-cli
+  cargo build --release -q -p skyconf-cli -p skyconf-bench
   set -- "skyconf=${CARGO_TARGET_DIR:-$ROOT/target}/release/skyconf"
 fi
 for spec in "$@"; do
@@ -55,16 +51,17 @@ for spec in "$@"; do
   [ -x "${BIN[$name]}" ] || fail "$name: ${BIN[$name]} is not an executable"
   NAMES+=("$name")
 done
-SINK_BIN=${SINK:-${BIN[${NAMES[1]}]}}
+if [ -z "${SINK:-}" ]; then
+  cargo build --release -q -p skyconf-bench
+fi
+SINK_BIN=${SINK:-${CARGO_TARGET_DIR:-$ROOT/target}/release/skyconf-bench}
 
-python3 scripts/bench/gateway_bodies.py "$WORK" 100 >/dev/null
+python3 "$BENCH_PY/gateway_bodies.py" "$WORK" 100 >/dev/null
 P_SINK=$(free_port) P_PROXY=$(free_port) P_ADMIN=$(free_port)
 PATH_SEGMENTS=/skywalking.v3.TraceSegmentReportService/collect
 # The same nginx as gateway.sh's.
 nginx_grpc_conf "$WORK/nginx" "$P_PROXY" "$P_SINK"
 
-# utime + stime of a process, in clock ticks.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 us_per_call() { python3 -c "import os; print(round(($2 - $1) * 1e6 / os.sysconf('SC_CLK_TCK') / $CALLS, 1))"; }
 h2() {
   taskset -c "$LOAD_CPU" h2load -n "$1" -c 32 -m 2 -t 1 -H 'content-type: application/grpc' -H 'te: trailers' \
@@ -73,7 +70,7 @@ h2() {
 
 for round in $(seq 1 "$ROUNDS"); do
   for name in "${NAMES[@]}"; do
-    taskset -c "$SERVER_CPU" "$SINK_BIN" bench sink --addr 127.0.0.1:$P_SINK --json >/dev/null 2>"$WORK/sink.err" &
+    taskset -c "$SERVER_CPU" "$SINK_BIN" sink --addr 127.0.0.1:$P_SINK --json >/dev/null 2>"$WORK/sink.err" &
     sink=$!
     wait_port "$P_SINK"
     if [ "$name" = nginx ]; then
@@ -92,9 +89,9 @@ for round in $(seq 1 "$ROUNDS"); do
     fi
     # Warm-up: connections, buffers and the allocator reach their steady state.
     h2 $((CALLS / 10)) >/dev/null
-    p0=$(ticks "$measured") s0=$(ticks "$sink")
+    p0=$(cpu_ticks "$measured") s0=$(cpu_ticks "$sink")
     out=$(h2 "$CALLS")
-    p1=$(ticks "$measured") s1=$(ticks "$sink")
+    p1=$(cpu_ticks "$measured") s1=$(cpu_ticks "$sink")
     grep -q "$CALLS succeeded, 0 failed, 0 errored" <<<"$out" || fail "h2load through $name: $(tail -20 <<<"$out")"
     kill "$proxy" "$sink"
     wait "$proxy" "$sink" 2>/dev/null || true
@@ -104,18 +101,5 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$RESULTS" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-names = list(dict.fromkeys(r["target"] for r in rows))
-nginx = {r["round"]: r["proxy_us_per_call"] for r in rows if r["target"] == "nginx"}
-print("\n| target | proxy µs/call (median) | upstream µs/call (median) | proxy / nginx, round by round | median |", file=sys.stderr)
-print("|---|---|---|---|---|", file=sys.stderr)
-for n in names:
-    mine = [r for r in rows if r["target"] == n]
-    ratios = [r["proxy_us_per_call"] / nginx[r["round"]] for r in mine]
-    print(f"| {n} | {statistics.median(r['proxy_us_per_call'] for r in mine)} "
-          f"| {statistics.median(r['upstream_us_per_call'] for r in mine)} "
-          f"| {', '.join(f'{x:.2f}×' for x in ratios)} | {statistics.median(ratios):.2f}× |", file=sys.stderr)
-EOF
+python3 "$BENCH_PY/gateway_cpu_table.py" "$RESULTS"
 cat "$RESULTS"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Gateway mode's forwarding (issue 12) measured side by side with Debian's nginx (grpc_pass) and a
-# direct connection, in one run, against the same upstream: `skyconf bench sink`, an OAP stand-in
+# direct connection, in one run, against the same upstream: `skyconf-bench sink`, an OAP stand-in
 # that reads every request stream and answers an empty Commands with grpc-status 0.
 #
 #   scripts/bench/gateway.sh            # about 12 minutes
@@ -14,12 +14,12 @@
 #   (a) trace-segment streaming: h2load sending client streams of $SEGMENTS framed SegmentObjects
 #       (about 1.3 KB each) to TraceSegmentReportService/collect: segments/s and MB/s;
 #   (b) added latency of a forwarded unary call (JVMMetricReportService/collect) at half of the
-#       direct maximum rate and at half of the slowest target's, open loop (`skyconf bench --path
+#       direct maximum rate and at half of the slowest target's, open loop (`skyconf-bench --path
 #       --rate`): p50/p99, proxy minus direct, in $LAT_ROUNDS paired rounds of $LAT_SECONDS s (at
 #       most 9 at the direct basis);
 #   (c) RSS per proxied agent connection: $AGENTS connections, each one forwarded call, held open;
 #   (d) CDS throughput of skyconf with and without --upstream (answered locally either way).
-# Honesty: every target is first called with `skyconf bench --path`, which checks grpc-status and
+# Honesty: every target is first called with `skyconf-bench --path`, which checks grpc-status and
 # that the answer is an empty Commands (h2load counts HTTP 200 only, and a forwarded error is HTTP
 # 200 too); every h2load run must see a message per answer; and the sink's own counters must show
 # every segment h2load sent through a target (a proxy that loses or cuts a message fails the run).
@@ -72,10 +72,6 @@ PATH_FETCH=/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations
 
 # shellcheck source=scripts/bench/lib.sh
 . "$ROOT/scripts/bench/lib.sh"
-fail() {
-  echo "gateway.sh: $*" >&2
-  exit 1
-}
 
 
 # Percent of all CPUs busy over 2 s, whoever uses them (run while our servers are idle: the
@@ -112,9 +108,11 @@ NGINX_VERSION=$("$NGINX" -v 2>&1 | sed 's/^nginx version: //')
 
 log "Build (release)"
 if [ -z "${SKY:-}" ]; then
-  cargo build --release -q -p skyconf-cli
+  cargo build --release -q -p skyconf-cli -p skyconf-bench
   SKY=$TARGET/release/skyconf
 fi
+# The load and the sink: skyconf-bench, beside $SKY unless SKYBENCH says where.
+SKYBENCH=${SKYBENCH:-$(dirname "$SKY")/skyconf-bench}
 GATEWAY=0
 if "$SKY" serve --help 2>/dev/null | grep -q -- '--upstream'; then
   GATEWAY=1
@@ -124,7 +122,7 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 log "Request bodies"
-BODIES=$(python3 scripts/bench/gateway_bodies.py "$WORK" "$SEGMENTS")
+BODIES=$(python3 "$BENCH_PY/gateway_bodies.py" "$WORK" "$SEGMENTS")
 echo "$BODIES" >&2
 record "{\"kind\": \"bodies\", \"result\": $BODIES}"
 SEG_BYTES=$(stat -c %s "$WORK/segments.bin")
@@ -132,17 +130,7 @@ SEG_BYTES=$(stat -c %s "$WORK/segments.bin")
 DOC=examples/agent-configurations.yaml
 CDS_SERVICE=mall-order-service
 DIGEST=$("$SKY" digest "$DOC" | python3 -c "import json,sys; print(json.load(sys.stdin)['$CDS_SERVICE']['uuid'])")
-python3 - "$WORK/cds.bin" "$CDS_SERVICE" "$DIGEST" <<'EOF'
-import struct, sys
-def field(n, s):
-    b = s.encode()
-    v, l = b"", len(b)
-    while l >= 0x80:
-        v += bytes([l & 0x7F | 0x80]); l >>= 7
-    return bytes([n << 3 | 2]) + v + bytes([l]) + b
-m = field(1, sys.argv[2]) + field(2, sys.argv[3])
-open(sys.argv[1], "wb").write(b"\0" + struct.pack(">I", len(m)) + m)
-EOF
+python3 "$BENCH_PY/cds_request.py" "$WORK/cds.bin" "$CDS_SERVICE" "$DIGEST"
 
 log "Machine"
 BUSY_START=$(busy_pct)
@@ -153,7 +141,7 @@ record "{\"kind\": \"machine\", \"when\": \"start\", \"busy_pct\": $BUSY_START, 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 start_sink() {
-  taskset -c "$SERVER_CPU" "$SKY" bench sink --addr 127.0.0.1:$P_SINK --json >"$WORK/sink.out" 2>"$WORK/sink.err" &
+  taskset -c "$SERVER_CPU" "$SKYBENCH" sink --addr 127.0.0.1:$P_SINK --json >"$WORK/sink.out" 2>"$WORK/sink.err" &
   SINK_PID=$!
   PIDS+=("$SINK_PID")
   wait_port $P_SINK
@@ -215,11 +203,11 @@ rotated() {
   for i in $(seq 0 $((n - 1))); do echo "${TARGETS[$(((i + $1) % n))]}"; done
 }
 
-# skyconf bench TARGET ARGS...: the checked load on a forwarded path; prints its JSON.
+# skyconf-bench TARGET ARGS...: the checked load on a forwarded path; prints its JSON.
 load() {
   local t=$1
   shift
-  taskset -c "$LOAD_CPU" "$SKY" bench --addr "127.0.0.1:${PORT[$t]}" --json --quiet "$@"
+  taskset -c "$LOAD_CPU" "$SKYBENCH" --addr "127.0.0.1:${PORT[$t]}" --json --quiet "$@"
 }
 
 # h2load TARGET PATH BODY CONNECTIONS STREAMS SECONDS -> prints {"req_s", "done"}; fails when a
@@ -231,19 +219,7 @@ h2() {
     fail "h2load against $t failed: $out"
   echo "$out" >>"$WORK/h2load-$t.txt"
   [ "$t" = nginx ] && grep -v setrlimit "$WORK/nginx/logs/error.log" >&2 && : >"$WORK/nginx/logs/error.log"
-  python3 - "$out" <<'EOF'
-import json, re, sys
-out = sys.argv[1]
-m = re.search(r"finished in [\d.]+s, ([\d.]+) req/s", out)
-r = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
-d = re.search(r"traffic: .*\((\d+)\) data", out)
-if not m or not r or not d or int(r.group(4)) or int(r.group(5)) or int(r.group(3)) == 0:
-    sys.exit("h2load failed:\n" + out[-2000:])
-# h2load sees HTTP 200 only: every real answer carries a 5-byte message frame, a gRPC error none.
-if int(d.group(1)) < 5 * int(r.group(3)):
-    sys.exit("h2load: answers without a message (grpc errors):\n" + out[-2000:])
-print(json.dumps({"req_s": float(m.group(1)), "done": int(r.group(3))}))
-EOF
+  python3 "$BENCH_PY/h2load.py" "$out"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -258,15 +234,7 @@ for t in "${TARGETS[@]}"; do
   done
   after=$(sink_counters)
   # 200 + 50 unary calls and 20 streams of $SEGMENTS messages, all of them at the sink.
-  python3 - "$before" "$after" "$t" "$SEGMENTS" <<'EOF' || fail "the sink did not receive what was sent through $t"
-import json, sys
-a, b, t, seg = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-calls, msgs = b["calls"] - a["calls"], b["messages"] - a["messages"]
-failed = b["truncated_calls"] + b["reset_calls"] - a["truncated_calls"] - a["reset_calls"]
-if calls != 270 or msgs != 250 + 20 * seg or failed:
-    sys.exit(f"{t}: the sink saw {calls} calls, {msgs} messages, {failed} failed; expected 270, {250 + 20 * seg}, 0")
-print(f"{t}: checked, the sink saw all 270 calls and {msgs} messages", file=sys.stderr)
-EOF
+  python3 "$BENCH_PY/sink_received.py" "$before" "$after" "$t" "$SEGMENTS" || fail "the sink did not receive what was sent through $t"
 done
 if [ $GATEWAY = 1 ]; then
   # CDS is answered by skyconf itself, not forwarded: the command, then an empty answer.
@@ -289,13 +257,7 @@ for round in $(seq 1 "$ROUNDS"); do
     # Every call h2load counts (and those of its warm-up) reached the sink whole, every segment in
     # it; none was cut inside a message. (Calls in flight when h2load's time is up are reset: the
     # sink counts them apart, and their segments not at all.)
-    python3 - "$before" "$after" "$json" "$SEGMENTS" "$t" <<'EOF' || fail "segments lost through $t"
-import json, sys
-a, b, h, seg, t = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-msgs, cut = b["messages"] - a["messages"], b["truncated_calls"] - a["truncated_calls"]
-if cut or msgs < h["done"] * seg or msgs % seg:
-    sys.exit(f"{t}: h2load counted {h['done']} calls of {seg} segments, the sink saw {msgs} segments in whole calls, {cut} cut calls")
-EOF
+    python3 "$BENCH_PY/segments_whole.py" "$before" "$after" "$json" "$SEGMENTS" "$t" || fail "segments lost through $t"
     rate=$(python3 -c "import json; print(json.loads('$json')['req_s'])")
     echo "round $round $t: $rate calls/s ($(python3 -c "print(round($rate * $SEGMENTS))") segments/s)" >&2
     record "{\"kind\": \"segments\", \"target\": \"$t\", \"round\": $round, \"segments_per_call\": $SEGMENTS, \"body_bytes\": $SEG_BYTES, \"calls_per_s\": $rate}"
@@ -312,17 +274,11 @@ done
 # The checked tonic client costs more per call than h2load: where it cannot drive the sink to
 # h2load's maximum, half of what it can drive keeps its own queue out of the latency measured.
 json=$(load direct --path $PATH_JVM --body-file "$WORK/jvm.bin" -c 32 -m 16 --duration "${DURATION}s" --warmup 1s)
-record "{\"kind\": \"unary_max\", \"target\": \"direct\", \"tool\": \"skyconf bench\", \"calls_per_s\": $(echo "$json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls_per_s"])')}"
+record "{\"kind\": \"unary_max\", \"target\": \"direct\", \"tool\": \"skyconf-bench\", \"calls_per_s\": $(echo "$json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["calls_per_s"])')}"
 # Two rates: half of the direct maximum (what issue 12 asks), where a proxy slower than half of
 # the sink's rate is past its own capacity; and half of the slowest target's maximum, where every
 # target runs at half of its capacity or less and the difference is the forwarding's own latency.
-rates=$(python3 - "$RESULTS" <<'EOF'
-import json, sys
-rows = [r for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "unary_max"]
-direct = min(r["calls_per_s"] for r in rows if r["target"] == "direct")
-print(round(direct / 2), round(min(r["calls_per_s"] for r in rows) / 2))
-EOF
-)
+rates=$(python3 "$BENCH_PY/gateway_rates.py" "$RESULTS")
 read -r RATE RATE_LOW <<<"$rates"
 # Paired rounds: the latency of one target is only compared with the direct one measured right
 # before or after it. This VM stalls for milliseconds a few times a second, which moves a p99
@@ -361,7 +317,7 @@ for t in "${RSS_TARGETS[@]}"; do
   pid=${RSS_PID[$t]}
   before=$(rss_kb "$pid")
   fds_before=$(find "/proc/$pid/fd" -mindepth 1 | wc -l)
-  taskset -c "$LOAD_CPU" "$SKY" bench agents --addr "127.0.0.1:${PORT[$t]}" --path $PATH_JVM --body-file "$WORK/jvm.bin" \
+  taskset -c "$LOAD_CPU" "$SKYBENCH" agents --addr "127.0.0.1:${PORT[$t]}" --path $PATH_JVM --body-file "$WORK/jvm.bin" \
     -c "$AGENTS" --interval 4s --duration 7s --local-addr 127.0.0.2,127.0.0.3 --json --quiet \
     >"$WORK/agents-$t.out" 2>"$WORK/agents-$t.err" &
   agents=$!
@@ -411,18 +367,7 @@ if [ $GATEWAY = 1 ] && command -v strace >/dev/null; then
         -d "$WORK/$body" "http://127.0.0.1:${PORT[$t]}$path" >"$WORK/h2load-strace-$t-$workload.txt" 2>&1
       kill -INT "$tracer"
       wait "$tracer" 2>/dev/null || true
-      json=$(python3 - "$WORK/strace-$t-$workload.txt" "$n" <<'EOF'
-import json, re, sys
-counts = {}
-for line in open(sys.argv[1]):
-    m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", line)
-    if m and m.group(2) != "total":
-        counts[m.group(2)] = int(m.group(1))
-n = int(sys.argv[2])
-per = {k: round(v / n, 2) for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v / n >= 0.05}
-print(json.dumps({"calls": n, "per_call": per, "total_per_call": round(sum(counts.values()) / n, 2)}))
-EOF
-)
+      json=$(python3 "$BENCH_PY/strace_counts.py" "$WORK/strace-$t-$workload.txt" "$n")
       echo "$t $workload: $json" >&2
       record "{\"kind\": \"syscalls\", \"target\": \"$t\", \"workload\": \"$workload\", \"result\": $json}"
     done
@@ -437,7 +382,7 @@ echo "CPUs busy after the run (neighbours): $BUSY_END %" >&2
 record "{\"kind\": \"machine\", \"when\": \"end\", \"busy_pct\": $BUSY_END, \"loadavg\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 
 log "Report"
-python3 scripts/bench/gateway_report.py "$RESULTS" "$BENCH_OUT" --command "$COMMAND" --commit "$COMMIT" \
+python3 "$BENCH_PY/gateway_report.py" "$RESULTS" "$BENCH_OUT" --command "$COMMAND" --commit "$COMMIT" \
   --gateway "$GATEWAY" --note "${BENCH_NOTE:-}" --duration "$DURATION" --rounds "$ROUNDS" \
   --server-cpu "$SERVER_CPU" --load-cpu "$LOAD_CPU" --agents "$AGENTS" \
   --machine "$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB, Linux $(uname -r)" \

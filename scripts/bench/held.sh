@@ -3,7 +3,7 @@
 # connection and timed like the Java agent (a 30 s deadline per call, a fixed rate of 20 s), first
 # against `skyconf serve` (which holds unchanged polls), then against `skyconf serve
 # --no-hold-polls` (the same agents then simply poll every 20 s), one server at a time, in one run.
-# For each, `skyconf bench held` reports: a file write (a new file renamed over the served one,
+# For each, `skyconf-bench held` reports: a file write (a new file renamed over the served one,
 # every service changed) until all N hold the new digest, p50/p99/max over the writes; the
 # server's VmRSS before the agents connect and with all N connected (held, or polled once), per
 # agent; the server's CPU (utime + stime) while nothing changes.
@@ -44,20 +44,12 @@ LOAD_CPU=${LOAD_CPU:-1}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/skyconf-held.XXXXXX")
 
-wait_ready() {
-  for _ in $(seq 1 300); do
-    curl -fs "127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "held.sh: the server never became ready on admin port $1" >&2
-  return 1
-}
-
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "Build (release)"
-  cargo build --release -q -p skyconf-cli
+  cargo build --release -q -p skyconf-cli -p skyconf-bench
 fi
 SKY=$TARGET/release/skyconf
+SKYBENCH=$TARGET/release/skyconf-bench
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 [ "$(ulimit -n)" -ge $((AGENTS + 200)) ] || { echo "held.sh: $AGENTS agents need at least $((AGENTS + 200)) descriptors in the load generator (ulimit -n is $(ulimit -n))" >&2; exit 1; }
 [ "$(ulimit -n)" -ge $((AGENTS + 384 + 16)) ] || { echo "held.sh: the server accepts at most $(( $(ulimit -n) - 384 )) agent connections under ulimit -n $(ulimit -n); $AGENTS agents need $((AGENTS + 400))" >&2; exit 1; }
@@ -68,14 +60,14 @@ run() {
   shift
   grpc=$(free_port) admin=$(free_port)
   doc=$WORK/$mode.yaml
-  "$SKY" bench document --services "$SERVICES" --keys 6 >"$doc"
+  "$SKYBENCH" document --services "$SERVICES" --keys 6 >"$doc"
   log "$mode: skyconf serve $* on CPU $SERVER_CPU, $AGENTS agents on CPU $LOAD_CPU"
   taskset -c "$SERVER_CPU" "$SKY" serve --file "$doc" --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
     "$@" >"$WORK/$mode-serve.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
   wait_ready "$admin"
-  taskset -c "$LOAD_CPU" "$SKY" bench held --mode "$mode" --addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
+  taskset -c "$LOAD_CPU" "$SKYBENCH" held --mode "$mode" --addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
     --server-pid "$pid" --file "$doc" -c "$AGENTS" --services "$SERVICES" --keys 6 --writes "$WRITES" --idle "$IDLE" \
     --local-addr 127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5 --json --quiet >"$WORK/$mode.json" \
     || { cat "$WORK/$mode.json" "$WORK/$mode-serve.log" >&2; echo "held.sh: the $mode run failed" >&2; exit 1; }
@@ -89,38 +81,7 @@ run plain --no-hold-polls
 
 log "Report"
 mkdir -p "$(dirname "$OUT")"
-python3 - "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
+python3 "$BENCH_PY/held_report.py" "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
   "$(machine)" \
-  "$SERVER_CPU" "$LOAD_CPU" <<'EOF'
-import datetime, json, sys
-work, out, command, commit, machine, server_cpu, load_cpu = sys.argv[1:]
-held = json.load(open(f"{work}/held.json"))
-plain = json.load(open(f"{work}/plain.json"))
-report = {"command": command, "commit": commit, "machine": machine, "server_cpu": server_cpu, "load_cpu": load_cpu,
-          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-          "held": held, "plain": plain}
-with open(out, "w") as f:
-    json.dump(report, f, indent=1)
-    f.write("\n")
-print(json.dumps(report))
-
-def failed(r):
-    o = r["outcome"]
-    return sum(o["errors"].values()) + o["wrong_answers"]
-
-def row(name, r):
-    p, cpu = r["propagation_all_ms"], r["idle"]["cpu"] or {}
-    # The projection: the same RSS before, and the same cost per agent, for 100,000 agents.
-    projected = (r["rss_kb"]["before"] + r["rss_per_agent_kb"] * 100_000) / 1024 / 1024
-    return (f"| {name} | {p['p50']:,.0f} | {p['p99']:,.0f} | {p['max']:,.0f} | "
-            f"{r['rss_kb']['before'] / 1024:.1f} → {r['rss_kb']['steady'] / 1024:.1f} MB | "
-            f"{r['rss_per_agent_kb']:.1f} KB | {projected:.2f} GiB | {failed(r)} of {r['calls']:,} | "
-            f"{cpu.get('seconds', 0):.2f} s in {r['idle']['seconds']:.0f} s "
-            f"({cpu.get('percent_of_one_core', 0):.1f} % of a core), {r['idle']['calls']:,} calls |")
-lines = ["| server | write → all agents p50 ms | p99 ms | max ms | RSS before → with all agents | RSS per agent | "
-         "100,000 agents projected | failed calls | CPU while nothing changes |",
-         "|---|---|---|---|---|---|---|---|---|",
-         row("skyconf (held polls)", held), row("skyconf --no-hold-polls (20 s polls)", plain)]
-print("\n".join(lines), file=sys.stderr)
-EOF
+  "$SERVER_CPU" "$LOAD_CPU"
 echo "held.sh: wrote $OUT (work files: $WORK)" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Latency at a realistic load (issue 16): 100,000 agents polling every 20 s make 5,000 calls/s.
-# `skyconf bench` sends RATE calls/s (default 5,000) as a fixed-rate open loop (calls evenly
+# `skyconf-bench` sends RATE calls/s (default 5,000) as a fixed-rate open loop (calls evenly
 # spaced, latency counted from each call's send time, so a stalled server cannot hide its queue),
 # spread over CONNECTIONS connections (default 1,000) with one call in flight each, in the fleet's mix (80 %
 # unchanged, 15 % changed, 5 % unknown services) over a 10,000-service document, and checks every
@@ -39,9 +39,10 @@ WORK=$(mktemp -d "$TMP/skyconf-latency.XXXXXX")
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "Build (release)"
-  cargo build --release -q -p skyconf-cli
+  cargo build --release -q -p skyconf-cli -p skyconf-bench
 fi
 SKY=$TARGET/release/skyconf
+SKYBENCH=$TARGET/release/skyconf-bench
 SERVERS=(skyconf)
 if [ -d "$SHARED/nullserver" ]; then
   CARGO_TARGET_DIR=$TMP/nullserver cargo build --release -q --manifest-path "$SHARED/nullserver/Cargo.toml"
@@ -52,8 +53,7 @@ else
 fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 DOC=$WORK/doc-10k.yaml
-"$SKY" bench document --services 10000 --keys 6 >"$DOC"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+"$SKYBENCH" document --services 10000 --keys 6 >"$DOC"
 
 # measure SERVER ROUND: one server, one load run; the report in $WORK/SERVER-ROUND.json.
 measure() {
@@ -71,17 +71,11 @@ measure() {
   wait_port "$port"
   log "$server, round $round: $RATE calls/s on $CONNECTIONS connections for $DURATION s"
   before=$(cpu_ticks "$pid")
-  taskset -c "$LOAD_CPU" "$SKY" bench --addr "127.0.0.1:$port" --services 10000 --scenario mixed --check "$check" \
+  taskset -c "$LOAD_CPU" "$SKYBENCH" --addr "127.0.0.1:$port" --services 10000 --scenario mixed --check "$check" \
     -c "$CONNECTIONS" -m 1 --rate "$RATE" --duration "${DURATION}s" --warmup 2s --json --quiet \
     >"$WORK/$server-$round.json" || { cat "$WORK/$server-$round.json" "$WORK/$server.log" >&2; exit 1; }
   after=$(cpu_ticks "$pid")
-  python3 - "$WORK/$server-$round.json" "$((after - before))" "$(getconf CLK_TCK)" "$((DURATION + 2))" <<'EOF'
-import json, sys
-path, ticks, hz, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-report = json.load(open(path))
-report["server_cpu_share"] = round(ticks / hz / seconds, 3)
-json.dump(report, open(path, "w"))
-EOF
+  python3 "$BENCH_PY/latency_round.py" "$WORK/$server-$round.json" "$((after - before))" "$(getconf CLK_TCK)" "$((DURATION + 2))"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
   PIDS=()
@@ -95,22 +89,7 @@ done
 
 log "Report"
 mkdir -p "$(dirname "$OUT")"
-python3 - "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
+python3 "$BENCH_PY/latency_report.py" "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
   "$MACHINE_BEFORE (before the run)" \
-  "$ROUNDS" "${SERVERS[@]}" <<'EOF'
-import json, sys
-work, out, command, commit, machine, rounds, *servers = sys.argv[1:]
-runs = {s: [json.load(open(f"{work}/{s}-{r}.json")) for r in range(1, int(rounds) + 1)] for s in servers}
-report = {"command": command, "commit": commit, "machine": machine, "runs": runs}
-with open(out, "w") as f:
-    json.dump(report, f, indent=1)
-    f.write("\n")
-print(json.dumps(report))
-print("| server | round | achieved calls/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | failed | server CPU |\n|---|---|---|---|---|---|---|---|---|---|", file=sys.stderr)
-for s, rs in runs.items():
-    for i, r in enumerate(rs, 1):
-        l = r["latency_us"]
-        failed = sum(r["outcome"]["errors"].values()) + r["outcome"]["wrong_answers"]
-        print(f"| {s} | {i} | {r.get('calls_per_s', 0):,.0f} | {l['p50']:,} | {l['p90']:,} | {l['p99']:,} | {l['p999']:,} | {l['max']:,} | {failed} | {r['server_cpu_share']:.0%} |", file=sys.stderr)
-EOF
+  "$ROUNDS" "${SERVERS[@]}"
 echo "latency-at-rate.sh: wrote $OUT (work files: $WORK)" >&2

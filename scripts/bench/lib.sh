@@ -1,10 +1,21 @@
 # shellcheck shell=bash
-# What the benchmark scripts share (scripts/bench.sh, scripts/bench/gateway.sh, held.sh,
-# profile.sh, gateway-cpu.sh): logging, the results file, the processes to stop on exit, waiting
-# for a port, a process's RSS, the nginx that the gateway is compared with. Sourced, not run; RESULTS names the results file where `record` is used.
+# The one home of what the benchmark scripts share (scripts/bench.sh, scripts/soak.sh and every
+# script in scripts/bench/ source it): logging, failing, the results file, the processes to stop
+# on exit, free ports, waiting for a port or a server's readiness, a process's RSS and CPU ticks,
+# the nginx that the gateway is compared with. Sourced, not run; RESULTS names the results file
+# where `record` is used. A script with its own `cleanup` or EXIT trap sets it after sourcing.
+
+# The Python modules the scripts call with arguments (scripts/bench/py/).
+BENCH_PY=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/py
 
 log() { printf '\n== %s\n' "$*" >&2; }
 record() { echo "$1" >>"$RESULTS"; }
+
+# fail MESSAGE...: says MESSAGE, naming the script, and exits with status 1.
+fail() {
+  echo "$(basename "$0"): $*" >&2
+  exit 1
+}
 
 # Every background process a script starts goes into PIDS; all are stopped on exit.
 PIDS=()
@@ -26,7 +37,22 @@ wait_port() {
   return 1
 }
 
+# wait_ready ADMIN_PORT: until a skyconf's admin port answers /readyz with 200 (30 s); else says
+# so, naming the script, and fails.
+wait_ready() {
+  for _ in $(seq 1 300); do
+    curl -fs "127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "$(basename "$0"): the server never became ready on admin port $1" >&2
+  return 1
+}
+
+# rss_kb PID: the process's resident memory in KiB.
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# cpu_ticks PID: the CPU time the process has used (user + system), in clock ticks (getconf CLK_TCK).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # free_port: a TCP port free on 127.0.0.1 now.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

@@ -4,7 +4,7 @@
 # that connection and timed like the Java agent (a 30 s deadline per call, a fixed rate of 20 s),
 # first against `skyconf serve` (which holds unchanged polls), then against `skyconf serve
 # --no-hold-polls` (the same agents then simply poll every 20 s), one server at a time, in one run.
-# For each, `skyconf bench revert` runs ROUNDS rollouts of a candidate that changes every service,
+# For each, `skyconf-bench revert` runs ROUNDS rollouts of a candidate that changes every service,
 # one wave of 100 % gated on a Prometheus query (a stand-in inside the tool, so the failure's
 # moment is exact), turns the query's answer bad once every agent holds the candidate, and times:
 # the failure → the server's `reverted` event, that event → every agent holding its old digest.
@@ -33,20 +33,12 @@ LOAD_CPU=${LOAD_CPU:-1}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/skyconf-revert.XXXXXX")
 
-wait_ready() {
-  for _ in $(seq 1 300); do
-    curl -fs "127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "rollout-revert.sh: the server never became ready on admin port $1" >&2
-  return 1
-}
-
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "Build (release)"
-  cargo build --release -q -p skyconf-cli
+  cargo build --release -q -p skyconf-cli -p skyconf-bench
 fi
 SKY=$TARGET/release/skyconf
+SKYBENCH=$TARGET/release/skyconf-bench
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 [ "$(ulimit -n)" -ge $((AGENTS + 200)) ] || { echo "rollout-revert.sh: $AGENTS agents need at least $((AGENTS + 200)) descriptors (ulimit -n is $(ulimit -n))" >&2; exit 1; }
 
@@ -56,14 +48,14 @@ run() {
   shift
   grpc=$(free_port) admin=$(free_port)
   doc=$WORK/$mode.yaml
-  "$SKY" bench document --services "$SERVICES" --keys 6 >"$doc"
+  "$SKYBENCH" document --services "$SERVICES" --keys 6 >"$doc"
   log "$mode: skyconf serve $* on CPU $SERVER_CPU, $AGENTS agents on CPU $LOAD_CPU, $ROUNDS rollouts"
   taskset -c "$SERVER_CPU" "$SKY" serve --file "$doc" --data-dir "$WORK/$mode-data" \
     --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" "$@" >"$WORK/$mode-serve.log" 2>&1 &
   pid=$!
   PIDS+=("$pid")
   wait_ready "$admin"
-  taskset -c "$LOAD_CPU" "$SKY" bench revert --addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
+  taskset -c "$LOAD_CPU" "$SKYBENCH" revert --addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
     --file "$doc" -c "$AGENTS" --services "$SERVICES" --keys 6 --rounds "$ROUNDS" \
     --local-addr 127.0.0.2,127.0.0.3 --json --quiet >"$WORK/$mode.json" \
     || { cat "$WORK/$mode.json" "$WORK/$mode-serve.log" >&2; echo "rollout-revert.sh: the $mode run failed" >&2; exit 1; }
@@ -77,28 +69,7 @@ run plain --no-hold-polls
 
 log "Report"
 mkdir -p "$(dirname "$OUT")"
-python3 - "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
+python3 "$BENCH_PY/revert_report.py" "$WORK" "$OUT" "$COMMAND" "$COMMIT" \
   "$(machine)" \
-  "$SERVER_CPU" "$LOAD_CPU" <<'EOF'
-import datetime, json, sys
-work, out, command, commit, machine, server_cpu, load_cpu = sys.argv[1:]
-held = json.load(open(f"{work}/held.json"))
-plain = json.load(open(f"{work}/plain.json"))
-report = {"command": command, "commit": commit, "machine": machine, "server_cpu": server_cpu, "load_cpu": load_cpu,
-          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-          "held": held, "plain": plain}
-with open(out, "w") as f:
-    json.dump(report, f, indent=1)
-    f.write("\n")
-print(json.dumps(report))
-
-def row(name, r):
-    e, d, s, a = r["revert_event_to_all_ms"], r["failure_to_revert_event_ms"], r["start_to_all_ms"], r["revert_event_to_each_agent_us"]
-    return (f"| {name} | {e['p50']:,.0f} | {e['p99']:,.0f} | {e['max']:,.0f} | {a['p50'] / 1000:,.0f} / {a['p99'] / 1000:,.0f} | "
-            f"{d['p50']:,.0f} / {d['max']:,.0f} | {s['p50']:,.0f} / {s['max']:,.0f} |")
-lines = [f"| server ({held['agents']:,} agents, {held['rounds']} rollouts) | revert → all agents p50 ms | p99 ms | max ms | per agent p50 / p99 ms | failure → revert p50 / max ms | start → all agents p50 / max ms |",
-         "|---|---|---|---|---|---|---|",
-         row("skyconf (held polls)", held), row("skyconf --no-hold-polls (20 s polls)", plain)]
-print("\n".join(lines), file=sys.stderr)
-EOF
+  "$SERVER_CPU" "$LOAD_CPU"
 echo "rollout-revert.sh: wrote $OUT (work files: $WORK)" >&2

@@ -6,9 +6,11 @@
 # repo.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build --release -q -p skyconf-cli
+cargo build --release -q -p skyconf-cli -p skyconf-bench
 bin="$PWD/target/release/skyconf"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+bench_bin="$PWD/target/release/skyconf-bench"
+# shellcheck source=scripts/bench/lib.sh
+. scripts/bench/lib.sh
 
 measure() {
   local label="$1"; shift
@@ -18,17 +20,16 @@ measure() {
     --admin-addr "127.0.0.1:$admin" --agent-expiry 5s 2>/dev/null &
   pid=$!
   for _ in $(seq 100); do curl -fs "127.0.0.1:$admin/readyz" >/dev/null && break; sleep 0.1; done
-  rss() { awk '/VmRSS/ {print $2}' "/proc/$pid/status"; }
   local before peak idle after rate
-  before="$(rss)"
-  "$bin" bench agents --addr "127.0.0.1:$grpc" -c 2000 --interval 2s --duration 5s --quiet --json \
+  before="$(rss_kb "$pid")"
+  "$bench_bin" agents --addr "127.0.0.1:$grpc" -c 2000 --interval 2s --duration 5s --quiet --json \
     --local-addr 127.0.0.2,127.0.0.3 >/dev/null
-  peak="$(rss)"
+  peak="$(rss_kb "$pid")"
   sleep 30
-  idle="$(rss)"
-  "$bin" bench agents --addr "127.0.0.1:$grpc" -c 4 --interval 50ms --duration 20s --quiet --json >/dev/null
-  after="$(rss)"
-  rate="$("$bin" bench --addr "127.0.0.1:$grpc" --service-prefix mall-order-service --scenario mixed --json --quiet |
+  idle="$(rss_kb "$pid")"
+  "$bench_bin" agents --addr "127.0.0.1:$grpc" -c 4 --interval 50ms --duration 20s --quiet --json >/dev/null
+  after="$(rss_kb "$pid")"
+  rate="$("$bench_bin" --addr "127.0.0.1:$grpc" --service-prefix mall-order-service --scenario mixed --json --quiet |
     python3 -c 'import json,sys; d=json.load(sys.stdin); print(round(d["calls"]/d["seconds"]))')"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   echo "{\"allocator\": \"$label\", \"rss_kib_before\": $before, \"rss_kib_peak\": $peak, \"rss_kib_after_idle_30s\": $idle, \"rss_kib_after_light_load\": $after, \"mixed_calls_per_s\": $rate}"

@@ -4,8 +4,8 @@
 //! mimalloc gives freed pages back to the OS lazily, from the thread that owns them, when that
 //! thread allocates again. On a tokio runtime memory is often freed by another worker than the one
 //! that allocated it (work stealing), and after a spike (thousands of connections, a huge document)
-//! the owning threads may go idle: the server then kept its peak RSS for good (reliability finding
-//! F18). So each worker, when it parks with nothing to do, asks mimalloc to collect its heap, at
+//! the owning threads may go idle: the server would then keep its peak RSS for good (reliability
+//! finding F18). So each worker, when it parks with nothing to do, asks mimalloc to collect its heap, at
 //! most once per [`COLLECT_EVERY`], which costs nothing measurable under load (a busy worker parks
 //! rarely, and the call is rate-limited) and returns an idle server's memory.
 

@@ -363,9 +363,8 @@ fn own_section_keys(path: &str) -> Option<&'static [&'static str]> {
 }
 
 /// Refuses a key skyconf does not know anywhere under `skyconf:` (the OAP's sections stay
-/// lenient, as the OAP is). A misspelt key used to be ignored in silence, and under `security`
-/// that turned authentication off (reliability finding F9: `agentTokn`, `writeToken`,
-/// `securty`).
+/// lenient, as the OAP is). A misspelt key ignored in silence would, under `security`, turn
+/// authentication off (reliability finding F9: `agentTokn`, `writeToken`, `securty`).
 fn check_own_keys(value: &serde_json::Value, path: &str) -> anyhow::Result<()> {
     let (Some(known), Some(map)) = (own_section_keys(path), value.as_object()) else {
         // A setting's value, or a section of the wrong type, which serde reports.
@@ -624,7 +623,7 @@ skyconf:
 
     #[test]
     fn unknown_keys_in_skyconf_sections_are_refused_with_the_nearest_valid_one() {
-        // Reliability finding F9: each of these used to start the server with authentication off.
+        // Reliability finding F9: each of these, ignored, would start the server with authentication off.
         for (text, key, meant) in [
             ("skyconf:\n  security:\n    agentTokn: T0k\n", "skyconf.security.agentTokn", "agentToken"),
             (

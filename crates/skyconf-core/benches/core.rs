@@ -7,14 +7,14 @@
 use divan::{Bencher, black_box};
 use skyconf_core::Digest;
 use skyconf_core::codec::PreEncoded;
-use skyconf_testkit::fixtures;
+use skyconf_core::fixtures;
 use uuid::Uuid;
 
 fn main() {
     divan::main();
 }
 
-/// The settings the stock agents read, as `skyconf bench document` writes them.
+/// The settings the stock agents read, as `skyconf-bench document` writes them.
 const ENTRIES: [(&str, &str); 6] = fixtures::ENTRIES;
 
 /// Parsing, typing, stringifying and digesting a whole document: the CPU part of a reload.

@@ -20,6 +20,8 @@ pub mod backoff;
 pub mod codec;
 pub mod diff;
 pub mod digest;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod guard;
 pub mod keys;
 #[cfg(feature = "reader")]

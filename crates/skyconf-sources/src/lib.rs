@@ -201,7 +201,8 @@ impl KeySet {
 
 /// A configuration store skyconf can watch.
 ///
-/// Contract, which every implementation's tests check against its real server:
+/// Contract, which the conformance suite (`skyconf_testkit::conformance`) checks for every store
+/// against its real server:
 /// - [`Source::load`] reads the watched keys once; it fails rather than returning a partial view.
 /// - [`Source::run`] establishes its watch *first*, then sends an [`Update::Snapshot`] (so no
 ///   change between the two is lost), then one update per change, promptly (no polling where the

@@ -2,7 +2,7 @@
 //! attempt: establish the watch, send a snapshot, stream updates until it breaks) and its
 //! [`Source::run`] hands that session to [`supervise`], which survives the breaks.
 //!
-//! [`supervise`] owns everything the stores used to repeat, each slightly differently:
+//! [`supervise`] owns what every store needs alike, so that no store writes it again:
 //! - an outage is reported as exactly one [`Update::Failed`], however many attempts it lasts, and
 //!   logged only at DEBUG: the consumer of the update logs it once, with what it means for what
 //!   is served (one cause, one line);

@@ -1,9 +1,10 @@
 //! Synthetic agent-configurations documents, for benchmarks and tests that need a document of a
-//! given size or a series of distinct documents; and [`temp_file`], a document on disk.
+//! given size (`skyconf_core::fixtures`, re-exported) or a series of distinct documents; and
+//! [`temp_file`], a document on disk.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
+pub use skyconf_core::fixtures::{ENTRIES, document};
 use tempfile::TempDir;
 
 /// A document serving `svc` two settings: vector V5 of the behaviour reference.
@@ -15,30 +16,6 @@ pub const V5_DIGEST: &str = "b111ca16ffb52b5d97102ffea2926a76e06d124f01e3aa0e9e1
 
 /// The OAP's own group key (endpoint-name grouping by OpenAPI documents).
 pub const OPENAPI_GROUP: &str = "core.default.endpoint-name-grouping-openapi";
-
-/// The settings the stock agents read, as `skyconf bench document` writes them.
-pub const ENTRIES: [(&str, &str); 6] = [
-    ("agent.sample_n_per_3_secs", "10"),
-    ("agent.span_limit_per_segment", "300"),
-    ("agent.ignore_suffix", ".jpg,.css,.png,.ico"),
-    ("agent.trace.ignore_path", "/eureka/**,/actuator/**,/health"),
-    ("plugin.jdbc.trace_sql_parameters", "true"),
-    ("agent.sample_rate", "0.5"),
-];
-
-/// A document of `services` services named `bench-svc-{i}`, each with the first `keys` of
-/// [`ENTRIES`] (all of them when `keys` is larger), values single-quoted.
-pub fn document(services: usize, keys: usize) -> String {
-    let keys = keys.min(ENTRIES.len());
-    let mut out = String::from("configurations:\n");
-    for i in 0..services {
-        let _ = writeln!(out, "  bench-svc-{i}:");
-        for (key, value) in &ENTRIES[..keys] {
-            let _ = writeln!(out, "    {key}: '{value}'");
-        }
-    }
-    out
-}
 
 /// The `n`th of a series of one-service documents: `svc` with `agent.sample_n_per_3_secs: n`;
 /// each `n` has its own digest.
@@ -60,11 +37,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn documents_have_the_asked_size() {
-        let text = document(2, 3);
-        assert_eq!(text.lines().count(), 1 + 2 * (1 + 3));
-        assert!(text.contains("  bench-svc-1:\n    agent.sample_n_per_3_secs: '10'\n"));
-        assert_eq!(document(1, 100).lines().count(), 2 + ENTRIES.len());
+    fn numbered_documents_differ_by_their_number() {
         assert_eq!(numbered(7), "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 7\n");
     }
 }

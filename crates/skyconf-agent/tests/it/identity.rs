@@ -56,9 +56,10 @@ async fn a_named_agent_reports_before_its_first_poll_then_keeps_alive_every_inte
     handle.stop().await;
 }
 
-/// Issue 30: keepAlive waited behind a held poll (sent about every 56 s instead of 30 s), so with
-/// an `--agent-expiry` under a minute a live agent lost its identity. As the Java agent's, the
-/// keep-alives keep their own schedule whatever the polls do: here every poll is held 29 s.
+/// As the Java agent's, the keep-alives keep their own schedule whatever the polls do: here every
+/// poll is held 29 s. A keepAlive that waited behind a held poll would go out about every 56 s
+/// instead of 30 s, and with an `--agent-expiry` under a minute a live agent would lose its
+/// identity.
 #[tokio::test(start_paused = true)]
 async fn keep_alives_keep_their_schedule_while_polls_are_held() {
     let fake = FakeCds::default();

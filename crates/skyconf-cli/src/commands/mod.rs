@@ -1,7 +1,6 @@
 //! One module per subcommand.
 
 pub(crate) mod agent;
-pub(crate) mod bench;
 pub(crate) mod digest;
 pub(crate) mod fetch;
 pub(crate) mod rollout;
@@ -24,17 +23,12 @@ pub(crate) fn write_out(args: std::fmt::Arguments<'_>) {
     }
 }
 
-/// `print!` through [`write_out`].
-macro_rules! out {
-    ($($arg:tt)*) => { $crate::commands::write_out(format_args!($($arg)*)) };
-}
-
 /// `println!` through [`write_out`].
 macro_rules! outln {
     ($($arg:tt)*) => { $crate::commands::write_out(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
-pub(crate) use {out, outln};
+pub(crate) use outln;
 
 /// Exit status of `digest` and `validate` for a document skyconf would refuse.
 pub(crate) const EXIT_REFUSED: u8 = 2;

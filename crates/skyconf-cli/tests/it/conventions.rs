@@ -20,7 +20,7 @@ fn fetch_puts_answers_on_stdout_and_failures_on_stderr_with_documented_statuses(
     let server = Server::spawn(command);
     let uri = format!("http://{}", server.grpc_addr);
 
-    // `--addr http://HOST:PORT` used to fail with "dns error: dns error".
+    // `--addr http://HOST:PORT` reaches the server (not "dns error: dns error").
     let ok = skyconf()
         .args(["fetch", "--addr", &uri, "--service", "inventory-go", "--authentication", "t0k"])
         .output()
@@ -44,19 +44,8 @@ fn fetch_puts_answers_on_stdout_and_failures_on_stderr_with_documented_statuses(
     assert!(down.stdout.is_empty(), "{down:?}");
     assert!(String::from_utf8_lossy(&down.stderr).starts_with(&format!("skyconf: cannot connect to {closed}: ")));
 
-    // bench takes the same spelling (a server without a token: bench sends none).
-    let open = Server::start(&example_document());
-    let open_uri = format!("http://{}", open.grpc_addr);
-    let bench = skyconf()
-        .args(["bench", "--addr", &open_uri, "-n", "20", "-c", "1", "-m", "2", "--warmup", "0s", "--json", "--quiet"])
-        .output()
-        .unwrap();
-    assert!(bench.status.success(), "{bench:?}");
-    let report: serde_json::Value = serde_json::from_slice(&bench.stdout).unwrap();
-    assert_eq!(report["addr"], open_uri.as_str());
-
     // Every client command says the same about an unsupported spelling, before connecting.
-    for command in [&["fetch", "--service", "svc"][..], &["agent", "--service", "svc"], &["bench"]] {
+    for command in [&["fetch", "--service", "svc"][..], &["agent", "--service", "svc"]] {
         let bad = skyconf().args(command).args(["--addr", "grpc://127.0.0.1:1"]).output().unwrap();
         assert_eq!(bad.status.code(), Some(2), "{command:?}: {bad:?}");
         let stderr = String::from_utf8_lossy(&bad.stderr);
@@ -273,7 +262,7 @@ fn exit_statuses(what: &str, help: &str) -> Vec<u8> {
     statuses
 }
 
-/// Usability finding 12: every subcommand, at every depth (rollout's and bench's included),
+/// Usability finding 12: every subcommand, at every depth (rollout's included),
 /// documents its exit statuses in one form, each status has one meaning across commands, and the
 /// top-level help names every command and every status.
 #[test]
@@ -283,7 +272,7 @@ fn help_lists_every_command_and_each_command_documents_its_exit_statuses() {
     let all = exit_statuses("skyconf", &top);
     assert_eq!(all, [0, 1, 2, 3, 4], "{top}");
     let commands = subcommands(&top);
-    for command in ["serve", "fetch", "digest", "validate", "agent", "rollout", "bench"] {
+    for command in ["serve", "fetch", "digest", "validate", "agent", "rollout"] {
         assert!(about.contains(command), "the about line names `{command}`: {about}");
         assert!(commands.iter().any(|c| c == command), "`skyconf --help` lists `{command}`: {top}");
     }
@@ -320,7 +309,7 @@ fn help_lists_every_command_and_each_command_documents_its_exit_statuses() {
         }
         walked += 1;
     }
-    assert!(walked >= 7 + 4 + 8, "every command and the subcommands of rollout and bench ({walked})");
+    assert!(walked >= 6 + 4, "every command and the subcommands of rollout ({walked})");
     // --addr has a default, so it is not required.
     for command in ["fetch", "agent"] {
         let sub = help(&[command]);

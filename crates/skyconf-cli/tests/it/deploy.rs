@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use skyconf_testkit::server::AdminClient;
 
-use crate::util::{Server, repo_root, serve_command, skyconf, stdout_of};
+use crate::util::{Server, repo_root, serve_command, skyconf, skyconf_bench, stdout_of};
 
 /// Labels Prometheus adds to every scraped series, and series it makes itself.
 const TARGET_LABELS: [&str; 2] = ["job", "instance"];
@@ -59,8 +59,8 @@ fn every_metric_the_alerts_and_the_dashboard_name_is_exported() {
     std::fs::write(&body, [0u8; 5]).unwrap();
     // An agent calling a forwarded path every 100 ms; each call finds no OAP and fails, which is
     // counted. It runs until the count shows.
-    let mut caller = skyconf()
-        .args(["bench", "agents", "--addr", &server.grpc_addr, "-c", "1", "--interval", "100ms"])
+    let mut caller = skyconf_bench()
+        .args(["agents", "--addr", &server.grpc_addr, "-c", "1", "--interval", "100ms"])
         .args(["--duration", "60s", "--quiet", "--json", "--path", "/skywalking.v3.JVMMetricReportService/collect"])
         .arg("--body-file")
         .arg(&body)

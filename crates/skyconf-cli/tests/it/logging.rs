@@ -105,8 +105,8 @@ fn serve_keeps_serving_when_stderr_is_closed_before_start_up() {
 
 #[test]
 fn serve_keeps_serving_when_stderr_closes_after_the_first_line() {
-    // Finding: `2> fifo` whose reader reads a line and leaves; reloads stopped, /readyz still said
-    // ready, SIGTERM no longer stopped the server.
+    // `2> fifo` whose reader reads a line and leaves: a logger that blocks on the full pipe would
+    // stop reloads while /readyz says ready, and SIGTERM would not stop the server.
     let dir = tempfile::tempdir().unwrap();
     let file = one_service_file(&dir);
     let (reader, writer) = std::io::pipe().unwrap();

@@ -15,6 +15,17 @@ pub(crate) fn skyconf() -> Command {
     Command::cargo_bin("skyconf").unwrap()
 }
 
+/// The `skyconf-bench` binary (the workspace's development tooling, a package of its own), as a
+/// command to add arguments to. Cargo gives a test only its own package's binaries, so this one is
+/// found beside `skyconf` in the target directory: `cargo test --workspace` (scripts/test.sh)
+/// builds it; a run of this package alone needs `cargo build -p skyconf-bench` first.
+pub(crate) fn skyconf_bench() -> Command {
+    Command::cargo_bin("skyconf-bench")
+        .ok()
+        .filter(|command| Path::new(command.get_program()).exists())
+        .expect("skyconf-bench is not built: run `cargo build -p skyconf-bench` (or test the workspace)")
+}
+
 /// The repository's root (examples/, tests/interop/ and tests/web/ are there).
 /// The tests' copy of the README's example document (`examples/` is the user's to edit).
 pub(crate) fn example_document() -> PathBuf {

@@ -410,7 +410,7 @@ mod tests {
 
     #[test]
     fn only_the_edited_service_is_read_again() {
-        let text = skyconf_testkit::fixtures::document(2_000, 6);
+        let text = crate::fixtures::document(2_000, 6);
         let mut reader = IncrementalReader::new();
         assert_same(&mut reader, &text);
         assert_eq!(reader.last(), Reuse { reused: 0, parsed: 2_000, whole: false });
@@ -431,7 +431,7 @@ mod tests {
 
     #[test]
     fn a_reader_sharing_a_tables_settings_reads_as_before() {
-        let text = skyconf_testkit::fixtures::document(50, 3);
+        let text = crate::fixtures::document(50, 3);
         let table = read(&text).unwrap();
         let mut reader = IncrementalReader::new();
         reader.read(&text).unwrap();

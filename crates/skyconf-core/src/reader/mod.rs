@@ -448,7 +448,7 @@ mod tests {
 
     #[test]
     fn scalar_alias_amplification_is_refused_at_the_alias_that_crosses_the_budget() {
-        // The finding's document: 113 KB of text that used to become a 100 MB answer.
+        // The finding's document: 113 KB of text whose aliases, expanded, make a 100 MB answer.
         let text = amplified(100_000, 1000);
         let started = std::time::Instant::now();
         let err = read(&text).unwrap_err();
@@ -589,7 +589,7 @@ mod tests {
 
     #[test]
     fn a_large_honest_document_is_read() {
-        let text = skyconf_testkit::fixtures::document(10_000, 6);
+        let text = crate::fixtures::document(10_000, 6);
         assert!(text.len() > 1_000_000, "{}", text.len());
         let table = read(&text).unwrap();
         assert_eq!(table.len(), 10_000);

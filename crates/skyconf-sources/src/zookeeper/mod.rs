@@ -24,6 +24,7 @@
 //! not a key; session records are ephemeral znodes of a session of their own (the `records`
 //! module).
 
+mod connect;
 mod layout;
 mod records;
 mod settings;
@@ -35,10 +36,11 @@ use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use self::connect::{Connect, Failure, SessionSlot};
 use self::layout::{KeyState, Namespace};
 use self::records::ZkRecords;
 pub use self::settings::ZookeeperSettings;
@@ -65,13 +67,12 @@ const MAX_BATCH: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct ZookeeperSource {
     settings: ZookeeperSettings,
-    connect: String,
+    /// The connect string and the session's timeouts.
+    how: Connect,
     namespace: Namespace,
-    session_timeout: Duration,
-    request_timeout: Duration,
     backoff: Backoff,
     /// One session shared by `load`, `run` and `put`; replaced when it ends.
-    client: Arc<Mutex<Option<zk::Client>>>,
+    client: Arc<SessionSlot>,
     /// Each key's znode as last seen, shared by the copies of the source: what `put` compares
     /// against.
     seen: Arc<std::sync::Mutex<Seen>>,
@@ -113,13 +114,6 @@ impl Seen {
     }
 }
 
-/// Why a request failed: ZooKeeper's answer, or none in time.
-#[derive(Debug)]
-enum Failure {
-    Zk(zk::Error),
-    Timeout(Duration),
-}
-
 impl ZookeeperSource {
     /// A source for `settings`, or why they cannot work. Connects lazily.
     pub fn new(settings: ZookeeperSettings) -> Result<Self, SettingsError> {
@@ -128,10 +122,12 @@ impl ZookeeperSource {
         Ok(Self {
             backoff: settings.backoff(),
             settings,
-            connect,
+            how: Connect {
+                connect,
+                session_timeout: DEFAULT_SESSION_TIMEOUT,
+                request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            },
             namespace,
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             client: Arc::default(),
             seen: Arc::default(),
             records: Arc::default(),
@@ -140,13 +136,13 @@ impl ZookeeperSource {
 
     /// Sets the session timeout asked of the server (it grants a value within its own bounds).
     pub fn with_session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.how.session_timeout = timeout;
         self
     }
 
     /// Sets how long one request, or opening a session, may take.
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.how.request_timeout = timeout;
         self
     }
 
@@ -172,13 +168,7 @@ impl ZookeeperSource {
     }
 
     fn error(&self, failure: Failure) -> SourceError {
-        match failure {
-            Failure::Zk(error @ (zk::Error::NoAuth | zk::Error::AuthFailed | zk::Error::InvalidAcl)) => {
-                SourceError::Refused { store: self.describe(), message: error.to_string() }
-            }
-            Failure::Zk(error) => self.unavailable(error.to_string()),
-            Failure::Timeout(limit) => self.unavailable(format!("no answer within {limit:?}")),
-        }
+        failure.into_error(self.describe())
     }
 
     /// What the source last saw of each key's znode; never held across an await.
@@ -188,35 +178,17 @@ impl ZookeeperSource {
 
     /// Runs one request (or several) within the request timeout.
     async fn timed<T>(&self, request: impl Future<Output = Result<T, zk::Error>>) -> Result<T, Failure> {
-        match tokio::time::timeout(self.request_timeout, request).await {
-            Ok(result) => result.map_err(Failure::Zk),
-            Err(_) => Err(Failure::Timeout(self.request_timeout)),
-        }
+        connect::timed(self.how.request_timeout, request).await
     }
 
     /// The shared session, opened if there is none or it has ended.
     async fn client(&self) -> Result<zk::Client, SourceError> {
-        // A tokio mutex, held while connecting so concurrent callers share one new session.
-        let mut slot = self.client.lock().await;
-        if let Some(client) = slot.as_ref().filter(|c| !c.state().is_terminated()) {
-            return Ok(client.clone());
-        }
-        let connecting = zk::Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .with_fail_eagerly()
-            .connect(&self.connect);
-        let client = self.timed(connecting).await.map_err(|f| self.error(f))?;
-        tracing::debug!(store = %self.describe(), session = %client.session_id(), timeout = ?client.session_timeout(), "Opened a ZooKeeper session.");
-        *slot = Some(client.clone());
-        Ok(client)
+        self.client.client(&self.how, &self.describe(), "the configuration").await.map_err(|f| self.error(f))
     }
 
     /// Drops the shared session if it is `client`'s, so the next caller opens a new one.
     async fn forget(&self, client: &zk::Client) {
-        let mut slot = self.client.lock().await;
-        if slot.as_ref().is_some_and(|c| c.session_id() == client.session_id()) {
-            *slot = None;
-        }
+        self.client.forget(client).await;
     }
 
     /// Reads one key's znode: data and children in one round trip, then the items' data.
@@ -483,7 +455,7 @@ fn ends_session(event: &zk::WatchedEvent) -> bool {
 
 impl Source for ZookeeperSource {
     fn describe(&self) -> String {
-        format!("zookeeper {} namespace {}", self.connect, self.namespace.path())
+        format!("zookeeper {} namespace {}", self.how.connect, self.namespace.path())
     }
 
     async fn load(&self, keys: &KeySet) -> Result<StoreContent, SourceError> {
@@ -503,13 +475,7 @@ impl Source for ZookeeperSource {
     fn shared_records(&self) -> Option<Arc<dyn crate::SharedRecords>> {
         let records = self.records.get_or_init(|| {
             let prefix = self.namespace.path().trim_end_matches('/');
-            Arc::new(ZkRecords::new(
-                self.connect.clone(),
-                prefix,
-                self.describe(),
-                self.session_timeout,
-                self.request_timeout,
-            ))
+            Arc::new(ZkRecords::new(self.how.clone(), prefix, self.describe()))
         });
         Some(Arc::clone(records) as Arc<dyn crate::SharedRecords>)
     }

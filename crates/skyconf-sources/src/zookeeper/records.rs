@@ -22,6 +22,7 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zk;
 
+use super::connect::{self, Connect, Failure, SessionSlot};
 use crate::shared::{Lifetime, Listed, RECORDS_NODE, SharedRecords, check_name};
 use crate::{BoxFuture, SourceError};
 
@@ -33,13 +34,12 @@ pub(crate) struct ZkRecords {
 
 #[derive(Debug)]
 struct Inner {
-    connect: String,
-    session_timeout: Duration,
-    request_timeout: Duration,
+    /// The connect string and the session's timeouts: the source's.
+    how: Connect,
     /// `{namespace}/skyconf`.
     base: String,
     store: String,
-    client: Mutex<Option<zk::Client>>,
+    client: SessionSlot,
     session: Mutex<Remembered>,
     keeper_started: AtomicBool,
     stop: CancellationToken,
@@ -60,21 +60,13 @@ impl Drop for ZkRecords {
 
 impl ZkRecords {
     /// Records under the namespace znode `prefix` (without a trailing `/`; empty for the root).
-    pub(crate) fn new(
-        connect: String,
-        prefix: &str,
-        store: String,
-        session_timeout: Duration,
-        request_timeout: Duration,
-    ) -> Self {
+    pub(super) fn new(how: Connect, prefix: &str, store: String) -> Self {
         Self {
             inner: Arc::new(Inner {
-                connect,
-                session_timeout,
-                request_timeout,
+                how,
                 base: format!("{prefix}/{RECORDS_NODE}"),
                 store,
-                client: Mutex::new(None),
+                client: SessionSlot::default(),
                 session: Mutex::new(Remembered::default()),
                 keeper_started: AtomicBool::new(false),
                 stop: CancellationToken::new(),
@@ -98,23 +90,12 @@ impl Inner {
     }
 
     fn error(&self, error: zk::Error) -> SourceError {
-        match error {
-            zk::Error::NoAuth | zk::Error::AuthFailed | zk::Error::InvalidAcl => {
-                SourceError::Refused { store: self.store.clone(), message: error.to_string() }
-            }
-            error => SourceError::Unavailable { store: self.store.clone(), message: error.to_string() },
-        }
+        Failure::Zk(error).into_error(self.store.clone())
     }
 
     /// Runs one request within the request timeout.
     async fn timed<T>(&self, request: impl Future<Output = Result<T, zk::Error>>) -> Result<T, SourceError> {
-        match tokio::time::timeout(self.request_timeout, request).await {
-            Ok(result) => result.map_err(|e| self.error(e)),
-            Err(_) => Err(SourceError::Unavailable {
-                store: self.store.clone(),
-                message: format!("no answer within {:?}", self.request_timeout),
-            }),
-        }
+        connect::timed(self.how.request_timeout, request).await.map_err(|f| f.into_error(self.store.clone()))
     }
 
     /// Runs one request within the request timeout, keeping ZooKeeper's own error for the caller
@@ -123,26 +104,17 @@ impl Inner {
         &self,
         request: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<Result<T, zk::Error>, SourceError> {
-        tokio::time::timeout(self.request_timeout, request).await.map_err(|_| SourceError::Unavailable {
-            store: self.store.clone(),
-            message: format!("no answer within {:?}", self.request_timeout),
-        })
+        tokio::time::timeout(self.how.request_timeout, request)
+            .await
+            .map_err(|_| Failure::Timeout(self.how.request_timeout).into_error(self.store.clone()))
     }
 
     /// The records' session, opened if there is none or it has ended.
     async fn client(&self) -> Result<zk::Client, SourceError> {
-        let mut slot = self.client.lock().await;
-        if let Some(client) = slot.as_ref().filter(|c| !c.state().is_terminated()) {
-            return Ok(client.clone());
-        }
-        let connecting = zk::Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .with_fail_eagerly()
-            .connect(&self.connect);
-        let client = self.timed(connecting).await?;
-        tracing::debug!(store = %self.store, session = %client.session_id(), "Opened a ZooKeeper session for skyconf's records.");
-        *slot = Some(client.clone());
-        Ok(client)
+        self.client
+            .client(&self.how, &self.store, "skyconf's records")
+            .await
+            .map_err(|f| f.into_error(self.store.clone()))
     }
 
     /// Writes `value` at `path` as a znode of `lifetime`, creating its parents; an existing znode
@@ -230,10 +202,10 @@ impl Inner {
 
     /// Keeps the session records until stopped; then closes the session, which deletes them.
     async fn keep(self: Arc<Self>) {
-        let interval = (self.session_timeout / 3).max(Duration::from_millis(100));
+        let interval = (self.how.session_timeout / 3).max(Duration::from_millis(100));
         crate::shared::renew_until_stopped(&self.stop, interval, || self.restore()).await;
         // The last handle on the client: dropping it closes the session.
-        self.client.lock().await.take();
+        self.client.close().await;
     }
 }
 

@@ -119,39 +119,6 @@ async fn a_put_based_on_a_stale_revision_conflicts_and_writes_nothing() {
 }
 
 #[tokio::test]
-async fn puts_in_a_row_and_after_a_change_the_watch_saw_succeed() {
-    let Some(etcd) = EtcdServer::start().await else { return };
-    let admin = etcd.admin().await;
-    let agent = key(AGENT_CONFIGURATIONS_KEY);
-    let source = std::sync::Arc::new(source(settings(&etcd)));
-    let mut run = SourceProbe::spawn_shared(&source, KeySet::oap());
-    let mut content = run.snapshot().await;
-    assert_eq!(content.agent_configurations(), None);
-
-    // Creating (version == 0), then writes in a row, each expecting the last one before the
-    // watch echoes it, then a delete and a new creation.
-    for value in ["a", "b", "c"] {
-        source.put(AGENT_CONFIGURATIONS_KEY, Some(value), Expect::Seen).await.unwrap();
-    }
-    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
-    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("d"), Expect::Seen).await.unwrap();
-    assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"d"[..]));
-    run.follow(&mut content, |c| c.agent_configurations() == Some("d")).await;
-
-    // An external change, once the watch reported it, is what the next write expects.
-    admin.put(&agent, "external").await;
-    run.follow(&mut content, |c| c.agent_configurations() == Some("external")).await;
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("after"), Expect::Seen).await.unwrap();
-    assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"after"[..]));
-    admin.delete(&agent).await;
-    run.follow(&mut content, |c| c.agent_configurations().is_none()).await;
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("again"), Expect::Seen).await.unwrap();
-    assert_eq!(admin.get(&agent).await.as_deref(), Some(&b"again"[..]));
-    run.stop().await;
-}
-
-#[tokio::test]
 async fn namespaces_map_as_the_oap_maps_them() {
     let Some(etcd) = EtcdServer::start().await else { return };
     let admin = etcd.admin().await;

@@ -191,38 +191,6 @@ async fn a_put_based_on_a_stale_version_conflicts_and_writes_nothing() {
 }
 
 #[tokio::test]
-async fn puts_in_a_row_and_after_a_change_the_watch_saw_succeed() {
-    let Some((server, client, ns)) = shared_zookeeper("cas-row").await else { return };
-    let (source, mut run) = watched(&server.addr(), &ns);
-    let path = source.znode_of(AGENT_CONFIGURATIONS_KEY);
-    let mut content = run.snapshot().await;
-    assert_eq!(content.agent_configurations(), None);
-
-    // Creating, writes in a row (each expecting the last one, before the watch reports it), a
-    // delete, and a new creation.
-    for value in ["a", "b", "c"] {
-        source.put(AGENT_CONFIGURATIONS_KEY, Some(value), Expect::Seen).await.unwrap();
-    }
-    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
-    source.put(AGENT_CONFIGURATIONS_KEY, None, Expect::Seen).await.unwrap();
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("d"), Expect::Seen).await.unwrap();
-    assert_eq!(client.get_data(&path).await.unwrap().0, b"d");
-    run.follow(&mut content, |c| c.agent_configurations() == Some("d")).await;
-
-    // An external change, once the watch reported it, is what the next write expects.
-    upsert(&client, &path, "external").await;
-    run.follow(&mut content, |c| c.agent_configurations() == Some("external")).await;
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("after"), Expect::Seen).await.unwrap();
-    assert_eq!(client.get_data(&path).await.unwrap().0, b"after");
-    client.delete(&path, None).await.unwrap();
-    run.follow(&mut content, |c| c.agent_configurations().is_none()).await;
-    source.put(AGENT_CONFIGURATIONS_KEY, Some("again"), Expect::Seen).await.unwrap();
-    assert_eq!(client.get_data(&path).await.unwrap().0, b"again");
-    run.stop().await;
-    delete_tree(&client, &ns).await;
-}
-
-#[tokio::test]
 async fn a_lost_connection_is_one_failure_then_a_snapshot_with_what_changed_meanwhile() {
     let Some((server, client, ns)) = shared_zookeeper("cut").await else { return };
     upsert(&client, &format!("{ns}/{AGENT_CONFIGURATIONS_KEY}"), "before").await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use skyconf_sources::file::FileSource;
 
-use super::StoreBackend;
+use super::{Capabilities, StoreBackend};
 
 /// A store directory in a temporary directory.
 #[derive(Debug)]
@@ -50,6 +50,11 @@ impl StoreBackend for FileBackend {
 
     fn name(&self) -> &str {
         "file (directory)"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // A file has no compare-and-swap: the store writes what it is given.
+        Capabilities { compare_and_swap: false, ..Capabilities::default() }
     }
 
     fn source(&self) -> FileSource {

@@ -6,7 +6,11 @@
 //! 2. a change to a single key arrives, alone, without another snapshot;
 //! 3. group items arrive as they are added, changed and removed;
 //! 4. a deleted key is absent;
-//! 5. an outage is exactly one [`Update::Failed`], then a fresh snapshot once the store is back,
+//! 5. writes through [`Source::put`]: in a row, each expecting the last, and after a change the
+//!    watch saw; where the store can compare and swap, a write based on what another client has
+//!    changed since is a [`SourceError::Conflict`] that writes nothing; where it has revisions,
+//!    [`Expect::At`] conditions a write on one (and elsewhere is [`SourceError::Unsupported`]);
+//! 6. an outage is exactly one [`Update::Failed`], then a fresh snapshot once the store is back,
 //!    then changes again.
 //!
 //! Steps a store cannot take (see [`Capabilities`]) are skipped for it, saying so. Modelled on
@@ -17,9 +21,10 @@ mod file;
 mod nacos;
 mod zookeeper;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, KeySet, Source, Update};
+use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Expect, KeySet, Source, SourceError, Update};
 
 pub use etcd::EtcdBackend;
 pub use file::FileBackend;
@@ -42,6 +47,8 @@ pub struct Capabilities {
     pub outages: bool,
     /// It holds its data across a restart; when not, the suite writes again after it.
     pub durable: bool,
+    /// Its writes are compare-and-swaps ([`Expect::Seen`] refuses a key another client changed).
+    pub compare_and_swap: bool,
     /// A restart may bring the store up more than once (a harness that retries a broken start),
     /// so the source may report one failure per attempt, each followed by a snapshot.
     pub flapping_restart: bool,
@@ -49,7 +56,7 @@ pub struct Capabilities {
 
 impl Default for Capabilities {
     fn default() -> Self {
-        Self { groups: true, outages: true, durable: true, flapping_restart: false }
+        Self { groups: true, outages: true, durable: true, compare_and_swap: true, flapping_restart: false }
     }
 }
 
@@ -104,7 +111,8 @@ pub async fn run_all<B: StoreBackend>(backend: &mut B) {
 
     // 1. Snapshot after the watch: what was written before is in the first update.
     backend.put(agent, "v1").await;
-    let mut probe = SourceProbe::spawn(backend.source(), backend.keys());
+    let source = Arc::new(backend.source());
+    let mut probe = SourceProbe::spawn_shared(&source, backend.keys());
     let first = probe.snapshot().await;
     assert_eq!(first.singles.get(agent).map(String::as_str), Some("v1"), "{name}: the first snapshot: {first:?}");
 
@@ -139,9 +147,13 @@ pub async fn run_all<B: StoreBackend>(backend: &mut B) {
     // 4. Delete: the key is absent.
     backend.delete(other).await;
     probe.until(&format!("{name}: a deleted key"), |c| single(c, other).is_none()).await;
+    assert_eq!((probe.snapshots(), probe.failures()), (1, 0), "{name}: no snapshot or failure after a delete");
+
+    // 5. Writes through the source.
+    writes(backend, &source, &mut probe).await;
     assert_eq!((probe.snapshots(), probe.failures()), (1, 0), "{name}: no snapshot or failure before the outage");
 
-    // 5. An outage: one failure, a fresh snapshot once back, then changes again.
+    // 6. An outage: one failure, a fresh snapshot once back, then changes again.
     if !can.outages {
         eprintln!("{name}: cannot be stopped; skipping the outage step");
         probe.stop().await;
@@ -178,6 +190,77 @@ pub async fn run_all<B: StoreBackend>(backend: &mut B) {
     backend.put(agent, "v3").await;
     probe.until(&format!("{name}: a change after the outage"), |c| single(c, agent) == Some("v3")).await;
     probe.stop().await;
+}
+
+/// Step 5: [`Source::put`] on `source`, which `probe` watches, on a key that is absent.
+async fn writes<B: StoreBackend>(backend: &mut B, source: &B::Source, probe: &mut SourceProbe) {
+    let name = backend.name().to_owned();
+    let can = backend.capabilities();
+    let key = SINGLE_KEYS[1];
+    let has = |value: &'static str| move |c: &skyconf_sources::StoreContent| single(c, key) == Some(value);
+
+    // In a row, each expecting the one before it before the watch reports it: a creation,
+    // changes, a delete, a delete of what is absent, a new creation.
+    for value in ["a", "b", "c"] {
+        source.put(key, Some(value), Expect::Seen).await.unwrap_or_else(|e| panic!("{name}: put {value}: {e}"));
+    }
+    for _ in 0..2 {
+        source.put(key, None, Expect::Seen).await.unwrap_or_else(|e| panic!("{name}: a delete in a row: {e}"));
+    }
+    source.put(key, Some("d"), Expect::Seen).await.unwrap_or_else(|e| panic!("{name}: a new creation: {e}"));
+    probe.until(&format!("{name}: writes in a row"), has("d")).await;
+
+    // A change by another client, once the watch reported it, is what the next write expects;
+    // so is a delete.
+    backend.put(key, "external").await;
+    probe.until(&format!("{name}: an external change"), has("external")).await;
+    source.put(key, Some("after"), Expect::Seen).await.unwrap_or_else(|e| panic!("{name}: after a change: {e}"));
+    probe.until(&format!("{name}: a write after an external change"), has("after")).await;
+    backend.delete(key).await;
+    probe.until(&format!("{name}: an external delete"), |c| single(c, key).is_none()).await;
+    source.put(key, Some("again"), Expect::Seen).await.unwrap_or_else(|e| panic!("{name}: after a delete: {e}"));
+    probe.until(&format!("{name}: a write after an external delete"), has("again")).await;
+
+    // A write based on what another client has changed since: refused, nothing written. A second
+    // source, not watching, knows the key only from its own write.
+    if can.compare_and_swap {
+        let stale = backend.source();
+        stale.put(key, Some("mine"), Expect::Seen).await.unwrap_or_else(|e| panic!("{name}: put mine: {e}"));
+        probe.until(&format!("{name}: the second source's write"), has("mine")).await;
+        backend.put(key, "theirs").await;
+        probe.until(&format!("{name}: another change"), has("theirs")).await;
+        let error = stale.put(key, Some("stale"), Expect::Seen).await.unwrap_err();
+        assert!(matches!(error, SourceError::Conflict { .. }), "{name}: a stale write conflicts: {error}");
+        let error = stale.put(key, None, Expect::Seen).await.unwrap_err();
+        assert!(matches!(error, SourceError::Conflict { .. }), "{name}: a stale delete conflicts: {error}");
+        // Nothing was written: the next change is the one the suite makes, and the value before
+        // it was still `theirs`.
+        backend.put(key, "marker").await;
+        probe.until(&format!("{name}: the change after the refused writes"), has("marker")).await;
+    } else {
+        eprintln!("{name}: no compare-and-swap; skipping the conflict step");
+    }
+
+    // Revisions: a write conditioned on one succeeds while the key is there, at it.
+    let current = single(probe.content(), key).map(str::to_owned);
+    if source.revisions() {
+        let first = source.put(key, Some("r1"), Expect::Seen).await.unwrap_or_else(|e| panic!("{name}: r1: {e}"));
+        assert!(first.is_some(), "{name}: a store with revisions answers the revision it wrote at");
+        let second = source.put(key, Some("r2"), Expect::At(first)).await;
+        assert!(second.as_ref().is_ok_and(Option::is_some), "{name}: a write at the current revision: {second:?}");
+        let error = source.put(key, Some("r3"), Expect::At(first)).await.unwrap_err();
+        assert!(matches!(error, SourceError::Conflict { .. }), "{name}: a write at an old revision: {error}");
+        let error = source.put(key, Some("r3"), Expect::At(None)).await.unwrap_err();
+        assert!(matches!(error, SourceError::Conflict { .. }), "{name}: a creation of a present key: {error}");
+        probe.until(&format!("{name}: the write at a revision"), has("r2")).await;
+    } else {
+        let error = source.put(key, Some("r1"), Expect::At(None)).await.unwrap_err();
+        assert!(matches!(error, SourceError::Unsupported(_)), "{name}: no revisions to write at: {error}");
+        assert_eq!(single(probe.content(), key), current.as_deref(), "{name}: nothing written");
+    }
+
+    source.put(key, None, Expect::Seen).await.unwrap_or_else(|e| panic!("{name}: the last delete: {e}"));
+    probe.until(&format!("{name}: the key deleted through the source"), |c| single(c, key).is_none()).await;
 }
 
 fn single<'a>(content: &'a skyconf_sources::StoreContent, key: &str) -> Option<&'a str> {

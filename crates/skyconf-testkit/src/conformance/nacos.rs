@@ -4,9 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use skyconf_sources::Expect;
 use skyconf_sources::Source as _;
 use skyconf_sources::nacos::NacosSource;
+use skyconf_sources::{Expect, KeySet, SourceError};
 
 use super::{Capabilities, StoreBackend};
 use crate::servers::rnacos::Rnacos;
@@ -30,8 +30,18 @@ impl NacosBackend {
         Some(Self { server, writer, indexes: Default::default() })
     }
 
+    /// Writes behind the source's back, whatever the key holds now: the writer's own compare is
+    /// satisfied by reading the key first when it has changed since the writer last saw it.
     async fn write(&self, key: &str, value: Option<&str>) {
-        self.writer.put(key, value, Expect::Seen).await.unwrap_or_else(|e| panic!("nacos write of {key}: {e}"));
+        let written = match self.writer.put(key, value, Expect::Seen).await {
+            Err(SourceError::Conflict { .. }) => {
+                let keys = KeySet::oap_with([key.to_owned()]);
+                self.writer.load(&keys).await.unwrap_or_else(|e| panic!("nacos read of {key}: {e}"));
+                self.writer.put(key, value, Expect::Seen).await
+            }
+            other => other,
+        };
+        written.unwrap_or_else(|e| panic!("nacos write of {key}: {e}"));
     }
 
     async fn write_index(&self, group: &str) {

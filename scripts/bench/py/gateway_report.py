@@ -14,7 +14,7 @@ import json
 import math
 import os
 
-from report import fmt  # scripts/bench/report.py, beside this file
+from report import fmt  # scripts/bench/py/report.py, beside this file
 
 HEADING = "## Gateway"
 TARGETS = ["direct", "nginx", "skyconf"]
@@ -119,7 +119,7 @@ def main():
       f"on CPU {a.load_cpu} (`taskset`). A proxy's figure is one core doing the forwarding *and* the upstream's "
       "work, the direct figure one core doing the upstream's work alone; skyconf's runtime and nginx's "
       "`worker_processes 1` each use one thread.")
-    w("- **Upstream**: `skyconf bench sink`, an OAP stand-in: it reads each whole request stream, walks its gRPC "
+    w("- **Upstream**: `skyconf-bench sink`, an OAP stand-in: it reads each whole request stream, walks its gRPC "
       "framing, and answers an empty `Commands` with grpc-status 0 (13 for a stream cut inside a message); it "
       "counts every message it receives.")
     w("- **nginx**: generated `nginx.conf`, run as the current user from a temporary prefix (`-p`), `daemon off`, "
@@ -129,7 +129,7 @@ def main():
     w(f"- **skyconf**: `skyconf serve --file examples/agent-configurations.yaml --upstream 127.0.0.1:PORT` "
       "(`cargo build --release -p skyconf-cli`; its defaults: 2 HTTP/2 connections to each upstream, every agent "
       "connection's calls multiplexed over them).")
-    w(f"- **Honesty**: every target is first called through `skyconf bench --path` on a forwarded unary path, an "
+    w(f"- **Honesty**: every target is first called through `skyconf-bench --path` on a forwarded unary path, an "
       "unknown path and the segment stream, which checks each grpc-status and that the answer is an empty "
       "`Commands`; each h2load run must see a message in every answer (a forwarded gRPC error is HTTP 200 too), "
       "and the sink's counters must show every segment of every call h2load counted.")
@@ -141,7 +141,7 @@ def main():
     w(f"Each call is a client stream of {seg} framed `SegmentObject`s to "
       f"`/skywalking.v3.TraceSegmentReportService/collect` ({fmt(bodies['segments_body_bytes'])} bytes; "
       f"{bodies['segment_bytes_min']:,}–{bodies['segment_bytes_max']:,} bytes a segment: an HTTP entry span and "
-      "database, cache and RPC exit spans with their tags, encoded by `scripts/bench/gateway_bodies.py`). Best "
+      "database, cache and RPC exit spans with their tags, encoded by `scripts/bench/py/gateway_bodies.py`). Best "
       "round per target.")
     w("")
     w("| target | calls/s | segments/s | MB/s | / direct |")
@@ -173,7 +173,7 @@ def main():
 
     # (b)
     umax = {r["target"]: r["calls_per_s"] for r in kind("unary_max") if r["tool"] == "h2load"}
-    bench_direct = next((r["calls_per_s"] for r in kind("unary_max") if r["tool"] == "skyconf bench"), None)
+    bench_direct = next((r["calls_per_s"] for r in kind("unary_max") if r["tool"] in ("skyconf-bench", "skyconf bench")), None)
     lat = kind("latency")
     w("### Forwarded unary calls (`/skywalking.v3.JVMMetricReportService/collect`, 144-byte body)")
     w("")
@@ -185,7 +185,7 @@ def main():
         w(f"| {t} | {fmt(umax.get(t))} | {times(ratio(umax.get(t), umax.get('direct')))} |")
     w("")
     lat_rounds = {b: len({r["round"] for r in lat if r.get("basis", "direct") == b}) for b in ("direct", "slowest")}
-    w("Latency, open loop (`skyconf bench --path … --rate R`, 512 callers on 32 connections handed evenly "
+    w("Latency, open loop (`skyconf-bench --path … --rate R`, 512 callers on 32 connections handed evenly "
       "spaced send times by a pacer thread, latency counted from each call's send time, every answer checked), "
       "at two rates: **half of the direct maximum** (the "
       f"lower of h2load's, {fmt(umax.get('direct'))}/s, and the checked client's own, {fmt(bench_direct)}/s, so the "
@@ -256,7 +256,7 @@ def main():
     # (c)
     w(f"### Memory per proxied agent connection ({fmt(a.agents)} connections)")
     w("")
-    w(f"`skyconf bench agents --path {'/skywalking.v3.JVMMetricReportService/collect'} -c {a.agents}`: each "
+    w(f"`skyconf-bench agents --path {'/skywalking.v3.JVMMetricReportService/collect'} -c {a.agents}`: each "
       "connection makes one forwarded call and stays open; the proxy is started afresh, and its RSS (nginx: the "
       "worker's) is read before the connections and once every one has made its call.")
     w("")

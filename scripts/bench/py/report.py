@@ -153,7 +153,7 @@ def main():
           "nullserver) could not be built: **skyconf is measured alone** and no ratio is given.")
     w(f"- **Throughput**: h2load (nghttp2), 1 thread, 32 connections × 16 streams, {a.duration} s per run after a "
       f"warm-up; the best of {a.rounds} interleaved round(s) per server. h2load does not read grpc-status, so "
-      "every scenario is also run with `skyconf bench`, which checks every call's grpc-status and answer.")
+      "every scenario is also run with `skyconf-bench`, which checks every call's grpc-status and answer.")
     w("- **Scenarios**: *unchanged* = the agent echoes the digest, the answer is an empty `Commands`; "
       "*changed* = no uuid, the answer is the whole command (6 settings, a fresh serial number); *mixed* = "
       "80 % unchanged, 15 % changed, 5 % unknown services, over 1,000 services.")
@@ -190,7 +190,7 @@ def main():
     w("")
 
     # Checked load
-    w("## Every answer checked (`skyconf bench`, 32 connections × 16 streams, closed loop)")
+    w("## Every answer checked (`skyconf-bench`, 32 connections × 16 streams, closed loop)")
     w("")
     w("The tonic load generator is heavier than h2load, so its calls/s are lower; what it adds is the check "
       "of every grpc-status and every answer (digest, serial number, empty or not). nullserver is checked "
@@ -210,10 +210,10 @@ def main():
     # Latency
     w("## Latency at half of the maximum rate (open loop)")
     w("")
-    w("`skyconf bench --rate R`: 512 callers on 32 connections are handed evenly spaced send times by a "
+    w("`skyconf-bench --rate R`: 512 callers on 32 connections are handed evenly spaced send times by a "
       "pacer thread and latency counts from each call's send time, so a server that falls behind cannot hide "
       "its queue. R is half of the "
-      "server's maximum: its best h2load figure above, or, where lower, the closed-loop figure `skyconf bench` "
+      "server's maximum: its best h2load figure above, or, where lower, the closed-loop figure `skyconf-bench` "
       "reaches against it (the checked tonic client costs more per call than h2load, and past its own "
       "maximum the latency measured would be the client's queue). Compare the rate asked with the h2load "
       "maximum: where it is lower, the server ran at less than half of its capacity.")
@@ -275,7 +275,7 @@ def main():
         res = agents["result"]
         per_conn = (agents["rss_steady_kb"] - agents["rss_before_kb"]) * 1024 / agents["agents"]
         w(f"- {fmt(agents['agents'])} agents, one HTTP/2 connection each from 127.0.0.2–5, each polling every "
-          f"{fmt(res['interval_s'])} s (`skyconf bench agents`): RSS {fmt(mb(agents['rss_before_kb']), 1)} MB → "
+          f"{fmt(res['interval_s'])} s (`skyconf-bench agents`): RSS {fmt(mb(agents['rss_before_kb']), 1)} MB → "
           f"{fmt(mb(agents['rss_steady_kb']), 1)} MB with all of them connected and polled once "
           f"({agents['fds']} open descriptors), **{fmt(per_conn / 1024, 1)} KB per connection**; "
           f"{fmt(res['calls'])} calls, {sum(res['outcome']['errors'].values())} failed, "
@@ -285,7 +285,7 @@ def main():
         how = {"edit": "one service edited, as a store change reloads", "cold": "a first read, every service",
                "full": "the whole document read the ordinary way"}.get(res.get("reload", "full"), "")
         w(f"- Reload of a 10,000-service × 6-key document ({fmt(res['bytes'] / 1024, 0)} KiB), parse + digests + "
-          f"pre-encoded answers, in process (`skyconf bench reload --mode {res.get('reload', 'full')}`: {how}; "
+          f"pre-encoded answers, in process (`skyconf-bench reload --mode {res.get('reload', 'full')}`: {how}; "
           f"{res['repeat']} times): "
           f"**p50 {res['total_ms']['p50']} ms**, max {res['total_ms']['max']} ms "
           f"(parse {res['parse_ms']['p50']} ms, table build {res['install_ms']['p50']} ms)")
@@ -293,7 +293,7 @@ def main():
         res = p["result"]
         lat = res.get("latency_us") or {}
         w(f"- File edit → new digest served, on the {fmt(res['services'])}-service document (each edit changes "
-          f"one service; `skyconf bench propagation`, {res['edits']} edits, file replaced by rename): "
+          f"one service; `skyconf-bench propagation`, {res['edits']} edits, file replaced by rename): "
           f"p50 {fmt((lat.get('p50') or 0) / 1000, 1)} ms, **p99 {fmt((lat.get('p99') or 0) / 1000, 1)} ms**, "
           f"max {fmt((lat.get('max') or 0) / 1000, 1)} ms; {res['timed_out']} edits not seen in time")
     if not (idle or s10k or agents):
@@ -376,7 +376,7 @@ def main():
       "allocator matters more than they do: mimalloc with transparent huge pages (its default) cost 38 KB per "
       "connection, without them (the `no_thp` feature skyconf builds with) 22 KB, glibc's malloc 21.6 KB, while "
       "mimalloc halves the reload time against glibc's.")
-    w("- **Latency at half of the maximum rate** is measured with `skyconf bench`, which checks every answer "
+    w("- **Latency at half of the maximum rate** is measured with `skyconf-bench`, which checks every answer "
       "and runs on the one load core: half of *its* maximum is the rate asked, and its own scheduling on that "
       "core is inside every figure (the p99.9 and max rows are the client's stalls as much as the server's).")
     w("")

@@ -1,4 +1,4 @@
-//! Calls to any gRPC path with a body read from a file (`skyconf bench --path P --body-file F`):
+//! Calls to any gRPC path with a body read from a file (`skyconf-bench --path P --body-file F`):
 //! the forwarded calls of the gateway benchmark, where the method is not CDS. The file holds
 //! framed messages (1 flag byte, 4 length bytes, the message), the same body h2load's `-d` sends;
 //! one message makes a unary call, more a client stream. Messages go out as they are, answers

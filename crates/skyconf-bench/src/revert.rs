@@ -1,4 +1,4 @@
-//! `skyconf bench revert`: how soon a rollout's failed gate reaches the agents it had reached.
+//! `skyconf-bench revert`: how soon a rollout's failed gate reaches the agents it had reached.
 //!
 //! Thousands of agents, each on its own HTTP/2 connection, say which instance they are
 //! (`ManagementService/reportInstanceProperties` on the connection they poll on, as a stock agent
@@ -39,7 +39,7 @@ use super::held::{Holding, Poller, Receipt, Timing, connect_all, digests, neares
 use super::{Client, Stats, Target, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
-/// Arguments of `skyconf bench revert`.
+/// Arguments of `skyconf-bench revert`.
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct Args {
     #[command(flatten)]
@@ -164,7 +164,7 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
                 "prometheus": {"url": gate.url(), "query": "bench_error_ratio", "max": GATE_MAX},
             },
             "advance": "auto",
-            "author": "skyconf bench revert",
+            "author": "skyconf-bench revert",
             "message": format!("round {}", round + 1),
         });
         let start = Instant::now();

@@ -1,4 +1,4 @@
-//! `skyconf bench sink`: an OAP stand-in for the gateway benchmark (`scripts/bench/gateway.sh`).
+//! `skyconf-bench sink`: an OAP stand-in for the gateway benchmark (`scripts/bench/gateway.sh`).
 //!
 //! It answers every gRPC call, whatever its path, the way an OAP answers a report: it reads the
 //! whole request stream, then sends one empty `Commands` (a zero-length message) and grpc-status
@@ -35,7 +35,7 @@ use tokio::net::TcpListener;
 
 use super::{print_report, runtime};
 
-/// Arguments of `skyconf bench sink`.
+/// Arguments of `skyconf-bench sink`.
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct Args {
     /// Where to listen (`127.0.0.1:0`: any free port; the one bound is printed).
@@ -257,7 +257,7 @@ impl Body for Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::bench::raw;
+    use crate::raw;
 
     /// `n` framed messages of `size` bytes each, as one request body.
     fn framed(n: usize, size: usize) -> Vec<u8> {

@@ -1,4 +1,4 @@
-//! `skyconf bench` without a subcommand: the load. Many HTTP/2 connections with many concurrent
+//! `skyconf-bench` without a subcommand: the load. Many HTTP/2 connections with many concurrent
 //! streams each, closed loop or, with `--rate`, a fixed-rate open loop; every answer checked
 //! against the [`Call`] planned for it. With `--path` and `--body-file`, every call goes to that
 //! path with that body instead (a forwarded call through a gateway), and its answer must be an
@@ -40,7 +40,7 @@ enum Check {
     Status,
 }
 
-/// Arguments of `skyconf bench` without a subcommand: the load.
+/// Arguments of `skyconf-bench` without a subcommand: the load.
 #[derive(Debug, Clone, clap::Args)]
 // Flattened into `bench`'s own `Args`, whose group already has the struct's name.
 #[group(id = "load")]
@@ -282,8 +282,8 @@ pub(super) fn run(load: Args) -> anyhow::Result<ExitCode> {
                     let call = &calls[k % calls.len()];
                     k += workers;
                     let result = client.call(&call.request).await;
-                    // Only measured calls count, in the outcome as in `calls`: warm-up answers
-                    // used to be counted as `ok` too, so `ok` exceeded `calls`.
+                    // Only measured calls count, in the outcome as in `calls` (warm-up answers
+                    // are checked and reported apart), so `ok` never exceeds `calls`.
                     let expect = (check == Check::Full).then_some(&call.expect);
                     if measured {
                         stats.check(result, expect);

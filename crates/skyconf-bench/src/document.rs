@@ -1,4 +1,4 @@
-//! `skyconf bench document`: synthetic agent-configurations documents, printed for
+//! `skyconf-bench document`: synthetic agent-configurations documents, printed for
 //! `scripts/bench.sh` and written by `propagation` and `reload`.
 
 use std::fmt::Write as _;
@@ -9,7 +9,7 @@ use skyconf_agent::watchers::{
     TRACE_IGNORE_PATH,
 };
 
-/// Arguments of `skyconf bench document`.
+/// Arguments of `skyconf-bench document`.
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct Args {
     /// Services, named `PREFIX0`, `PREFIX1`, ...
@@ -28,7 +28,7 @@ pub(super) struct Args {
 
 /// Prints the document.
 pub(super) fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    crate::commands::out!("{}", document(&args.service_prefix, args.services, args.keys, args.revision));
+    crate::out!("{}", document(&args.service_prefix, args.services, args.keys, args.revision));
     Ok(ExitCode::SUCCESS)
 }
 

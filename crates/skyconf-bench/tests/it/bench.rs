@@ -1,58 +1,23 @@
-//! A smoke run of `skyconf bench` against a real `skyconf serve`: every scenario, the open loop,
+//! A smoke run of `skyconf-bench` against a real skyconf server (in process, on a file store): every scenario, the open loop,
 //! propagation and reload, each short, each required to report every call as succeeded and every
 //! answer as right. Timings are not asserted (CI machines are shared); correctness is.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
+use std::process::Stdio;
 
-use crate::util::skyconf;
+use crate::util::{Served, skyconf_bench};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A `skyconf serve` child, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(file: &Path) -> Server {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = skyconf()
-        .arg("serve")
-        .arg("--file")
-        .arg(file)
-        .args(["--grpc-addr", &addr, "--admin-addr", &format!("127.0.0.1:{}", free_port())])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let server = Server { child, addr };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(&server.addr).is_err() {
-        assert!(Instant::now() < deadline, "skyconf serve did not open {}", server.addr);
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server
-}
-
-/// Runs `skyconf bench ARGS --json --quiet`, requires success, returns its report.
+/// Runs `skyconf-bench ARGS --json --quiet`, requires success, returns its report.
 fn bench(args: &[&str]) -> serde_json::Value {
-    let output = skyconf().arg("bench").args(args).args(["--json", "--quiet"]).output().unwrap();
+    let output = skyconf_bench().args(args).args(["--json", "--quiet"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "skyconf bench {args:?} failed: {stdout}\n{}",
+        "skyconf-bench {args:?} failed: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
@@ -69,10 +34,10 @@ fn assert_all_right(report: &serde_json::Value) {
 fn bench_smoke_every_call_succeeds_and_every_answer_is_right() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("agent-configurations.yaml");
-    let document = skyconf().args(["bench", "document", "--services", "50", "--keys", "6"]).output().unwrap();
+    let document = skyconf_bench().args(["document", "--services", "50", "--keys", "6"]).output().unwrap();
     assert!(document.status.success());
     std::fs::write(&file, &document.stdout).unwrap();
-    let server = serve(&file);
+    let server = Served::file(&file);
     let addr = server.addr.as_str();
 
     for scenario in ["unchanged", "changed", "mixed"] {
@@ -138,8 +103,8 @@ fn bench_reload_times_a_synthetic_document() {
 #[test]
 fn bench_fails_when_calls_fail() {
     // Nothing listens there: the run must not pass.
-    let output = skyconf()
-        .args(["bench", "--addr", &format!("127.0.0.1:{}", free_port()), "-n", "10", "--timeout", "1s", "--quiet"])
+    let output = skyconf_bench()
+        .args(["--addr", &format!("127.0.0.1:{}", free_port()), "-n", "10", "--timeout", "1s", "--quiet"])
         .output()
         .unwrap();
     assert!(!output.status.success());
@@ -151,9 +116,9 @@ fn bench_counts_measured_calls_only_prints_plain_values_and_plain_progress_when_
     // "load"` quoted in the table, and no progress at all when stderr is not a terminal.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("agent-configurations.yaml");
-    let document = skyconf().args(["bench", "document", "--services", "5", "--keys", "2"]).output().unwrap();
+    let document = skyconf_bench().args(["document", "--services", "5", "--keys", "2"]).output().unwrap();
     std::fs::write(&file, &document.stdout).unwrap();
-    let server = serve(&file);
+    let server = Served::file(&file);
     let report =
         bench(&["--addr", &server.addr, "--services", "5", "-n", "100", "-c", "1", "-m", "2", "--warmup", "300ms"]);
     assert_all_right(&report);
@@ -163,8 +128,8 @@ fn bench_counts_measured_calls_only_prints_plain_values_and_plain_progress_when_
     assert_eq!(report["warmup"]["outcome"]["wrong_answers"], 0, "{report}");
 
     // A table, stderr a pipe, no --quiet.
-    let output = skyconf()
-        .args(["bench", "--addr", &server.addr, "--services", "5", "-n", "50", "-c", "1", "-m", "2", "--warmup", "0s"])
+    let output = skyconf_bench()
+        .args(["--addr", &server.addr, "--services", "5", "-n", "50", "-c", "1", "-m", "2", "--warmup", "0s"])
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
@@ -180,12 +145,12 @@ fn bench_counts_measured_calls_only_prints_plain_values_and_plain_progress_when_
 
 #[test]
 fn bench_sink_answers_a_client_stream_on_any_path_and_counts_every_message() {
-    // The gateway benchmark's upstream: `bench sink` answers every call with grpc-status 0 and an
-    // empty `Commands` after the whole request stream; `bench --path --body-file` sends it.
+    // The gateway benchmark's upstream: `skyconf-bench sink` answers every call with grpc-status 0 and an
+    // empty `Commands` after the whole request stream; `skyconf-bench --path --body-file` sends it.
     use std::io::{BufRead as _, BufReader};
 
-    let mut sink = skyconf()
-        .args(["bench", "sink", "--addr", "127.0.0.1:0", "--json"])
+    let mut sink = skyconf_bench()
+        .args(["sink", "--addr", "127.0.0.1:0", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut as _, Bytes, BytesMut};
 
 use super::{CHANNEL_DROPPING, Counts, Failures};
-use crate::commands::bench::raw::Caller;
-use crate::commands::bench::{Target, connect_channel};
+use crate::raw::Caller;
+use crate::{Target, connect_channel};
 
 /// The path the streams call.
 const TRACE_COLLECT: &str = "/skywalking.v3.TraceSegmentReportService/collect";

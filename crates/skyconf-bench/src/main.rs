@@ -1,28 +1,30 @@
-//! `skyconf bench`: a load generator for any configuration discovery (CDS) endpoint, and the
-//! memory, scale and propagation probes `scripts/bench.sh` runs.
+//! `skyconf-bench`: a load generator for any configuration discovery (CDS) endpoint, and the
+//! memory, scale and propagation probes `scripts/bench.sh` runs. It is
+//! tooling for developing skyconf, a binary of its own so that the shipped `skyconf` links none of
+//! it (no HTTP/2 sink server, histograms or progress bars).
 //!
-//! - `skyconf bench [--scenario unchanged|changed|mixed] [--rate R]`: many HTTP/2 connections,
+//! - `skyconf-bench [--scenario unchanged|changed|mixed] [--rate R]`: many HTTP/2 connections,
 //!   many concurrent streams each, closed loop (as fast as answers come) or, with `--rate`, a
 //!   fixed-rate open loop, calls evenly spaced by a pacer thread, whose latencies are measured
 //!   from each call's send time (so a stalled server cannot hide its queue). Every answer's
 //!   grpc-status is checked and, with `--check full` (the default), its content: an agent that
 //!   echoes the digest must get an empty `Commands`, one that does not must get exactly one
 //!   `ConfigurationDiscoveryCommand` carrying the digest and a 36-character serial number.
-//! - `skyconf bench agents`: thousands of idle agents, each on its own connection and polling every
+//! - `skyconf-bench agents`: thousands of idle agents, each on its own connection and polling every
 //!   `--interval` like a stock agent (memory per connection, connection scale).
-//! - `skyconf bench held`: thousands of agents with the Java agent's timing (30 s deadline, 20 s
+//! - `skyconf-bench held`: thousands of agents with the Java agent's timing (30 s deadline, 20 s
 //!   fixed rate), each on its own connection, against a server that holds unchanged polls (or
 //!   not): write → all agents hold the new digest, memory per agent, idle CPU.
-//! - `skyconf bench revert`: agents that report instance names, and rollouts whose Prometheus
+//! - `skyconf-bench revert`: agents that report instance names, and rollouts whose Prometheus
 //!   gate fails: the failure → the server's revert → every agent holding its old digest again.
-//! - `skyconf bench propagation`: rewrites a served file and times how long until the new digest
+//! - `skyconf-bench propagation`: rewrites a served file and times how long until the new digest
 //!   is answered.
-//! - `skyconf bench reload`: parses a document and builds its served table in process (digests and
+//! - `skyconf-bench reload`: parses a document and builds its served table in process (digests and
 //!   pre-encoded answers included), as a reload does.
-//! - `skyconf bench document`: prints a synthetic document (`--services` × `--keys`).
-//! - `skyconf bench sink`: an OAP stand-in answering any gRPC path with an empty `Commands` after
+//! - `skyconf-bench document`: prints a synthetic document (`--services` × `--keys`).
+//! - `skyconf-bench sink`: an OAP stand-in answering any gRPC path with an empty `Commands` after
 //!   reading the whole request stream (the upstream of `scripts/bench/gateway.sh`).
-//! - `skyconf bench soak`: agents polling for a long time while documents, good and bad, are
+//! - `skyconf-bench soak`: agents polling for a long time while documents, good and bad, are
 //!   written through the admin API; every answer and every write is checked (`scripts/soak.sh`).
 //!
 //! Results go to stdout (a table, or one JSON object with `--json`); the exit status is 0 only if
@@ -32,9 +34,11 @@
 //! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`, `held.rs`,
 //! `propagation.rs`, `revert.rs`, `reload.rs`, `document.rs`, `soak.rs` and `sink.rs`; `raw.rs` holds the calls
 //! to any path (`--path`, `--body-file`). This file holds what they share: the
-//! [`Target`] flags, connecting, the outcome counters ([`Stats`]) and the report.
+//! [`Target`] flags, connecting, the outcome counters ([`Stats`]) and the report; `args.rs` the
+//! spelling of addresses and durations, as `skyconf` takes them.
 
 mod agents;
+mod args;
 mod document;
 mod held;
 mod load;
@@ -63,22 +67,34 @@ use skyconf_proto::v3::Commands;
 use skyconf_proto::v3::configuration_discovery_service_client::ConfigurationDiscoveryServiceClient;
 use tonic::transport::Channel;
 
+use clap::Parser;
+
 use crate::args::{ServerAddr, parse_duration};
 
-/// Arguments of `skyconf bench`.
-#[derive(Debug, clap::Args)]
+// The allocator `skyconf` serves with: `reload` times what a server's reload costs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Development tooling for skyconf: load, memory, scale, propagation and soak probes of a
+/// configuration discovery endpoint (any server).
+#[derive(Debug, Parser)]
 #[command(
+    name = "skyconf-bench",
+    version,
+    about,
+    long_about = None,
     args_conflicts_with_subcommands = true,
     after_help = "\
 Output: the report on stdout (a table, or one JSON object with --json); progress on stderr (a bar
-on a terminal, a plain line every few seconds elsewhere, none with --quiet).
+on a terminal, a plain line every few seconds elsewhere, none with --quiet); logs on stderr (filter
+from SKYCONF_LOG, default info).
 
 Exit status:
   0  every call succeeded and every answer was right
   1  a call failed, an answer was wrong, no call succeeded, or the server cannot be reached
   2  usage error"
 )]
-pub(crate) struct Args {
+struct Cli {
     #[command(subcommand)]
     mode: Option<Mode>,
     #[command(flatten)]
@@ -136,10 +152,23 @@ struct Target {
     quiet: bool,
 }
 
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SKYCONF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "skyconf-bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs the chosen tool.
-pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    match args.mode {
-        None => load::run(args.load),
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.mode {
+        None => load::run(cli.load),
         Some(Mode::Agents(a)) => agents::run(a),
         Some(Mode::Held(a)) => held::run(a),
         Some(Mode::Propagation(a)) => propagation::run(a),
@@ -150,6 +179,28 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(Mode::Sink(a)) => sink::run(&a),
     }
 }
+
+/// Writes to standard output. A reader that went away (`skyconf-bench document | head`) ends the
+/// program quietly with status 0 instead of the panic `print!` raises; any other failure to write
+/// is status 1.
+fn write_out(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = out.write_fmt(args).and_then(|()| out.flush()) {
+        std::process::exit(i32::from(error.kind() != std::io::ErrorKind::BrokenPipe));
+    }
+}
+
+/// `print!` through [`write_out`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::write_out(format_args!($($arg)*)) };
+}
+
+/// `println!` through [`write_out`].
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::write_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub(crate) use {out, outln};
 
 /// A multi-threaded runtime with `threads` workers (default: one per CPU).
 fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
@@ -421,9 +472,9 @@ fn progress(quiet: bool, len: u64, what: &str) -> Progress {
 /// Prints `report` as JSON or as a two-column table.
 fn print_report(report: &Value, as_json: bool) {
     if as_json {
-        crate::commands::outln!("{report}");
+        outln!("{report}");
     } else {
-        crate::commands::out!("{}", report_table(report));
+        out!("{}", report_table(report));
     }
 }
 
@@ -461,6 +512,13 @@ fn exit_code(stats: &Stats) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// clap's own checks of the whole command line, which it otherwise runs only when a tool is used.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+    }
 
     #[test]
     fn the_table_has_no_rows_for_figures_that_do_not_apply() {

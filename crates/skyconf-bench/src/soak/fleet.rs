@@ -34,7 +34,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use super::{CHANNEL_DROPPING, Counts, Failures};
-use crate::commands::bench::{Target, service_name};
+use crate::{Target, service_name};
 
 /// The Java agent's deadline on each poll (`collector.grpc_upstream_timeout`).
 const DEADLINE: Duration = Duration::from_secs(30);

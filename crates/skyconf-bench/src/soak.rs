@@ -1,4 +1,4 @@
-//! `skyconf bench soak`: hours of what a fleet and its operators do to a server, checked as it
+//! `skyconf-bench soak`: hours of what a fleet and its operators do to a server, checked as it
 //! goes. `scripts/soak.sh` runs it next to a server on etcd while it makes the store flap and puts
 //! refused documents straight into the store.
 //!
@@ -46,7 +46,7 @@ use tonic::Code;
 use super::{Target, connect, print_report, runtime, service_name};
 use crate::args::parse_duration;
 
-/// Arguments of `skyconf bench soak`.
+/// Arguments of `skyconf-bench soak`.
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct Args {
     #[command(flatten)]

@@ -1,4 +1,4 @@
-//! `skyconf bench held`: thousands of agents polling as the Java agent times its polls (a 30 s
+//! `skyconf-bench held`: thousands of agents polling as the Java agent times its polls (a 30 s
 //! deadline per call, a fixed rate of 20 s, a call that outlasts the interval followed at once),
 //! each on its own HTTP/2 connection, against a server that holds unchanged polls (or, with
 //! `--mode plain`, one started with `--no-hold-polls`, where the same agents simply poll every
@@ -33,7 +33,7 @@ use tonic::transport::Channel;
 use super::{Client, Stats, Target, connect_channel, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
-/// Arguments of `skyconf bench held`.
+/// Arguments of `skyconf-bench held`.
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct Args {
     #[command(flatten)]

@@ -1,4 +1,4 @@
-//! `skyconf bench agents`: thousands of idle agents, each on its own connection and polling every
+//! `skyconf-bench agents`: thousands of idle agents, each on its own connection and polling every
 //! `--interval` like a stock agent, to measure memory per connection and connection scale.
 
 use std::process::ExitCode;
@@ -15,7 +15,7 @@ use super::raw::RawArgs;
 use super::{Stats, Target, Worker, exit_code, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
-/// Arguments of `skyconf bench agents`.
+/// Arguments of `skyconf-bench agents`.
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct Args {
     #[command(flatten)]
@@ -96,7 +96,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Every agent has polled at least once after one interval: the steady state to measure.
         let steady_at = started + args.interval.min(args.duration);
         tokio::time::sleep_until(steady_at.into()).await;
-        crate::commands::outln!(
+        crate::outln!(
             "{}",
             json!({"event": "steady", "connections": args.connections, "calls": stats.done.load(Ordering::Relaxed)})
         );

@@ -1,4 +1,4 @@
-//! `skyconf bench propagation`: rewrites a served file with synthetic documents and times each
+//! `skyconf-bench propagation`: rewrites a served file with synthetic documents and times each
 //! edit until the server answers its new digest.
 
 use std::process::ExitCode;
@@ -13,7 +13,7 @@ use skyconf_proto::v3::ConfigurationSyncRequest;
 use super::{Client, Stats, Target, connect, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
-/// Arguments of `skyconf bench propagation`.
+/// Arguments of `skyconf-bench propagation`.
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct Args {
     #[command(flatten)]

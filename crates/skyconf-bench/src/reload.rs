@@ -1,9 +1,9 @@
-//! `skyconf bench reload`: parses a document and builds its served table in process (digests and
+//! `skyconf-bench reload`: parses a document and builds its served table in process (digests and
 //! pre-encoded answers included), as a reload does, and reports how long each half took.
 //!
 //! Three kinds of reload (`--mode`): `edit`, what the server does when the document changes (an
 //! [`IncrementalReader`] that read the previous revision, a served table that serves it; each
-//! revision changes one service, as `skyconf bench propagation` does); `cold`, the first document
+//! revision changes one service, as `skyconf-bench propagation` does); `cold`, the first document
 //! a server reads (a fresh incremental reader: every service read, on every core); `full`, the
 //! whole document read the ordinary way (`skyconf_core::read`) and every answer encoded.
 
@@ -16,7 +16,7 @@ use skyconf_core::reader::IncrementalReader;
 
 use super::{print_report, progress};
 
-/// Arguments of `skyconf bench reload`.
+/// Arguments of `skyconf-bench reload`.
 #[derive(Debug, Clone, clap::Args)]
 pub(super) struct Args {
     /// The document; without it a synthetic one of --services × --keys is used.
@@ -42,7 +42,7 @@ pub(super) struct Args {
     quiet: bool,
 }
 
-/// Which reload `skyconf bench reload` times.
+/// Which reload `skyconf-bench reload` times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(super) enum Mode {
     /// One service edited, the rest read and encoded before.
