@@ -10,6 +10,8 @@
 //! - [`table`]: the table itself; [`targeting`]: settings for some of a service's instances; [`diff`]: what changed between two of them;
 //! - [`writer`]: a table written back as a document that reads to the same digests;
 //! - [`store`]: the OAP's dynamic-configuration store model and its change-detection rules;
+//! - [`ignore`]: which operation names a Java agent ignores under `agent.trace.ignore_path` and
+//!   `agent.ignore_suffix`;
 //! - [`keys`]: the settings stock agents read and how each parses them; [`suggest`]: "did you
 //!   mean"; `warnings` (with `reader`): what is probably wrong with a document skyconf would serve.
 //!
@@ -21,6 +23,7 @@ pub mod codec;
 pub mod diff;
 pub mod digest;
 pub mod guard;
+pub mod ignore;
 pub mod keys;
 #[cfg(feature = "reader")]
 pub mod reader;
