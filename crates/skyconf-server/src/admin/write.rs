@@ -639,7 +639,9 @@ async fn write_service(
         let existing = current.table.get(name);
         let entries = match &change {
             ServiceChange::Set(entries) => Some(entries.clone()),
-            ServiceChange::Merge(patch) => Some(writer::merge_entries(existing.map_or(&[], |s| s.own_entries()), patch)),
+            ServiceChange::Merge(patch) => {
+                Some(writer::merge_entries(existing.map_or(&[], |s| s.own_entries()), patch))
+            }
             ServiceChange::Remove if existing.is_none() => {
                 return Err(AppError::NotFound(format!("no service `{name}` is configured")));
             }
