@@ -47,6 +47,8 @@ use crate::store_view::StoreStatus;
         super::read::release,
         super::read::compare,
         super::read::history,
+        super::preview::layers,
+        super::preview::preview,
         super::read::configurations,
         super::write::put_configurations,
         super::write::put_service,

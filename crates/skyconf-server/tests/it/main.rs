@@ -14,6 +14,7 @@ mod etcd;
 mod failover;
 mod fleet;
 mod gateway;
+mod global;
 mod held;
 mod metrics;
 mod nacos;
