@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "skyconf", version, about, long_about = None, after_help = "\
 Results go to stdout, errors and logs to stderr. Exit status: 0 success; 1 failure (the reason on
-stderr); 2 a refused document (digest, validate) or a usage error; 3 an error status the server
+stderr); 2 a refused document (digest, validate, preview) or a usage error; 3 an error status the server
 answered (fetch). Each command's --help says which apply.")]
 struct Cli {
     /// Log format.
@@ -42,6 +42,8 @@ enum Command {
     Digest(commands::digest::Args),
     /// Check a document: exit status 0 when skyconf would serve it; warnings about keys no agent reads.
     Validate(commands::validate::Args),
+    /// Print, as JSON, what one agent would get from a document, each setting with its layer, and which paths it ignores.
+    Preview(commands::preview::Args),
     /// Follow a service's configuration as a Rust agent does; print one JSON line per change.
     Agent(commands::agent::Args),
     /// Start, watch, promote or abort a staged rollout through a server's admin API (JSON out).
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
         Command::Fetch(args) => commands::fetch::run(args),
         Command::Digest(args) => commands::digest::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
+        Command::Preview(args) => commands::preview::run(&args),
         Command::Agent(args) => commands::agent::run(args),
         Command::Rollout(args) => commands::rollout::run(args),
         Command::Bench(args) => commands::bench::run(args),
