@@ -76,11 +76,8 @@ pub struct PathVerdict {
 }
 
 /// For each of `paths`, whether an agent holding `settings` ignores it ([`crate::ignore`]).
-pub fn ignored_paths<'a>(
-    settings: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
-    paths: &[String],
-) -> Vec<PathVerdict> {
-    let value = |wanted: &str| settings.clone().into_iter().find(|(k, _)| *k == wanted).map(|(_, v)| v);
+pub fn ignored_paths(settings: &[(&str, &str)], paths: &[String]) -> Vec<PathVerdict> {
+    let value = |wanted: &str| settings.iter().find(|(k, _)| *k == wanted).map(|(_, v)| *v);
     let patterns = value(keys::TRACE_IGNORE_PATH).map(IgnorePaths::parse);
     let suffixes = value(keys::IGNORE_SUFFIX).map(IgnoreSuffixes::parse);
     paths
@@ -142,7 +139,7 @@ mod tests {
     fn ignored_paths_name_the_setting_and_pattern_that_ignores_each() {
         let settings = [("agent.trace.ignore_path", "/health/**,GET:/ping"), ("agent.ignore_suffix", ".css")];
         let paths: Vec<String> = ["/health/live", "GET:/ping", "/site.css", "/orders"].map(String::from).to_vec();
-        let verdicts = ignored_paths(settings.iter().copied(), &paths);
+        let verdicts = ignored_paths(&settings, &paths);
         let got: Vec<_> = verdicts.iter().map(|v| (v.ignored_by, v.pattern.as_deref())).collect();
         assert_eq!(
             got,

@@ -65,13 +65,13 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         agent_version: args.agent_version.as_deref(),
     });
     let found = provenance(&table, &args.service, instance.as_ref());
-    let sent = found.settings.iter().map(|s| (s.key.as_str(), s.value.as_str()));
-    let ignored: Vec<Value> = ignored_paths(sent.clone(), &args.paths)
+    let sent: Vec<(&str, &str)> = found.settings.iter().map(|s| (s.key.as_str(), s.value.as_str())).collect();
+    let ignored: Vec<Value> = ignored_paths(&sent, &args.paths)
         .into_iter()
         .map(|v| json!({"path": v.path, "ignored": v.ignored_by.is_some(), "ignored_by": v.ignored_by, "pattern": v.pattern}))
         .collect();
     let warnings: Vec<String> = sent
-        .clone()
+        .iter()
         .find(|(k, _)| *k == TRACE_IGNORE_PATH)
         .filter(|(_, v)| !v.trim().is_empty())
         .map(|(_, v)| v.split(',').filter_map(pattern_problem).collect())

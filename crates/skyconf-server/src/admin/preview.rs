@@ -229,8 +229,8 @@ pub(super) async fn preview(
         }
         None => explain(&admin.served.serving().view(), &asked),
     };
-    let sent = layers.settings.iter().map(|s| (s.key.as_str(), s.value.as_str()));
-    layers.ignored = ignored_paths(sent.clone(), &request.paths)
+    let sent: Vec<(&str, &str)> = layers.settings.iter().map(|s| (s.key.as_str(), s.value.as_str())).collect();
+    let ignored = ignored_paths(&sent, &request.paths)
         .into_iter()
         .map(|v| PathVerdict {
             path: v.path,
@@ -239,11 +239,12 @@ pub(super) async fn preview(
             pattern: v.pattern,
         })
         .collect();
-    if let Some((_, value)) = sent.clone().find(|(k, _)| *k == TRACE_IGNORE_PATH)
-        && !value.trim().is_empty()
-    {
-        layers.warnings = value.split(',').filter_map(pattern_problem).collect();
-    }
+    let warnings = match sent.iter().find(|(k, _)| *k == TRACE_IGNORE_PATH) {
+        Some((_, value)) if !value.trim().is_empty() => value.split(',').filter_map(pattern_problem).collect(),
+        _ => Vec::new(),
+    };
+    layers.ignored = ignored;
+    layers.warnings = warnings;
     Ok(Json(layers))
 }
 
