@@ -306,7 +306,9 @@ pub(super) async fn service(
         );
     }
     let entries: serde_json::Map<String, Value> = config
-        .map(|c| c.entries().iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())
+        // Its own settings (what `PUT` takes back); the global ones it is also served are in
+        // `GET /api/v1/services/{name}/layers`.
+        .map(|c| c.own_entries().iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect())
         .unwrap_or_default();
     let body = json!({
         "name": name,
