@@ -148,6 +148,17 @@ async fn a_group_wins_over_the_global_setting_and_the_layers_route_says_so() {
     assert_eq!((plain["configured"].as_bool(), plain["group"].is_null()), (Some(false), true));
     assert_eq!(plain["digest"], poll(&channel, "unlisted").await.uuid.unwrap());
     assert_eq!(admin.get("/api/v1/services/listed/layers?bogus=1").await.status, 400);
+
+    // A per-service write edits the service's own settings: the global ones stay global.
+    let own = admin.get_json("/api/v1/services/listed").await;
+    assert_eq!(own["config"], json!({"agent.span_limit_per_segment": "100"}), "{own}");
+    let patch = json!({"config": {"agent.span_limit_per_segment": "200"}}).to_string();
+    let reply = admin.send("PATCH", "/api/v1/services/listed", &[("content-type", "application/json")], &patch).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let written = std::fs::read_to_string(&path).unwrap();
+    let table = skyconf_core::read(&written).unwrap();
+    assert_eq!(table.get("listed").unwrap().own_entries(), [("agent.span_limit_per_segment".into(), "200".into())]);
+    assert_eq!(table.global().unwrap().entries().len(), 2, "{written}");
     server.stop().await.unwrap();
 }
 
