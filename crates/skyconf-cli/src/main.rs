@@ -21,7 +21,7 @@ Results go to stdout, errors and logs to stderr. Each command's --help says whic
 Exit status:
   0  success
   1  failure: a file cannot be read, a server cannot be reached (the reason on stderr)
-  2  a refused document (digest, validate) or a usage error
+  2  a refused document (digest, validate, preview) or a usage error
   3  the server answered with an error or refused the request (fetch, rollout)
   4  a watched rollout ended reverted or aborted (rollout status --watch)")]
 struct Cli {
@@ -50,6 +50,8 @@ enum Command {
     Digest(commands::digest::Args),
     /// Check a document: exit status 0 when skyconf would serve it; warnings about keys no agent reads.
     Validate(commands::validate::Args),
+    /// Print, as JSON, what one agent would get from a document, each setting with its layer, and which paths it ignores.
+    Preview(commands::preview::Args),
     /// Follow a service's configuration as a Rust agent does; print one JSON line per change.
     Agent(commands::agent::Args),
     /// Start, watch, promote or abort a staged rollout through a server's admin API (JSON out).
@@ -88,6 +90,7 @@ fn main() -> ExitCode {
         Command::Fetch(args) => commands::fetch::run(args),
         Command::Digest(args) => commands::digest::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
+        Command::Preview(args) => commands::preview::run(&args),
         Command::Agent(args) => commands::agent::run(args),
         Command::Rollout(args) => commands::rollout::run(args),
     };

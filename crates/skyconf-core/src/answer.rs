@@ -60,6 +60,7 @@ pub struct Answers {
     /// The answer of each group of each targeted service, in the groups' order.
     groups: HashMap<String, Vec<Answer>>,
     targeting: Targeting,
+    /// What services without an entry get: the global settings, else the EMPTY answer.
     empty: Answer,
     ready: bool,
 }
@@ -82,7 +83,7 @@ impl Answers {
             by_service,
             groups: group_answers(table),
             targeting: table.targeting().clone(),
-            empty: Answer::empty(),
+            empty: default_answer(table),
             ready: true,
         }
     }
@@ -110,7 +111,10 @@ impl Answers {
             by_service,
             groups: group_answers(table),
             targeting: table.targeting().clone(),
-            empty: previous.empty.clone(),
+            empty: match table.global() {
+                Some(global) if global.digest() == &previous.empty.digest => previous.empty.clone(),
+                _ => default_answer(table),
+            },
             ready: true,
         }
     }
@@ -170,7 +174,8 @@ impl Answers {
         self.ready
     }
 
-    /// The answer for `service`: its own, or the EMPTY answer the OAP gives unknown services.
+    /// The answer for `service`: its own, or for a service without an entry the global settings
+    /// (the EMPTY answer the OAP gives unknown services when the document has none).
     pub fn answer(&self, service: &str) -> &Answer {
         self.by_service.get(service).unwrap_or(&self.empty)
     }
@@ -252,13 +257,20 @@ impl<'a> Reply<'a> {
     }
 }
 
-/// Each targeting group's answer: the service's entries patched with the group's settings.
+/// What a service without an entry is answered: the global settings, else the EMPTY answer.
+fn default_answer(table: &AgentConfigurations) -> Answer {
+    table.global().map_or_else(Answer::empty, |global| Answer::new(global.digest().clone(), global.entries()))
+}
+
+/// Each targeting group's answer: the service's served entries (its own over the global ones)
+/// patched with the group's settings.
 fn group_answers(table: &AgentConfigurations) -> HashMap<String, Vec<Answer>> {
     table
         .targeting()
         .services()
         .map(|(service, groups)| {
-            let base = table.get(service).map_or(&[][..], |s| s.entries());
+            let served = table.served(service);
+            let base = served.as_ref().map_or(&[][..], |s| s.entries());
             let answers = groups
                 .iter()
                 .map(|group| {

@@ -1,9 +1,12 @@
 //! What changed between two tables, per service and per setting: the release log records it and
 //! the admin API's dry runs and the page show it. A service is listed when its digest changed, so
 //! a reordering of settings (which changes what agents are sent) is a change with no key listed.
+//! Services are compared as served, the `global-configurations:` settings layered in, so a change
+//! of a global setting names every listed service whose answer changed, and [`OTHER_SERVICES`]
+//! for the services without an entry.
 
 use crate::digest::Digest;
-use crate::table::AgentConfigurations;
+use crate::table::{AgentConfigurations, ServiceConfig};
 
 /// How one service changed in a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,65 +51,75 @@ pub struct ServiceChange {
     pub keys: Vec<KeyChange>,
 }
 
+/// The name [`diff`] gives the change of what services without an entry are served (the
+/// `global-configurations:` section's settings, else the EMPTY answer).
+pub const OTHER_SERVICES: &str = "*";
+
 /// What changed from `before` to `after`, per service: services of `after` in its order, then the
-/// services it no longer has. Services whose digest is unchanged are left out.
+/// services it no longer has, then (named [`OTHER_SERVICES`]) the services without an entry when
+/// their answer changed. Services whose digest is unchanged are left out. A service that gains or
+/// loses its entry is compared with what it is served without one.
 pub fn diff(before: &AgentConfigurations, after: &AgentConfigurations) -> Vec<ServiceChange> {
-    let empty = Digest::empty();
     let mut out = Vec::new();
     for service in after.services() {
-        match before.get(service.name()) {
-            Some(old) if old.digest() == service.digest() => {}
-            Some(old) => {
-                let mut keys: Vec<KeyChange> = service
-                    .entries()
-                    .iter()
-                    .filter(|(k, v)| old.get(k) != Some(v.as_str()))
-                    .map(|(k, v)| KeyChange {
-                        key: k.clone(),
-                        before: old.get(k).map(str::to_owned),
-                        after: Some(v.clone()),
-                    })
-                    .collect();
-                keys.extend(old.entries().iter().filter(|(k, _)| service.get(k).is_none()).map(|(k, v)| KeyChange {
-                    key: k.clone(),
-                    before: Some(v.clone()),
-                    after: None,
-                }));
-                out.push(ServiceChange {
-                    service: service.name().to_owned(),
-                    change: ChangeKind::Modified,
-                    digest_before: old.digest().to_string(),
-                    digest_after: service.digest().to_string(),
-                    keys,
-                });
-            }
-            None => out.push(ServiceChange {
-                service: service.name().to_owned(),
-                change: ChangeKind::Added,
-                digest_before: empty.to_string(),
-                digest_after: service.digest().to_string(),
-                keys: service
-                    .entries()
-                    .iter()
-                    .map(|(k, v)| KeyChange { key: k.clone(), before: None, after: Some(v.clone()) })
-                    .collect(),
-            }),
+        let (change, old) = match before.get(service.name()) {
+            Some(old) => (ChangeKind::Modified, Some(old.clone())),
+            None => (ChangeKind::Added, before.served(service.name())),
+        };
+        if let Some(found) = change_of(service.name(), change, old.as_ref(), Some(service)) {
+            out.push(found);
         }
     }
     for old in before.services().filter(|s| after.get(s.name()).is_none()) {
-        out.push(ServiceChange {
-            service: old.name().to_owned(),
-            change: ChangeKind::Removed,
-            digest_before: old.digest().to_string(),
-            digest_after: empty.to_string(),
-            keys: old
-                .entries()
-                .iter()
-                .map(|(k, v)| KeyChange { key: k.clone(), before: Some(v.clone()), after: None })
-                .collect(),
-        });
+        let new = after.served(old.name());
+        if let Some(found) = change_of(old.name(), ChangeKind::Removed, Some(old), new.as_ref()) {
+            out.push(found);
+        }
+    }
+    let (old, new) = (before.global().cloned(), after.global().cloned());
+    let change = match (&old, &new) {
+        (None, _) => ChangeKind::Added,
+        (Some(_), None) => ChangeKind::Removed,
+        (Some(_), Some(_)) => ChangeKind::Modified,
+    };
+    if let Some(found) = change_of(OTHER_SERVICES, change, old.as_ref(), new.as_ref()) {
+        out.push(found);
     }
     out
+}
+
+/// The change of one service from `old` to `new` (`None`: the EMPTY answer), if its digest changed.
+fn change_of(
+    name: &str,
+    change: ChangeKind,
+    old: Option<&ServiceConfig>,
+    new: Option<&ServiceConfig>,
+) -> Option<ServiceChange> {
+    let digest = |s: Option<&ServiceConfig>| s.map_or_else(Digest::empty, |s| s.digest().clone());
+    let (digest_before, digest_after) = (digest(old), digest(new));
+    if digest_before == digest_after {
+        return None;
+    }
+    let entries = |s: Option<&ServiceConfig>| s.map_or(&[][..], |s| s.entries()).to_vec();
+    let (old_entries, new_entries) = (entries(old), entries(new));
+    let find = |entries: &[(String, String)], key: &str| entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let mut keys: Vec<KeyChange> = new_entries
+        .iter()
+        .filter(|(k, v)| find(&old_entries, k).as_ref() != Some(v))
+        .map(|(k, v)| KeyChange { key: k.clone(), before: find(&old_entries, k), after: Some(v.clone()) })
+        .collect();
+    keys.extend(old_entries.iter().filter(|(k, _)| find(&new_entries, k).is_none()).map(|(k, v)| KeyChange {
+        key: k.clone(),
+        before: Some(v.clone()),
+        after: None,
+    }));
+    Some(ServiceChange {
+        service: name.to_owned(),
+        change,
+        digest_before: digest_before.to_string(),
+        digest_after: digest_after.to_string(),
+        keys,
+    })
 }
 
 #[cfg(all(test, feature = "reader"))]

@@ -27,8 +27,13 @@ pub enum ValueKind {
     JavaInt,
     /// Java `Boolean.parseBoolean` (anything but "true", any case, is false).
     JavaBool,
-    /// Go `strconv.ParseFloat`.
+    /// Go `strconv.ParseFloat`, a rate: ≤ 0 samples nothing, ≥ 1 everything.
     GoFloat,
+    /// The Java agent's trace-ignore patterns, cut at commas ([`crate::ignore`]).
+    JavaIgnorePaths,
+    /// The Java agent's ignored suffixes, cut at commas: each compared with the text from the last
+    /// `.` of an operation name ([`crate::ignore`]).
+    JavaSuffixes,
     /// Any text (comma-separated lists).
     Text,
 }
@@ -48,8 +53,8 @@ pub struct KnownKey {
 pub const KNOWN_KEYS: &[KnownKey] = &[
     KnownKey { key: SAMPLE_N_PER_3_SECS, agent: "java", kind: ValueKind::JavaInt },
     KnownKey { key: SPAN_LIMIT_PER_SEGMENT, agent: "java", kind: ValueKind::JavaInt },
-    KnownKey { key: IGNORE_SUFFIX, agent: "java", kind: ValueKind::Text },
-    KnownKey { key: TRACE_IGNORE_PATH, agent: "java (trace-ignore plugin)", kind: ValueKind::Text },
+    KnownKey { key: IGNORE_SUFFIX, agent: "java", kind: ValueKind::JavaSuffixes },
+    KnownKey { key: TRACE_IGNORE_PATH, agent: "java (trace-ignore plugin)", kind: ValueKind::JavaIgnorePaths },
     KnownKey { key: JDBC_TRACE_SQL_PARAMETERS, agent: "java (JDBC plugins)", kind: ValueKind::JavaBool },
     KnownKey { key: SAMPLE_RATE, agent: "go", kind: ValueKind::GoFloat },
 ];
@@ -71,10 +76,40 @@ pub fn value_problem(kind: ValueKind, value: &str) -> Option<String> {
         }
         ValueKind::JavaBool => (!value.eq_ignore_ascii_case("true") && !value.eq_ignore_ascii_case("false"))
             .then(|| format!("`{value}` is neither true nor false; the Java agent reads it as false")),
-        ValueKind::GoFloat => {
-            value.parse::<f64>().is_err().then(|| format!("`{value}` is not a number; the Go agent ignores it"))
+        ValueKind::GoFloat => match value.parse::<f64>() {
+            Err(_) => Some(format!("`{value}` is not a number; the Go agent ignores it")),
+            Ok(rate) if rate < 0.0 => Some(format!("`{value}` is below 0; the Go agent samples nothing, as at 0")),
+            Ok(rate) if rate > 1.0 => Some(format!("`{value}` is above 1; the Go agent samples everything, as at 1")),
+            Ok(_) => None,
+        },
+        ValueKind::JavaIgnorePaths => {
+            let problems: Vec<String> = value.split(',').filter_map(crate::ignore::pattern_problem).collect();
+            (!problems.is_empty()).then(|| problems.join("; "))
+        }
+        ValueKind::JavaSuffixes => {
+            let problems: Vec<String> = value.split(',').filter_map(suffix_problem).collect();
+            (!problems.is_empty()).then(|| problems.join("; "))
         }
         ValueKind::Text => None,
+    }
+}
+
+/// Why one `agent.ignore_suffix` item never matches, if it does not: the agent compares it with
+/// the text from the last `.` of an operation name, so it must start with its only `.`.
+fn suffix_problem(suffix: &str) -> Option<String> {
+    if let Some(problem) = crate::ignore::pattern_problem(suffix) {
+        return Some(problem.replace("pattern", "suffix"));
+    }
+    if !suffix.starts_with('.') {
+        Some(format!(
+            "suffix `{suffix}` does not start with `.`, so it matches nothing (the Java agent compares the text from the last `.` of a name)"
+        ))
+    } else if suffix[1..].contains('.') {
+        Some(format!(
+            "suffix `{suffix}` has a second `.`, so it matches nothing (the Java agent compares the text from the last `.` of a name)"
+        ))
+    } else {
+        None
     }
 }
 
@@ -100,5 +135,15 @@ mod tests {
         assert!(value_problem(ValueKind::JavaBool, "yes").is_some());
         assert!(value_problem(ValueKind::GoFloat, "0.5").is_none());
         assert!(value_problem(ValueKind::GoFloat, "half").is_some());
+        assert!(value_problem(ValueKind::GoFloat, "1.5").unwrap().contains("everything"));
+        assert!(value_problem(ValueKind::GoFloat, "-0.1").unwrap().contains("nothing"));
+        assert!(value_problem(ValueKind::GoFloat, "0").is_none());
+        assert!(value_problem(ValueKind::JavaIgnorePaths, "/eureka/**,/actuator/**").is_none());
+        assert!(value_problem(ValueKind::JavaIgnorePaths, "/eureka/**, /actuator/**").unwrap().contains("space"));
+        assert!(value_problem(ValueKind::JavaIgnorePaths, "/a,,/b").unwrap().contains("empty pattern"));
+        assert!(value_problem(ValueKind::JavaSuffixes, ".jpg,.css").is_none());
+        assert!(value_problem(ValueKind::JavaSuffixes, ".jpg,css").unwrap().contains("does not start with `.`"));
+        assert!(value_problem(ValueKind::JavaSuffixes, ".tar.gz").unwrap().contains("second `.`"));
+        assert!(value_problem(ValueKind::JavaSuffixes, ".jpg, .css").unwrap().contains("space"));
     }
 }

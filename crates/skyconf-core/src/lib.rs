@@ -10,6 +10,9 @@
 //! - [`table`]: the table itself; [`targeting`]: settings for some of a service's instances; [`diff`]: what changed between two of them;
 //! - [`writer`]: a table written back as a document that reads to the same digests;
 //! - [`store`]: the OAP's dynamic-configuration store model and its change-detection rules;
+//! - [`ignore`]: which operation names a Java agent ignores under `agent.trace.ignore_path` and
+//!   `agent.ignore_suffix`;
+//! - [`layers`]: where each value an agent is served comes from, and which paths it ignores;
 //! - [`keys`]: the settings stock agents read and how each parses them; [`suggest`]: "did you
 //!   mean"; `warnings` (with `reader`): what is probably wrong with a document skyconf would serve.
 //!
@@ -23,7 +26,9 @@ pub mod digest;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 pub mod guard;
+pub mod ignore;
 pub mod keys;
+pub mod layers;
 #[cfg(feature = "reader")]
 pub mod reader;
 pub mod store;

@@ -18,6 +18,7 @@
 use crate::keys::{self, KNOWN_KEYS};
 use crate::reader::Reading;
 use crate::suggest::did_you_mean;
+use crate::table::GLOBAL_KEY;
 
 /// The OAP's YAML loader refuses documents over this many characters.
 pub const OAP_CODE_POINT_LIMIT: usize = 3 * 1024 * 1024;
@@ -31,7 +32,7 @@ pub struct Warning {
     pub line: Option<usize>,
     /// 1-based column of the key, in characters.
     pub column: Option<usize>,
-    /// The service; `null` for a warning about the whole document.
+    /// The service; `null` for a warning about the whole document or its `global-configurations`.
     pub service: Option<String>,
     /// The setting; `null` for a warning about a service or the whole document.
     pub key: Option<String>,
@@ -49,7 +50,8 @@ impl Warning {
 }
 
 /// Every warning about `reading`, read from `text`: the reader's first (in document order),
-/// then the document's size, then the settings, service by service, key by key.
+/// then the document's size, then the `global-configurations` settings, then the services'
+/// own settings, service by service, key by key.
 pub fn warnings(reading: &Reading, text: &str) -> Vec<Warning> {
     let mut warnings: Vec<Warning> = reading
         .warnings
@@ -70,8 +72,22 @@ pub fn warnings(reading: &Reading, text: &str) -> Vec<Warning> {
             )));
         }
     }
+    if let Some(global) = reading.table.global() {
+        for (index, (key, value)) in global.own_entries().iter().enumerate() {
+            let Some((message, suggestion)) = setting_problem(key, value) else { continue };
+            let at = reading.keys.of_global(index);
+            warnings.push(Warning {
+                line: at.map(|a| a.line),
+                column: at.map(|a| a.column),
+                service: None,
+                key: Some(key.clone()),
+                message: format!("`{GLOBAL_KEY}`: {message}"),
+                suggestion,
+            });
+        }
+    }
     for service in reading.table.services() {
-        for (index, (key, value)) in service.entries().iter().enumerate() {
+        for (index, (key, value)) in service.own_entries().iter().enumerate() {
             let Some((message, suggestion)) = setting_problem(key, value) else { continue };
             let at = reading.keys.of(service.name(), index);
             warnings.push(Warning {

@@ -65,7 +65,7 @@ fn mapping_key(key: &str, indent: &str, out: &mut String) {
     }
 }
 
-/// The document for `services`, in their order.
+/// The document for `services` (their own entries), in their order.
 pub fn render<'a>(services: impl IntoIterator<Item = &'a ServiceConfig>) -> String {
     let mut out = String::from("configurations:");
     let mut any = false;
@@ -73,15 +73,7 @@ pub fn render<'a>(services: impl IntoIterator<Item = &'a ServiceConfig>) -> Stri
         any = true;
         out.push_str("\n  ");
         mapping_key(service.name(), "  ", &mut out);
-        if service.entries().is_empty() {
-            out.push_str(" {}");
-        }
-        for (key, value) in service.entries() {
-            out.push_str("\n    ");
-            mapping_key(key, "    ", &mut out);
-            out.push(' ');
-            quoted(value, &mut out);
-        }
+        render_settings(service.own_entries(), "    ", &mut out);
     }
     if !any {
         out.push_str(" {}");
@@ -108,8 +100,32 @@ pub fn with_service(table: &AgentConfigurations, service: &str, entries: Option<
         services.push(ServiceConfig::new(service.to_owned(), entries));
     }
     let mut text = render(&services);
+    render_global(table.global(), &mut text);
     render_targeting(table.targeting(), &mut text);
     text
+}
+
+/// Appends `settings` as a block mapping's entries at `indent` (` {}` when there are none).
+fn render_settings(settings: &[(String, String)], indent: &str, out: &mut String) {
+    if settings.is_empty() {
+        out.push_str(" {}");
+    }
+    for (key, value) in settings {
+        out.push('\n');
+        out.push_str(indent);
+        mapping_key(key, indent, out);
+        out.push(' ');
+        quoted(value, out);
+    }
+}
+
+/// Appends `global` as a `global-configurations:` section (nothing when there is none).
+pub fn render_global(global: Option<&ServiceConfig>, out: &mut String) {
+    let Some(global) = global else { return };
+    out.push_str(crate::table::GLOBAL_KEY);
+    out.push(':');
+    render_settings(global.own_entries(), "  ", out);
+    out.push('\n');
 }
 
 /// Appends `targeting` as a `targeting:` section that reads back to the same groups (nothing

@@ -1,6 +1,7 @@
 //! `skyconf digest PATH`: what the server would serve each service, as JSON:
 //! `{"<service>": {"uuid": "<hex>", "config": {"<key>": "<value>", ...}}, ...}` in document order.
-//! `PATH` is a file, `-` (standard input) or a file-store directory, as for `validate`.
+//! `PATH` is a file, `-` (standard input) or a file-store directory, as for `validate`. With a
+//! `global-configurations:` section, `"*"` is what services without an entry get.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +28,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     match document.parse() {
         Ok(skyconf_core::Reading { table, .. }) => {
             let mut out = Map::new();
-            for service in table.services() {
+            // `*`: what services without an entry get (the global settings), as the history names it.
+            let others = table.served(skyconf_core::diff::OTHER_SERVICES).filter(|_| table.global().is_some());
+            for service in table.services().chain(others.as_ref()) {
                 let config: Map<String, Value> =
                     service.entries().iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
                 out.insert(service.name().to_owned(), json!({ "uuid": service.digest().as_str(), "config": config }));

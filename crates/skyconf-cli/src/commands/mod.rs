@@ -3,6 +3,7 @@
 pub(crate) mod agent;
 pub(crate) mod digest;
 pub(crate) mod fetch;
+pub(crate) mod preview;
 pub(crate) mod rollout;
 pub(crate) mod serve;
 pub(crate) mod validate;

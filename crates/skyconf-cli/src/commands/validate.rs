@@ -93,13 +93,14 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 }
                 warnings.push(Warning::about_document(message));
             }
-            let settings: usize = table.services().map(|s| s.entries().len()).sum();
+            let settings: usize = table.services().map(|s| s.own_entries().len()).sum();
+            let global = table.global().map_or(0, |g| g.own_entries().len());
             let groups: usize = table.targeting().services().map(|(_, groups)| groups.len()).sum();
             if args.json {
                 crate::commands::outln!(
                     "{}",
                     json!({ "valid": true, "path": name, "services": table.len(), "settings": settings,
-                            "targeting_groups": groups, "warnings": warnings })
+                            "global_settings": global, "targeting_groups": groups, "warnings": warnings })
                 );
             } else {
                 for warning in &warnings {
@@ -107,8 +108,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 }
                 let groups =
                     if groups == 0 { String::new() } else { format!(", {}", count(groups, "targeting group")) };
+                let global = if global == 0 { String::new() } else { format!(", {}", count(global, "global setting")) };
                 crate::commands::outln!(
-                    "{name}: valid, {}, {}{groups}, {}",
+                    "{name}: valid, {}, {}{global}{groups}, {}",
                     count(table.len(), "service"),
                     count(settings, "setting"),
                     count(warnings.len(), "warning")

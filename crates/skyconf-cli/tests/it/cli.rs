@@ -509,3 +509,47 @@ fn serve_refuses_a_replica_name_no_store_can_hold() {
         .failure()
         .stderr(predicates::str::contains("--replica-name").and(predicates::str::contains("cannot be a record name")));
 }
+
+#[test]
+fn preview_says_where_each_value_comes_from_and_which_paths_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "global-configurations:\n  agent.trace.ignore_path: /health/**\nconfigurations:\n  a:\n    agent.sample_n_per_3_secs: 5\ntargeting:\n  a:\n    - group: eu\n      properties: {zone: eu}\n      settings: {agent.sample_n_per_3_secs: 9}\n";
+    let path = write(&dir, "a.yaml", text);
+    let output = stdout_of(
+        skyconf()
+            .args([
+                "preview",
+                "--service",
+                "a",
+                "--instance",
+                "a-1",
+                "--property",
+                "zone=eu",
+                "--path",
+                "/health/live",
+                "--path",
+                "/orders",
+            ])
+            .arg(&path),
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output).unwrap();
+    assert_eq!(json["group"], "eu");
+    assert_eq!(json["settings"][0]["layer"], "group:eu");
+    assert_eq!(json["settings"][1]["layer"], "global");
+    assert_eq!(
+        (json["ignored"][0]["ignored"].as_bool(), json["ignored"][1]["ignored"].as_bool()),
+        (Some(true), Some(false))
+    );
+    let digest = stdout_of(skyconf().arg("digest").arg(&path));
+    let digest: serde_json::Value = serde_json::from_slice(&digest).unwrap();
+    assert_eq!(digest["*"]["config"]["agent.trace.ignore_path"], "/health/**");
+    let bad = write(&dir, "bad.yaml", "global-configurations:\n  k:\nconfigurations: {}\n");
+    assert_cmd::Command::from_std(skyconf())
+        .args(["preview", "--service", "a"])
+        .arg(&bad)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(":2:4: "));
+    let help = String::from_utf8(skyconf().args(["preview", "--help"]).output().unwrap().stdout).unwrap();
+    assert!(help.contains("Exit status:\n  0  "), "{help}");
+}

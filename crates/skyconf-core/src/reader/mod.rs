@@ -31,7 +31,7 @@ use indexmap::IndexMap;
 
 use crate::answer::{MAX_ANSWER_BYTES, answer_len};
 use crate::digest::Digest;
-use crate::table::{AgentConfigurations, ServiceConfig};
+use crate::table::{AgentConfigurations, GLOBAL_KEY, ServiceConfig};
 use java::JavaValue;
 use resolve::{Constructor, Entry, MapEntries, is_map};
 use tree::NodeKind;
@@ -137,12 +137,20 @@ pub struct Reading {
 /// Where each served setting's key is written: of a key written more than once, the occurrence
 /// that is served.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KeyPositions(IndexMap<String, Vec<Position>>);
+pub struct KeyPositions {
+    services: IndexMap<String, Vec<Position>>,
+    global: Vec<Position>,
+}
 
 impl KeyPositions {
-    /// Where the `index`-th entry of `service` (in [`ServiceConfig::entries`] order) is written.
+    /// Where the `index`-th of `service`'s own entries ([`ServiceConfig::own_entries`]) is written.
     pub fn of(&self, service: &str, index: usize) -> Option<Position> {
-        self.0.get(service)?.get(index).copied()
+        self.services.get(service)?.get(index).copied()
+    }
+
+    /// Where the `index`-th entry of the `global-configurations:` section is written.
+    pub fn of_global(&self, index: usize) -> Option<Position> {
+        self.global.get(index).copied()
     }
 }
 
@@ -193,6 +201,7 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
     let mut services = None;
     let mut keys = KeyPositions::default();
     let mut targeting_node = None;
+    let mut global = None;
     for entry in &top {
         if matches!(&entry.key, JavaValue::Str(k) if k == "configurations") {
             // Reliability finding F16: two files concatenated, or a bad merge, leave two
@@ -216,6 +225,9 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
             let (read, positions) = read_services(&mut constructor, &entry.value, &mut warnings)?;
             services = Some(read);
             keys = positions;
+        } else if matches!(&entry.key, JavaValue::Str(k) if k == GLOBAL_KEY) {
+            global = read_global(&mut constructor, &entry.value, &mut warnings)?
+                .map(|(settings, positions)| (settings, positions, entry.key_node.at));
         } else {
             // The OAP's loader builds every value; one it cannot build fails the document.
             constructor.construct(&entry.value)?;
@@ -226,12 +238,19 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
     }
     match services {
         Some(services) => {
+            let table = match global {
+                Some((settings, positions, at)) => {
+                    keys.global = positions;
+                    layered(services, settings, at)?
+                }
+                None => AgentConfigurations::from_services(services),
+            };
             // Read after `configurations`, wherever it is written: it refers to its services.
             let targeting = match targeting_node {
-                Some(node) => targeting::read_targeting(&mut constructor, node, &services, &mut warnings)?,
+                Some(node) => targeting::read_targeting(&mut constructor, node, &table, &mut warnings)?,
                 None => crate::targeting::Targeting::default(),
             };
-            let table = AgentConfigurations::from_services(services).with_targeting(targeting);
+            let table = table.with_targeting(targeting);
             Ok((Reading { table, warnings, keys }, measured(&constructor)))
         }
         None => {
@@ -245,6 +264,48 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
             ))
         }
     }
+}
+
+/// The value of `global-configurations`: settings read as a service's are (`None` for a null
+/// value), with where each served key is written.
+fn read_global(
+    constructor: &mut Constructor,
+    node: &tree::Node,
+    warnings: &mut Vec<ReadWarning>,
+) -> Result<Option<(ServiceConfig, Vec<Position>)>, ReadError> {
+    if matches!(node.kind, NodeKind::Scalar { .. }) && matches!(constructor.construct(node)?, JavaValue::Null) {
+        return Ok(None);
+    }
+    if !is_map(node) {
+        return Err(ReadError::structure(
+            node.at,
+            format!("`{GLOBAL_KEY}` must be a mapping of setting names to values"),
+        ));
+    }
+    read_settings_of(constructor, GLOBAL_KEY, &format!("`{GLOBAL_KEY}`"), node, warnings).map(Some)
+}
+
+/// `services` with `global` layered under each, refused (at the global section's key `at`) if
+/// that gives a service an answer over the 4 MiB agents accept.
+fn layered(
+    services: IndexMap<String, ServiceConfig>,
+    global: ServiceConfig,
+    at: Position,
+) -> Result<AgentConfigurations, ReadError> {
+    let table = AgentConfigurations::from_services(services).with_global(Some(global));
+    for service in table.services().chain(table.global()) {
+        let answer = answer_len(service.digest(), service.entries());
+        if answer > MAX_ANSWER_BYTES {
+            return Err(ReadError::structure(
+                at,
+                format!(
+                    "with the `{GLOBAL_KEY}` settings, the answer of `{}` would be {answer} bytes, more than the {MAX_ANSWER_BYTES} (4 MiB) that agents accept",
+                    service.name()
+                ),
+            ));
+        }
+    }
+    Ok(table)
 }
 
 fn is_configurations_key(key: &tree::Node) -> bool {
@@ -352,7 +413,7 @@ fn read_services(
             ),
         });
     }
-    Ok((services, KeyPositions(positions)))
+    Ok((services, KeyPositions { services: positions, global: Vec::new() }))
 }
 
 /// One service's `{key: value}` mapping, stringified in document order, with where each served
@@ -381,6 +442,18 @@ fn read_service(
             ));
         }
     }
+    read_settings_of(constructor, service, &format!("service `{service}`"), node, warnings)
+}
+
+/// A mapping of settings named `name` (a service, or the global section), described as
+/// `subject` in messages: stringified in document order, with where each served key is written.
+fn read_settings_of(
+    constructor: &mut Constructor,
+    name: &str,
+    subject: &str,
+    node: &tree::Node,
+    warnings: &mut Vec<ReadWarning>,
+) -> Result<(ServiceConfig, Vec<Position>), ReadError> {
     let MapEntries { entries, replaced } = constructor.map_entries(node)?;
     let mut hashed = Vec::with_capacity(entries.len());
     let mut written = Occurrences::default();
@@ -390,10 +463,7 @@ fn read_service(
     for Entry { key, key_node, value } in entries {
         let key_at = key_node.at;
         if matches!(key, JavaValue::Null) {
-            return Err(ReadError::structure(
-                key_at,
-                format!("service `{service}` has a setting with an empty (null) name"),
-            ));
+            return Err(ReadError::structure(key_at, format!("{subject} has a setting with an empty (null) name")));
         }
         let key = key.to_java_string();
         if RESERVED_KEYS.contains(&key.as_str()) {
@@ -407,7 +477,7 @@ fn read_service(
             return Err(ReadError::structure(
                 value.at,
                 format!(
-                    "service `{service}`: setting `{key}` has no value; remove the line to fall back to the agent's default, or quote an empty string (\"\")"
+                    "{subject}: setting `{key}` has no value; remove the line to fall back to the agent's default, or quote an empty string (\"\")"
                 ),
             ));
         }
@@ -424,13 +494,13 @@ fn read_service(
         warnings.push(ReadWarning {
             at,
             message: format!(
-                "service `{service}`: setting `{key}` is written {times} times (lines {lines}); like the OAP, skyconf sends only the last (`{}`)",
+                "{subject}: setting `{key}` is written {times} times (lines {lines}); like the OAP, skyconf sends only the last (`{}`)",
                 served.get(&key).map_or("", |(value, _)| value.as_str())
             ),
         });
     }
     let (entries, positions) = served.into_iter().map(|(key, (value, at))| ((key, value), at)).unzip();
-    Ok((ServiceConfig::with_digest(service.to_owned(), entries, digest), positions))
+    Ok((ServiceConfig::with_digest(name.to_owned(), entries, digest), positions))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use super::resolve::{Constructor, Entry, MapEntries, is_map};
 use super::tree::{Node, NodeKind};
 use super::{RESERVED_KEYS, ReadError, ReadWarning};
 use crate::answer::{MAX_ANSWER_BYTES, answer_len};
-use crate::table::ServiceConfig;
+use crate::table::{AgentConfigurations, ServiceConfig};
 use crate::targeting::{Group, Pattern, Selector, Share, Targeting};
 
 /// The keys a group may have.
@@ -19,7 +19,7 @@ const GROUP_KEYS: &str = "`group`, `instances`, `properties`, `agent_versions`, 
 pub(super) fn read_targeting(
     constructor: &mut Constructor,
     node: &Node,
-    services: &IndexMap<String, ServiceConfig>,
+    table: &AgentConfigurations,
     warnings: &mut Vec<ReadWarning>,
 ) -> Result<Targeting, ReadError> {
     if is_null(constructor, node)? {
@@ -35,16 +35,18 @@ pub(super) fn read_targeting(
             return Err(ReadError::structure(key_node.at, "a service name under `targeting` is empty (null)"));
         }
         let service = key.to_java_string();
-        if !services.contains_key(&service) {
+        if table.get(&service).is_none() {
+            let others = if table.global().is_some() { "the global settings" } else { "the EMPTY configuration" };
             warnings.push(ReadWarning {
                 at: key_node.at,
                 message: format!(
-                    "`targeting` has groups for `{service}`, which has no `configurations` entry: its other instances get the EMPTY configuration"
+                    "`targeting` has groups for `{service}`, which has no `configurations` entry: its other instances get {others}"
                 ),
             });
         }
         let groups = read_groups(constructor, &service, &value)?;
-        let base = services.get(&service).map_or(&[][..], ServiceConfig::entries);
+        let served = table.served(&service);
+        let base = served.as_ref().map_or(&[][..], ServiceConfig::entries);
         for group in &groups {
             let entries = group.entries(base);
             let digest = crate::Digest::of_entries(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));

@@ -2,6 +2,7 @@
 //! reader against golden data recorded from the OAP (`tests/data/golden/`), and properties of the
 //! reader over generated input.
 
+mod global;
 mod golden;
 mod properties;
 mod targeting;

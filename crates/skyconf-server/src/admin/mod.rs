@@ -16,7 +16,8 @@
 //!
 //! The routes come in groups built by separate functions — [`Admin::health_routes`],
 //! [`Admin::page_routes`], [`Admin::read_routes`] (every `GET` of the API),
-//! [`Admin::write_routes`] (every `PUT`, `POST`, `DELETE`)
+//! [`Admin::preview_routes`] (a read that takes a draft document), [`Admin::write_routes`] (every
+//! `PUT`, `POST`, `DELETE`)
 //! — so each group can be wrapped in its own layers (authentication by role, say) before
 //! [`Admin::router`] merges them.
 
@@ -24,6 +25,7 @@ pub mod error;
 mod extract;
 pub mod json_errors;
 pub(crate) mod openapi;
+pub mod preview;
 pub mod read;
 pub mod rollouts;
 pub mod write;
@@ -212,10 +214,16 @@ impl Admin {
             .route("/api/v1/releases/{id}", get(read::release))
             .route("/api/v1/releases/{id}/compare/{other}", get(read::compare))
             .route("/api/v1/services/{name}/history", get(read::history))
+            .route("/api/v1/services/{name}/layers", get(preview::layers))
             .route("/api/v1/configurations", get(read::configurations))
             .route("/api/v1/rollouts", get(rollouts::current))
             .route("/api/v1/openapi.json", get(openapi::serve))
             .with_state(self.clone())
+    }
+
+    /// `POST /api/v1/preview`: a read (a read token) whose body may hold a whole draft document.
+    pub fn preview_routes(&self) -> Router {
+        Router::new().route("/api/v1/preview", post(preview::preview)).with_state(self.clone())
     }
 
     /// Every write of the API: `PUT`, `POST`, `DELETE`.
@@ -240,8 +248,12 @@ impl Admin {
 
     /// All of the above.
     pub fn router(&self) -> Router {
-        let routes =
-            self.health_routes().merge(self.page_routes()).merge(self.read_routes()).merge(self.write_routes());
+        let routes = self
+            .health_routes()
+            .merge(self.page_routes())
+            .merge(self.read_routes())
+            .merge(self.preview_routes())
+            .merge(self.write_routes());
         json_errors::layer(routes)
     }
 }

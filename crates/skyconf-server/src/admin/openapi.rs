@@ -52,6 +52,8 @@ use crate::store_view::StoreStatus;
         super::read::releases::release,
         super::read::releases::compare,
         super::read::releases::history,
+        super::preview::layers,
+        super::preview::preview,
         super::read::releases::configurations,
         super::write::put_configurations,
         super::write::put_service,

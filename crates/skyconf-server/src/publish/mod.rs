@@ -265,7 +265,9 @@ impl Publisher {
             let existing = current.table.get(name);
             let entries = match &edit {
                 ServiceEdit::Set(entries) => Some(entries.clone()),
-                ServiceEdit::Merge(patch) => Some(writer::merge_entries(existing.map_or(&[], |s| s.entries()), patch)),
+                ServiceEdit::Merge(patch) => {
+                    Some(writer::merge_entries(existing.map_or(&[], |s| s.own_entries()), patch))
+                }
                 ServiceEdit::Remove if existing.is_none() => {
                     return Err(PublishError::NotFound(format!("no service `{name}` is configured")));
                 }

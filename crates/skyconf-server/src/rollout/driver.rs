@@ -843,9 +843,14 @@ impl Rollouts {
 }
 
 /// The services whose answers differ between `before` and `after`: their configuration, or
-/// their targeting groups.
+/// their targeting groups. Services without an entry (the diff's `*`) are not rolled out in
+/// waves: they get a changed global section when the rollout completes.
 pub fn changed_services(before: &AgentConfigurations, after: &AgentConfigurations) -> Vec<String> {
-    let mut changed: BTreeSet<String> = diff(before, after).into_iter().map(|c| c.service).collect();
+    let mut changed: BTreeSet<String> = diff(before, after)
+        .into_iter()
+        .map(|c| c.service)
+        .filter(|s| s != skyconf_core::diff::OTHER_SERVICES)
+        .collect();
     for (service, groups) in after.targeting().services() {
         if before.targeting().groups(service) != groups {
             changed.insert(service.to_owned());
@@ -863,6 +868,15 @@ pub fn changed_services(before: &AgentConfigurations, after: &AgentConfiguration
 mod tests {
     use super::*;
     use crate::rollout::plan::{Advance, Gates, WaveSpec};
+
+    #[test]
+    fn a_global_change_rolls_out_the_listed_services_it_changes_and_not_the_others() {
+        let before =
+            skyconf_core::read("global-configurations: {g: 1}\nconfigurations: {a: {k: 1}, b: {g: 5}}\n").unwrap();
+        let after =
+            skyconf_core::read("global-configurations: {g: 2}\nconfigurations: {a: {k: 1}, b: {g: 5}}\n").unwrap();
+        assert_eq!(changed_services(&before, &after), ["a"]);
+    }
 
     fn ended(id: &str, created_ms: u64, phase: Phase) -> Rollout {
         let mut rollout = Rollout {

@@ -127,6 +127,7 @@ pub fn admin_app(
     let app = limits::limit_body(admin.health_routes().merge(admin.page_routes()), small)
         .merge(metrics_routes)
         .merge(protect(admin.read_routes(), Role::Read, small))
+        .merge(protect(admin.preview_routes(), Role::Read, limits::admin_write_body_bytes(max_document_bytes)))
         .merge(protect(admin.write_routes(), Role::Write, limits::admin_write_body_bytes(max_document_bytes)));
     // Outermost: a cross-site or rebound request is refused before the token check; every
     // refusal the framework gives on its own (404, 405, a query that does not parse) is JSON.

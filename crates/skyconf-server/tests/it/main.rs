@@ -15,6 +15,7 @@ mod etcd;
 mod failover;
 mod fleet;
 mod gateway;
+mod global;
 mod held;
 mod metrics;
 mod nacos;

@@ -280,7 +280,9 @@ pub(crate) async fn service(
     }
     let configured = config.is_some();
     let config: serde_json::Map<String, serde_json::Value> = config
-        .map(|c| c.entries().iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect())
+        // Its own settings (what `PUT` takes back); the global ones it is also served are in
+        // `GET /api/v1/services/{name}/layers`.
+        .map(|c| c.own_entries().iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect())
         .unwrap_or_default();
     let body = ServiceDetail {
         name: name.clone(),
