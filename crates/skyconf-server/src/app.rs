@@ -15,7 +15,7 @@ use crate::shared_history::SharedHistory;
 use crate::startup::initial_state;
 use crate::{
     CdsService, Fleet, FleetOptions, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig,
-    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, rollout, security,
+    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, metrics, rollout, security,
 };
 
 /// How long a connection with answers still on their way (a forwarded stream in gateway mode,
@@ -34,7 +34,13 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     // Certificates and keys are checked before anything else: no port opens with half its security.
     let grpc_tls = config.security.grpc_tls.as_ref().map(security::tls::grpc_config).transpose()?;
     let admin_tls = config.security.admin_tls.as_ref().map(|f| security::tls::server_config(f, "admin")).transpose()?;
-    let upstreams = config.gateway.as_ref().map(gateway::Upstreams::new).transpose()?.map(Arc::new);
+    let upstreams = match &config.gateway {
+        Some(gateway) => {
+            let client_tls = gateway.tls.as_ref().map(security::tls::upstream_client_config).transpose()?;
+            Some(Arc::new(skyconf_gateway::Upstreams::new(gateway, client_tls)?))
+        }
+        None => None,
+    };
     let last_good = config.data_dir.as_deref().map(LastGood::in_dir);
     let start = initial_state(&source, &config, last_good.as_ref()).await?;
     let (connected, stale) = (start.connected(), start.stale());
@@ -79,7 +85,11 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(failure) = failure {
         store.mark_failed(failure);
     }
-    let metrics = Arc::new(Metrics::for_server(Arc::clone(&served), Arc::clone(&store)));
+    let mut metrics = Metrics::for_server(Arc::clone(&served), Arc::clone(&store));
+    if let Some(upstreams) = &upstreams {
+        skyconf_gateway::metrics::register(upstreams, metrics.registry_mut());
+    }
+    let metrics = Arc::new(metrics);
     if let Some(rejection) = served.last_rejection() {
         // Counted here; start-up logged it.
         metrics.events().for_origin(&rejection.origin).rejected_at_start();
@@ -132,7 +142,6 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
 
     if let Some(upstreams) = &upstreams {
         upstreams.spawn(&mut tasks, &shutdown);
-        metrics.gateway().watch(upstreams);
     }
     // In gateway mode every agent's management calls pass here: a poller without one is anonymous.
     let fleet_options =
@@ -190,7 +199,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     add_some(&mut routes, dcs_guarded);
     let mut routes = routes.routes();
     if let Some(upstreams) = &upstreams {
-        let forwarder = gateway::Forwarder::new(Arc::clone(upstreams)).with_fleet(Arc::clone(&fleet));
+        let forwarder = crate::forwarded::Forwarding::new(Arc::clone(upstreams), Arc::clone(&fleet));
         let router = routes.into_axum_router().fallback(move |request: axum::extract::Request| {
             let forwarder = forwarder.clone();
             async move { forwarder.forward(request).await }

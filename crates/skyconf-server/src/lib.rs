@@ -12,7 +12,7 @@ pub mod cds;
 mod chunked_text;
 pub mod dcs;
 pub mod fleet;
-pub mod gateway;
+pub mod forwarded;
 pub mod metrics;
 pub mod persist;
 pub mod persister;
@@ -43,7 +43,6 @@ pub use cds::hold::HoldOptions;
 pub use cds::{CdsOptions, CdsService};
 pub use fleet::replicas::ReplicaOptions;
 pub use fleet::{Fleet, FleetOptions, InstanceIdentity};
-pub use gateway::GatewayConfig;
 pub use metrics::Metrics;
 pub use persist::LastGood;
 pub use persister::Persister;
@@ -51,6 +50,9 @@ pub use releases::ReleaseLog;
 pub use reload::Reloader;
 pub use security::{SecurityConfig, SecurityError};
 pub use served::ServedTable;
+/// The gateway's settings, as the CLI builds them.
+pub use skyconf_gateway as gateway;
+pub use skyconf_gateway::GatewayConfig;
 pub use store_task::StoreTask;
 pub use store_view::StoreView;
 
@@ -159,7 +161,7 @@ pub enum ServerError {
     Security(#[from] SecurityError),
     /// The gateway's settings cannot be used.
     #[error(transparent)]
-    Gateway(#[from] gateway::GatewayError),
+    Gateway(#[from] skyconf_gateway::GatewayError),
 }
 
 /// A started server.

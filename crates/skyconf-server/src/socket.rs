@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 
 use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
 
-use crate::gateway::upstream::Pin as UpstreamPin;
+use skyconf_gateway::Pin as UpstreamPin;
 
 /// What every call on one agent connection shares: its peer, and its state.
 #[derive(Debug, Clone)]

@@ -79,7 +79,7 @@ pub struct Admin {
     /// Writes are serialised: each one reads the current table, writes, and waits to be served.
     write_lock: Arc<tokio::sync::Mutex<()>>,
     /// The OAPs behind the gateway, in gateway mode.
-    gateway: Option<Arc<crate::gateway::Upstreams>>,
+    gateway: Option<Arc<skyconf_gateway::Upstreams>>,
     /// The count of held polls.
     held_polls: Option<Arc<crate::cds::hold::HeldCount>>,
     /// This replica and the others' fleet summaries.
@@ -133,7 +133,7 @@ impl Admin {
     }
 
     /// Shows the state of the OAPs behind the gateway.
-    pub fn with_gateway(mut self, upstreams: Arc<crate::gateway::Upstreams>) -> Self {
+    pub fn with_gateway(mut self, upstreams: Arc<skyconf_gateway::Upstreams>) -> Self {
         self.gateway = Some(upstreams);
         self
     }

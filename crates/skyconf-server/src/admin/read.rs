@@ -882,7 +882,7 @@ pub(super) async fn configurations(State(admin): State<Admin>) -> Result<impl In
 }
 
 /// The gateway part of `GET /api/v1/status`: the same numbers as the `skyconf_gateway_*` metrics.
-fn gateway_status(upstreams: &crate::gateway::Upstreams) -> serde_json::Value {
+fn gateway_status(upstreams: &skyconf_gateway::Upstreams) -> serde_json::Value {
     let config = upstreams.config();
     json!({
         "tls": upstreams.is_tls(),

@@ -15,7 +15,6 @@
 pub mod edge;
 pub mod events;
 mod fleet;
-mod gateway;
 mod histogram;
 mod process;
 mod state;
@@ -41,7 +40,6 @@ use crate::cds::hold::{HeldCount, Refusal, Release};
 pub use edge::{EdgeMetrics, PendingLimit};
 pub use events::{AdminDenial, BrowserRefusal, Events, GuardedService, OriginEvents};
 pub use fleet::{FleetGauges, FleetIdentities, FleetTable, ServiceAgents, by_series};
-pub use gateway::GatewayMetrics;
 use histogram::{AtomicHistogram, FETCH_BUCKETS};
 
 use crate::served::ServedTable;
@@ -256,7 +254,6 @@ pub struct Metrics {
     dcs: DcsMetrics,
     events: Events,
     fleet: FleetGauges,
-    gateway: GatewayMetrics,
     edge: EdgeMetrics,
 }
 
@@ -284,12 +281,10 @@ impl Metrics {
             registry.register_collector(Box::new(state));
         }
         registry.register_collector(Box::new(fleet.clone()));
-        let gateway = GatewayMetrics::default();
-        gateway.register(&mut registry);
         let edge = EdgeMetrics::default();
         edge.register(&mut registry);
         process::register(&mut registry);
-        Self { registry, cds, dcs, events, fleet, gateway, edge }
+        Self { registry, cds, dcs, events, fleet, edge }
     }
 
     /// The CDS handler's handle.
@@ -312,9 +307,10 @@ impl Metrics {
         self.fleet.clone()
     }
 
-    /// The gateway's handle.
-    pub fn gateway(&self) -> GatewayMetrics {
-        self.gateway.clone()
+    /// The registry, for a component that registers its own metric families (before the
+    /// metrics are shared).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
     }
 
     /// The agent port's edge's handle.

@@ -297,7 +297,7 @@ where
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let open = OpenCall::of(request.extensions());
-        if self.forwarding && !crate::gateway::is_answered_here(request.uri().path()) {
+        if self.forwarding && !skyconf_gateway::is_answered_here(request.uri().path()) {
             let call = self.inner.call(request);
             return Box::pin(async move { Ok(keep_until_answered(call.await?, open)) });
         }

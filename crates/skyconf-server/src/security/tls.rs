@@ -141,7 +141,7 @@ pub fn grpc_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, SecurityError>
 /// The rustls client configuration of the gateway's connections to the OAPs: their certificates
 /// must chain to `tls.ca`; skyconf presents `tls.cert` when given. Offers only HTTP/2 by ALPN.
 pub fn upstream_client_config(
-    tls: &crate::gateway::UpstreamTls,
+    tls: &skyconf_gateway::UpstreamTls,
 ) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, SecurityError> {
     let what = "the connections to the OAPs";
     let tls_error = |message: String| SecurityError::Tls { what, message };
