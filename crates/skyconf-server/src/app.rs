@@ -188,7 +188,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     metrics.edge().watch_connections(&drain);
     let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, cap, "gRPC")
         .with_sources(sources, metrics.edge())
-        .with_drain(drain.clone());
+        .with_drain(drain.clone())
+        .with_slots(agent_slots(upstreams.is_some()));
     let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &metrics.edge(), &drain);
     let mut routes = tonic::service::Routes::builder();
     add_some(&mut routes, cds);
@@ -304,6 +305,15 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
 
     tracing::info!(%grpc_addr, %admin_addr, "Serving configuration discovery.");
     Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, replicas, metrics, persister, shutdown, tasks })
+}
+
+/// The slots of an agent connection's state besides the edge's own, one per component that keeps
+/// something per connection: its fleet link (closed with the connection), its held polls and, in
+/// gateway mode, the OAP its forwarded calls are pinned to.
+pub fn agent_slots(gateway: bool) -> crate::socket::SlotMakers {
+    let slots =
+        crate::socket::SlotMakers::default().with(|_| crate::cds::hold::HeldPolls::default()).with(fleet::Link::new);
+    if gateway { slots.with(|_| skyconf_gateway::Pin::default()) } else { slots }
 }
 
 /// The release log in the data directory, or in memory without one (or when it cannot be read).

@@ -37,9 +37,12 @@ pub struct ForwardedFrom {
     fleet: Arc<Fleet>,
 }
 
+/// The gateway's slot of an agent connection's state.
+impl crate::socket::Slot for Pin {}
+
 impl Agent for ForwardedFrom {
     fn pin(&self) -> Option<&Pin> {
-        Some(&self.state.pin)
+        self.state.get::<Pin>()
     }
 
     fn identify(&self, call: ManagementCall, message: &[u8], agent_version: Option<String>) {

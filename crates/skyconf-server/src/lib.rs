@@ -38,7 +38,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use admin::AdminOptions;
-pub use app::start_with;
+pub use app::{agent_slots, start_with};
 pub use cds::hold::HoldOptions;
 pub use cds::{CdsOptions, CdsService};
 pub use fleet::replicas::ReplicaOptions;

@@ -341,7 +341,8 @@ mod tests {
         let served = Arc::new(ServedTable::new(skyconf_core::read(TARGETED).unwrap()));
         let fleet = Arc::new(Fleet::new(crate::fleet::FleetOptions::default()));
         let svc = CdsService::new(Arc::clone(&served), CdsOptions::default()).with_fleet(Arc::clone(&fleet));
-        let state = Arc::new(crate::socket::ConnectionState::new(Some(([10, 0, 0, 1], 9).into())));
+        let peer = Some(([10, 0, 0, 1], 9).into());
+        let state = Arc::new(crate::socket::ConnectionState::new(peer).with(crate::fleet::Link::new(peer)));
         let caller = Caller::Connection(Arc::clone(&state));
         let name = |instance: &str| crate::fleet::InstanceIdentity {
             service: "svc".into(),
@@ -382,6 +383,12 @@ mod tests {
     mod held {
         use super::*;
         use crate::socket::{AgentConnection, ConnectionState};
+
+        /// An agent connection's state with the slots the CDS service reads: its fleet link and
+        /// its held polls.
+        fn agent_state() -> ConnectionState {
+            ConnectionState::default().with(crate::fleet::Link::new(None)).with(crate::cds::hold::HeldPolls::default())
+        }
         use std::time::Duration;
         use tokio::time::Instant;
 
@@ -589,7 +596,7 @@ mod tests {
                     local_addr: None,
                     remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], 7))),
                 },
-                state: Arc::new(ConnectionState::default()),
+                state: Arc::new(agent_state()),
             };
             let held = [("grpc-timeout", "30S")];
             assert!(start(&svc, request("", &held, Some(&connection))).await.await.unwrap().is_some());
@@ -613,7 +620,7 @@ mod tests {
                     local_addr: None,
                     remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], port))),
                 },
-                state: Arc::new(ConnectionState::default()),
+                state: Arc::new(agent_state()),
             };
             let (a, b) = (connection(1), connection(2));
             let held = [("grpc-timeout", "30S")];

@@ -1026,7 +1026,7 @@ mod tests {
     }
 
     fn connection(port: u16) -> (Arc<crate::socket::ConnectionState>, Caller) {
-        let state = Arc::new(crate::socket::ConnectionState::new(Some(peer(port))));
+        let state = Arc::new(crate::socket::ConnectionState::new(Some(peer(port))).with(Link::new(Some(peer(port)))));
         (Arc::clone(&state), Caller::Connection(state))
     }
 

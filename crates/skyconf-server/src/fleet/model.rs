@@ -51,13 +51,13 @@ use tower::ServiceExt;
 
 use super::management::Management;
 use super::replicas::{FLEET_KIND, ReplicaOptions, Replicas, Summary};
-use super::{AgentState, Fleet, FleetOptions, StateCounts};
+use super::{AgentState, Fleet, FleetOptions, Link, StateCounts};
 use crate::cds::hold::HoldOptions;
 use crate::cds::{CdsOptions, CdsService, ConfigurationDiscoveryService};
 use crate::metrics::Metrics;
 use crate::security::limits::{PING_INTERVAL, PING_TIMEOUT};
 use crate::served::ServedTable;
-use crate::socket::{AgentConnection, OpenConnection};
+use crate::socket::{AgentConnection, ConnectionState, OpenConnection};
 
 /// Schedules run by default: enough to meet every kind of event many times, within the CI budget.
 const DEFAULT_SCHEDULES: u64 = 600;
@@ -775,9 +775,11 @@ impl Sim {
         let port = self.next_port;
         self.next_port += 1;
         let peer = SocketAddr::from(([10, 0, (port >> 8) as u8, port as u8], 40_000 + port));
-        let open = OpenConnection::new(Some(peer));
+        let open = OpenConnection::of(
+            ConnectionState::new(Some(peer)).with(Link::new(Some(peer))).with(crate::cds::hold::HeldPolls::default()),
+        );
         let state = Arc::clone(open.state());
-        let id = state.fleet.key().id;
+        let id = state.get::<Link>().map(|link| link.key().id).unwrap_or_default();
         let connection = AgentConnection {
             tcp: tonic::transport::server::TcpConnectInfo { local_addr: None, remote_addr: Some(peer) },
             state,

@@ -189,7 +189,8 @@ impl PendingStreams {
 
     /// A place for one more waiting call on `connection`, or the bound that is reached (counted).
     fn take(&self, connection: Option<Arc<ConnectionState>>) -> Result<PendingPlace, PendingLimit> {
-        if let Some(source) = connection.as_ref().and_then(|c| c.edge.source())
+        if let Some(source) =
+            connection.as_ref().and_then(|c| c.get::<super::connections::EdgeState>().and_then(|e| e.source()))
             && !increment_below(&source.pending_streams, self.per_source)
         {
             source.reached(Bound::PendingStreams, self.per_source);
@@ -230,7 +231,9 @@ impl Drop for PendingPlace {
         if let Some(count) = &self.count {
             count.fetch_sub(1, Ordering::Relaxed);
         }
-        if let Some(source) = self.connection.as_ref().and_then(|c| c.edge.source()) {
+        if let Some(source) =
+            self.connection.as_ref().and_then(|c| c.get::<super::connections::EdgeState>().and_then(|e| e.source()))
+        {
             source.pending_streams.fetch_sub(1, Ordering::Relaxed);
         }
     }
