@@ -86,6 +86,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         store.mark_failed(failure);
     }
     let mut metrics = Metrics::for_server(Arc::clone(&served), Arc::clone(&store));
+    let cds_metrics = crate::cds::metrics::CdsMetrics::default();
+    cds_metrics.register(metrics.registry_mut());
+    let edge_metrics = security::metrics::EdgeMetrics::default();
+    edge_metrics.register(metrics.registry_mut());
     if let Some(upstreams) = &upstreams {
         skyconf_gateway::metrics::register(upstreams, metrics.registry_mut());
     }
@@ -156,10 +160,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     });
     let cds = CdsService::new(Arc::clone(&served), config.cds)
         .with_fleet(Arc::clone(&fleet))
-        .with_metrics(metrics.cds())
+        .with_metrics(cds_metrics.clone())
         .with_holding(hold_options(&config), shutdown.clone());
     let held_polls = cds.held();
-    metrics.cds().watch_held(&held_polls);
+    cds_metrics.watch_held(&held_polls);
     let cds = cds.into_server();
     // In gateway mode the OAP answers ManagementService (the gateway reads it in passing).
     let management = upstreams.is_none().then(|| fleet::management::Management::new(Arc::clone(&fleet)).into_server());
@@ -185,12 +189,12 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         "Each source address may hold at most these shares of the gRPC port's bounds."
     );
     let drain = security::drain::Drain::new(SHUTDOWN_DRAIN);
-    metrics.edge().watch_connections(&drain);
+    edge_metrics.clone().watch_connections(&drain);
     let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, cap, "gRPC")
-        .with_sources(sources, metrics.edge())
+        .with_sources(sources, edge_metrics.clone())
         .with_drain(drain.clone())
         .with_slots(agent_slots(upstreams.is_some()));
-    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &metrics.edge(), &drain);
+    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &edge_metrics, &drain);
     let mut routes = tonic::service::Routes::builder();
     add_some(&mut routes, cds);
     add_some(&mut routes, cds_guarded);

@@ -14,7 +14,9 @@
 //! handler becomes a "no change" answer, which every agent handles by keeping what it has.
 
 pub mod codec;
+mod histogram;
 pub mod hold;
+pub mod metrics;
 
 mod generated {
     #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
@@ -30,7 +32,6 @@ use skyconf_proto::v3::ConfigurationSyncRequest;
 use tonic::{Request, Response, Status};
 
 use crate::fleet::{Caller, Choice, Fleet};
-use crate::metrics::CdsMetrics;
 use crate::served::ServedTable;
 use crate::served::View;
 use codec::EncodedCommands;
@@ -38,6 +39,7 @@ pub use generated::configuration_discovery_service_server::{
     ConfigurationDiscoveryService, ConfigurationDiscoveryServiceServer,
 };
 use hold::{HeldCount, HoldOptions, Release, Slot};
+use metrics::CdsMetrics;
 use tokio_util::sync::CancellationToken;
 
 /// The largest request accepted. A real one is a service name and a 128-character digest; a

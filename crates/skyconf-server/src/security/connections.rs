@@ -37,8 +37,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use super::drain::{Drain, OpenSocket};
+use super::metrics::EdgeMetrics;
 use super::sources::{Bound, Source, SourceConnection, Sources, default_share};
-use crate::metrics::EdgeMetrics;
 use crate::socket::{AgentConnection, ConnectionState, OpenConnection, Slot, SlotMakers};
 
 /// The HTTP/2 client preface and the header of the SETTINGS frame that must follow it.

@@ -29,8 +29,8 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 use super::connections::{Acceptor, Guarded, OpenCall, Opening};
 use super::drain::{Drain, keep_until_answered};
+use super::metrics::{EdgeMetrics, PendingLimit};
 use super::sources::{Bound, default_share, increment_below};
-use crate::metrics::{EdgeMetrics, PendingLimit};
 use crate::socket::ConnectionState;
 
 /// How long an agent connection may be idle (nothing read from it) before the server sends an

@@ -19,6 +19,7 @@ pub mod browser;
 pub mod connections;
 pub mod drain;
 pub mod limits;
+pub mod metrics;
 pub mod sources;
 pub mod tls;
 
