@@ -158,7 +158,10 @@ mod tests {
     /// An agent connection that decodes what it is handed, as the server's does, and keeps the
     /// instance it names.
     #[derive(Debug, Default, Clone)]
-    struct Recorded(Arc<Mutex<Option<(String, Option<String>)>>>);
+    struct Recorded(Arc<Mutex<Option<Identity>>>);
+
+    /// The instance a message named, and the agent version sent with it.
+    type Identity = (String, Option<String>);
 
     impl Agent for Recorded {
         fn pin(&self) -> Option<&UpstreamPin> {

@@ -1,5 +1,9 @@
 //! The application: wires the parts into a running server. Everything that starts a task or
-//! opens a port is here, once; the parts themselves know nothing of each other.
+//! opens a port is here, once, and so is what joins the parts: the slots each agent connection
+//! carries ([`agent_slots`]), each component's metric handles registered into the one registry,
+//! and the gateway handed each forwarded call's connection (`crate::forwarded`). The socket
+//! layer, the gateway and `metrics/` know none of the components; which top-level modules still
+//! import each other, `scripts/module-cycles.py` lists.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -166,7 +170,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     cds_metrics.watch_held(&held_polls);
     let cds = cds.into_server();
     // In gateway mode the OAP answers ManagementService (the gateway reads it in passing).
-    let management = upstreams.is_none().then(|| fleet::management::Management::new(Arc::clone(&fleet)).into_server());
+    let management = upstreams.is_none().then(|| crate::management::Management::new(Arc::clone(&fleet)).into_server());
     let dcs = dcs::DcsService::new(Arc::clone(&store)).with_metrics(metrics.dcs()).into_server();
     // Each service is added either as it is or behind its token check (no cost when off).
     use security::auth::guard;

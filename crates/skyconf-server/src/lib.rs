@@ -13,6 +13,7 @@ mod chunked_text;
 pub mod dcs;
 pub mod fleet;
 pub mod forwarded;
+pub mod management;
 pub mod metrics;
 pub mod persist;
 pub mod persister;

@@ -162,7 +162,7 @@ impl Link {
 
 impl crate::socket::Slot for Link {
     fn close(&self) {
-        Link::close(self);
+        Self::close(self);
     }
 }
 

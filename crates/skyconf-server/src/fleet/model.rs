@@ -49,11 +49,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use super::management::Management;
 use super::replicas::{FLEET_KIND, ReplicaOptions, Replicas, Summary};
 use super::{AgentState, Fleet, FleetOptions, Link, StateCounts};
 use crate::cds::hold::HoldOptions;
 use crate::cds::{CdsOptions, CdsService, ConfigurationDiscoveryService};
+use crate::management::Management;
 use crate::metrics::Metrics;
 use crate::security::limits::{PING_INTERVAL, PING_TIMEOUT};
 use crate::served::ServedTable;

@@ -175,10 +175,6 @@ pub(crate) async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResp
 mod tests {
     use super::*;
 
-    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-        text.lines().find(|l| l.starts_with(prefix))
-    }
-
     #[test]
     fn events_count_by_origin() {
         let metrics = Metrics::default();

@@ -677,7 +677,7 @@ mod tests {
     #[test]
     fn the_grpc_cap_follows_the_open_file_limit_to_100_000_agents_and_beyond() {
         let limits = ConnectionLimits::default();
-        // This machine's limit (issue 16): 20,000 descriptors, 19,616 agent connections.
+        // A limit of 20,000 descriptors: 19,616 agent connections.
         assert_eq!(limits.grpc_cap_under(Some(20_000)), 20_000 - 256 - 128);
         // A host whose limit is raised (systemd's LimitNOFILE=1048576): 100,000 agents fit.
         assert_eq!(limits.grpc_cap_under(Some(1_048_576)), 1_048_576 - 256 - 128);

@@ -7,9 +7,9 @@
 //! TLS, the connection's opening bytes (the HTTP/2 preface, or an HTTP/1 header block) must follow
 //! within the handshake deadline of [`super::connections`]: a client that completes TLS and then
 //! says nothing is closed, as a plaintext one is. The admin port serves over a [`TlsListener`];
-//! the gRPC port hands tonic the finished streams ([`super::GrpcLimits::incoming_tls`]). (tonic's
-//! own acceptor was used before; the deadline then counted bytes below TLS, where the handshake
-//! hid the missing preface.) The files are read and checked (the key must match the certificate)
+//! the gRPC port hands tonic the finished streams ([`super::GrpcLimits::incoming_tls`]), not to
+//! tonic's own acceptor, under which the deadline would count bytes below TLS, where the
+//! handshake hides a missing preface. The files are read and checked (the key must match the certificate)
 //! before any port opens; an error names the file.
 
 use std::io;

@@ -13,7 +13,7 @@ use skyconf_proto::v3::{Commands, InstancePingPkg, InstanceProperties};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use super::{Caller, Fleet, InstanceIdentity};
+use crate::fleet::{Caller, Fleet, InstanceIdentity};
 
 /// The metadata key agents put their version in.
 pub const AGENT_VERSION_KEY: &str = "agent-version";
