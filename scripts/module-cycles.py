@@ -31,13 +31,13 @@ TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+([a-z_
 
 
 def test_only(src: Path) -> set[Path]:
-    """The files of modules declared under `#[cfg(test)]`."""
-    out = set()
+    """The files of modules declared under `#[cfg(test)]`, and of their submodules."""
+    roots = set()
     for file in src.rglob("*.rs"):
         folder = file.parent if file.name in ("mod.rs", "lib.rs", "main.rs") else file.with_suffix("")
         for name in TEST_MOD.findall(file.read_text()):
-            out |= {folder / f"{name}.rs", folder / name / "mod.rs"}
-    return out
+            roots |= {folder / f"{name}.rs", folder / name}
+    return {f for f in src.rglob("*.rs") if any(f == r or r in f.parents for r in roots)}
 
 
 def edges(src: Path) -> dict[str, set[str]]:
