@@ -37,7 +37,7 @@ use crate::store_view::StoreStatus;
     paths(
         super::healthz,
         super::readyz,
-        crate::metrics::scrape,
+        crate::security::scrape,
         serve,
         super::read::status,
         super::read::services,

@@ -1,5 +1,5 @@
 //! Prometheus metrics, served at `GET /metrics` on the admin address in the OpenMetrics text
-//! format.
+//! format (the route, behind the admin port's token check, is `crate::security::scrape`).
 //!
 //! One explicit [`Registry`] per server, built once in [`Metrics::for_server`]: no globals, so
 //! tests run servers side by side and read each one's numbers. The README lists every family.
@@ -20,11 +20,6 @@ mod state;
 
 use std::sync::Arc;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::IntoResponse;
-use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -146,29 +141,6 @@ impl Metrics {
         }
         text
     }
-
-    /// `GET /metrics`.
-    pub fn router(self: &Arc<Self>) -> Router {
-        Router::new().route("/metrics", get(scrape)).with_state(Arc::clone(self))
-    }
-}
-
-/// `GET /metrics`.
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "health",
-    operation_id = "metrics",
-    security(("bearer" = []), ()),
-    responses(
-        (status = 200, description = "Prometheus / OpenMetrics text. Needs a read token when the \
-            server has admin tokens, unless `metricsOpen` is set.", body = String,
-            content_type = "application/openmetrics-text"),
-        (status = 401, description = "No token, or an unknown one.", body = crate::admin::openapi::ErrorBody),
-    ),
-)]
-pub(crate) async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
-    ([(CONTENT_TYPE, CONTENT_TYPE_OPENMETRICS)], metrics.encode())
 }
 
 #[cfg(test)]
