@@ -1,5 +1,9 @@
 //! The application: wires the parts into a running server. Everything that starts a task or
-//! opens a port is here, once; the parts themselves know nothing of each other.
+//! opens a port is here, once, and so is what joins the parts: the slots each agent connection
+//! carries ([`agent_slots`]), each component's metric handles registered into the one registry,
+//! and the gateway handed each forwarded call's connection (`crate::forwarded`). The socket
+//! layer, the gateway and `metrics/` know none of the components; which top-level modules still
+//! import each other, `scripts/module-cycles.py` lists.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use crate::shared_history::SharedHistory;
 use crate::startup::initial_state;
 use crate::{
     CdsService, Fleet, FleetOptions, LastGood, Metrics, Persister, ReleaseLog, Reloader, Running, ServeConfig,
-    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, gateway, metrics, rollout, security,
+    ServedTable, ServerError, StoreTask, StoreView, admin, dcs, fleet, metrics, rollout, security,
 };
 
 /// How long a connection with answers still on their way (a forwarded stream in gateway mode,
@@ -34,7 +38,13 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     // Certificates and keys are checked before anything else: no port opens with half its security.
     let grpc_tls = config.security.grpc_tls.as_ref().map(security::tls::grpc_config).transpose()?;
     let admin_tls = config.security.admin_tls.as_ref().map(|f| security::tls::server_config(f, "admin")).transpose()?;
-    let upstreams = config.gateway.as_ref().map(gateway::Upstreams::new).transpose()?.map(Arc::new);
+    let upstreams = match &config.gateway {
+        Some(gateway) => {
+            let client_tls = gateway.tls.as_ref().map(security::tls::upstream_client_config).transpose()?;
+            Some(Arc::new(skyconf_gateway::Upstreams::new(gateway, client_tls)?))
+        }
+        None => None,
+    };
     let last_good = config.data_dir.as_deref().map(LastGood::in_dir);
     let start = initial_state(&source, &config, last_good.as_ref()).await?;
     let (connected, stale) = (start.connected(), start.stale());
@@ -79,7 +89,15 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(failure) = failure {
         store.mark_failed(failure);
     }
-    let metrics = Arc::new(Metrics::for_server(Arc::clone(&served), Arc::clone(&store)));
+    let mut metrics = Metrics::for_server(Arc::clone(&served), Arc::clone(&store));
+    let cds_metrics = crate::cds::metrics::CdsMetrics::default();
+    cds_metrics.register(metrics.registry_mut());
+    let edge_metrics = security::metrics::EdgeMetrics::default();
+    edge_metrics.register(metrics.registry_mut());
+    if let Some(upstreams) = &upstreams {
+        skyconf_gateway::metrics::register(upstreams, metrics.registry_mut());
+    }
+    let metrics = Arc::new(metrics);
     if let Some(rejection) = served.last_rejection() {
         // Counted here; start-up logged it.
         metrics.events().for_origin(&rejection.origin).rejected_at_start();
@@ -135,7 +153,6 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
 
     if let Some(upstreams) = &upstreams {
         upstreams.spawn(&mut tasks, &shutdown);
-        metrics.gateway().watch(upstreams);
     }
     // In gateway mode every agent's management calls pass here: a poller without one is anonymous.
     let fleet_options =
@@ -150,13 +167,13 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     });
     let cds = CdsService::new(Arc::clone(&served), config.cds)
         .with_fleet(Arc::clone(&fleet))
-        .with_metrics(metrics.cds())
+        .with_metrics(cds_metrics.clone())
         .with_holding(hold_options(&config), shutdown.clone());
     let held_polls = cds.held();
-    metrics.cds().watch_held(&held_polls);
+    cds_metrics.watch_held(&held_polls);
     let cds = cds.into_server();
     // In gateway mode the OAP answers ManagementService (the gateway reads it in passing).
-    let management = upstreams.is_none().then(|| fleet::management::Management::new(Arc::clone(&fleet)).into_server());
+    let management = upstreams.is_none().then(|| crate::management::Management::new(Arc::clone(&fleet)).into_server());
     let dcs = dcs::DcsService::new(Arc::clone(&store)).with_metrics(metrics.dcs()).into_server();
     // Each service is added either as it is or behind its token check (no cost when off).
     use security::auth::guard;
@@ -179,11 +196,12 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         "Each source address may hold at most these shares of the gRPC port's bounds."
     );
     let drain = security::drain::Drain::new(SHUTDOWN_DRAIN);
-    metrics.edge().watch_connections(&drain);
+    edge_metrics.clone().watch_connections(&drain);
     let grpc_acceptor = security::connections::Acceptor::new(grpc_listener, cap, "gRPC")
-        .with_sources(sources, metrics.edge())
-        .with_drain(drain.clone());
-    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &metrics.edge(), &drain);
+        .with_sources(sources, edge_metrics.clone())
+        .with_drain(drain.clone())
+        .with_slots(agent_slots(upstreams.is_some()));
+    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &edge_metrics, &drain);
     let mut routes = tonic::service::Routes::builder();
     add_some(&mut routes, cds);
     add_some(&mut routes, cds_guarded);
@@ -193,7 +211,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     add_some(&mut routes, dcs_guarded);
     let mut routes = routes.routes();
     if let Some(upstreams) = &upstreams {
-        let forwarder = gateway::Forwarder::new(Arc::clone(upstreams)).with_fleet(Arc::clone(&fleet));
+        let forwarder = crate::forwarded::Forwarding::new(Arc::clone(upstreams), Arc::clone(&fleet));
         let router = routes.into_axum_router().fallback(move |request: axum::extract::Request| {
             let forwarder = forwarder.clone();
             async move { forwarder.forward(request).await }
@@ -310,6 +328,15 @@ fn page_url(admin_addr: SocketAddr, tls: bool) -> String {
         addr.set_ip(if addr.is_ipv4() { Ipv4Addr::LOCALHOST.into() } else { Ipv6Addr::LOCALHOST.into() });
     }
     format!("{}://{addr}/", if tls { "https" } else { "http" })
+}
+
+/// The slots of an agent connection's state besides the edge's own, one per component that keeps
+/// something per connection: its fleet link (closed with the connection), its held polls and, in
+/// gateway mode, the OAP its forwarded calls are pinned to.
+pub fn agent_slots(gateway: bool) -> crate::socket::SlotMakers {
+    let slots =
+        crate::socket::SlotMakers::default().with(|_| crate::cds::hold::HeldPolls::default()).with(fleet::Link::new);
+    if gateway { slots.with(|_| skyconf_gateway::Pin::default()) } else { slots }
 }
 
 /// The release log in the data directory, or in memory without one (or when it cannot be read).

@@ -11,8 +11,10 @@ mod app;
 pub mod cds;
 mod chunked_text;
 pub mod dcs;
+mod error;
 pub mod fleet;
-pub mod gateway;
+pub mod forwarded;
+pub mod management;
 pub mod metrics;
 pub mod persist;
 pub mod persister;
@@ -34,17 +36,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use skyconf_sources::{KeySet, SourceError};
+use skyconf_sources::KeySet;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use admin::AdminOptions;
-pub use app::start_with;
+pub use app::{agent_slots, start_with};
 pub use cds::hold::HoldOptions;
 pub use cds::{CdsOptions, CdsService};
+pub use error::ServerError;
 pub use fleet::replicas::ReplicaOptions;
 pub use fleet::{Fleet, FleetOptions, InstanceIdentity};
-pub use gateway::GatewayConfig;
 pub use metrics::Metrics;
 pub use persist::LastGood;
 pub use persister::Persister;
@@ -52,6 +54,9 @@ pub use releases::ReleaseLog;
 pub use reload::Reloader;
 pub use security::{SecurityConfig, SecurityError};
 pub use served::ServedTable;
+/// The gateway's settings, as the CLI builds them.
+pub use skyconf_gateway as gateway;
+pub use skyconf_gateway::GatewayConfig;
 pub use store_task::StoreTask;
 pub use store_view::StoreView;
 
@@ -115,52 +120,6 @@ impl Default for ServeConfig {
             replicas: ReplicaOptions::default(),
         }
     }
-}
-
-/// Why the server could not start or stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    /// The store could not be read at start-up and nothing was persisted.
-    #[error(transparent)]
-    Source(#[from] SourceError),
-    /// The store did not answer in time at start-up and nothing was persisted.
-    #[error("{store} did not answer within {timeout:?}")]
-    SourceTimeout {
-        /// The store.
-        store: String,
-        /// The limit.
-        timeout: Duration,
-    },
-    /// The document at start-up was refused and there is no last good table to fall back to.
-    #[error("{origin}: {error}")]
-    Document {
-        /// Where the document came from.
-        origin: String,
-        /// Why it was refused (in the message, not also its `source()`).
-        error: skyconf_core::ReadError,
-    },
-    /// A listening socket could not be opened.
-    #[error("cannot listen on {addr}: {cause}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The cause, in the message (so logs of the error alone keep it); not also its
-        /// `source()`, which would print it twice in a chain.
-        cause: std::io::Error,
-    },
-    /// The gRPC server failed. tonic's error says only "transport error": its cause is in the
-    /// `source()` chain, which is therefore not repeated in this message.
-    #[error("gRPC server")]
-    Grpc(#[from] tonic::transport::Error),
-    /// The admin server failed.
-    #[error("admin server: {0}")]
-    Admin(std::io::Error),
-    /// A token file, certificate or key cannot be used.
-    #[error(transparent)]
-    Security(#[from] SecurityError),
-    /// The gateway's settings cannot be used.
-    #[error(transparent)]
-    Gateway(#[from] gateway::GatewayError),
 }
 
 /// A started server.

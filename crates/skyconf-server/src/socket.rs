@@ -1,5 +1,5 @@
 //! The gRPC port's sockets: TCP streams that tell h2 they take no vectored writes, and that read
-//! ahead while a client streams.
+//! ahead while a client streams; and the state each connection's calls share.
 //!
 //! h2 copies a DATA frame into its write buffer only when the payload is small: up to 256 bytes
 //! when the socket takes vectored writes, up to 1 KiB when it does not. A larger payload is
@@ -15,12 +15,17 @@
 //! [`READ_AHEAD`] at once into a buffer of its own and hands it out from there. While reads keep
 //! filling it the buffer is reused (a fresh one is a zeroed 64 KiB allocation per read); it is
 //! freed once a read comes back short or finds nothing, so an idle connection holds none, and a
-//! small request (a CDS poll) is read straight into h2's buffer as before.
+//! small request (a CDS poll) is read straight into h2's buffer.
 //!
 //! Each connection also carries an [`AgentConnection`] into its calls' extensions: the peer
-//! address (fleet status keys on it) and, in gateway mode, the OAP its forwarded calls are pinned
-//! to. [`peer_of`] reads it, with or without TLS.
+//! address (fleet status keys on it) and the [`ConnectionState`] its calls share, a set of typed
+//! [`Slot`]s, one per component that keeps something per connection (the edge's bounds, the
+//! held polls, the fleet link, the gateway's pin). The slots are made once, at accept
+//! ([`SlotMakers`]); this module knows none of their types. [`peer_of`] reads the peer, with or
+//! without TLS.
 
+use std::any::Any;
+use std::fmt;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -32,8 +37,6 @@ use tokio::net::TcpStream;
 
 use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
 
-use crate::gateway::upstream::Pin as UpstreamPin;
-
 /// What every call on one agent connection shares: its peer, and its state.
 #[derive(Debug, Clone)]
 pub struct AgentConnection {
@@ -44,41 +47,86 @@ pub struct AgentConnection {
     pub state: Arc<ConnectionState>,
 }
 
-/// The state of one agent connection.
-#[derive(Debug)]
+/// What one component keeps per connection, in the connection's [`ConnectionState`].
+pub trait Slot: Any + Send + Sync + fmt::Debug {
+    /// The connection closed (its socket's outermost wrapper was dropped), even while calls that
+    /// came on it are still unwinding. Nothing, unless the slot ties a fact to the connection.
+    fn close(&self) {}
+}
+
+/// The state of one agent connection: its peer and its slots, at most one of each type, set at
+/// accept and shared read-only by its calls (a slot changes through its own atomics or locks).
+#[derive(Debug, Default)]
 pub struct ConnectionState {
-    /// The OAP the connection's forwarded calls go to (gateway mode).
-    pub pin: UpstreamPin,
-    /// Its polls held now (see `crate::cds::hold`).
-    pub held_polls: std::sync::atomic::AtomicUsize,
-    /// Its source's shares and its forwarded calls (see `crate::security::connections`).
-    pub edge: crate::security::connections::EdgeState,
-    /// Its place in the fleet view: its rows and identity end when the connection closes (see
-    /// [`crate::fleet::link`]).
-    pub fleet: crate::fleet::Link,
+    peer: Option<SocketAddr>,
+    slots: Vec<Box<dyn Slot>>,
 }
 
 impl ConnectionState {
-    /// The state of a new connection from `peer`.
+    /// The state of a new connection from `peer`, with no slots yet.
     pub fn new(peer: Option<SocketAddr>) -> Self {
-        Self::with_edge(peer, crate::security::connections::EdgeState::default())
+        Self { peer, slots: Vec::new() }
     }
 
-    /// The state of a new connection from `peer`, with what the agent port's bounds know of it.
-    pub fn with_edge(peer: Option<SocketAddr>, edge: crate::security::connections::EdgeState) -> Self {
-        Self { pin: UpstreamPin::default(), held_polls: Default::default(), edge, fleet: crate::fleet::Link::new(peer) }
+    /// With `slot` (replacing a slot of its type).
+    pub fn with<T: Slot>(mut self, slot: T) -> Self {
+        self.slots.retain(|s| !(&**s as &dyn Any).is::<T>());
+        self.slots.push(Box::new(slot));
+        self
     }
 
-    /// The connection closed: what it made true of the fleet ends now, even while calls that
-    /// came on it are still unwinding.
+    /// The connection's peer.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// Its slot of type `T`, if it has one.
+    pub fn get<T: Slot>(&self) -> Option<&T> {
+        self.slots.iter().find_map(|s| (&**s as &dyn Any).downcast_ref::<T>())
+    }
+
+    /// The connection closed: what it made true ends now, even while calls that came on it are
+    /// still unwinding.
     pub fn close(&self) {
-        self.fleet.close();
+        for slot in &self.slots {
+            slot.close();
+        }
     }
 }
 
-impl Default for ConnectionState {
+/// A component's maker of its slot, from the connection's peer.
+type MakeSlot = dyn Fn(Option<SocketAddr>) -> Box<dyn Slot> + Send + Sync;
+
+/// The slots every connection of a port gets at accept: one maker per component, registered
+/// once when the server is wired.
+#[derive(Clone)]
+pub struct SlotMakers(Arc<[Arc<MakeSlot>]>);
+
+impl SlotMakers {
+    /// With a slot made by `make` for each connection.
+    pub fn with<T: Slot>(mut self, make: impl Fn(Option<SocketAddr>) -> T + Send + Sync + 'static) -> Self {
+        let mut makers = self.0.to_vec();
+        makers.push(Arc::new(move |peer| Box::new(make(peer))));
+        self.0 = makers.into();
+        self
+    }
+
+    /// `state` with every slot (for its peer) added.
+    pub fn fill(&self, mut state: ConnectionState) -> ConnectionState {
+        state.slots.extend(self.0.iter().map(|make| make(state.peer)));
+        state
+    }
+}
+
+impl Default for SlotMakers {
     fn default() -> Self {
-        Self::new(None)
+        Self(Arc::new([]))
+    }
+}
+
+impl fmt::Debug for SlotMakers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SlotMakers({})", self.0.len())
     }
 }
 
@@ -89,11 +137,6 @@ impl Default for ConnectionState {
 pub struct OpenConnection(Arc<ConnectionState>);
 
 impl OpenConnection {
-    /// A new connection from `peer`.
-    pub fn new(peer: Option<SocketAddr>) -> Self {
-        Self::of(ConnectionState::new(peer))
-    }
-
     /// Opens `state`'s connection.
     pub fn of(state: ConnectionState) -> Self {
         Self(Arc::new(state))
@@ -459,5 +502,40 @@ mod tests {
             }
             at = end;
         }
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Debug, Default)]
+    struct Counted(AtomicUsize);
+
+    impl Slot for Counted {
+        fn close(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[derive(Debug)]
+    struct Peer(Option<SocketAddr>);
+
+    impl Slot for Peer {}
+
+    #[test]
+    fn slots_are_found_by_type_made_from_the_peer_and_closed_when_the_connection_is() {
+        let peer: SocketAddr = "10.0.0.1:9".parse().unwrap();
+        let makers = SlotMakers::default().with(|_| Counted::default()).with(Peer);
+        let open = OpenConnection::of(makers.fill(ConnectionState::new(Some(peer))));
+        let state = Arc::clone(open.state());
+        assert_eq!(state.get::<Peer>().and_then(|p| p.0), Some(peer));
+        assert_eq!(state.get::<Counted>().unwrap().0.load(Ordering::Relaxed), 0);
+        assert!(ConnectionState::default().get::<Counted>().is_none(), "a slot never registered is absent");
+        drop(open);
+        assert_eq!(state.get::<Counted>().unwrap().0.load(Ordering::Relaxed), 1, "closed once, by the guard's drop");
+        let replaced = ConnectionState::new(None).with(Peer(None)).with(Peer(Some(peer)));
+        assert_eq!((replaced.slots.len(), replaced.get::<Peer>().unwrap().0), (1, Some(peer)));
     }
 }

@@ -155,7 +155,7 @@ fn poll(svc: &Arc<CdsService>, i: usize, uuid: &str) -> tokio::task::JoinHandle<
     request.metadata_mut().insert("grpc-timeout", "30S".parse().unwrap());
     request.extensions_mut().insert(AgentConnection {
         tcp: tonic::transport::server::TcpConnectInfo { local_addr: None, remote_addr: Some(peer(i)) },
-        state: Arc::new(ConnectionState::default()),
+        state: Arc::new(skyconf_server::agent_slots(false).fill(ConnectionState::default())),
     });
     let svc = Arc::clone(svc);
     tokio::spawn(async move {

@@ -80,7 +80,7 @@ pub struct Admin {
     publisher: Publisher,
     options: AdminOptions,
     /// The OAPs behind the gateway, in gateway mode.
-    gateway: Option<Arc<crate::gateway::Upstreams>>,
+    gateway: Option<Arc<skyconf_gateway::Upstreams>>,
     /// The count of held polls.
     held_polls: Option<Arc<crate::cds::hold::HeldCount>>,
     /// This replica and the others' fleet summaries.
@@ -136,7 +136,7 @@ impl Admin {
     }
 
     /// Shows the state of the OAPs behind the gateway.
-    pub fn with_gateway(mut self, upstreams: Arc<crate::gateway::Upstreams>) -> Self {
+    pub fn with_gateway(mut self, upstreams: Arc<skyconf_gateway::Upstreams>) -> Self {
         self.gateway = Some(upstreams);
         self
     }

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use tonic::metadata::MetadataMap;
 
+use crate::security::connections::EdgeState;
 use crate::security::sources::{Bound, default_share, increment_below};
 use crate::socket::ConnectionState;
 
@@ -212,6 +213,20 @@ impl HeldCount {
     }
 }
 
+/// One connection's held polls now, within its bound: the CDS slot of its
+/// [`ConnectionState`].
+#[derive(Debug, Default)]
+pub struct HeldPolls(AtomicUsize);
+
+impl HeldPolls {
+    /// Held calls on the connection now.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl crate::socket::Slot for HeldPolls {}
+
 /// Why a poll was not held although it could have been.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -242,11 +257,13 @@ impl<'a> Slot<'a> {
         // What is taken so far; given back by the drop if a later bound refuses.
         let mut slot = Self { total: None, connection: None, source: None };
         if let Some(connection) = connection {
-            if !increment_below(&connection.held_polls, options.max_held_per_connection) {
-                return Err(Refusal::Connection);
+            if let Some(held) = connection.get::<HeldPolls>() {
+                if !increment_below(&held.0, options.max_held_per_connection) {
+                    return Err(Refusal::Connection);
+                }
+                slot.connection = Some(&held.0);
             }
-            slot.connection = Some(&connection.held_polls);
-            if let Some(source) = connection.edge.source() {
+            if let Some(source) = connection.get::<EdgeState>().and_then(EdgeState::source) {
                 let share = options.source_share();
                 if !increment_below(&source.held_polls, share) {
                     source.reached(Bound::HeldPolls, share);
@@ -375,9 +392,10 @@ mod tests {
         use crate::security::sources::Sources;
         let total = HeldCount::default();
         let options = HoldOptions { max_held: 5, max_held_per_connection: 2, ..HoldOptions::default() };
-        let state = |source: Option<&crate::security::sources::SourceConnection>| ConnectionState {
-            edge: crate::security::connections::EdgeState::of(source.map(|s| std::sync::Arc::clone(s.source()))),
-            ..ConnectionState::default()
+        let state = |source: Option<&crate::security::sources::SourceConnection>| {
+            ConnectionState::default()
+                .with(EdgeState::of(source.map(|s| std::sync::Arc::clone(s.source()))))
+                .with(HeldPolls::default())
         };
         let sources = Sources::new(10);
         let (ip_a, ip_b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
@@ -397,9 +415,14 @@ mod tests {
         let fifth = Slot::take(&total, &options, None).unwrap();
         assert_eq!(Slot::take(&total, &options, Some(&b)).unwrap_err(), Refusal::Total);
         drop((first, second, third, fourth, fifth));
-        let counts =
-            [&a.held_polls, &a2.held_polls, &b.held_polls, &place_a.source().held_polls, &place_b.source().held_polls]
-                .map(|n| n.load(Ordering::Relaxed));
-        assert_eq!((total.get(), counts), (0, [0; 5]));
+        let counts = [
+            a.get::<HeldPolls>().unwrap().get(),
+            a2.get::<HeldPolls>().unwrap().get(),
+            b.get::<HeldPolls>().unwrap().get(),
+        ]
+        .into_iter()
+        .chain([&place_a.source().held_polls, &place_b.source().held_polls].map(|n| n.load(Ordering::Relaxed)))
+        .collect::<Vec<_>>();
+        assert_eq!((total.get(), counts), (0, vec![0; 5]));
     }
 }

@@ -14,7 +14,9 @@
 //! handler becomes a "no change" answer, which every agent handles by keeping what it has.
 
 pub mod codec;
+mod histogram;
 pub mod hold;
+pub mod metrics;
 
 mod generated {
     #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
@@ -30,7 +32,6 @@ use skyconf_proto::v3::ConfigurationSyncRequest;
 use tonic::{Request, Response, Status};
 
 use crate::fleet::{Caller, Choice, Fleet};
-use crate::metrics::CdsMetrics;
 use crate::served::ServedTable;
 use crate::served::View;
 use codec::EncodedCommands;
@@ -38,6 +39,7 @@ pub use generated::configuration_discovery_service_server::{
     ConfigurationDiscoveryService, ConfigurationDiscoveryServiceServer,
 };
 use hold::{HeldCount, HoldOptions, Release, Slot};
+use metrics::CdsMetrics;
 use tokio_util::sync::CancellationToken;
 
 /// The largest request accepted. A real one is a service name and a 128-character digest; a
@@ -341,7 +343,8 @@ mod tests {
         let served = Arc::new(ServedTable::new(skyconf_core::read(TARGETED).unwrap()));
         let fleet = Arc::new(Fleet::new(crate::fleet::FleetOptions::default()));
         let svc = CdsService::new(Arc::clone(&served), CdsOptions::default()).with_fleet(Arc::clone(&fleet));
-        let state = Arc::new(crate::socket::ConnectionState::new(Some(([10, 0, 0, 1], 9).into())));
+        let peer = Some(([10, 0, 0, 1], 9).into());
+        let state = Arc::new(crate::socket::ConnectionState::new(peer).with(crate::fleet::Link::new(peer)));
         let caller = Caller::Connection(Arc::clone(&state));
         let name = |instance: &str| crate::fleet::InstanceIdentity {
             service: "svc".into(),
@@ -382,6 +385,12 @@ mod tests {
     mod held {
         use super::*;
         use crate::socket::{AgentConnection, ConnectionState};
+
+        /// An agent connection's state with the slots the CDS service reads: its fleet link and
+        /// its held polls.
+        fn agent_state() -> ConnectionState {
+            ConnectionState::default().with(crate::fleet::Link::new(None)).with(crate::cds::hold::HeldPolls::default())
+        }
         use std::time::Duration;
         use tokio::time::Instant;
 
@@ -589,7 +598,7 @@ mod tests {
                     local_addr: None,
                     remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], 7))),
                 },
-                state: Arc::new(ConnectionState::default()),
+                state: Arc::new(agent_state()),
             };
             let held = [("grpc-timeout", "30S")];
             assert!(start(&svc, request("", &held, Some(&connection))).await.await.unwrap().is_some());
@@ -613,7 +622,7 @@ mod tests {
                     local_addr: None,
                     remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], port))),
                 },
-                state: Arc::new(ConnectionState::default()),
+                state: Arc::new(agent_state()),
             };
             let (a, b) = (connection(1), connection(2));
             let held = [("grpc-timeout", "30S")];

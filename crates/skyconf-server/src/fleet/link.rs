@@ -1,7 +1,7 @@
 //! A connection's place in the fleet view: what ties the fleet's rows and identity to the agent
 //! connection they were learnt on, so that they end with it.
 //!
-//! Every agent connection's state ([`crate::socket::ConnectionState`]) owns one [`Link`]: a
+//! Every agent connection's state ([`crate::socket::ConnectionState`]) holds one [`Link`] slot: a
 //! connection id that the process never issues twice, the peer address, and, once a call on the
 //! connection was recorded, the fleet it was recorded in. The connection's socket owns a guard
 //! that closes the link when the socket is dropped (the peer sent FIN or RST, or HTTP/2 PING found
@@ -160,6 +160,12 @@ impl Link {
     }
 }
 
+impl crate::socket::Slot for Link {
+    fn close(&self) {
+        Self::close(self);
+    }
+}
+
 impl Drop for Link {
     fn drop(&mut self) {
         self.close();
@@ -187,17 +193,25 @@ impl Caller {
 
     /// Its key in the fleet table.
     pub fn key(&self) -> ConnKey {
-        match self {
-            Self::Connection(state) => state.fleet.key(),
-            Self::Peer(peer) => ConnKey::from(*peer),
+        match self.link() {
+            Some(link) => link.key(),
+            None => ConnKey::from(self.peer()),
         }
     }
 
     /// Its connection's link, if it has one.
     pub fn link(&self) -> Option<&Link> {
         match self {
-            Self::Connection(state) => Some(&state.fleet),
+            Self::Connection(state) => state.get::<Link>(),
             Self::Peer(_) => None,
+        }
+    }
+
+    /// Its peer address (`0.0.0.0:0` when unknown, as [`Link::new`] shows it).
+    fn peer(&self) -> SocketAddr {
+        match self {
+            Self::Connection(state) => state.peer().unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0))),
+            Self::Peer(peer) => *peer,
         }
     }
 }

@@ -1,34 +1,25 @@
 //! Prometheus metrics, served at `GET /metrics` on the admin address in the OpenMetrics text
-//! format.
+//! format (the route, behind the admin port's token check, is `crate::security::scrape`).
 //!
 //! One explicit [`Registry`] per server, built once in [`Metrics::for_server`]: no globals, so
 //! tests run servers side by side and read each one's numbers. The README lists every family.
 //!
-//! - The CDS hot path ([`CdsMetrics::record`]) touches only counters resolved at start-up and
-//!   an atomic histogram: no lock, no label lookup, no allocation.
+//! - Each component owns its metric handles and registers them into this registry: the CDS
+//!   service (`crate::cds::metrics`), the edge (`crate::security::metrics`), the gateway
+//!   (`skyconf_gateway::metrics`).
 //! - Reloads, rejected documents, store failures and refused credentials are *named events*
 //!   ([`events`]): one call logs the line and counts it.
 //! - The table's and the store's state (up, stale, ages, version) is read at scrape time.
 //! - The fleet's gauges ([`FleetGauges`]) are computed from the fleet table at scrape time.
 //! - `process_*` and `skyconf_build_info` come from [`process`].
 
-pub mod edge;
 pub mod events;
 mod fleet;
-mod gateway;
-mod histogram;
 mod process;
 mod state;
 
-use std::cell::Cell;
 use std::sync::Arc;
-use std::time::Instant;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::IntoResponse;
-use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -36,13 +27,8 @@ use prometheus_client::registry::Registry;
 
 pub use skyconf_core::answer::FetchOutcome;
 
-use crate::cds::hold::{HeldCount, Refusal, Release};
-
-pub use edge::{EdgeMetrics, PendingLimit};
 pub use events::{AdminDenial, BrowserRefusal, Events, GuardedService, OriginEvents};
 pub use fleet::{FleetGauges, FleetIdentities, FleetTable, ServiceAgents, by_series};
-pub use gateway::GatewayMetrics;
-use histogram::{AtomicHistogram, FETCH_BUCKETS};
 
 use crate::served::ServedTable;
 use crate::store_view::StoreView;
@@ -51,167 +37,9 @@ use crate::store_view::StoreView;
 pub const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DcsLabels {
     method: &'static str,
     outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LimitLabels {
-    limit: &'static str,
-}
-
-/// One call in this many (per thread) is timed for `skyconf_fetch_duration_seconds`.
-pub const LATENCY_SAMPLE_EVERY: u32 = 8;
-
-/// The CDS handler's metrics. Cheap to clone; [`CdsMetrics::default`] counts into nothing that
-/// is exposed.
-#[derive(Debug, Clone)]
-pub struct CdsMetrics {
-    fetches: Family<OutcomeLabels, Counter>,
-    /// Indexed by `FetchOutcome as usize`; the same atomics as the family's children.
-    by_outcome: [Counter; 4],
-    latency: AtomicHistogram,
-    /// Held polls by how they ended (indexed by `Release as usize`).
-    released: Family<ReasonLabels, Counter>,
-    by_release: [Counter; 4],
-    /// Polls answered at once because a bound on held polls was reached.
-    refused: Family<LimitLabels, Counter>,
-    by_refusal: [Counter; 3],
-    /// The count of held polls, read at scrape time.
-    held: Arc<std::sync::OnceLock<Arc<HeldCount>>>,
-}
-
-impl Default for CdsMetrics {
-    fn default() -> Self {
-        let fetches = Family::<OutcomeLabels, Counter>::default();
-        let by_outcome = FetchOutcome::ALL.map(|o| fetches.get_or_create_owned(&OutcomeLabels { outcome: o.as_str() }));
-        let released = Family::<ReasonLabels, Counter>::default();
-        let by_release = Release::ALL.map(|r| released.get_or_create_owned(&ReasonLabels { reason: r.as_str() }));
-        let refused = Family::<LimitLabels, Counter>::default();
-        let by_refusal =
-            ["connection", "total", "source"].map(|limit| refused.get_or_create_owned(&LimitLabels { limit }));
-        Self {
-            fetches,
-            by_outcome,
-            latency: AtomicHistogram::new(&FETCH_BUCKETS),
-            released,
-            by_release,
-            refused,
-            by_refusal,
-            held: Arc::default(),
-        }
-    }
-}
-
-impl CdsMetrics {
-    /// When to start timing a call: now for one call in [`LATENCY_SAMPLE_EVERY`] on each
-    /// thread, `None` for the others. Reading the clock costs more than the rest of the metrics
-    /// (about 60 ns per read on a virtual machine), so the latency is sampled; the outcomes are
-    /// all counted.
-    #[inline]
-    pub fn start(&self) -> Option<Instant> {
-        thread_local! {
-            static CALLS: Cell<u32> = const { Cell::new(0) };
-        }
-        let timed = CALLS.with(|calls| {
-            let n = calls.get();
-            calls.set(n.wrapping_add(1));
-            n % LATENCY_SAMPLE_EVERY == 0
-        });
-        timed.then(Instant::now)
-    }
-
-    /// Counts one answered call, and its latency when [`Self::start`] timed it.
-    #[inline]
-    pub fn record(&self, outcome: FetchOutcome, started: Option<Instant>) {
-        self.by_outcome[outcome as usize].inc();
-        if let Some(started) = started {
-            self.latency.observe(started.elapsed());
-        }
-    }
-
-    /// Calls answered with `outcome` so far.
-    pub fn fetches(&self, outcome: FetchOutcome) -> u64 {
-        self.by_outcome[outcome as usize].get()
-    }
-
-    /// Counts a held poll's end.
-    pub fn hold_released(&self, release: Release) {
-        self.by_release[release as usize].inc();
-    }
-
-    /// Held polls released with `release` so far.
-    pub fn held_released(&self, release: Release) -> u64 {
-        self.by_release[release as usize].get()
-    }
-
-    /// Counts a poll answered at once because a bound on held polls was reached.
-    pub fn hold_refused(&self, refusal: Refusal) {
-        self.by_refusal[refusal as usize].inc();
-    }
-
-    /// Polls answered at once because of `refusal` so far.
-    pub fn held_refused(&self, refusal: Refusal) -> u64 {
-        self.by_refusal[refusal as usize].get()
-    }
-
-    /// Exposes `held` as `skyconf_held_polls`.
-    pub fn watch_held(&self, held: &Arc<HeldCount>) {
-        let _ = self.held.set(Arc::clone(held));
-    }
-
-    fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "skyconf_held_polls_released",
-            "Held fetchConfigurations calls, by how they ended: changed (the new command was sent), expired (the hold ended: unchanged), shutdown (unchanged), cancelled (by the client, or its connection went)",
-            self.released.clone(),
-        );
-        registry.register(
-            "skyconf_held_polls_refused",
-            "Polls answered at once although they could have been held, because a bound on held polls was reached: the connection's, the server's (total) or the share of the poll's source address",
-            self.refused.clone(),
-        );
-        registry.register_collector(Box::new(HeldGauge(Arc::clone(&self.held))));
-        registry.register(
-            "skyconf_fetches",
-            "fetchConfigurations calls answered, by outcome: changed (the service's command), unchanged (empty Commands), empty (the EMPTY command), not_ready (no table yet)",
-            self.fetches.clone(),
-        );
-        registry.register(
-            "skyconf_fetch_duration_seconds",
-            "Time the server spent answering one fetchConfigurations call (lookup, digest comparison, serial number), excluding network and HTTP/2; one call in 8 per thread is timed",
-            self.latency.clone(),
-        );
-    }
-}
-
-/// `skyconf_held_polls`, read from the CDS service's count at scrape time.
-#[derive(Debug)]
-struct HeldGauge(Arc<std::sync::OnceLock<Arc<HeldCount>>>);
-
-impl prometheus_client::collector::Collector for HeldGauge {
-    fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let held = self.0.get().map_or(0, |count| count.get() as u64);
-        encoder
-            .encode_descriptor(
-                "skyconf_held_polls",
-                "fetchConfigurations calls held now, waiting for a change",
-                None,
-                prometheus_client::metrics::MetricType::Gauge,
-            )?
-            .encode_gauge(&held)
-    }
 }
 
 /// The DCS service's metrics. Cheap to clone.
@@ -252,12 +80,9 @@ impl DcsMetrics {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    cds: CdsMetrics,
     dcs: DcsMetrics,
     events: Events,
     fleet: FleetGauges,
-    gateway: GatewayMetrics,
-    edge: EdgeMetrics,
 }
 
 impl Default for Metrics {
@@ -274,9 +99,7 @@ impl Metrics {
 
     fn build(state: Option<state::StateCollector>) -> Self {
         let mut registry = Registry::default();
-        let (cds, dcs, events, fleet) =
-            (CdsMetrics::default(), DcsMetrics::default(), Events::default(), FleetGauges::default());
-        cds.register(&mut registry);
+        let (dcs, events, fleet) = (DcsMetrics::default(), Events::default(), FleetGauges::default());
         dcs.register(&mut registry);
         events.register(&mut registry);
         if let Some(state) = state {
@@ -284,17 +107,8 @@ impl Metrics {
             registry.register_collector(Box::new(state));
         }
         registry.register_collector(Box::new(fleet.clone()));
-        let gateway = GatewayMetrics::default();
-        gateway.register(&mut registry);
-        let edge = EdgeMetrics::default();
-        edge.register(&mut registry);
         process::register(&mut registry);
-        Self { registry, cds, dcs, events, fleet, gateway, edge }
-    }
-
-    /// The CDS handler's handle.
-    pub fn cds(&self) -> CdsMetrics {
-        self.cds.clone()
+        Self { registry, dcs, events, fleet }
     }
 
     /// The DCS handler's handle.
@@ -312,14 +126,10 @@ impl Metrics {
         self.fleet.clone()
     }
 
-    /// The gateway's handle.
-    pub fn gateway(&self) -> GatewayMetrics {
-        self.gateway.clone()
-    }
-
-    /// The agent port's edge's handle.
-    pub fn edge(&self) -> EdgeMetrics {
-        self.edge.clone()
+    /// The registry, for a component that registers its own metric families (before the
+    /// metrics are shared).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
     }
 
     /// The exposition, in the OpenMetrics text format.
@@ -331,65 +141,11 @@ impl Metrics {
         }
         text
     }
-
-    /// `GET /metrics`.
-    pub fn router(self: &Arc<Self>) -> Router {
-        Router::new().route("/metrics", get(scrape)).with_state(Arc::clone(self))
-    }
-}
-
-/// `GET /metrics`.
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "health",
-    operation_id = "metrics",
-    security(("bearer" = []), ()),
-    responses(
-        (status = 200, description = "Prometheus / OpenMetrics text. Needs a read token when the \
-            server has admin tokens, unless `metricsOpen` is set.", body = String,
-            content_type = "application/openmetrics-text"),
-        (status = 401, description = "No token, or an unknown one.", body = crate::admin::openapi::ErrorBody),
-    ),
-)]
-pub(crate) async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
-    ([(CONTENT_TYPE, CONTENT_TYPE_OPENMETRICS)], metrics.encode())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-        text.lines().find(|l| l.starts_with(prefix))
-    }
-
-    #[test]
-    fn fetch_counters_and_the_histogram_are_exposed_from_the_start() {
-        let metrics = Metrics::default();
-        let text = metrics.encode();
-        for outcome in FetchOutcome::ALL {
-            let series = format!("skyconf_fetches_total{{outcome=\"{}\"}} 0", outcome.as_str());
-            assert!(text.contains(&series), "{series} in\n{text}");
-        }
-        let timed = Some(Instant::now());
-        metrics.cds().record(FetchOutcome::Changed, timed);
-        metrics.cds().record(FetchOutcome::Unchanged, timed);
-        metrics.cds().record(FetchOutcome::Unchanged, timed);
-        metrics.cds().record(FetchOutcome::Unchanged, None);
-        let text = metrics.encode();
-        assert_eq!(
-            line(&text, "skyconf_fetches_total{outcome=\"unchanged\"}"),
-            Some("skyconf_fetches_total{outcome=\"unchanged\"} 3")
-        );
-        assert_eq!(
-            line(&text, "skyconf_fetch_duration_seconds_count"),
-            Some("skyconf_fetch_duration_seconds_count 3"),
-            "only timed calls"
-        );
-        assert!(text.contains("skyconf_fetch_duration_seconds_bucket{le=\"+Inf\"} 3"), "{text}");
-        assert!(text.ends_with("# EOF\n"));
-    }
 
     #[test]
     fn events_count_by_origin() {

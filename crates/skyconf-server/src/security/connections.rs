@@ -37,9 +37,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use super::drain::{Drain, OpenSocket};
+use super::metrics::EdgeMetrics;
 use super::sources::{Bound, Source, SourceConnection, Sources, default_share};
-use crate::metrics::EdgeMetrics;
-use crate::socket::{AgentConnection, ConnectionState, OpenConnection};
+use crate::socket::{AgentConnection, ConnectionState, OpenConnection, Slot, SlotMakers};
 
 /// The HTTP/2 client preface and the header of the SETTINGS frame that must follow it.
 const HTTP2_OPENING_BYTES: usize = 24 + 9;
@@ -166,6 +166,8 @@ pub struct Admission {
     permit: OwnedSemaphorePermit,
     source: Option<SourceConnection>,
     open: Option<OpenSocket>,
+    /// The slots its connection state gets.
+    slots: SlotMakers,
 }
 
 impl Admission {
@@ -199,7 +201,7 @@ impl<S: Socket> Socket for tokio_rustls::server::TlsStream<S> {
     }
 }
 
-/// What the agent port's bounds and its shutdown know of one connection, in its
+/// What the agent port's bounds and its shutdown know of one connection, a slot of its
 /// [`ConnectionState`]: its source (whose shares its calls count in), and its calls open (which
 /// keep it open at shutdown until they are answered, [`super::drain`]).
 #[derive(Debug, Default)]
@@ -232,6 +234,8 @@ impl EdgeState {
     }
 }
 
+impl Slot for EdgeState {}
+
 /// One call open on its connection ([`EdgeState::answering`]), from its request until its
 /// answer's body ends (or its stream is reset): until dropped.
 #[derive(Debug)]
@@ -241,7 +245,7 @@ impl OpenCall {
     /// Counts the call of `extensions` (a request's) on its connection, if it came on one.
     pub fn of(extensions: &http::Extensions) -> Option<Self> {
         let state = Arc::clone(&crate::socket::connection_of(extensions)?.state);
-        state.edge.calls.fetch_add(1, Ordering::AcqRel);
+        state.get::<EdgeState>()?.calls.fetch_add(1, Ordering::AcqRel);
         Some(Self(state))
     }
 }
@@ -249,8 +253,10 @@ impl OpenCall {
 impl Drop for OpenCall {
     fn drop(&mut self) {
         // Counted ended before it is no longer open: a flush that sees it closed sees it ended.
-        self.0.edge.ended.fetch_add(1, Ordering::AcqRel);
-        self.0.edge.calls.fetch_sub(1, Ordering::AcqRel);
+        if let Some(edge) = self.0.get::<EdgeState>() {
+            edge.ended.fetch_add(1, Ordering::AcqRel);
+            edge.calls.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -305,12 +311,13 @@ impl<S: Socket> Guarded<S> {
     pub fn new(inner: S, opening: Opening, timeout: Duration, admission: Admission) -> Self {
         let source = admission.source().cloned();
         let peer = S::tcp(&inner).peer_addr().ok();
+        let state = admission.slots.fill(ConnectionState::new(peer).with(EdgeState::of(source)));
         Self {
             inner,
             deadline: Some(Box::pin(tokio::time::sleep(timeout))),
             opening: OpeningBytes::new(opening),
             admission: Some(admission),
-            state: OpenConnection::of(ConnectionState::with_edge(peer, EdgeState::of(source))),
+            state: OpenConnection::of(state),
             tcp: S::tcp,
             finished: false,
             cut: None,
@@ -322,6 +329,11 @@ impl<S: Socket> Guarded<S> {
 }
 
 impl<S> Guarded<S> {
+    /// The edge's slot of the connection's state (always there: [`Guarded::new`] sets it).
+    fn edge(&self) -> Option<&EdgeState> {
+        self.state.state().get::<EdgeState>()
+    }
+
     /// The wrapped stream.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -363,11 +375,11 @@ impl<S> Guarded<S> {
     /// after the second's. It is then cut at its next read, and its socket drained.
     fn flushed(&mut self, cx: &mut Context<'_>) {
         let Some((began, _)) = self.shutdown_bounds() else { return };
-        if Instant::now() < began + super::drain::SHUTDOWN_GRACE || self.state.state().edge.answering() {
+        if Instant::now() < began + super::drain::SHUTDOWN_GRACE || self.edge().is_some_and(EdgeState::answering) {
             self.ended_at_flush = None;
             return;
         }
-        let ended = self.state.state().edge.ended();
+        let ended = self.edge().map_or(0, EdgeState::ended);
         if self.ended_at_flush == Some(ended) {
             self.cut_next_read = true;
         } else {
@@ -492,7 +504,7 @@ impl<S> Drop for Guarded<S> {
     /// Hands the socket to the drain ([`super::drain::linger`]) unless it needs none; the
     /// admission is kept until the socket is closed.
     fn drop(&mut self) {
-        let Some(Admission { permit, source, open }) = self.admission.take() else { return };
+        let Some(Admission { permit, source, open, .. }) = self.admission.take() else { return };
         let (Some(open), false) = (open, self.finished) else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         // Another descriptor of the socket: this one closes with `inner`, that one after the drain.
@@ -536,6 +548,8 @@ pub struct Acceptor {
     full: bool,
     sources: Option<(Arc<Sources>, EdgeMetrics)>,
     drain: Option<Drain>,
+    /// The slots every connection's state gets.
+    connection_slots: SlotMakers,
 }
 
 impl Acceptor {
@@ -549,7 +563,14 @@ impl Acceptor {
             full: false,
             sources: None,
             drain: None,
+            connection_slots: SlotMakers::default(),
         }
+    }
+
+    /// Gives every connection's state the slots `slots` make (besides the edge's own).
+    pub fn with_slots(mut self, slots: SlotMakers) -> Self {
+        self.connection_slots = slots;
+        self
     }
 
     /// Closes, at once, connections from a source that holds its share in `sources`, counting
@@ -609,7 +630,7 @@ impl Acceptor {
                         },
                     };
                     let open = self.drain.as_ref().map(Drain::open);
-                    return (stream, peer, Admission { permit, source, open });
+                    return (stream, peer, Admission { permit, source, open, slots: self.connection_slots.clone() });
                 }
                 Err(error) if is_connection_error(&error) => {}
                 Err(error) => {
@@ -656,7 +677,7 @@ mod tests {
     #[test]
     fn the_grpc_cap_follows_the_open_file_limit_to_100_000_agents_and_beyond() {
         let limits = ConnectionLimits::default();
-        // This machine's limit (issue 16): 20,000 descriptors, 19,616 agent connections.
+        // A limit of 20,000 descriptors: 19,616 agent connections.
         assert_eq!(limits.grpc_cap_under(Some(20_000)), 20_000 - 256 - 128);
         // A host whose limit is raised (systemd's LimitNOFILE=1048576): 100,000 agents fit.
         assert_eq!(limits.grpc_cap_under(Some(1_048_576)), 1_048_576 - 256 - 128);

@@ -29,8 +29,8 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 use super::connections::{Acceptor, Guarded, OpenCall, Opening};
 use super::drain::{Drain, keep_until_answered};
+use super::metrics::{EdgeMetrics, PendingLimit};
 use super::sources::{Bound, default_share, increment_below};
-use crate::metrics::{EdgeMetrics, PendingLimit};
 use crate::socket::ConnectionState;
 
 /// How long an agent connection may be idle (nothing read from it) before the server sends an
@@ -189,7 +189,8 @@ impl PendingStreams {
 
     /// A place for one more waiting call on `connection`, or the bound that is reached (counted).
     fn take(&self, connection: Option<Arc<ConnectionState>>) -> Result<PendingPlace, PendingLimit> {
-        if let Some(source) = connection.as_ref().and_then(|c| c.edge.source())
+        if let Some(source) =
+            connection.as_ref().and_then(|c| c.get::<super::connections::EdgeState>().and_then(|e| e.source()))
             && !increment_below(&source.pending_streams, self.per_source)
         {
             source.reached(Bound::PendingStreams, self.per_source);
@@ -230,7 +231,9 @@ impl Drop for PendingPlace {
         if let Some(count) = &self.count {
             count.fetch_sub(1, Ordering::Relaxed);
         }
-        if let Some(source) = self.connection.as_ref().and_then(|c| c.edge.source()) {
+        if let Some(source) =
+            self.connection.as_ref().and_then(|c| c.get::<super::connections::EdgeState>().and_then(|e| e.source()))
+        {
             source.pending_streams.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -297,7 +300,7 @@ where
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let open = OpenCall::of(request.extensions());
-        if self.forwarding && !crate::gateway::is_answered_here(request.uri().path()) {
+        if self.forwarding && !skyconf_gateway::is_answered_here(request.uri().path()) {
             let call = self.inner.call(request);
             return Box::pin(async move { Ok(keep_until_answered(call.await?, open)) });
         }

@@ -19,6 +19,7 @@ pub mod browser;
 pub mod connections;
 pub mod drain;
 pub mod limits;
+pub mod metrics;
 pub mod sources;
 pub mod tls;
 
@@ -27,6 +28,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls::ServerConfig;
 
@@ -119,10 +124,11 @@ pub fn admin_app(
         auth::require(limits::limit_body(routes, body_bytes), role, &tokens, &events)
     };
     let small = limits::ADMIN_SMALL_BODY_BYTES;
+    let scrape_routes = Router::new().route("/metrics", get(scrape)).with_state(Arc::clone(metrics));
     let metrics_routes = if security.metrics_open {
-        limits::limit_body(metrics.router(), small)
+        limits::limit_body(scrape_routes, small)
     } else {
-        protect(metrics.router(), Role::Read, small)
+        protect(scrape_routes, Role::Read, small)
     };
     let app = limits::limit_body(admin.health_routes().merge(admin.page_routes()), small)
         .merge(metrics_routes)
@@ -211,4 +217,22 @@ impl axum::serve::Listener for AdminListener {
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         self.acceptor.listener().local_addr()
     }
+}
+
+/// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    operation_id = "metrics",
+    security(("bearer" = []), ()),
+    responses(
+        (status = 200, description = "Prometheus / OpenMetrics text. Needs a read token when the \
+            server has admin tokens, unless `metricsOpen` is set.", body = String,
+            content_type = "application/openmetrics-text"),
+        (status = 401, description = "No token, or an unknown one.", body = crate::admin::openapi::ErrorBody),
+    ),
+)]
+pub(crate) async fn scrape(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    ([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE_OPENMETRICS)], metrics.encode())
 }

@@ -6,7 +6,7 @@
 //! can take a whole bound and leave nothing to the fleet (findings F5, F6 and N10 in
 //! RELIABILITY.md). So each bound is shared out by source, and one source holds at most its share
 //! of each; what it asks beyond that is refused, counted and logged once, and every other source
-//! is served as before.
+//! is served within its own share.
 //!
 //! - **A source** is the peer's IP address: an IPv4 address, or an IPv6 /64 prefix (a host or a
 //!   subnet is usually given a whole /64, so single IPv6 addresses would give one machine 2^64

@@ -7,9 +7,9 @@
 //! TLS, the connection's opening bytes (the HTTP/2 preface, or an HTTP/1 header block) must follow
 //! within the handshake deadline of [`super::connections`]: a client that completes TLS and then
 //! says nothing is closed, as a plaintext one is. The admin port serves over a [`TlsListener`];
-//! the gRPC port hands tonic the finished streams ([`super::GrpcLimits::incoming_tls`]). (tonic's
-//! own acceptor was used before; the deadline then counted bytes below TLS, where the handshake
-//! hid the missing preface.) The files are read and checked (the key must match the certificate)
+//! the gRPC port hands tonic the finished streams ([`super::GrpcLimits::incoming_tls`]), not to
+//! tonic's own acceptor, under which the deadline would count bytes below TLS, where the
+//! handshake hides a missing preface. The files are read and checked (the key must match the certificate)
 //! before any port opens; an error names the file.
 
 use std::io;
@@ -141,7 +141,7 @@ pub fn grpc_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, SecurityError>
 /// The rustls client configuration of the gateway's connections to the OAPs: their certificates
 /// must chain to `tls.ca`; skyconf presents `tls.cert` when given. Offers only HTTP/2 by ALPN.
 pub fn upstream_client_config(
-    tls: &crate::gateway::UpstreamTls,
+    tls: &skyconf_gateway::UpstreamTls,
 ) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, SecurityError> {
     let what = "the connections to the OAPs";
     let tls_error = |message: String| SecurityError::Tls { what, message };

@@ -281,7 +281,7 @@ pub(crate) async fn status(State(admin): State<Admin>) -> Json<Status> {
 }
 
 /// The gateway part of `GET /api/v1/status`: the same numbers as the `skyconf_gateway_*` metrics.
-fn gateway_status(upstreams: &crate::gateway::Upstreams) -> GatewayStatus {
+fn gateway_status(upstreams: &skyconf_gateway::Upstreams) -> GatewayStatus {
     let config = upstreams.config();
     GatewayStatus {
         tls: upstreams.is_tls(),

@@ -12,7 +12,12 @@
 //!   wait while every stream the OAP allows is in use;
 //! - [`forward`]: one call, forwarded as bytes, and how failures reach the agent;
 //! - [`identity`]: `ManagementService` calls read in passing, for fleet status by instance;
-//! - [`coalesce`]: the writes to an OAP, gathered into one per round of work.
+//! - [`coalesce`]: the writes to an OAP, gathered into one per round of work;
+//! - [`metrics`]: the gateway's metric families, read from [`Upstreams`] at scrape time.
+//!
+//! The gateway knows nothing of the server it runs in: the server hands each forwarded call's
+//! connection in as an [`Agent`] (its pin, and where the identities its management calls carry
+//! go), builds the TLS client configuration, and passes the registry the metrics go into.
 //!
 //! The forwarder is the gRPC router's fallback: the locally answered services keep their routes,
 //! and any other path goes to the OAP. One difference from talking to the OAP remains: tonic's
@@ -25,13 +30,29 @@ pub mod coalesce;
 pub mod connect;
 pub mod forward;
 pub mod identity;
+pub mod metrics;
 pub mod upstream;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use forward::Forwarder;
-pub use upstream::Upstreams;
+pub use identity::ManagementCall;
+pub use upstream::{Pin, Upstreams};
+
+/// The agent connection a forwarded call came on, as the server that accepted it knows it: the
+/// gateway's one seam to that server.
+pub trait Agent: Send + Sync + Unpin + 'static {
+    /// The connection's pin (which OAP its forwarded calls go to); `None`: the call is pinned on
+    /// its own.
+    fn pin(&self) -> Option<&Pin>;
+
+    /// Records the instance identity in `message`, the first request message of a management
+    /// `call` on the connection (uncompressed, at most [`identity::MAX_MESSAGE_BYTES`]), sent
+    /// with `agent_version` as its `agent-version` metadata. A message that does not decode is
+    /// not recorded.
+    fn identify(&self, call: ManagementCall, message: &[u8], agent_version: Option<String>);
+}
 
 /// Whether the call at `path` is answered by skyconf itself in gateway mode (configuration
 /// discovery and the DCS service); every other path is forwarded.
@@ -61,9 +82,9 @@ pub enum GatewayError {
         /// The name.
         name: String,
     },
-    /// The TLS files cannot be used.
-    #[error(transparent)]
-    Tls(#[from] crate::SecurityError),
+    /// TLS towards the OAPs is set, but the server gave no client configuration for it.
+    #[error("TLS towards the OAPs is set but has no client configuration")]
+    NoClientTls,
     /// A TCP connection or TLS handshake to an OAP failed.
     #[error("cannot connect to {addr}: {cause}")]
     Connect {

@@ -1,10 +1,10 @@
 //! Writes to an OAP gathered into one `write` per round of work on the connection.
 //!
 //! h2 writes a DATA frame of more than 256 bytes with a `writev` of its own, and flushes after
-//! each one. Forwarded trace segments arrive in 16 KiB frames, so a 128 KiB client stream cost
-//! eight writes to the OAP's socket, and on loopback (or any OAP on the same host) each of them
-//! woke the OAP, which then read 16 KiB and slept again: the profile of the segment benchmark
-//! showed more time in those context switches than in forwarding (BENCHMARKS.md, "Gateway").
+//! each one. Forwarded trace segments arrive in 16 KiB frames, so without gathering a 128 KiB
+//! client stream costs eight writes to the OAP's socket, and on loopback (or any OAP on the same
+//! host) each of them wakes the OAP, which reads 16 KiB and sleeps again: more time in context
+//! switches than in forwarding (BENCHMARKS.md, "Gateway", has the profile).
 //!
 //! [`CoalescedWrites`] takes what h2 writes into a buffer of its own and writes it out once per
 //! round: the first flush after some bytes were buffered is put off to the connection task's next
@@ -13,7 +13,7 @@
 //! all. A round is counted by [`RoundExecutor`], the executor the upstream connection's tasks
 //! are spawned on, which bumps [`Rounds`] every time one of them is polled. The buffer is written
 //! out as soon as it holds [`WRITE_BATCH`] bytes, so it never holds much more: flow control
-//! stays end to end (a socket that takes nothing leaves h2 waiting, as before). Before the first
+//! stays end to end (a socket that takes nothing leaves h2 waiting). Before the first
 //! counted poll (the TCP, TLS and HTTP/2 handshakes) every flush writes at once.
 //!
 //! The bytes of forwarded messages are not copied into that buffer. h2 hands a DATA frame's
@@ -21,10 +21,10 @@
 //! so the request bodies sent upstream ([`LendingBody`]) record each payload in the
 //! connection's [`Lent`] registry while h2 holds it; a write whose bytes lie in a recorded
 //! payload is kept as a reference to that payload (`Bytes::slice_ref`) and written with the rest
-//! of the round in one `writev`. Only frame headers and small frames are copied. The copy was a
-//! tenth of the gateway's CPU time under segment load (BENCHMARKS.md, "Gateway"). A write that
-//! is not found there (TLS records, which rustls builds in its own buffer; frames h2 copied
-//! itself) is copied as before, so the registry only ever saves work, never changes what is
+//! of the round in one `writev`. Only frame headers and small frames are copied (copying the
+//! payloads costs a tenth of the gateway's CPU time under segment load: BENCHMARKS.md,
+//! "Gateway"). A write that is not found there (TLS records, which rustls builds in its own
+//! buffer; frames h2 copied itself) is copied into the buffer, so the registry only ever saves work, never changes what is
 //! written: a slice found in a live `Bytes` is that `Bytes`' memory, which cannot change.
 
 use std::collections::{BTreeMap, VecDeque};

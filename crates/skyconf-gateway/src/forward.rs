@@ -40,10 +40,10 @@ use http::{HeaderMap, Request, Response, Uri};
 use http_body::Frame;
 use tonic::Status;
 
+use super::Agent;
 use super::admission::{Stream, Unsent};
 use super::identity::IdentityTap;
-use super::upstream::Upstreams;
-use crate::fleet::Fleet;
+use super::upstream::{Pin as UpstreamPin, Upstreams};
 
 /// The largest header block of an OAP's answer (its response headers, or its trailers) passed on
 /// to the agent, counted as HTTP/2 counts `SETTINGS_MAX_HEADER_LIST_SIZE` (name, value and 32
@@ -62,36 +62,29 @@ const DATE_BYTES: usize = "date".len() + "Thu, 01 Jan 1970 00:00:00 GMT".len() +
 #[derive(Debug, Clone)]
 pub struct Forwarder {
     upstreams: Arc<Upstreams>,
-    fleet: Option<Arc<Fleet>>,
 }
 
 impl Forwarder {
     /// Forwarding to `upstreams` (counting calls there, for the metrics and the admin API).
     pub fn new(upstreams: Arc<Upstreams>) -> Self {
-        Self { upstreams, fleet: None }
+        Self { upstreams }
     }
 
-    /// Records the instance identity of `ManagementService` calls that pass in `fleet`.
-    pub fn with_fleet(mut self, fleet: Arc<Fleet>) -> Self {
-        self.fleet = Some(fleet);
-        self
-    }
-
-    /// Forwards one call and answers with the OAP's response.
-    pub async fn forward(&self, request: Request<Body>) -> Response<Body> {
-        let agent = crate::socket::connection_of(request.extensions()).cloned();
+    /// Forwards one call that came on `agent`'s connection and answers with the OAP's response;
+    /// the identity its `ManagementService` calls carry is handed to `agent` in passing.
+    pub async fn forward<A: Agent>(&self, request: Request<Body>, agent: Option<A>) -> Response<Body> {
         // A call without a connection record (not through the gRPC port) is pinned on its own.
-        let state = agent.as_ref().map_or_else(Arc::default, |c| Arc::clone(&c.state));
-        let stream = match self.upstreams.stream_for(&state.pin).await {
+        let own = UpstreamPin::default();
+        let pin = agent.as_ref().and_then(Agent::pin).unwrap_or(&own);
+        let stream = match self.upstreams.stream_for(pin).await {
             Ok(stream) => stream,
             Err(unsent) => return status_response(unsent_status(unsent, &self.upstreams)),
         };
         let (mut parts, body) = request.into_parts();
-        let caller = agent.as_ref().map(|c| crate::fleet::Caller::Connection(Arc::clone(&c.state)));
-        let body = match (&self.fleet, caller, super::identity::call_of(parts.uri.path())) {
-            (Some(fleet), Some(caller), Some(call)) => {
+        let body = match (agent, super::identity::call_of(parts.uri.path())) {
+            (Some(agent), Some(call)) => {
                 let agent_version = parts.headers.get("agent-version").and_then(|v| v.to_str().ok()).map(str::to_owned);
-                Body::new(IdentityTap::new(body, call, caller, agent_version, Arc::clone(fleet)))
+                Body::new(IdentityTap::new(body, call, agent, agent_version))
             }
             _ => body,
         };

@@ -1,23 +1,21 @@
-//! Instance identity read in passing: the request message of
+//! Instance identity read in passing: the first request message of
 //! `ManagementService/reportInstanceProperties` and `keepAlive` is copied as it streams to the
-//! OAP, decoded once complete, and recorded in the fleet table against the agent's connection.
-//! The bytes sent on are never altered or delayed; a message that is compressed, too large or
-//! not decodable is simply not recorded.
+//! OAP and, once complete, handed to the call's [`Agent`], which decodes and records it against
+//! the agent's connection. The bytes sent on are never altered or delayed; a message that is
+//! compressed or too large is not handed on.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use http_body::Frame;
-use prost::Message;
-use skyconf_proto::v3::{InstancePingPkg, InstanceProperties};
 
-use crate::fleet::{Caller, Fleet, InstanceIdentity};
+use crate::Agent;
 
-/// The largest management message read for identity (the limit of the local service).
-const MAX_MESSAGE_BYTES: usize = crate::fleet::management::MAX_REQUEST_BYTES;
+/// The largest management message read for identity: the request limit of the server's own
+/// `ManagementService`.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
 /// The gRPC message header: a compression flag and a big-endian length.
 const HEADER_BYTES: usize = 5;
@@ -41,57 +39,24 @@ pub fn call_of(path: &str) -> Option<ManagementCall> {
     }
 }
 
-/// The identity a management request message carries.
-pub fn decode(call: ManagementCall, message: &[u8], agent_version: Option<String>) -> Option<InstanceIdentity> {
-    match call {
-        ManagementCall::ReportInstanceProperties => {
-            let properties = InstanceProperties::decode(message).ok()?;
-            Some(InstanceIdentity {
-                service: properties.service,
-                instance: properties.service_instance,
-                properties: properties.properties.into_iter().map(|p| (p.key, p.value)).collect(),
-                agent_version,
-                reported_properties: true,
-            })
-        }
-        ManagementCall::KeepAlive => {
-            let ping = InstancePingPkg::decode(message).ok()?;
-            Some(InstanceIdentity {
-                service: ping.service,
-                instance: ping.service_instance,
-                properties: Vec::new(),
-                agent_version,
-                reported_properties: false,
-            })
-        }
-    }
-}
-
-/// A request body passed on unchanged, whose first message is decoded for identity.
+/// A request body passed on unchanged, whose first message is handed to its agent for identity.
 #[derive(Debug)]
-pub struct IdentityTap {
+pub struct IdentityTap<A> {
     inner: Body,
     call: ManagementCall,
-    caller: Caller,
+    agent: A,
     agent_version: Option<String>,
-    fleet: Arc<Fleet>,
     /// The first message's bytes so far; `None` once read (or given up on).
     copy: Option<BytesMut>,
 }
 
-impl IdentityTap {
-    /// Taps `inner`, a `call` of `caller` (its connection: the identity ends with it).
-    pub fn new(
-        inner: Body,
-        call: ManagementCall,
-        caller: impl Into<Caller>,
-        agent_version: Option<String>,
-        fleet: Arc<Fleet>,
-    ) -> Self {
-        Self { inner, call, caller: caller.into(), agent_version, fleet, copy: Some(BytesMut::new()) }
+impl<A: Agent> IdentityTap<A> {
+    /// Taps `inner`, a `call` on `agent`'s connection (the identity ends with it).
+    pub fn new(inner: Body, call: ManagementCall, agent: A, agent_version: Option<String>) -> Self {
+        Self { inner, call, agent, agent_version, copy: Some(BytesMut::new()) }
     }
 
-    /// Copies what is still missing of the first message from `data`; records the identity once
+    /// Copies what is still missing of the first message from `data`; hands it to the agent once
     /// it is complete.
     fn take(&mut self, mut data: &[u8]) {
         while let Some(copy) = &mut self.copy {
@@ -103,9 +68,7 @@ impl IdentityTap {
                     return;
                 }
                 if copy.len() == HEADER_BYTES + length {
-                    if let Some(identity) = decode(self.call, &copy[HEADER_BYTES..], self.agent_version.take()) {
-                        self.fleet.identify(&self.caller, &identity);
-                    }
+                    self.agent.identify(self.call, &copy[HEADER_BYTES..], self.agent_version.take());
                     self.copy = None;
                     return;
                 }
@@ -127,7 +90,7 @@ fn message_length(header: &[u8]) -> Option<usize> {
     Some(u32::from_be_bytes(bytes) as usize)
 }
 
-impl http_body::Body for IdentityTap {
+impl<A: Agent> http_body::Body for IdentityTap<A> {
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -154,10 +117,11 @@ impl http_body::Body for IdentityTap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::FleetOptions;
+    use crate::upstream::Pin as UpstreamPin;
     use http_body_util::BodyExt;
-    use skyconf_proto::v3::KeyStringValuePair;
-    use std::net::SocketAddr;
+    use prost::Message;
+    use skyconf_proto::v3::{InstancePingPkg, InstanceProperties, KeyStringValuePair};
+    use std::sync::{Arc, Mutex};
 
     fn framed(message: &impl Message) -> Vec<u8> {
         let encoded = message.encode_to_vec();
@@ -191,32 +155,58 @@ mod tests {
         assert_eq!(call_of("/skywalking.v3.TraceSegmentReportService/collect"), None);
     }
 
-    /// The instance the fleet shows for the tapped connection once it polls.
-    fn instance_of(fleet: &Fleet) -> Option<String> {
-        let digest = skyconf_core::Digest::of_text("d");
-        fleet.observe("order", "", "10.0.0.7:40000".parse().unwrap(), &digest, true);
-        fleet.agents_of("order", &digest).pop()?.instance
+    /// An agent connection that decodes what it is handed, as the server's does, and keeps the
+    /// instance it names.
+    #[derive(Debug, Default, Clone)]
+    struct Recorded(Arc<Mutex<Option<Identity>>>);
+
+    /// The instance a message named, and the agent version sent with it.
+    type Identity = (String, Option<String>);
+
+    impl Agent for Recorded {
+        fn pin(&self) -> Option<&UpstreamPin> {
+            None
+        }
+
+        fn identify(&self, call: ManagementCall, message: &[u8], agent_version: Option<String>) {
+            let instance = match call {
+                ManagementCall::ReportInstanceProperties => {
+                    InstanceProperties::decode(message).ok().map(|p| p.service_instance)
+                }
+                ManagementCall::KeepAlive => InstancePingPkg::decode(message).ok().map(|p| p.service_instance),
+            };
+            if let Some(instance) = instance {
+                *self.0.lock().unwrap() = Some((instance, agent_version));
+            }
+        }
     }
 
-    /// Sends `bytes` through a tap in chunks of `chunk`, returning what came out and the fleet.
-    async fn through_tap(bytes: Vec<u8>, chunk: usize, call: ManagementCall) -> (Vec<u8>, Arc<Fleet>) {
-        let fleet = Arc::new(Fleet::new(FleetOptions::default()));
+    impl Recorded {
+        /// The instance recorded for the tapped connection.
+        fn instance(&self) -> Option<String> {
+            self.0.lock().unwrap().as_ref().map(|(instance, _)| instance.clone())
+        }
+    }
+
+    /// Sends `bytes` through a tap in chunks of `chunk`, returning what came out and the agent.
+    async fn through_tap(bytes: Vec<u8>, chunk: usize, call: ManagementCall) -> (Vec<u8>, Recorded) {
+        let agent = Recorded::default();
         let chunks: Vec<Result<Frame<Bytes>, std::convert::Infallible>> =
             bytes.chunks(chunk).map(|c| Ok(Frame::data(Bytes::copy_from_slice(c)))).collect();
         let body = Body::new(http_body_util::StreamBody::new(futures_util::stream::iter(chunks)));
-        let peer: SocketAddr = "10.0.0.7:40000".parse().unwrap();
-        let tap = IdentityTap::new(body, call, peer, Some("9.3.0".into()), Arc::clone(&fleet));
+        let tap = IdentityTap::new(body, call, agent.clone(), Some("9.3.0".into()));
         let out = tap.collect().await.unwrap().to_bytes().to_vec();
-        (out, fleet)
+        (out, agent)
     }
 
     #[tokio::test]
     async fn the_bytes_pass_unchanged_and_the_identity_is_recorded_however_the_message_is_split() {
         let bytes = framed(&properties());
         for chunk in [1, 2, 4, 5, 6, 7, 13, bytes.len()] {
-            let (out, fleet) = through_tap(bytes.clone(), chunk, ManagementCall::ReportInstanceProperties).await;
+            let (out, agent) = through_tap(bytes.clone(), chunk, ManagementCall::ReportInstanceProperties).await;
             assert_eq!(out, bytes, "chunks of {chunk}");
-            assert_eq!(instance_of(&fleet).as_deref(), Some("pod-1@10.0.0.7"), "chunks of {chunk}");
+            assert_eq!(agent.instance().as_deref(), Some("pod-1@10.0.0.7"), "chunks of {chunk}");
+            assert_eq!(agent.0.lock().unwrap().as_ref().unwrap().1.as_deref(), Some("9.3.0"));
         }
     }
 
@@ -224,27 +214,13 @@ mod tests {
     async fn compressed_or_undecodable_messages_pass_and_are_not_recorded() {
         let mut compressed = framed(&properties());
         compressed[0] = 1;
-        let (out, fleet) = through_tap(compressed.clone(), 3, ManagementCall::ReportInstanceProperties).await;
+        let (out, agent) = through_tap(compressed.clone(), 3, ManagementCall::ReportInstanceProperties).await;
         assert_eq!(out, compressed);
-        assert_eq!(instance_of(&fleet), None);
+        assert_eq!(agent.instance(), None);
 
         let garbage = vec![0, 0, 0, 0, 3, 0xff, 0xff, 0xff];
-        let (out, fleet) = through_tap(garbage.clone(), 3, ManagementCall::KeepAlive).await;
+        let (out, agent) = through_tap(garbage.clone(), 3, ManagementCall::KeepAlive).await;
         assert_eq!(out, garbage);
-        assert_eq!(instance_of(&fleet), None);
-    }
-
-    #[test]
-    fn decoding_keeps_every_property_in_order_and_the_agent_version() {
-        let message = properties().encode_to_vec();
-        let identity = decode(ManagementCall::ReportInstanceProperties, &message, Some("9.3.0".into())).unwrap();
-        assert_eq!(identity.service, "order");
-        assert_eq!(identity.properties.len(), 3);
-        assert_eq!(identity.properties[2], ("ipv4".to_owned(), "172.17.0.1".to_owned()));
-        assert_eq!(identity.agent_version.as_deref(), Some("9.3.0"));
-        assert!(identity.reported_properties);
-        let ping = InstancePingPkg { service: "order".into(), service_instance: "pod-1".into(), ..Default::default() };
-        let identity = decode(ManagementCall::KeepAlive, &ping.encode_to_vec(), None).unwrap();
-        assert!(!identity.reported_properties && identity.properties.is_empty());
+        assert_eq!(agent.instance(), None);
     }
 }

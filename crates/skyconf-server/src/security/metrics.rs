@@ -11,7 +11,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::security::drain::Drain;
+use super::drain::Drain;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimitLabels {
@@ -91,7 +91,8 @@ impl EdgeMetrics {
         let _ = self.pending.set(Arc::clone(pending));
     }
 
-    pub(super) fn register(&self, registry: &mut Registry) {
+    /// Registers the families in `registry`.
+    pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "skyconf_grpc_connections_refused",
             "Connections to the gRPC port closed as soon as accepted, by the bound that refused them (source: their source address held its share of the connections)",

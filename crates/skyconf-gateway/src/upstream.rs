@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_util::sync::CancellationToken;
 
@@ -224,18 +225,21 @@ impl Drop for Pin {
 pub const CONNECTION_WAIT: Duration = Duration::from_secs(1);
 
 impl Upstreams {
-    /// The OAPs of `config`, not yet connected ([`Self::spawn`] connects them). Reads the TLS
-    /// files, so a bad one fails at start.
-    pub fn new(config: &GatewayConfig) -> Result<Self, GatewayError> {
+    /// The OAPs of `config`, not yet connected ([`Self::spawn`] connects them). `client_tls` is
+    /// the rustls configuration of the connections to the OAPs, built from `config.tls` by the
+    /// server (which reads the files, so a bad one fails at start); it is required when
+    /// `config.tls` is set.
+    pub fn new(config: &GatewayConfig, client_tls: Option<Arc<ClientConfig>>) -> Result<Self, GatewayError> {
         if config.upstreams.is_empty() {
             return Err(GatewayError::NoUpstream);
         }
         for addr in &config.upstreams {
             split_host_port(addr)?;
         }
-        let tls = match &config.tls {
-            None => None,
-            Some(tls) => {
+        let tls = match (&config.tls, client_tls) {
+            (None, _) => None,
+            (Some(_), None) => return Err(GatewayError::NoClientTls),
+            (Some(tls), Some(client_tls)) => {
                 let server_name = match &tls.server_name {
                     None => None,
                     Some(name) => Some(
@@ -243,7 +247,7 @@ impl Upstreams {
                             .map_err(|_| GatewayError::ServerName { name: name.clone() })?,
                     ),
                 };
-                Some((TlsConnector::from(crate::security::tls::upstream_client_config(tls)?), server_name))
+                Some((TlsConnector::from(client_tls), server_name))
             }
         };
         let members = config.upstreams.iter().map(|addr| Arc::new(Member::new(addr.clone(), config))).collect();
@@ -279,9 +283,9 @@ impl Upstreams {
     }
 
     /// Starts the tasks that keep every connection open, until `stop`.
-    pub fn spawn(
+    pub fn spawn<E: Send + 'static>(
         self: &Arc<Self>,
-        tasks: &mut tokio::task::JoinSet<Result<(), crate::ServerError>>,
+        tasks: &mut tokio::task::JoinSet<Result<(), E>>,
         stop: &CancellationToken,
     ) {
         let _ = self.stop.set(stop.clone());
@@ -544,7 +548,7 @@ mod tests {
     /// sockets (`tests/it/gateway.rs`); here, the case without any connection.
     #[test]
     fn without_an_open_connection_nothing_is_pinned() {
-        let upstreams = Arc::new(Upstreams::new(&GatewayConfig::new(vec!["a:1".into(), "b:1".into()])).unwrap());
+        let upstreams = Arc::new(Upstreams::new(&GatewayConfig::new(vec!["a:1".into(), "b:1".into()]), None).unwrap());
         let pin = Pin::default();
         assert!(upstreams.member_for(&pin).is_none());
         assert_eq!(pin.member.load(Ordering::Relaxed), 0);
@@ -555,7 +559,7 @@ mod tests {
     /// counted.
     #[tokio::test(start_paused = true)]
     async fn without_an_oap_a_call_gets_no_stream_after_the_connection_wait() {
-        let upstreams = Arc::new(Upstreams::new(&GatewayConfig::new(vec!["a:1".into()])).unwrap());
+        let upstreams = Arc::new(Upstreams::new(&GatewayConfig::new(vec!["a:1".into()]), None).unwrap());
         let started = tokio::time::Instant::now();
         assert_eq!(upstreams.stream_for(&Pin::default()).await.unwrap_err(), Unsent::NoUpstream);
         assert_eq!(started.elapsed(), CONNECTION_WAIT);

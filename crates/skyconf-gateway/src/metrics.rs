@@ -3,34 +3,22 @@
 //! answers not passed on, calls never sent for want of a stream, and per OAP whether it is
 //! reachable, its connections, calls in flight and waiting, and agent connections pinned to it.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::gateway::upstream::{MemberStats, Upstreams};
+use crate::upstream::{MemberStats, Upstreams};
 
-/// The gateway's metrics. Cheap to clone; without [`GatewayMetrics::watch`] nothing is exposed.
-#[derive(Debug, Clone, Default)]
-pub struct GatewayMetrics {
-    upstreams: Arc<OnceLock<Arc<Upstreams>>>,
-}
-
-impl GatewayMetrics {
-    /// Reports the state of `upstreams` on every scrape.
-    pub fn watch(&self, upstreams: &Arc<Upstreams>) {
-        let _ = self.upstreams.set(Arc::clone(upstreams));
-    }
-
-    pub(super) fn register(&self, registry: &mut Registry) {
-        registry.register_collector(Box::new(UpstreamMetrics(Arc::clone(&self.upstreams))));
-    }
+/// Reports the state of `upstreams` in `registry` on every scrape.
+pub fn register(upstreams: &Arc<Upstreams>, registry: &mut Registry) {
+    registry.register_collector(Box::new(UpstreamMetrics(Arc::clone(upstreams))));
 }
 
 #[derive(Debug)]
-struct UpstreamMetrics(Arc<OnceLock<Arc<Upstreams>>>);
+struct UpstreamMetrics(Arc<Upstreams>);
 
 /// One labelled series per OAP (and outcome).
 type Series<'a> = Vec<(Vec<(&'static str, &'a str)>, u64)>;
@@ -55,7 +43,7 @@ fn encode(
 
 impl Collector for UpstreamMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let Some(upstreams) = self.0.get() else { return Ok(()) };
+        let upstreams = &self.0;
         let stats: Vec<(&str, MemberStats)> =
             upstreams.members().iter().map(|m| (m.addr.as_str(), m.stats())).collect();
         let per = |value: fn(&MemberStats) -> u64| -> Series<'_> {

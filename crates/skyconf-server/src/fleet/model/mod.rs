@@ -49,15 +49,25 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use super::management::Management;
 use super::replicas::{FLEET_KIND, ReplicaOptions, Replicas, Summary};
-use super::{AgentState, Fleet, FleetOptions, StateCounts};
+use super::{AgentState, Fleet, FleetOptions, Link, StateCounts};
 use crate::cds::hold::HoldOptions;
 use crate::cds::{CdsOptions, CdsService, ConfigurationDiscoveryService};
+use crate::management::Management;
 use crate::metrics::Metrics;
 use crate::security::limits::{PING_INTERVAL, PING_TIMEOUT};
 use crate::served::ServedTable;
-use crate::socket::{AgentConnection, OpenConnection};
+use crate::socket::{AgentConnection, ConnectionState, OpenConnection};
+
+mod checks;
+mod records;
+mod reference;
+mod rng;
+
+use checks::{Listed, RowSet};
+use records::Records;
+use reference::{Conn, Model, Served};
+use rng::Rng;
 
 /// Schedules run by default: enough to meet every kind of event many times, within the CI budget.
 const DEFAULT_SCHEDULES: u64 = 600;
@@ -86,36 +96,6 @@ const TARGETED: &str = "svc-a";
 const PLAIN: &str = "svc-b";
 const TYPO: &str = "svc-typo";
 
-/// A seeded random source (xorshift64*), so that a schedule replays from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn millis(&mut self, up_to: Duration) -> Duration {
-        Duration::from_millis(self.below(up_to.as_millis() as u64 + 1))
-    }
-}
-
 /// The document of version `v`: the targeted service's group selects `canary-*` or, with
 /// `flipped`, `pod-*`; `plain` says whether the plain service is configured.
 fn document(v: u64, flipped: bool, plain: bool) -> String {
@@ -128,208 +108,6 @@ fn document(v: u64, flipped: bool, plain: bool) -> String {
         "targeting:\n  {TARGETED}:\n    - group: canary\n      instances: [\"{pattern}\"]\n      settings:\n        k: c{v}\n"
     ));
     doc
-}
-
-/// What the model knows of the served table: each configured service's digest, and the
-/// targeted group's.
-#[derive(Debug, Clone, Default)]
-struct Served {
-    own: BTreeMap<String, Digest>,
-    /// (service, group pattern prefix, the group's digest).
-    group: Option<(String, String, Digest)>,
-}
-
-impl Served {
-    /// Reads the digests (the mapping from a document to digests is the core's, tested
-    /// elsewhere); who gets which is the model's.
-    fn of(served: &ServedTable, flipped: bool) -> Self {
-        let snapshot = served.snapshot();
-        let own = snapshot.table.services().map(|s| (s.name().to_owned(), s.digest().clone())).collect();
-        let prefix = if flipped { "pod-" } else { "canary-" };
-        let group = snapshot.answers.chosen(TARGETED, Some(0)).answer.digest.clone();
-        Self { own, group: Some((TARGETED.to_owned(), prefix.to_owned(), group)) }
-    }
-
-    /// The digest served to a poller of `service` whose connection says it is `identity`.
-    fn current(&self, service: &str, identity: Option<&(String, String)>) -> Digest {
-        if let (Some((group_service, prefix, digest)), Some((identity_service, name))) = (&self.group, identity)
-            && group_service == service
-            && identity_service == service
-            && name.starts_with(prefix.as_str())
-        {
-            return digest.clone();
-        }
-        self.own.get(service).cloned().unwrap_or_else(Digest::empty)
-    }
-}
-
-/// One (service, connection) row as the model keeps it.
-#[derive(Debug, Clone)]
-struct Row {
-    last_seen: u64,
-    polls: u64,
-    echoed: String,
-    target: Digest,
-    polls_behind: u32,
-    held: u32,
-}
-
-/// One open connection as the model keeps it.
-#[derive(Debug, Clone)]
-struct Conn {
-    peer: SocketAddr,
-    identity: Option<(String, String)>,
-    rows: BTreeMap<String, Row>,
-}
-
-/// One replica's reference model.
-#[derive(Debug, Default)]
-struct Model {
-    conns: BTreeMap<u64, Conn>,
-    options: Option<FleetOptions>,
-}
-
-impl Model {
-    fn options(&self) -> FleetOptions {
-        self.options.unwrap_or_default()
-    }
-
-    /// A poll of connection `id` arrives: echoing `uuid`, served `current`. Whether it is held.
-    fn arrive(&mut self, id: u64, service: &str, uuid: &str, current: &Digest, now: u64) -> bool {
-        let Some(conn) = self.conns.get_mut(&id) else { return false };
-        let row = conn.rows.entry(service.to_owned()).or_insert_with(|| Row {
-            last_seen: now,
-            polls: 0,
-            echoed: String::new(),
-            target: current.clone(),
-            polls_behind: 0,
-            held: 0,
-        });
-        row.last_seen = now;
-        row.polls += 1;
-        row.echoed = uuid.to_owned();
-        if row.target != *current {
-            row.target = current.clone();
-            row.polls_behind = 0;
-        }
-        let unchanged = current.as_str() == uuid;
-        if unchanged {
-            row.polls_behind = 0;
-            row.held += 1;
-        } else {
-            row.polls_behind += 1;
-        }
-        unchanged
-    }
-
-    /// A held poll of connection `id` ended at `now`, answered with `sent` if it was a change.
-    fn release(&mut self, id: u64, service: &str, sent: Option<&Digest>, now: u64) {
-        let Some(row) = self.conns.get_mut(&id).and_then(|c| c.rows.get_mut(service)) else { return };
-        row.held -= 1;
-        row.last_seen = now;
-        if let Some(sent) = sent
-            && row.target != *sent
-        {
-            row.target = sent.clone();
-            row.polls_behind = 0;
-        }
-    }
-
-    fn identify(&mut self, id: u64, service: &str, name: &str) -> bool {
-        let Some(conn) = self.conns.get_mut(&id) else { return false };
-        let new = Some((service.to_owned(), name.to_owned()));
-        let changed = conn.identity != new;
-        conn.identity = new;
-        changed
-    }
-
-    fn sweep(&mut self, now: u64) {
-        let options = self.options();
-        let horizon = options.expire_after.as_millis() as u64;
-        let one_off = horizon.min(super::ONE_OFF_EXPIRY.as_millis() as u64);
-        for conn in self.conns.values_mut() {
-            let identified = conn.identity.is_some();
-            conn.rows.retain(|_, row| {
-                row.held > 0
-                    || if row.polls <= 1 && !identified {
-                        now.saturating_sub(row.last_seen) < one_off
-                    } else {
-                        now.saturating_sub(row.last_seen) < horizon
-                    }
-            });
-        }
-    }
-
-    fn state(&self, conn: &Conn, row: &Row, current: &Digest) -> AgentState {
-        let options = self.options();
-        if options.expect_identity && conn.identity.is_none() {
-            AgentState::Anonymous
-        } else if row.polls <= 1 && conn.identity.is_none() {
-            AgentState::New
-        } else if row.echoed == current.as_str() && row.target == *current {
-            AgentState::Applied
-        } else if row.target == *current && row.polls_behind >= options.stuck_after_polls.max(2) {
-            AgentState::Stuck
-        } else {
-            AgentState::Behind
-        }
-    }
-
-    /// Every row: (service, peer, instance for that service, state, polls, echoed, last seen).
-    fn rows(&self, served: &Served, now: u64) -> RowSet {
-        let mut out = BTreeSet::new();
-        for conn in self.conns.values() {
-            for (service, row) in &conn.rows {
-                let current = served.current(service, conn.identity.as_ref());
-                let instance = conn.identity.as_ref().filter(|(s, _)| s == service).map(|(_, n)| n.clone());
-                let seen = if row.held > 0 { now } else { row.last_seen };
-                let state = self.state(conn, row, &current);
-                out.insert((
-                    service.clone(),
-                    conn.peer.to_string(),
-                    instance,
-                    state,
-                    row.polls,
-                    row.echoed.clone(),
-                    seen,
-                ));
-            }
-        }
-        out
-    }
-
-    fn counts(&self, served: &Served) -> BTreeMap<String, StateCounts> {
-        let mut out: BTreeMap<String, StateCounts> = BTreeMap::new();
-        for conn in self.conns.values() {
-            for (service, row) in &conn.rows {
-                let current = served.current(service, conn.identity.as_ref());
-                out.entry(service.clone()).or_default().add(self.state(conn, row, &current));
-            }
-        }
-        out
-    }
-
-    /// The identified connections: (service, instance, peer, the services polled with states).
-    fn instances(&self, served: &Served) -> Vec<Listed> {
-        let mut out: Vec<_> = self
-            .conns
-            .values()
-            .filter_map(|conn| {
-                let (service, name) = conn.identity.clone()?;
-                let services = conn
-                    .rows
-                    .iter()
-                    .map(|(polled, row)| {
-                        let current = served.current(polled, conn.identity.as_ref());
-                        (polled.clone(), self.state(conn, row, &current))
-                    })
-                    .collect();
-                Some((service, name, conn.peer, services))
-            })
-            .collect();
-        out.sort_by(|a, b| (&a.0, &a.1, a.2).cmp(&(&b.0, &b.1, b.2)));
-        out.into_iter().map(|(s, n, p, v)| (s, n, p.to_string(), v)).collect()
-    }
 }
 
 /// Everything the simulation and the model share, behind one lock (never held across an await).
@@ -360,102 +138,6 @@ type Shared = Arc<Mutex<World>>;
 
 fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
     world.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The shared-records store of a schedule, in memory; every fleet summary written is checked
-/// against the writing replica's model at that instant.
-#[derive(Debug)]
-struct Records {
-    records: Mutex<BTreeMap<(String, String), Vec<u8>>>,
-    world: Shared,
-    /// Replica ids by index.
-    ids: Vec<String>,
-}
-
-impl SharedRecords for Records {
-    fn describe(&self) -> String {
-        "in-memory records".into()
-    }
-
-    fn create<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-        value: &'a [u8],
-    ) -> skyconf_sources::BoxFuture<'a, Result<bool, SourceError>> {
-        Box::pin(async move {
-            let mut records = self.records.lock().unwrap();
-            let key = (kind.to_owned(), name.to_owned());
-            if records.contains_key(&key) {
-                return Ok(false);
-            }
-            records.insert(key, value.to_vec());
-            Ok(true)
-        })
-    }
-
-    fn put<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-        value: &'a [u8],
-        _lifetime: Lifetime,
-    ) -> skyconf_sources::BoxFuture<'a, Result<(), SourceError>> {
-        Box::pin(async move {
-            if kind == FLEET_KIND {
-                self.check_summary(name, value);
-            }
-            self.records.lock().unwrap().insert((kind.to_owned(), name.to_owned()), value.to_vec());
-            Ok(())
-        })
-    }
-
-    fn get<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-    ) -> skyconf_sources::BoxFuture<'a, Result<Option<Vec<u8>>, SourceError>> {
-        Box::pin(async move { Ok(self.records.lock().unwrap().get(&(kind.to_owned(), name.to_owned())).cloned()) })
-    }
-
-    fn list<'a>(
-        &'a self,
-        kind: &'a str,
-    ) -> skyconf_sources::BoxFuture<'a, Result<skyconf_sources::shared::Listed, SourceError>> {
-        Box::pin(async move {
-            let records = self.records.lock().unwrap();
-            Ok(records.iter().filter(|((k, _), _)| k == kind).map(|((_, n), v)| (n.clone(), v.clone())).collect())
-        })
-    }
-
-    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> skyconf_sources::BoxFuture<'a, Result<(), SourceError>> {
-        Box::pin(async move {
-            self.records.lock().unwrap().remove(&(kind.to_owned(), name.to_owned()));
-            Ok(())
-        })
-    }
-}
-
-impl Records {
-    /// A summary is written: its counts must be the writer's model's now.
-    fn check_summary(&self, name: &str, value: &[u8]) {
-        let mut world = lock(&self.world);
-        let Some(replica) = self.ids.iter().position(|id| id == name) else {
-            world.fail(format!("a summary of an unknown replica `{name}`"));
-            return;
-        };
-        let summary: Summary = match serde_json::from_slice(value) {
-            Ok(summary) => summary,
-            Err(error) => return world.fail(format!("a summary does not read: {error}")),
-        };
-        let expected = world.models[replica].counts(&world.served);
-        let published: BTreeMap<String, StateCounts> =
-            summary.services.iter().map(|(name, s)| (name.clone(), s.counts)).collect();
-        if published != expected {
-            world.fail(format!("replica {replica}'s summary says {published:?}, the model {expected:?}"));
-        }
-        world.summaries_checked += 1;
-    }
 }
 
 /// One replica of a schedule.
@@ -775,9 +457,11 @@ impl Sim {
         let port = self.next_port;
         self.next_port += 1;
         let peer = SocketAddr::from(([10, 0, (port >> 8) as u8, port as u8], 40_000 + port));
-        let open = OpenConnection::new(Some(peer));
+        let open = OpenConnection::of(
+            ConnectionState::new(Some(peer)).with(Link::new(Some(peer))).with(crate::cds::hold::HeldPolls::default()),
+        );
         let state = Arc::clone(open.state());
-        let id = state.fleet.key().id;
+        let id = state.get::<Link>().map(|link| link.key().id).unwrap_or_default();
         let connection = AgentConnection {
             tcp: tonic::transport::server::TcpConnectInfo { local_addr: None, remote_addr: Some(peer) },
             state,
@@ -1262,234 +946,6 @@ impl Event {
             Self::Cancel => "cancel-call",
         }
     }
-}
-
-/// `(service, peer, instance, state, polls, digest echoed, last seen)` of every row.
-type RowSet = BTreeSet<(String, String, Option<String>, AgentState, u64, String, u64)>;
-
-/// An identified connection: (service, instance, peer, each polled service and its state).
-type Listed = (String, String, String, Vec<(String, AgentState)>);
-
-/// Flags, in a list sorted by (service, instance), the rows that share both with another.
-fn duplicates<T>(sorted: &[T], key: impl Fn(&T) -> (&str, &str)) -> Vec<bool> {
-    (0..sorted.len())
-        .map(|i| {
-            (i > 0 && key(&sorted[i - 1]) == key(&sorted[i]))
-                || (i + 1 < sorted.len() && key(&sorted[i + 1]) == key(&sorted[i]))
-        })
-        .collect()
-}
-
-impl Sim {
-    /// The fleet's own queries against the model: every row, the counts (the one counting
-    /// function: the API's and the metric's), the metric's series, and the rollout driver's
-    /// unpaged instances list.
-    async fn check(&mut self) -> Result<(), String> {
-        let seed = self.seed;
-        {
-            let world = lock(&self.world);
-            if let Some(failure) = &world.failure {
-                return Err(failure.clone());
-            }
-            for (r, replica) in self.replicas.iter().enumerate() {
-                let serving = replica.served.serving();
-                let now = world.now(r);
-                let model = &world.models[r];
-                let counts = replica.fleet.counts(&serving);
-                let mut services: BTreeSet<String> = counts.keys().cloned().collect();
-                services.extend(model.conns.values().flat_map(|c| c.rows.keys().cloned()));
-                let mut actual = RowSet::new();
-                for service in &services {
-                    for a in replica.fleet.agents_of(service, &serving) {
-                        actual.insert((a.service, a.peer, a.instance, a.state, a.polls, a.digest, a.last_seen_ms));
-                    }
-                }
-                let expected = model.rows(&world.served, now);
-                self.rows_checked += expected.len() as u64;
-                self.held_seen +=
-                    model.conns.values().flat_map(|c| c.rows.values()).filter(|r| r.held > 0).count() as u64;
-                if actual != expected {
-                    let missing: Vec<_> = expected.difference(&actual).collect();
-                    let extra: Vec<_> = actual.difference(&expected).collect();
-                    return Err(format!(
-                        "seed {seed}, replica {r}, step {}: rows differ; the model has {missing:?}, the fleet {extra:?}",
-                        self.steps
-                    ));
-                }
-                let expected_counts = model.counts(&world.served);
-                if counts != expected_counts {
-                    return Err(format!("seed {seed}, replica {r}: counts {counts:?}, the model {expected_counts:?}"));
-                }
-                let listed = replica.fleet.instances(&serving);
-                let got: Vec<Listed> = listed
-                    .instances
-                    .iter()
-                    .map(|i| {
-                        let states = i.services.iter().map(|s| (s.service.clone(), s.state)).collect();
-                        (i.service.clone(), i.instance.clone(), i.peer.clone(), states)
-                    })
-                    .collect();
-                let want = model.instances(&world.served);
-                if got != want {
-                    return Err(format!("seed {seed}, replica {r}: instances {got:?}, the model {want:?}"));
-                }
-                let flags: Vec<bool> = listed.instances.iter().map(|i| i.duplicate_name).collect();
-                if flags != duplicates(&want, |l| (&l.0, &l.1)) {
-                    return Err(format!("seed {seed}, replica {r}: duplicate flags {flags:?} for {want:?}"));
-                }
-                let anonymous: BTreeSet<(String, String, AgentState)> =
-                    listed.anonymous.iter().map(|a| (a.service.clone(), a.peer.clone(), a.state)).collect();
-                let unidentified: BTreeSet<String> =
-                    model.conns.values().filter(|c| c.identity.is_none()).map(|c| c.peer.to_string()).collect();
-                let want_anonymous: BTreeSet<(String, String, AgentState)> = expected
-                    .iter()
-                    .filter(|row| unidentified.contains(&row.1))
-                    .map(|row| (row.0.clone(), row.1.clone(), row.3))
-                    .collect();
-                if anonymous != want_anonymous {
-                    return Err(format!(
-                        "seed {seed}, replica {r}: anonymous {anonymous:?}, the model {want_anonymous:?}"
-                    ));
-                }
-            }
-        }
-        let every = std::env::var("SKYCONF_MODEL_API_EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(API_EVERY);
-        if self.steps.is_multiple_of(every) {
-            self.check_api().await?;
-        }
-        Ok(())
-    }
-
-    /// What operators read: `/metrics`, `/api/v1/services` and every page of `/api/v1/instances`,
-    /// on every replica.
-    async fn check_api(&mut self) -> Result<(), String> {
-        let seed = self.seed;
-        for r in 0..self.replicas.len() {
-            let (counts, want, configured) = {
-                let world = lock(&self.world);
-                let model = &world.models[r];
-                let configured: BTreeSet<String> = world.served.own.keys().cloned().collect();
-                (model.counts(&world.served), model.instances(&world.served), configured)
-            };
-            let replica = &self.replicas[r];
-            // The metric: the same counts, unconfigured services summed into service="".
-            let series = crate::metrics::by_series(counts.clone(), |s| configured.contains(s));
-            let mut expected_series = BTreeMap::new();
-            for row in &series {
-                for state in AgentState::ALL {
-                    expected_series
-                        .insert((row.service.clone(), state.as_str().to_owned()), row.counts.of(state) as u64);
-                }
-            }
-            let scraped = scrape_fleet_agents(&replica.metrics.encode());
-            if scraped != expected_series {
-                return Err(format!("seed {seed}, replica {r}: /metrics {scraped:?}, the model {expected_series:?}"));
-            }
-            // The API: this replica's live counts plus the summaries it read of the others.
-            let mut merged = counts.clone();
-            for peer in replica.replicas.peers().iter() {
-                for (service, summary) in &peer.services {
-                    merged.entry(service.clone()).or_default().merge(&summary.counts);
-                }
-            }
-            let body = get(&replica.admin, "/api/v1/services").await;
-            let mut api = BTreeMap::new();
-            for row in body["services"].as_array().unwrap().iter().chain(body["unconfigured"].as_array().unwrap()) {
-                let counts = StateCounts {
-                    agents: row["agents"].as_u64().unwrap() as usize,
-                    applied: row["applied"].as_u64().unwrap() as usize,
-                    behind: row["behind"].as_u64().unwrap() as usize,
-                    stuck: row["stuck"].as_u64().unwrap() as usize,
-                    new: row["new"].as_u64().unwrap() as usize,
-                    anonymous: row["anonymous"].as_u64().unwrap() as usize,
-                };
-                if counts != StateCounts::default() {
-                    api.insert(row["name"].as_str().unwrap().to_owned(), counts);
-                }
-            }
-            merged.retain(|_, c| *c != StateCounts::default());
-            if api != merged {
-                return Err(format!("seed {seed}, replica {r}: /api/v1/services {api:?}, expected {merged:?}"));
-            }
-            // Every page of the instances listing, small pages.
-            let limit = 1 + self.rng.below(6);
-            let mut rows: Vec<Value> = Vec::new();
-            let mut cursor: Option<String> = None;
-            let mut total = None;
-            loop {
-                let path = match &cursor {
-                    Some(cursor) => format!("/api/v1/instances?limit={limit}&cursor={cursor}"),
-                    None => format!("/api/v1/instances?limit={limit}"),
-                };
-                let page = get(&replica.admin, &path).await;
-                total.get_or_insert(page["instances_total"].as_u64().unwrap());
-                let got = page["instances"].as_array().unwrap();
-                if got.len() as u64 > limit {
-                    return Err(format!("seed {seed}: a page of {} rows for limit {limit}", got.len()));
-                }
-                rows.extend(got.iter().cloned());
-                match page["next_cursor"].as_str() {
-                    Some(next) => cursor = Some(next.to_owned()),
-                    None => break,
-                }
-            }
-            if Some(rows.len() as u64) != total {
-                return Err(format!("seed {seed}, replica {r}: {} rows over the pages, total {total:?}", rows.len()));
-            }
-            let own = format!("replica-{r}");
-            let local: Vec<Listed> = rows
-                .iter()
-                .filter(|row| row["replica"] == own.as_str())
-                .map(|row| {
-                    let states = row["services"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|s| (s["service"].as_str().unwrap().to_owned(), state_of(&s["state"])))
-                        .collect();
-                    let text = |f: &str| row[f].as_str().unwrap().to_owned();
-                    (text("service"), text("instance"), text("peer"), states)
-                })
-                .collect();
-            if local != want {
-                return Err(format!("seed {seed}, replica {r}: /api/v1/instances {local:?}, the model {want:?}"));
-            }
-            let key = |row: &Value| {
-                (row["service"].as_str().unwrap().to_owned(), row["instance"].as_str().unwrap().to_owned())
-            };
-            for (i, row) in rows.iter().enumerate() {
-                let shared = rows.iter().enumerate().any(|(j, other)| j != i && key(other) == key(row));
-                if row["duplicate_name"].as_bool() != Some(shared) {
-                    return Err(format!("seed {seed}, replica {r}: duplicate_name of {row} is not {shared}"));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-fn state_of(value: &Value) -> AgentState {
-    serde_json::from_value(value.clone()).unwrap()
-}
-
-/// `skyconf_fleet_agents{service, state}` series of a scrape.
-fn scrape_fleet_agents(text: &str) -> BTreeMap<(String, String), u64> {
-    text.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix("skyconf_fleet_agents{service=\"")?;
-            let (service, rest) = rest.split_once("\",state=\"")?;
-            let (state, value) = rest.split_once("\"} ")?;
-            Some(((service.to_owned(), state.to_owned()), value.parse().ok()?))
-        })
-        .collect()
-}
-
-async fn get(admin: &Router, path: &str) -> Value {
-    let request = http::Request::get(path).body(axum::body::Body::empty()).unwrap();
-    let response = admin.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), 200, "{path}");
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 /// Thousands of schedules in CI time: each one a few minutes of a small fleet in paused time.
