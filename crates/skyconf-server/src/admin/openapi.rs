@@ -23,7 +23,7 @@ pub(crate) use super::error::ErrorBody;
 pub(crate) use super::extract::HeldBody as HeldRequest;
 use super::read::ReadFailures;
 use crate::fleet::{AgentState, AgentStatus, AnonymousPoller, InstanceService, InstanceStatus, Property, StateCounts};
-use crate::releases::{ChangeSummary, ReleaseSummary};
+use crate::releases::ChangeSummary;
 use crate::served::{Held, Rejection};
 use crate::store_view::StoreStatus;
 
@@ -262,60 +262,6 @@ pub(crate) struct NoteRequest {
     message: Option<String>,
 }
 
-/// The answer of a write: a dry run's report, `unchanged`, the served release, or (202) the
-/// store took it but it was not served within the wait, or (503) served but not durable.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct WriteAnswer {
-    /// Whether it was a dry run.
-    dry_run: bool,
-    /// Whether the store was written.
-    written: bool,
-    /// What changes (or changed) per service.
-    changes: Vec<ServiceChange>,
-    /// Dry run: the document that would be written (`null`: the key would be deleted).
-    #[schema(required = false)]
-    document: Option<String>,
-    /// Dry run: its SHA-256.
-    #[schema(required = false)]
-    document_sha256: Option<String>,
-    /// Dry run: the newest release now.
-    #[schema(required = false)]
-    base_release: Option<u64>,
-    /// The document is the one served already; nothing was written.
-    #[schema(required = false)]
-    unchanged: bool,
-    /// Whether the new document is served.
-    #[schema(required = false)]
-    served: bool,
-    /// Whether it is on disk: its release file and the last good copy a restart serves while the
-    /// store is away (`null`: no data directory, or not known yet).
-    #[schema(required = false)]
-    durable: Option<bool>,
-    /// How long it took to be served.
-    #[schema(required = false)]
-    served_after_ms: u64,
-    /// The release (the newest one for `unchanged`).
-    #[schema(required = false)]
-    release: Option<ReleaseSummary>,
-    /// The served table's version.
-    #[schema(required = false)]
-    version: u64,
-    /// 202: what happened.
-    #[schema(required = false)]
-    message: String,
-    /// 503: served, but not on disk: which file could not be written, and why.
-    #[schema(required = false)]
-    error: String,
-    /// A per-service write that replaced a document the reader refused (put into the store by
-    /// hand): where it came from, why it was refused, its store revision.
-    #[schema(required = false)]
-    replaced_refused: Option<crate::publish::ReplacedRefused>,
-    /// What is probably wrong with the document (the warnings `skyconf validate` prints): each
-    /// at the line and column of its key in the document written (a dry run's `document`). A
-    /// per-service write's are those about its service and the whole document.
-    warnings: Vec<Warning>,
-}
-
 /// A 503 of a write: the store could not be reached, or the change is served but not durable.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
@@ -324,25 +270,7 @@ pub(crate) enum WriteUnavailable {
     /// The store could not be reached or refused to work: nothing was written.
     Failed(ErrorBody),
     /// Served, but its release is not on disk (`durable: false`, `error`).
-    NotDurable(Box<WriteAnswer>),
-}
-
-/// `POST /api/v1/held/confirm` or `/discard`.
-#[derive(Serialize, ToSchema)]
-pub(crate) struct HeldAnswer {
-    /// Confirm: the held change is installed.
-    #[schema(required = false)]
-    confirmed: bool,
-    /// Discard: the held change is dropped.
-    #[schema(required = false)]
-    discarded: bool,
-    /// The served table's version.
-    version: u64,
-    /// Services served.
-    services: u64,
-    /// Confirm: the newest release.
-    #[schema(required = false)]
-    release: Option<ReleaseSummary>,
+    NotDurable(Box<super::write::WriteAnswer>),
 }
 
 /// `?dry_run` and `?wait` of a write; any other parameter, or one given twice, is refused (400).

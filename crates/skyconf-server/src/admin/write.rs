@@ -61,18 +61,20 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use skyconf_core::diff::ServiceChange;
+use skyconf_core::warnings::Warning;
+use utoipa::ToSchema;
 
 use super::AppError;
 use super::extract::{AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body};
-use super::openapi::{
-    ErrorBody, HeldAnswer as HeldAnswerBody, WriteAnswer, WriteHeaders, WriteParams, WriteUnavailable,
-};
-use super::read::summary;
+use super::openapi::{ErrorBody, WriteHeaders, WriteParams, WriteUnavailable};
 use crate::publish::{
-    Basis, HeldDecided, Proposal, PublishError, Published, Publisher, ServiceEdit, WriteOptions as PublishOptions,
+    Basis, HeldDecided, Proposal, PublishError, Published, Publisher, ReplacedRefused, ServiceEdit,
+    WriteOptions as PublishOptions,
 };
-use crate::releases::{Attribution, Durability};
+use crate::releases::{Attribution, Durability, ReleaseSummary};
 use crate::store_task::HeldDecision;
 
 /// The header naming who makes a change.
@@ -167,68 +169,132 @@ impl From<PublishError> for AppError {
     }
 }
 
+/// The answer of a write: a dry run's report, `unchanged`, the served release, or (202) the
+/// store took it but it was not served within the wait, or (503) served but not durable. Each
+/// outcome sends the fields it has; the others are left out.
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub(crate) struct WriteAnswer {
+    /// Whether it was a dry run.
+    dry_run: bool,
+    /// Whether the store was written.
+    written: bool,
+    /// What changes (or changed) per service.
+    changes: Vec<ServiceChange>,
+    /// Dry run: the document that would be written (`null`: the key would be deleted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<String>)]
+    document: Option<Option<String>>,
+    /// Dry run: its SHA-256.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<String>)]
+    document_sha256: Option<Option<String>>,
+    /// Dry run: the newest release now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<u64>)]
+    base_release: Option<Option<u64>>,
+    /// The document is the one served already; nothing was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = bool)]
+    unchanged: Option<bool>,
+    /// Whether the new document is served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = bool)]
+    served: Option<bool>,
+    /// Whether it is on disk: its release file and the last good copy a restart serves while the
+    /// store is away (`null`: no data directory, or not known yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<bool>)]
+    durable: Option<Option<bool>>,
+    /// How long it took to be served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = u64)]
+    served_after_ms: Option<u64>,
+    /// The release (the newest one for `unchanged`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<ReleaseSummary>)]
+    release: Option<Option<ReleaseSummary>>,
+    /// The served table's version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = u64)]
+    version: Option<u64>,
+    /// 202: what happened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = String)]
+    message: Option<String>,
+    /// 503: served, but not on disk: which file could not be written, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = String)]
+    error: Option<String>,
+    /// A per-service write that replaced a document the reader refused (put into the store by
+    /// hand): where it came from, why it was refused, its store revision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    replaced_refused: Option<ReplacedRefused>,
+    /// What is probably wrong with the document (the warnings `skyconf validate` prints): each
+    /// at the line and column of its key in the document written (a dry run's `document`). A
+    /// per-service write's are those about its service and the whole document.
+    warnings: Vec<Warning>,
+}
+
 /// The answer to a write: 200 when served (or a dry run, or unchanged), 202 when the store took
 /// it but it was not served within the wait, 503 when it is served but not on disk.
 fn answer(published: Published) -> Response {
+    let release = |r: &ReleaseSummary| Some(r.clone());
     match published {
-        Published::DryRun { changes, document, document_sha256, base_release, warnings } => Json(json!({
-            "dry_run": true,
-            "written": false,
-            "changes": changes,
-            "document": document,
-            "document_sha256": document_sha256,
-            "base_release": base_release,
-            "warnings": warnings,
-        }))
+        Published::DryRun { changes, document, document_sha256, base_release, warnings } => Json(WriteAnswer {
+            dry_run: true,
+            changes,
+            document: Some(document),
+            document_sha256: Some(document_sha256),
+            base_release: Some(base_release),
+            warnings,
+            ..WriteAnswer::default()
+        })
         .into_response(),
-        Published::Unchanged { changes, release, version, warnings } => Json(json!({
-            "dry_run": false,
-            "written": false,
-            "unchanged": true,
-            "served": true,
-            "changes": changes,
-            "release": release.map(|r| summary(&r)),
-            "version": version,
-            "warnings": warnings,
-        }))
+        Published::Unchanged { changes, release: newest, version, warnings } => Json(WriteAnswer {
+            unchanged: Some(true),
+            served: Some(true),
+            changes,
+            release: Some(newest.as_deref().and_then(release)),
+            version: Some(version),
+            warnings,
+            ..WriteAnswer::default()
+        })
         .into_response(),
-        Published::Served { changes, release, durability, served_after, warnings, replaced_refused } => {
-            let mut body = json!({
-                "dry_run": false,
-                "written": true,
-                "served": true,
-                "durable": match durability {
-                    Durability::Durable => Some(true),
-                    Durability::Failed(_) => Some(false),
-                    Durability::Memory | Durability::Pending => None,
-                },
-                "served_after_ms": served_after.as_millis() as u64,
-                "changes": changes,
-                "release": summary(&release),
-                "version": release.version,
-                "warnings": warnings,
-            });
-            if let Some(refused) = replaced_refused {
-                body["replaced_refused"] = json!(refused);
-            }
+        Published::Served { changes, release: served, durability, served_after, warnings, replaced_refused } => {
+            let durable = match durability {
+                Durability::Durable => Some(true),
+                Durability::Failed(_) => Some(false),
+                Durability::Memory | Durability::Pending => None,
+            };
+            let mut body = WriteAnswer {
+                written: true,
+                served: Some(true),
+                durable: Some(durable),
+                served_after_ms: Some(served_after.as_millis() as u64),
+                changes,
+                release: Some(release(&served)),
+                version: Some(served.version),
+                warnings,
+                replaced_refused,
+                ..WriteAnswer::default()
+            };
             if let Durability::Failed(why) = durability {
-                body["error"] = json!(format!("the change is served, but it is not on disk: {why}"));
+                body.error = Some(format!("the change is served, but it is not on disk: {why}"));
                 return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
             }
             Json(body).into_response()
         }
         Published::Accepted { waited, changes, warnings, replaced_refused } => {
-            let mut body = json!({
-                "dry_run": false,
-                "written": true,
-                "served": false,
-                "message": format!("the store took the document; it was not served within {waited:?}"),
-                "changes": changes,
-                "warnings": warnings,
-            });
-            if let Some(refused) = replaced_refused {
-                body["replaced_refused"] = json!(refused);
-            }
+            let body = WriteAnswer {
+                written: true,
+                served: Some(false),
+                message: Some(format!("the store took the document; it was not served within {waited:?}")),
+                changes,
+                warnings,
+                replaced_refused,
+                ..WriteAnswer::default()
+            };
             (StatusCode::ACCEPTED, Json(body)).into_response()
         }
     }
@@ -504,7 +570,7 @@ pub(super) async fn rollback(
     request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
         description = "Optional: the `held.since_ms` the operator saw."),
     responses(
-        (status = 200, description = "Decided.", body = HeldAnswerBody),
+        (status = 200, description = "Decided.", body = HeldAnswer),
         (status = 400, description = "A query parameter (none is taken), or bad JSON (a key given twice included).", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
@@ -530,7 +596,7 @@ pub(super) async fn confirm_held(
     request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
         description = "Optional: the `held.since_ms` the operator saw."),
     responses(
-        (status = 200, description = "Decided.", body = HeldAnswerBody),
+        (status = 200, description = "Decided.", body = HeldAnswer),
         (status = 400, description = "A query parameter (none is taken), or bad JSON (a key given twice included).", body = ErrorBody),
         (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
         (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
@@ -546,23 +612,44 @@ pub(super) async fn discard_held(
     decide_held(&publisher, since_ms, HeldDecision::Discard).await
 }
 
+/// `POST /api/v1/held/confirm` or `/discard`.
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub(crate) struct HeldAnswer {
+    /// Confirm: the held change is installed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = bool)]
+    confirmed: Option<bool>,
+    /// Discard: the held change is dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = bool)]
+    discarded: Option<bool>,
+    /// The served table's version.
+    version: u64,
+    /// Services served.
+    #[schema(value_type = u64)]
+    services: usize,
+    /// Confirm: the newest release.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, value_type = Option<ReleaseSummary>)]
+    release: Option<Option<ReleaseSummary>>,
+}
+
 async fn decide_held(
     publisher: &Publisher,
     since_ms: Option<u64>,
     decision: HeldDecision,
 ) -> Result<Response, AppError> {
     let body = match publisher.decide_held(decision, since_ms).await? {
-        HeldDecided::Confirmed { version, services, release } => json!({
-            "confirmed": true,
-            "version": version,
-            "services": services,
-            "release": release.map(|r| summary(&r)),
-        }),
-        HeldDecided::Discarded { version, services } => json!({
-            "discarded": true,
-            "version": version,
-            "services": services,
-        }),
+        HeldDecided::Confirmed { version, services, release } => HeldAnswer {
+            confirmed: Some(true),
+            version,
+            services,
+            release: Some(release.map(|r| (*r).clone())),
+            ..HeldAnswer::default()
+        },
+        HeldDecided::Discarded { version, services } => {
+            HeldAnswer { discarded: Some(true), version, services, ..HeldAnswer::default() }
+        }
     };
     Ok(Json(body).into_response())
 }

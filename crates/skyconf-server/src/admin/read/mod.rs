@@ -34,7 +34,6 @@ pub(super) mod status;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, ETAG, X_CONTENT_TYPE_OPTIONS};
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::IntoResponse;
-use serde_json::Value;
 
 pub(super) use self::instances::instances;
 pub(super) use self::releases::{compare, configurations, history, release, releases};
@@ -43,7 +42,6 @@ pub(super) use self::status::status;
 use super::Admin;
 use super::error::ErrorBody;
 use crate::fleet::replicas::Summary;
-use crate::releases::ReleaseSummary;
 
 /// The web page: one static HTML file with its script and style inline.
 const PAGE: &str = include_str!("../../../assets/index.html");
@@ -82,11 +80,6 @@ pub(super) fn etag(id: Option<u64>) -> axum::http::HeaderMap {
         .collect::<Vec<(HeaderName, HeaderValue)>>()
         .into_iter()
         .collect()
-}
-
-/// A release without its per-service detail, as a JSON value (for answers still built as values).
-pub(super) fn summary(release: &ReleaseSummary) -> Value {
-    serde_json::to_value(release).unwrap_or(Value::Null)
 }
 
 /// This replica's id (`None` without a replica view, as in unit tests of the API).
