@@ -20,13 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
+use skyconf_core::AgentConfigurations;
 use skyconf_core::answer::{Answer, Answers, Chosen};
 use skyconf_core::store::Revision;
 use skyconf_core::targeting::{InstanceRef, Share};
-use skyconf_core::{AgentConfigurations, Digest};
 use tokio::sync::watch;
-
-use crate::fleet::CurrentDigest;
 
 /// How many served versions' store revisions are remembered.
 const KNOWN_REVISIONS: usize = 4;
@@ -168,16 +166,6 @@ impl Serving {
     /// Borrowed.
     pub fn view(&self) -> View<'_> {
         View { snapshot: &self.snapshot, overlay: self.overlay.as_deref() }
-    }
-}
-
-impl CurrentDigest for Serving {
-    fn current(&self, service: &str, instance: Option<&InstanceRef<'_>>) -> Digest {
-        self.view().choose(service, instance).chosen.answer.digest.clone()
-    }
-
-    fn per_instance(&self, service: &str) -> bool {
-        self.view().varies(service)
     }
 }
 

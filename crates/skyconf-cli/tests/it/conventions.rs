@@ -236,6 +236,8 @@ fn subcommands(help: &str) -> Vec<String> {
         .skip_while(|l| *l != "Commands:")
         .skip(1)
         .take_while(|l| !l.is_empty())
+        // A command's line is indented two spaces; its wrapped description, further.
+        .filter(|l| !l.starts_with("   "))
         .filter_map(|l| l.split_whitespace().next())
         .filter(|name| *name != "help")
         .map(str::to_owned)
@@ -272,7 +274,7 @@ fn help_lists_every_command_and_each_command_documents_its_exit_statuses() {
     let all = exit_statuses("skyconf", &top);
     assert_eq!(all, [0, 1, 2, 3, 4], "{top}");
     let commands = subcommands(&top);
-    for command in ["serve", "fetch", "digest", "validate", "agent", "rollout"] {
+    for command in ["serve", "fetch", "digest", "validate", "preview", "agent", "rollout"] {
         assert!(about.contains(command), "the about line names `{command}`: {about}");
         assert!(commands.iter().any(|c| c == command), "`skyconf --help` lists `{command}`: {top}");
     }
@@ -309,7 +311,7 @@ fn help_lists_every_command_and_each_command_documents_its_exit_statuses() {
         }
         walked += 1;
     }
-    assert!(walked >= 6 + 4, "every command and the subcommands of rollout ({walked})");
+    assert!(walked >= 7 + 4, "every command and the subcommands of rollout ({walked})");
     // --addr has a default, so it is not required.
     for command in ["fetch", "agent"] {
         let sub = help(&[command]);

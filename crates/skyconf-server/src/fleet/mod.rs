@@ -102,6 +102,17 @@ impl CurrentDigest for Digest {
     }
 }
 
+/// What is served now answers the fleet's question: its digest for the service and instance.
+impl CurrentDigest for crate::served::Serving {
+    fn current(&self, service: &str, instance: Option<&InstanceRef<'_>>) -> Digest {
+        self.view().choose(service, instance).chosen.answer.digest.clone()
+    }
+
+    fn per_instance(&self, service: &str) -> bool {
+        self.view().varies(service)
+    }
+}
+
 /// Asks a [`CurrentDigest`] once per service where it does not vary per instance.
 struct Currents<'a, C: ?Sized> {
     of: &'a C,
