@@ -380,6 +380,7 @@ impl ServedTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use skyconf_core::Digest;
 
     fn table(text: &str) -> AgentConfigurations {
         skyconf_core::read(text).unwrap()
