@@ -14,6 +14,7 @@ pub mod dcs;
 pub mod fleet;
 pub mod gateway;
 pub mod metrics;
+pub mod opamp;
 pub mod persist;
 pub mod persister;
 pub mod publish;
@@ -93,6 +94,8 @@ pub struct ServeConfig {
     /// The replica's id and how often its fleet summary is shared with the other replicas through
     /// the store (see [`fleet::replicas`]).
     pub replicas: ReplicaOptions,
+    /// The OpAMP port (`--opamp-addr`; `None`: off).
+    pub opamp_addr: Option<SocketAddr>,
 }
 
 impl Default for ServeConfig {
@@ -113,6 +116,7 @@ impl Default for ServeConfig {
             reset_guard: reload::Guard::default(),
             gateway: None,
             replicas: ReplicaOptions::default(),
+            opamp_addr: None,
         }
     }
 }
@@ -155,6 +159,9 @@ pub enum ServerError {
     /// The admin server failed.
     #[error("admin server: {0}")]
     Admin(std::io::Error),
+    /// The OpAMP port failed.
+    #[error("OpAMP server: {0}")]
+    Opamp(std::io::Error),
     /// A token file, certificate or key cannot be used.
     #[error(transparent)]
     Security(#[from] SecurityError),
@@ -182,6 +189,8 @@ pub struct Running {
     pub replicas: Arc<fleet::replicas::Replicas>,
     /// The server's metrics, as `/metrics` exposes them.
     pub metrics: Arc<Metrics>,
+    /// Where the OpAMP port listens, when it runs.
+    pub opamp_addr: Option<SocketAddr>,
     pub(crate) persister: Persister,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: JoinSet<Result<(), ServerError>>,

@@ -258,6 +258,7 @@ pub struct Metrics {
     fleet: FleetGauges,
     gateway: GatewayMetrics,
     edge: EdgeMetrics,
+    opamp: crate::opamp::metrics::OpampGauge,
 }
 
 impl Default for Metrics {
@@ -289,7 +290,9 @@ impl Metrics {
         let edge = EdgeMetrics::default();
         edge.register(&mut registry);
         process::register(&mut registry);
-        Self { registry, cds, dcs, events, fleet, gateway, edge }
+        let opamp = crate::opamp::metrics::OpampGauge::default();
+        registry.register_collector(Box::new(opamp.clone()));
+        Self { registry, cds, dcs, events, fleet, gateway, edge, opamp }
     }
 
     /// The CDS handler's handle.
@@ -320,6 +323,11 @@ impl Metrics {
     /// The agent port's edge's handle.
     pub fn edge(&self) -> EdgeMetrics {
         self.edge.clone()
+    }
+
+    /// The OpAMP port's handle.
+    pub fn opamp(&self) -> crate::opamp::metrics::OpampGauge {
+        self.opamp.clone()
     }
 
     /// The exposition, in the OpenMetrics text format.
