@@ -29,6 +29,8 @@
 //! Held polls live under `skyconf.holdPolls` (`enabled`, `minDeadlineSecs`, `withoutDeadline`,
 //! `capSecs`, `maxHeld`, `maxHeldPerConnection`, `maxHeldPerSource`).
 //!
+//! The OpAMP port lives under `skyconf.opamp` (`addr: 0.0.0.0:4320`; off without it).
+//!
 //! Gateway mode lives under `skyconf.gateway` (`upstreams: [oap-0:11800]`, `tls: {ca, cert, key,
 //! serverName}`, `connectionsPerUpstream`, `maxConnectionsPerUpstream`, `maxQueuedCalls`,
 //! `queueWaitSecs`).
@@ -73,6 +75,16 @@ pub(crate) struct SkyconfSection {
     pub(crate) gateway: GatewaySection,
     /// Held polls.
     pub(crate) hold_polls: HoldSection,
+    /// The OpAMP port.
+    pub(crate) opamp: OpampSection,
+}
+
+/// `skyconf.opamp`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub(crate) struct OpampSection {
+    /// Where OpAMP is served (`None`: off).
+    pub(crate) addr: Option<SocketAddr>,
 }
 
 /// `skyconf.holdPolls`.
