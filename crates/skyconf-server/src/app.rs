@@ -282,7 +282,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     };
     if let Some(port) = &opamp {
         admin = admin.with_opamp(Arc::clone(&port.fleet));
-        metrics.opamp().count(&port.fleet);
+        metrics.opamp().count(&port.fleet, &port.opamp);
     }
     let (driven, stop) = (admin.publisher().clone(), shutdown.clone());
     tasks.spawn(async move {

@@ -27,6 +27,8 @@ pub struct OpampPort {
     pub addr: SocketAddr,
     /// Its agents.
     pub fleet: Arc<OpampFleet>,
+    /// The server (its stats).
+    pub opamp: Opamp,
 }
 
 /// Binds `addr` and serves OpAMP there (plain HTTP and WebSocket on `/v1/opamp`) from `served`
@@ -41,8 +43,8 @@ pub async fn start(
     let addr = listener.local_addr().map_err(|cause| ServerError::Bind { addr, cause })?;
     let fleet = Arc::new(OpampFleet::new(Arc::clone(served)));
     let opamp = Opamp::new(OpampConfig::default(), Arc::clone(&fleet) as Arc<dyn skyconf_opamp::Backend>);
-    let stop = shutdown.clone();
-    tasks.spawn(async move { opamp.serve(listener, stop.cancelled_owned()).await.map_err(ServerError::Opamp) });
+    let (serving, stop) = (opamp.clone(), shutdown.clone());
+    tasks.spawn(async move { serving.serve(listener, stop.cancelled_owned()).await.map_err(ServerError::Opamp) });
     tracing::info!(%addr, path = skyconf_opamp::DEFAULT_PATH, "Serving OpAMP (plain HTTP and WebSocket).");
-    Ok(OpampPort { addr, fleet })
+    Ok(OpampPort { addr, fleet, opamp })
 }

@@ -176,6 +176,43 @@ async fn an_agent_gets_its_group_files_changes_only_when_they_change_and_is_list
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_poll_is_answered_by_the_document_change_that_changes_its_files() {
+    let (_dir, path) = temp_file("agents.yaml", &document("checkout", &json_file("0.5"), 10));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let (admin, http, url) = (server.admin(), reqwest::Client::builder().no_gzip().build().unwrap(), url(&server));
+    let v1 = post(&http, &url, &message(1, Some("checkout"))).await.remote_config.unwrap().config_hash;
+    post(&http, &url, &with_status(message(2, None), &v1, wire::RemoteConfigStatuses::Applied)).await;
+
+    // A heartbeat that asks for a 20 s hold waits for the store.
+    let held = {
+        let (http, url) = (http.clone(), url.clone());
+        tokio::spawn(async move {
+            let response = http
+                .post(&url)
+                .header("content-type", codec::CONTENT_TYPE)
+                .header(skyconf_opamp::hold::HEADER, "20")
+                .body(message(3, None).encode_to_vec())
+                .send()
+                .await
+                .unwrap();
+            wire::ServerToAgent::decode(response.bytes().await.unwrap()).unwrap()
+        })
+    };
+    eventually_async("the poll is held", async || {
+        let metrics = admin.get("/metrics").await.body;
+        metrics.lines().any(|l| l == "skyconf_opamp_held_polls 1")
+    })
+    .await;
+    let changed = std::time::Instant::now();
+    put(&admin, &document("checkout", &json_file("0.1"), 10)).await;
+    let answer = tokio::time::timeout(Duration::from_secs(10), held).await.expect("answered by the change").unwrap();
+    let remote = answer.remote_config.expect("the change");
+    assert_eq!(&remote.config.unwrap().config_map["sampling.json"].body[..], br#"{"ratio": 0.1}"#);
+    assert!(changed.elapsed() < Duration::from_secs(5), "{:?}", changed.elapsed());
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_opamp_addr_there_is_no_port_and_the_listing_says_so() {
     let (_dir, path) = temp_file("agents.yaml", &document("checkout", &json_file("0.5"), 10));
     let server = Server::start(FileSource::new(&path), loopback()).await;
