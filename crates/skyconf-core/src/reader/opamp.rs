@@ -185,6 +185,19 @@ mod tests {
     }
 
     #[test]
+    fn a_per_service_write_keeps_the_section() {
+        let table = read(DOC).unwrap();
+        let tricky = "opamp:\n  - group: \"a: b\"\n    match:\n      \"k.x\": [\"v*\", '#1']\n    files:\n      \"x: y.txt\":\n        content_type: \"\"\n        body: \"line\\n  \\\"q\\\"\\ttab\\n\"\n";
+        let tricky = read(&format!("configurations: {{}}\n{tricky}")).unwrap();
+        for table in [table, tricky] {
+            let written = crate::writer::with_service(&table, "added", Some(vec![("k".into(), "v".into())]));
+            let again = read(&written).unwrap_or_else(|e| panic!("{e}\n{written}"));
+            assert_eq!(again.opamp(), table.opamp(), "{written}");
+            assert!(again.get("added").is_some());
+        }
+    }
+
+    #[test]
     fn a_bad_section_is_refused_at_its_line_and_column() {
         let cases = [
             ("configurations: {}\nopamp:\n  group: x\n", 3, 3, "must be a list of groups"),
