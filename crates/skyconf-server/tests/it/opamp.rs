@@ -213,12 +213,14 @@ async fn a_held_poll_is_answered_by_the_document_change_that_changes_its_files()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_an_opamp_addr_there_is_no_port_and_the_listing_says_so() {
+async fn without_an_opamp_addr_there_is_no_port_and_the_listing_says_so_and_is_described() {
     let (_dir, path) = temp_file("agents.yaml", &document("checkout", &json_file("0.5"), 10));
     let server = Server::start(FileSource::new(&path), loopback()).await;
     assert!(server.opamp_addr.is_none());
     let listing = server.admin().get_json("/api/v1/opamp/agents").await;
     assert_eq!(listing, serde_json::json!({"enabled": false, "agents": []}));
+    let openapi = server.admin().get_json("/api/v1/openapi.json").await;
+    assert!(openapi["paths"]["/api/v1/opamp/agents"]["get"].is_object(), "the route is described");
     server.stop().await.unwrap();
 }
 
