@@ -710,7 +710,7 @@ skyconf:
         assert_eq!(own.grpc_addr, Some("0.0.0.0:11800".parse().unwrap()));
         assert_eq!(file.string("configuration.selector").as_deref(), Some("file"));
         // Every key, set or shown switched off (`#key:`), so the file documents each setting.
-        let sections: [(&str, &[&str]); 15] = [
+        let sections: [(&str, &[&str]); 16] = [
             ("skyconf", field_names::<SkyconfSection>()),
             ("skyconf.security", field_names::<SecuritySection>()),
             ("skyconf.security.admin", field_names::<AdminSecuritySection>()),
@@ -720,6 +720,7 @@ skyconf:
             ("skyconf.gateway", field_names::<GatewaySection>()),
             ("skyconf.gateway.tls", field_names::<UpstreamTlsSettings>()),
             ("skyconf.holdPolls", field_names::<HoldSection>()),
+            ("skyconf.opamp", field_names::<OpampSection>()),
             ("configuration.file", field_names::<skyconf_sources::file::FileSettings>()),
             ("configuration.etcd", field_names::<skyconf_sources::etcd::EtcdSettings>()),
             ("configuration.zookeeper", field_names::<skyconf_sources::zookeeper::ZookeeperSettings>()),
