@@ -3,8 +3,9 @@
 //! configuration is never resent, and `GET /api/v1/opamp/agents` and `skyconf_opamp_agents`
 //! show what they reported until their session ends.
 //!
-//! Two clients: one written here from the spec's messages (plain HTTP, protobuf), and the PyPI
-//! client `opentelemetry-opamp-client`, from the virtualenv `scripts/deps/opamp.sh` installs in
+//! Clients: two written here from the spec (plain HTTP with protobuf; WebSocket with its framing,
+//! as no OpAMP WebSocket client is installable here), and the PyPI client
+//! `opentelemetry-opamp-client`, from the virtualenv `scripts/deps/opamp.sh` installs in
 //! skyconf-opamp's `tests/interop/` (skipped with a message when missing, unless
 //! SKYCONF_REQUIRE_OPAMP_CLIENTS is set).
 
@@ -210,6 +211,65 @@ async fn a_held_poll_is_answered_by_the_document_change_that_changes_its_files()
     assert_eq!(&remote.config.unwrap().config_map["sampling.json"].body[..], br#"{"ratio": 0.1}"#);
     assert!(changed.elapsed() < Duration::from_secs(5), "{:?}", changed.elapsed());
     server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_agent_is_pushed_the_document_change_and_its_row_ends_with_the_connection() {
+    use futures_util::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+    let (_dir, path) = temp_file("agents.yaml", &document("checkout", &json_file("0.5"), 10));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let ws_url = format!("ws://{}/v1/opamp", server.opamp_addr.unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(ws_url).await.unwrap();
+    // The spec's framing: a varint header, 0, then the message.
+    let frame = |msg: &wire::AgentToServer| {
+        let mut frame = vec![0u8];
+        msg.encode(&mut frame).unwrap();
+        Message::Binary(frame.into())
+    };
+
+    socket.send(frame(&message(1, Some("checkout")))).await.unwrap();
+    let first = next_message(&mut socket).await.remote_config.expect("its group's files");
+    socket
+        .send(frame(&with_status(message(2, None), &first.config_hash, wire::RemoteConfigStatuses::Applied)))
+        .await
+        .unwrap();
+    let uid = hex(&UID);
+    let listed = row(&admin, &uid, "listed as applied", |r| r["remote_config_status"]["status"] == "applied").await;
+    assert_eq!(listed["transport"], "websocket");
+    assert_eq!(gauge(&admin, "applied").await, "skyconf_opamp_agents{status=\"applied\"} 1");
+
+    // The store changes: the server pushes the new files without being asked.
+    put(&admin, &document("checkout", &json_file("0.1"), 10)).await;
+    let pushed = loop {
+        if let Some(remote) = next_message(&mut socket).await.remote_config {
+            break remote;
+        }
+    };
+    assert_ne!(pushed.config_hash, first.config_hash);
+    assert_eq!(&pushed.config.unwrap().config_map["sampling.json"].body[..], br#"{"ratio": 0.1}"#);
+
+    socket.close(None).await.unwrap();
+    eventually_async("the row ends with the connection", async || agents(&admin).await.is_empty()).await;
+    server.stop().await.unwrap();
+}
+
+/// The next OpAMP message on a WebSocket (pings skipped).
+async fn next_message<S>(socket: &mut S) -> wire::ServerToAgent
+where
+    S: futures_util::Stream<
+            Item = Result<tokio_tungstenite::tungstenite::Message, tokio_tungstenite::tungstenite::Error>,
+        > + Unpin,
+{
+    use futures_util::StreamExt as _;
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(10), socket.next()).await.expect("a message in time");
+        if let tokio_tungstenite::tungstenite::Message::Binary(bytes) = next.expect("open").unwrap() {
+            assert_eq!(bytes[0], 0, "header 0");
+            return wire::ServerToAgent::decode(&bytes[1..]).unwrap();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
