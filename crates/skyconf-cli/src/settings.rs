@@ -29,6 +29,8 @@
 //! Held polls live under `skyconf.holdPolls` (`enabled`, `minDeadlineSecs`, `withoutDeadline`,
 //! `capSecs`, `maxHeld`, `maxHeldPerConnection`, `maxHeldPerSource`).
 //!
+//! The OpAMP port lives under `skyconf.opamp` (`addr: 0.0.0.0:4320`; off without it).
+//!
 //! Gateway mode lives under `skyconf.gateway` (`upstreams: [oap-0:11800]`, `tls: {ca, cert, key,
 //! serverName}`, `connectionsPerUpstream`, `maxConnectionsPerUpstream`, `maxQueuedCalls`,
 //! `queueWaitSecs`).
@@ -73,6 +75,16 @@ pub(crate) struct SkyconfSection {
     pub(crate) gateway: GatewaySection,
     /// Held polls.
     pub(crate) hold_polls: HoldSection,
+    /// The OpAMP port.
+    pub(crate) opamp: OpampSection,
+}
+
+/// `skyconf.opamp`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub(crate) struct OpampSection {
+    /// Where OpAMP is served (`None`: off).
+    pub(crate) addr: Option<SocketAddr>,
 }
 
 /// `skyconf.holdPolls`.
@@ -698,7 +710,7 @@ skyconf:
         assert_eq!(own.grpc_addr, Some("0.0.0.0:11800".parse().unwrap()));
         assert_eq!(file.string("configuration.selector").as_deref(), Some("file"));
         // Every key, set or shown switched off (`#key:`), so the file documents each setting.
-        let sections: [(&str, &[&str]); 15] = [
+        let sections: [(&str, &[&str]); 16] = [
             ("skyconf", field_names::<SkyconfSection>()),
             ("skyconf.security", field_names::<SecuritySection>()),
             ("skyconf.security.admin", field_names::<AdminSecuritySection>()),
@@ -708,6 +720,7 @@ skyconf:
             ("skyconf.gateway", field_names::<GatewaySection>()),
             ("skyconf.gateway.tls", field_names::<UpstreamTlsSettings>()),
             ("skyconf.holdPolls", field_names::<HoldSection>()),
+            ("skyconf.opamp", field_names::<OpampSection>()),
             ("configuration.file", field_names::<skyconf_sources::file::FileSettings>()),
             ("configuration.etcd", field_names::<skyconf_sources::etcd::EtcdSettings>()),
             ("configuration.zookeeper", field_names::<skyconf_sources::zookeeper::ZookeeperSettings>()),

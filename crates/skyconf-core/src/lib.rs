@@ -29,6 +29,7 @@ pub mod guard;
 pub mod ignore;
 pub mod keys;
 pub mod layers;
+pub mod opamp;
 #[cfg(feature = "reader")]
 pub mod reader;
 pub mod store;

@@ -124,12 +124,13 @@ pub struct AgentConfigurations {
     services: Arc<IndexMap<String, ServiceConfig>>,
     targeting: Targeting,
     global: Option<ServiceConfig>,
+    opamp: crate::opamp::OpampSection,
 }
 
 impl AgentConfigurations {
     /// A table of these services, in document order.
     pub fn from_services(services: IndexMap<String, ServiceConfig>) -> Self {
-        Self { services: Arc::new(services), targeting: Targeting::default(), global: None }
+        Self { services: Arc::new(services), targeting: Targeting::default(), global: None, opamp: Default::default() }
     }
 
     /// The same table with `global` (named [`GLOBAL_KEY`]) as its `global-configurations:`
@@ -167,6 +168,17 @@ impl AgentConfigurations {
     pub fn with_targeting(mut self, targeting: Targeting) -> Self {
         self.targeting = targeting;
         self
+    }
+
+    /// The same table with `opamp` as its `opamp:` section.
+    pub fn with_opamp(mut self, opamp: crate::opamp::OpampSection) -> Self {
+        self.opamp = opamp;
+        self
+    }
+
+    /// The document's `opamp:` section (empty when it has none).
+    pub fn opamp(&self) -> &crate::opamp::OpampSection {
+        &self.opamp
     }
 
     /// The document's `targeting:` section (empty when it has none).

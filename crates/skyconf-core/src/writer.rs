@@ -102,6 +102,7 @@ pub fn with_service(table: &AgentConfigurations, service: &str, entries: Option<
     let mut text = render(&services);
     render_global(table.global(), &mut text);
     render_targeting(table.targeting(), &mut text);
+    render_opamp(table.opamp(), &mut text);
     text
 }
 
@@ -181,6 +182,40 @@ pub fn render_targeting(targeting: &Targeting, out: &mut String) {
                     None => out.push_str(" ~"),
                 }
             }
+        }
+    }
+    out.push('\n');
+}
+
+/// Appends `opamp` as an `opamp:` section that reads back to the same groups (nothing when it
+/// is empty).
+pub fn render_opamp(opamp: &crate::opamp::OpampSection, out: &mut String) {
+    if opamp.is_empty() {
+        return;
+    }
+    out.push_str("opamp:");
+    for group in opamp.groups() {
+        out.push_str("\n  - group: ");
+        quoted(&group.name, out);
+        if !group.conditions.is_empty() {
+            out.push_str("\n    match:");
+            for (key, patterns) in &group.conditions {
+                out.push_str("\n      ");
+                mapping_key(key, "      ", out);
+                flow_list(patterns, out);
+            }
+        }
+        out.push_str("\n    files:");
+        if group.files.is_empty() {
+            out.push_str(" {}");
+        }
+        for file in &group.files {
+            out.push_str("\n      ");
+            mapping_key(&file.name, "      ", out);
+            out.push_str("\n        content_type: ");
+            quoted(&file.content_type, out);
+            out.push_str("\n        body: ");
+            quoted(&file.body, out);
         }
     }
     out.push('\n');

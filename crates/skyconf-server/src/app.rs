@@ -284,7 +284,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(upstreams) = &upstreams {
         admin = admin.with_gateway(Arc::clone(upstreams));
     }
-    let admin = admin
+    let mut admin = admin
         .with_held_polls(held_polls)
         .with_releases(Arc::clone(&releases))
         .with_fleet(Arc::clone(&fleet))
@@ -294,6 +294,14 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_pending(pending)
         .with_rollouts(Arc::clone(&rollouts))
         .with_options(config.admin);
+    let opamp = match config.opamp_addr {
+        Some(addr) => Some(crate::opamp::start(addr, &served, &mut tasks, &shutdown).await?),
+        None => None,
+    };
+    if let Some(port) = &opamp {
+        admin = admin.with_opamp(Arc::clone(&port.fleet));
+        metrics.opamp().count(&port.fleet, &port.opamp);
+    }
     let (driven, stop) = (admin.publisher().clone(), shutdown.clone());
     tasks.spawn(async move {
         rollouts.run(driven, stop).await;
@@ -317,7 +325,21 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     });
 
     tracing::info!(%grpc_addr, %admin_addr, %page, "Serving configuration discovery.");
-    Ok(Running { grpc_addr, admin_addr, served, store, releases, fleet, replicas, metrics, persister, shutdown, tasks })
+    let opamp_addr = opamp.map(|port| port.addr);
+    Ok(Running {
+        grpc_addr,
+        admin_addr,
+        served,
+        store,
+        releases,
+        fleet,
+        replicas,
+        metrics,
+        opamp_addr,
+        persister,
+        shutdown,
+        tasks,
+    })
 }
 
 /// The web page's URL on the admin port, to open from this machine: a wildcard listen address

@@ -47,6 +47,9 @@ pub enum ServerError {
     /// The admin server failed.
     #[error("admin server: {0}")]
     Admin(std::io::Error),
+    /// The OpAMP port failed.
+    #[error("OpAMP server: {0}")]
+    Opamp(std::io::Error),
     /// A token file, certificate or key cannot be used.
     #[error(transparent)]
     Security(#[from] SecurityError),

@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod forwarded;
 pub mod management;
 pub mod metrics;
+pub mod opamp;
 pub mod persist;
 pub mod persister;
 pub mod publish;
@@ -98,6 +99,8 @@ pub struct ServeConfig {
     /// The replica's id and how often its fleet summary is shared with the other replicas through
     /// the store (see [`fleet::replicas`]).
     pub replicas: ReplicaOptions,
+    /// The OpAMP port (`--opamp-addr`; `None`: off).
+    pub opamp_addr: Option<SocketAddr>,
 }
 
 impl Default for ServeConfig {
@@ -118,6 +121,7 @@ impl Default for ServeConfig {
             reset_guard: reload::Guard::default(),
             gateway: None,
             replicas: ReplicaOptions::default(),
+            opamp_addr: None,
         }
     }
 }
@@ -141,6 +145,8 @@ pub struct Running {
     pub replicas: Arc<fleet::replicas::Replicas>,
     /// The server's metrics, as `/metrics` exposes them.
     pub metrics: Arc<Metrics>,
+    /// Where the OpAMP port listens, when it runs.
+    pub opamp_addr: Option<SocketAddr>,
     pub(crate) persister: Persister,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: JoinSet<Result<(), ServerError>>,

@@ -53,6 +53,10 @@ pub(crate) struct Args {
     /// Where health checks and operators connect [default: 0.0.0.0:12800].
     #[arg(long, env = "SKYCONF_ADMIN_ADDR")]
     admin_addr: Option<SocketAddr>,
+    /// Serve OpAMP (OpenTelemetry agents; plain HTTP and WebSocket on /v1/opamp) here, from the
+    /// document's `opamp:` section [default: off; the spec's port is 4320].
+    #[arg(long, env = "SKYCONF_OPAMP_ADDR")]
+    opamp_addr: Option<SocketAddr>,
     /// Always send the whole configuration, even to agents that hold it (the OAP's `disableMessageDigest`).
     #[arg(long, env = "SKYCONF_DISABLE_MESSAGE_DIGEST")]
     disable_message_digest: bool,
@@ -421,6 +425,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
                 .unwrap_or(defaults.reset_guard.grace),
         },
         gateway,
+        opamp_addr: args.opamp_addr.or(own.opamp.addr),
         replicas: skyconf_server::ReplicaOptions {
             name: args
                 .replica_name

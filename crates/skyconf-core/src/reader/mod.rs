@@ -18,6 +18,7 @@ mod bigint;
 mod breaks;
 mod incremental;
 mod java;
+mod opamp;
 mod resolve;
 mod targeting;
 mod tree;
@@ -201,6 +202,7 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
     let mut services = None;
     let mut keys = KeyPositions::default();
     let mut targeting_node = None;
+    let mut opamp_node = None;
     let mut global = None;
     for entry in &top {
         if matches!(&entry.key, JavaValue::Str(k) if k == "configurations") {
@@ -233,6 +235,8 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
             constructor.construct(&entry.value)?;
             if matches!(&entry.key, JavaValue::Str(k) if k == "targeting") {
                 targeting_node = Some(&entry.value);
+            } else if matches!(&entry.key, JavaValue::Str(k) if k == "opamp") {
+                opamp_node = Some(&entry.value);
             }
         }
     }
@@ -250,7 +254,8 @@ pub(crate) fn read_measured(text: &str) -> Result<(Reading, Measure), ReadError>
                 Some(node) => targeting::read_targeting(&mut constructor, node, &table, &mut warnings)?,
                 None => crate::targeting::Targeting::default(),
             };
-            let table = table.with_targeting(targeting);
+            let opamp = opamp_node.map(|node| opamp::read_opamp(&mut constructor, node)).transpose()?;
+            let table = table.with_targeting(targeting).with_opamp(opamp.unwrap_or_default());
             Ok((Reading { table, warnings, keys }, measured(&constructor)))
         }
         None => {

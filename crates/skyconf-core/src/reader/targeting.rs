@@ -67,7 +67,7 @@ pub(super) fn read_targeting(
     Ok(Targeting::new(out))
 }
 
-fn is_null(constructor: &mut Constructor, node: &Node) -> Result<bool, ReadError> {
+pub(super) fn is_null(constructor: &mut Constructor, node: &Node) -> Result<bool, ReadError> {
     Ok(matches!(node.kind, NodeKind::Scalar { .. }) && matches!(constructor.construct(node)?, JavaValue::Null))
 }
 
@@ -143,7 +143,7 @@ fn read_group(constructor: &mut Constructor, service: &str, node: &Node) -> Resu
 }
 
 /// A scalar's text as Java prints it.
-fn scalar(constructor: &mut Constructor, node: &Node, what: &str) -> Result<String, ReadError> {
+pub(super) fn scalar(constructor: &mut Constructor, node: &Node, what: &str) -> Result<String, ReadError> {
     match constructor.construct(node)? {
         JavaValue::Null => Err(ReadError::structure(node.at, format!("{what} is empty"))),
         JavaValue::List(_) | JavaValue::Map(_) | JavaValue::Set(_) => {
@@ -154,7 +154,7 @@ fn scalar(constructor: &mut Constructor, node: &Node, what: &str) -> Result<Stri
 }
 
 /// One pattern or a list of them.
-fn patterns(constructor: &mut Constructor, node: &Node, what: &str) -> Result<Vec<Pattern>, ReadError> {
+pub(super) fn patterns(constructor: &mut Constructor, node: &Node, what: &str) -> Result<Vec<Pattern>, ReadError> {
     let NodeKind::Sequence(items) = &node.kind else {
         return Ok(vec![Pattern::new(scalar(constructor, node, what)?)]);
     };

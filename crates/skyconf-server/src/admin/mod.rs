@@ -24,6 +24,7 @@
 pub mod error;
 mod extract;
 pub mod json_errors;
+pub mod opamp;
 pub(crate) mod openapi;
 pub mod preview;
 pub mod read;
@@ -87,6 +88,8 @@ pub struct Admin {
     replicas: Option<Arc<crate::fleet::replicas::Replicas>>,
     /// Staged rollouts.
     rollouts: Option<Arc<crate::rollout::Rollouts>>,
+    /// The OpAMP port's agents, when it runs.
+    opamp: Option<Arc<crate::opamp::OpampFleet>>,
 }
 
 impl fmt::Debug for Admin {
@@ -119,6 +122,7 @@ impl Admin {
             held_polls: None,
             replicas: None,
             rollouts: None,
+            opamp: None,
         }
     }
 
@@ -217,6 +221,7 @@ impl Admin {
             .route("/api/v1/services/{name}/layers", get(preview::layers))
             .route("/api/v1/configurations", get(read::configurations))
             .route("/api/v1/rollouts", get(rollouts::current))
+            .route("/api/v1/opamp/agents", get(opamp::agents))
             .route("/api/v1/openapi.json", get(openapi::serve))
             .with_state(self.clone())
     }

@@ -66,6 +66,7 @@ use crate::store_view::StoreStatus;
         super::rollouts::start,
         super::rollouts::promote,
         super::rollouts::abort,
+        super::opamp::agents,
     ),
     components(schemas(
         ChangeKind,

@@ -83,6 +83,7 @@ pub struct Metrics {
     dcs: DcsMetrics,
     events: Events,
     fleet: FleetGauges,
+    opamp: crate::opamp::metrics::OpampGauge,
 }
 
 impl Default for Metrics {
@@ -108,7 +109,9 @@ impl Metrics {
         }
         registry.register_collector(Box::new(fleet.clone()));
         process::register(&mut registry);
-        Self { registry, dcs, events, fleet }
+        let opamp = crate::opamp::metrics::OpampGauge::default();
+        registry.register_collector(Box::new(opamp.clone()));
+        Self { registry, dcs, events, fleet, opamp }
     }
 
     /// The DCS handler's handle.
@@ -130,6 +133,11 @@ impl Metrics {
     /// metrics are shared).
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
+    }
+
+    /// The OpAMP port's handle.
+    pub fn opamp(&self) -> crate::opamp::metrics::OpampGauge {
+        self.opamp.clone()
     }
 
     /// The exposition, in the OpenMetrics text format.

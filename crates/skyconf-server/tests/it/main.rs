@@ -19,6 +19,7 @@ mod global;
 mod held;
 mod metrics;
 mod nacos;
+mod opamp;
 mod replicas;
 mod rollout_prometheus;
 mod rollout_replicas;

@@ -1,0 +1,302 @@
+//! [`OpampFleet`]: the OpAMP server's [`Backend`] in skyconf. Remote configurations come from
+//! the served table's `opamp:` section; `watch` follows every install of a table (held polls
+//! and WebSocket connections then follow the store); reports keep one row per live agent,
+//! removed when its session ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use serde::Serialize;
+use skyconf_core::opamp::OpampSection;
+use skyconf_opamp::backend::ApplyStatus;
+use skyconf_opamp::wire::{self, any_value::Value};
+use skyconf_opamp::{
+    Agent, Backend, Changes, ConfigFile, ConfigStatus, Disconnect, InstanceUid, RemoteConfig, Report, Transport,
+    Unavailable,
+};
+use utoipa::ToSchema;
+
+use crate::ServedTable;
+use crate::unix_time::now_ms;
+
+/// The remote configuration of each group of one served table, built once per install.
+#[derive(Debug, Default)]
+struct Built {
+    /// The served table's version.
+    version: u64,
+    section: OpampSection,
+    /// By group index.
+    configs: Vec<Arc<RemoteConfig>>,
+}
+
+impl Built {
+    fn new(version: u64, section: &OpampSection) -> Self {
+        let configs = section
+            .groups()
+            .iter()
+            .map(|group| {
+                Arc::new(RemoteConfig::new(group.files.iter().map(|f| {
+                    let body = Bytes::from(f.body.clone().into_bytes());
+                    (f.name.clone(), ConfigFile { content_type: f.content_type.clone(), body })
+                })))
+            })
+            .collect();
+        Self { version, section: section.clone(), configs }
+    }
+
+    /// The group and configuration of an agent described by `description`.
+    fn of(&self, description: &skyconf_opamp::Description) -> Option<(&str, &Arc<RemoteConfig>)> {
+        let (index, group) = self.section.group_of(|key| description.get_str(key))?;
+        Some((group.name.as_str(), &self.configs[index]))
+    }
+}
+
+/// One live agent, as its reports left it.
+#[derive(Debug, Clone)]
+struct Row {
+    transport: Transport,
+    description: Arc<skyconf_opamp::Description>,
+    health: Option<HealthView>,
+    status: Option<ConfigStatusView>,
+    effective_config_hash: Option<String>,
+    connected_ms: u64,
+    last_report_ms: u64,
+}
+
+/// The agent's health (`ComponentHealth`, without its components).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HealthView {
+    /// Whether it says it is healthy.
+    pub healthy: bool,
+    /// Its status text.
+    pub status: String,
+    /// Its last error.
+    pub last_error: String,
+}
+
+/// The `RemoteConfigStatus` an agent last reported.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ConfigStatusView {
+    /// `applied`, `applying`, `failed` or `unset`.
+    pub status: &'static str,
+    /// The `config_hash` it reports about, hex.
+    pub config_hash: String,
+    /// Why it failed, if it did.
+    pub error_message: String,
+}
+
+/// One description attribute.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AttributeView {
+    /// Its key (`service.name`, `host.name`, …).
+    pub key: String,
+    /// Its value as text.
+    pub value: String,
+    /// Whether it is an identifying attribute.
+    pub identifying: bool,
+}
+
+/// One row of `GET /api/v1/opamp/agents`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct OpampAgentRow {
+    /// Its instance uid, hex (16 bytes).
+    pub uid: String,
+    /// `http` or `websocket`.
+    pub transport: &'static str,
+    /// Its description, identifying attributes first.
+    pub attributes: Vec<AttributeView>,
+    /// Its health, if it reports it.
+    pub health: Option<HealthView>,
+    /// The status of the remote configuration it last received, if it reported one.
+    pub remote_config_status: Option<ConfigStatusView>,
+    /// The hash (as `config_hash` is computed) of the effective configuration it reported.
+    pub effective_config_hash: Option<String>,
+    /// The `opamp:` group it belongs to now, if any.
+    pub group: Option<String>,
+    /// The `config_hash` of what it is offered now, if anything.
+    pub offered_hash: Option<String>,
+    /// Whether its reported status is about what it is offered now.
+    pub current: bool,
+    /// When its session started (Unix ms).
+    pub connected_ms: u64,
+    /// When it last reported (Unix ms).
+    pub last_report_ms: u64,
+}
+
+/// The [`Backend`] over the served table, and the live OpAMP agents.
+#[derive(Debug)]
+pub struct OpampFleet {
+    served: Arc<ServedTable>,
+    built: ArcSwap<Built>,
+    rows: Mutex<HashMap<InstanceUid, Row>>,
+}
+
+impl OpampFleet {
+    /// A backend answering from `served`.
+    pub fn new(served: Arc<ServedTable>) -> Self {
+        Self { served, built: ArcSwap::from_pointee(Built::default()), rows: Mutex::default() }
+    }
+
+    fn rows(&self) -> MutexGuard<'_, HashMap<InstanceUid, Row>> {
+        self.rows.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The groups' configurations of the table served now (built again after each install).
+    fn built(&self) -> Arc<Built> {
+        let snapshot = self.served.snapshot();
+        let built = self.built.load_full();
+        if built.version == snapshot.version {
+            return built;
+        }
+        let fresh = Arc::new(Built::new(snapshot.version, snapshot.table.opamp()));
+        self.built.store(Arc::clone(&fresh));
+        fresh
+    }
+
+    /// The live agents, by uid.
+    pub fn agents(&self) -> Vec<OpampAgentRow> {
+        let built = self.built();
+        let rows: Vec<(InstanceUid, Row)> = self.rows().iter().map(|(uid, row)| (*uid, row.clone())).collect();
+        let mut out: Vec<OpampAgentRow> = rows
+            .into_iter()
+            .map(|(uid, row)| {
+                let offered = built.of(&row.description);
+                let offered_hash = offered.map(|(_, config)| config.hash().to_string());
+                let current = matches!((&row.status, &offered_hash), (Some(s), Some(h)) if s.config_hash == *h);
+                OpampAgentRow {
+                    uid: hex(uid.as_bytes()),
+                    transport: match row.transport {
+                        Transport::Http => "http",
+                        Transport::WebSocket => "websocket",
+                    },
+                    attributes: attributes(&row.description),
+                    health: row.health,
+                    remote_config_status: row.status,
+                    effective_config_hash: row.effective_config_hash,
+                    group: offered.map(|(group, _)| group.to_owned()),
+                    offered_hash,
+                    current,
+                    connected_ms: row.connected_ms,
+                    last_report_ms: row.last_report_ms,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.uid.cmp(&b.uid));
+        out
+    }
+
+    /// Live agents by the status of their last `RemoteConfigStatus` (`none`: not reported).
+    pub fn counts(&self) -> [(&'static str, u64); 5] {
+        let mut counts = [("none", 0), ("unset", 0), ("applying", 0), ("applied", 0), ("failed", 0)];
+        for row in self.rows().values() {
+            let status = row.status.as_ref().map_or("none", |s| s.status);
+            if let Some(slot) = counts.iter_mut().find(|(name, _)| *name == status) {
+                slot.1 += 1;
+            }
+        }
+        counts
+    }
+}
+
+fn status_name(status: ApplyStatus) -> &'static str {
+    match status {
+        ApplyStatus::Unset => "unset",
+        ApplyStatus::Applying => "applying",
+        ApplyStatus::Applied => "applied",
+        ApplyStatus::Failed => "failed",
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn text(value: Option<&wire::AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::BoolValue(b)) => b.to_string(),
+        Some(Value::IntValue(i)) => i.to_string(),
+        Some(Value::DoubleValue(d)) => d.to_string(),
+        Some(Value::BytesValue(b)) => hex(b),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
+}
+
+fn attributes(description: &skyconf_opamp::Description) -> Vec<AttributeView> {
+    let d = &description.wire;
+    let identifying = d.identifying_attributes.iter().map(|kv| (kv, true));
+    let other = d.non_identifying_attributes.iter().map(|kv| (kv, false));
+    identifying
+        .chain(other)
+        .map(|(kv, identifying)| AttributeView { key: kv.key.clone(), value: text(kv.value.as_ref()), identifying })
+        .collect()
+}
+
+impl Backend for OpampFleet {
+    fn remote_config(&self, agent: &Agent) -> Result<Option<Arc<RemoteConfig>>, Unavailable> {
+        if !self.served.snapshot().ready() {
+            return Err(Unavailable { reason: "no configuration is loaded yet".into(), retry_after: None });
+        }
+        Ok(self.built().of(&agent.description).map(|(_, config)| Arc::clone(config)))
+    }
+
+    fn watch(&self, _agent: &Agent) -> Changes {
+        self.served.subscribe()
+    }
+
+    fn report(&self, agent: &Agent, report: Report<'_>) {
+        let now = now_ms();
+        let mut rows = self.rows();
+        let row = rows.entry(agent.uid).or_insert_with(|| Row {
+            transport: agent.transport,
+            description: Arc::clone(&agent.description),
+            health: None,
+            status: None,
+            effective_config_hash: None,
+            connected_ms: now,
+            last_report_ms: now,
+        });
+        row.transport = agent.transport;
+        row.description = Arc::clone(&agent.description);
+        row.last_report_ms = now;
+        match report {
+            Report::Connected => row.connected_ms = now,
+            Report::Health(health) => {
+                row.health = Some(HealthView {
+                    healthy: health.healthy,
+                    status: health.status.clone(),
+                    last_error: health.last_error.clone(),
+                });
+            }
+            Report::EffectiveConfig(effective) => {
+                let files = effective.config_map.iter().flat_map(|m| &m.config_map).map(|(name, file)| {
+                    (name.clone(), ConfigFile { content_type: file.content_type.clone(), body: file.body.clone() })
+                });
+                row.effective_config_hash = Some(RemoteConfig::new(files).hash().to_string());
+            }
+            Report::RemoteConfigStatus(status) => row.status = Some(view(status)),
+            // The description is kept above; capabilities are not listed.
+            _ => {}
+        }
+    }
+
+    fn disconnected(&self, agent: &Agent, why: Disconnect) {
+        self.rows().remove(&agent.uid);
+        tracing::debug!(uid = %agent.uid, ?why, "An OpAMP agent's session ended.");
+    }
+}
+
+fn view(status: &ConfigStatus) -> ConfigStatusView {
+    ConfigStatusView {
+        status: status_name(status.status),
+        config_hash: status.hash.to_string(),
+        error_message: status.error_message.clone(),
+    }
+}
