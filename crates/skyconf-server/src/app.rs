@@ -307,7 +307,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         rollouts.run(driven, stop).await;
         Ok(())
     });
-    let admin = security::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
+    let admin = crate::admin::admin_app(&admin, &metrics, &config.security, config.admin.max_document_bytes);
     let page = page_url(admin_addr, admin_tls.is_some());
     let stop = shutdown.clone();
     tasks.spawn(async move {

@@ -21,6 +21,7 @@
 //! — so each group can be wrapped in its own layers (authentication by role, say) before
 //! [`Admin::router`] merges them.
 
+mod app;
 pub mod error;
 mod extract;
 pub mod json_errors;
@@ -42,6 +43,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use skyconf_sources::DynSource;
 
+pub use app::admin_app;
 pub use error::AppError;
 
 use crate::fleet::{Fleet, FleetOptions};

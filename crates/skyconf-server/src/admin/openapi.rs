@@ -42,7 +42,7 @@ use crate::store_view::StoreStatus;
     paths(
         super::healthz,
         super::readyz,
-        crate::security::scrape,
+        super::app::scrape,
         serve,
         super::read::status::status,
         super::read::services::services,

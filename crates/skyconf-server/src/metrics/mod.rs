@@ -1,5 +1,5 @@
 //! Prometheus metrics, served at `GET /metrics` on the admin address in the OpenMetrics text
-//! format (the route, behind the admin port's token check, is `crate::security::scrape`).
+//! format (the route, behind the admin port's token check, is `crate::admin::app::scrape`).
 //!
 //! One explicit [`Registry`] per server, built once in [`Metrics::for_server`]: no globals, so
 //! tests run servers side by side and read each one's numbers. The README lists every family.

@@ -28,7 +28,6 @@ use tonic::Status;
 use tonic::service::Interceptor;
 
 use super::SecurityError;
-use crate::admin::AppError;
 use crate::metrics::{AdminDenial, Events, GuardedService};
 
 /// The gRPC metadata key the OAP reads the token from (`Authentication`; HTTP/2 sends it
@@ -260,12 +259,27 @@ pub enum AdminAuthError {
     ReadOnly,
 }
 
-impl From<AdminAuthError> for AppError {
-    fn from(error: AdminAuthError) -> Self {
-        match error {
-            AdminAuthError::Unauthenticated => Self::Unauthorized(error.to_string()),
-            AdminAuthError::ReadOnly => Self::Forbidden(error.to_string()),
+/// The admin API's error body for a refused token (`{"error", "details": null}`, as every
+/// admin error), 401 with a `WWW-Authenticate` challenge or 403.
+impl IntoResponse for AdminAuthError {
+    fn into_response(self) -> Response {
+        #[derive(serde::Serialize)]
+        struct Body {
+            error: String,
+            details: Option<()>,
         }
+        let status = match self {
+            Self::Unauthenticated => axum::http::StatusCode::UNAUTHORIZED,
+            Self::ReadOnly => axum::http::StatusCode::FORBIDDEN,
+        };
+        let mut response = (status, axum::Json(Body { error: self.to_string(), details: None })).into_response();
+        if self == Self::Unauthenticated {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"skyconf\""),
+            );
+        }
+        response
     }
 }
 
@@ -290,7 +304,7 @@ async fn check_bearer(State(guard): State<Guard>, request: Request, next: Next) 
         Ok(_) => next.run(request).await,
         Err(error) => {
             guard.events.admin_denied(error.into(), request.method(), request.uri().path());
-            AppError::from(error).into_response()
+            error.into_response()
         }
     }
 }

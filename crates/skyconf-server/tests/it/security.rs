@@ -183,7 +183,7 @@ fn app(tokens: AdminTokens, metrics_open: bool) -> (axum::Router, Arc<Metrics>) 
     let metrics = Arc::new(Metrics::for_server(Arc::clone(&served), Arc::clone(&store)));
     let admin = Admin::new(served, store);
     let security = SecurityConfig { admin_tokens: tokens, metrics_open, ..SecurityConfig::default() };
-    (skyconf_server::security::admin_app(&admin, &metrics, &security, 1024), metrics)
+    (skyconf_server::admin::admin_app(&admin, &metrics, &security, 1024), metrics)
 }
 
 fn tokens() -> AdminTokens {
