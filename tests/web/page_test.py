@@ -13,6 +13,8 @@ WebDriver HTTP API (no pip package: the protocol is plain JSON over HTTP).
     page_test.py --url URL --scenario instances-paged --instance I --total N
     page_test.py --url URL --scenario rollouts --service NAME --key KEY --document TEXT --waves 1,100%
                  --served V --value NEW [--author A]
+    page_test.py --url URL --scenario service-view --service NAME --rollout ID --group G --instance I
+                 --property K=V --path P --ignored P --traced P --key KEY --value V --others A,B
     (any of them with --screenshot DIR: PNGs of the page, for the documentation, written into DIR)
 
 editing: opens NAME by its URL (#/services/NAME); the whole-document editor shows the served
@@ -689,6 +691,65 @@ def run_replicas(a, driver):
     return {"ok": True, "header": header, "cell": cell}
 
 
+def run_service_view(a, driver):
+    """The service view: its targeting groups, the running rollout that touches it (its link opens
+    the Rollouts view), and a preview for one instance; services sorted by the numbers in their
+    names; no replica name in a single replica's header; an empty table's row spans its columns."""
+    from urllib.parse import quote
+    url = a.url + "#/services/" + quote(a.service, safe="")
+    loaded(driver, url)
+    group = f'#service-groups tr[data-group="{a.group}"]'
+    driver.wait_for(lambda: driver.find(group), 10, f"group {a.group} is not listed")
+    groups = driver.script("return [...document.querySelectorAll('#service-groups tr[data-group]')].map(t => t.innerText)")
+    if f"{a.key} = {a.value}" not in groups[0] or "instance name in" not in groups[0] or "removed" not in groups[1]:
+        raise Failure(f"the groups: {groups}")
+    box = driver.wait_for(lambda: driver.script("const b = document.getElementById('service-running-rollout'); return !b.hidden && b.dataset.rollout"),
+                          10, "the running rollout is not shown")
+    if box != a.rollout:
+        raise Failure(f"the service shows rollout {box}, not {a.rollout}")
+    rollout_text = driver.text(driver.find("#service-running-rollout")[0])
+    driver.click('#service-running-rollout a[href="#/rollouts"]')
+    driver.wait_for(lambda: shown(driver, "rollouts-view"), 5, "the rollout's link does not open the Rollouts view")
+
+    # A preview for one instance: each setting with its layer, which paths are ignored, warnings.
+    loaded(driver, url)
+    driver.wait_for(lambda: driver.find(group), 10, "the service view is back")
+    driver.send_keys("#preview-instance", a.instance)
+    driver.send_keys("#preview-properties", "\n".join(a.property))
+    driver.send_keys("#preview-paths", "\n".join(a.path))
+    driver.click("#preview-run")
+    row = f'#preview-settings tr[data-key="{a.key}"]'
+    driver.wait_for(lambda: shown(driver, "preview-result") and driver.find(row), 10, "the preview shows nothing")
+    layer = driver.script("return document.querySelector(arguments[0]).dataset.layer", row)
+    value = cell(driver, row, "td:nth-child(2)")
+    if (layer, value) != (f"group:{a.group}", a.value):
+        raise Failure(f"the preview shows {a.key} = {value} from {layer}")
+    verdicts = driver.script("return Object.fromEntries([...document.querySelectorAll('#preview-paths-out tr')].map(t => [t.dataset.path, t.dataset.ignored]))")
+    want = {**{p: "true" for p in a.ignored}, **{p: "false" for p in a.traced}}
+    if verdicts != want:
+        raise Failure(f"the paths: {verdicts}, not {want}")
+    warnings = driver.script("return [...document.querySelectorAll('#preview-warnings li')].map(l => l.textContent)")
+    if not warnings:
+        raise Failure("the preview shows no warning")
+    driver.script("document.getElementById('service-running-rollout').scrollIntoView()")
+    shoot(a, driver, "page-service-preview.png")
+
+    names = service_rows(driver)
+    others = a.others.split(",")
+    if [n for n in names if n in others] != others:
+        raise Failure(f"services not sorted by the numbers in their names: {names}")
+    header = driver.text(driver.find("#replicas")[0])
+    if header:
+        raise Failure(f"a single replica's header names it: {header!r}")
+    loaded(driver, a.url + "#/services/" + quote(others[0], safe=""))
+    empty = "#service-groups td.empty"
+    driver.wait_for(lambda: driver.find(empty), 10, f"{others[0]} shows groups")
+    span = driver.script("return document.querySelector(arguments[0]).colSpan", empty)
+    if span != 3 or shown(driver, "preview-result"):
+        raise Failure(f"the empty row spans {span} columns, or the last service's preview is still shown")
+    return {"ok": True, "groups": groups, "rollout": rollout_text, "warnings": warnings, "services": names}
+
+
 def step(name, **info):
     """Says where the rollouts scenario stands and waits for the caller's "go" on standard input:
     the caller checks the agents (over gRPC, through the API) before the page moves on."""
@@ -919,11 +980,18 @@ def main():
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
     ap.add_argument("--held", choices=["confirm", "discard"])
-    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "instances-paged", "replicas", "rollouts"])
+    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "instances-paged", "replicas", "rollouts", "service-view"])
     ap.add_argument("--total", type=int, help="instances-paged: how many instances are listed")
     ap.add_argument("--replica")
     ap.add_argument("--peer-replica")
     ap.add_argument("--instance")
+    ap.add_argument("--rollout", help="service-view: the running rollout that touches --service")
+    ap.add_argument("--group", help="service-view: the group --instance falls in")
+    ap.add_argument("--property", action="append", default=[], help="service-view: K=V, a property to preview")
+    ap.add_argument("--path", action="append", default=[], help="service-view: an operation name to preview")
+    ap.add_argument("--ignored", action="append", default=[], help="service-view: a path the preview says is ignored")
+    ap.add_argument("--traced", action="append", default=[], help="service-view: a path the preview says is traced")
+    ap.add_argument("--others", help="service-view: services, comma-separated, in the order listed")
     ap.add_argument("--host")
     ap.add_argument("--ip", action="append", default=[])
     ap.add_argument("--language")
@@ -948,7 +1016,8 @@ def main():
     try:
         driver = Driver(chromium, chromedriver, profile)
         scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse, "instances": run_instances,
-                     "instances-paged": run_instances_paged, "replicas": run_replicas, "rollouts": run_rollouts}
+                     "instances-paged": run_instances_paged, "replicas": run_replicas, "rollouts": run_rollouts,
+                     "service-view": run_service_view}
         chosen = run_held if a.held else scenarios[a.scenario] if a.scenario else run
         print(json.dumps(chosen(a, driver)), flush=True)
     except Failure as e:

@@ -641,3 +641,88 @@ async fn the_page_starts_promotes_and_aborts_staged_rollouts() {
     stop_all(agents).await;
     running.stop().await.unwrap();
 }
+
+/// Findings 5 and 17 of the usability review, and the preview on the page: the service view
+/// lists its targeting groups and the running rollout that touches it, and previews what one
+/// instance would be served (each setting's layer, the paths a Java agent ignores, the
+/// warnings); services sort by the numbers in their names; a file store's header names no
+/// replica; an empty table's row spans its columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
+    use crate::rollouts::{TestAgent, post, until, until_state};
+    if !browser_available() {
+        return;
+    }
+    let document = |sampling: u32| {
+        format!(
+            "configurations:\n  svc:\n    agent.sample_n_per_3_secs: {sampling}\n    agent.trace.ignore_path: /health,/static/**, /admin\n  svc-10:\n    agent.span_limit_per_segment: 100\n  svc-2:\n    agent.span_limit_per_segment: 100\ntargeting:\n  svc:\n    - group: canary\n      instances: [\"canary-*\"]\n      settings:\n        agent.sample_n_per_3_secs: 100\n    - group: eu\n      properties: {{zone: eu-west-1a}}\n      settings:\n        agent.trace.ignore_path: ~\n"
+        )
+    };
+    let (_dir, path) = temp_file("agents.yaml", &document(10));
+    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let admin = running.admin();
+    let agent = TestAgent::spawn(running.grpc_addr, "pod-0", &[]);
+    until("the agent applied the document", async || {
+        let body = admin.get_json("/api/v1/instances").await;
+        body["instances"].as_array().unwrap().iter().any(|i| i["services"][0]["state"] == "applied")
+    })
+    .await;
+    let start = serde_json::json!({
+        "document": document(20),
+        "waves": [{"instances": 1}, {"share": "100%"}],
+        "gates": {"apply_within_s": 20, "bake_s": 0, "lost_after_s": 10},
+        "advance": "manual",
+        "author": "ops",
+    });
+    let (status, body) = post(&admin, "/api/v1/rollouts", &start).await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["rollout"]["id"].as_str().unwrap().to_owned();
+    until_state(&admin, "waiting for a promote").await;
+    let groups = admin.get_json("/api/v1/services/svc").await["groups"].clone();
+    assert_eq!(
+        groups[1]["settings"],
+        serde_json::json!([{"key": "agent.trace.ignore_path", "value": null}]),
+        "{groups}"
+    );
+    assert_eq!(admin.get_json("/api/v1/status").await["shared_store"], false, "a file store is not shared");
+
+    let out = page_test(
+        &running,
+        strings(&[
+            "--scenario",
+            "service-view",
+            "--service",
+            "svc",
+            "--rollout",
+            &id,
+            "--group",
+            "canary",
+            "--instance",
+            "canary-1",
+            "--property",
+            "zone=eu-west-1a",
+            "--key",
+            "agent.sample_n_per_3_secs",
+            "--value",
+            "100",
+            "--path",
+            "/health",
+            "--path",
+            "/api/orders",
+            "--path",
+            "/static/css/a.css",
+            "--ignored",
+            "/health",
+            "--ignored",
+            "/static/css/a.css",
+            "--traced",
+            "/api/orders",
+            "--others",
+            "svc-2,svc-10",
+        ]),
+    )
+    .await;
+    assert!(out.contains(" /admin"), "the warning names the pattern with a space: {out}");
+    agent.handle.stop().await;
+    running.stop().await.unwrap();
+}

@@ -122,6 +122,43 @@ pub(crate) struct ServiceDetail {
     /// Every agent seen polling for it: this replica's (live), then the others' (as published,
     /// at most 1000 rows each), each with the replica it polls.
     agents: Vec<ReplicaAgent>,
+    /// Its targeting groups in document order (an instance gets the first it matches).
+    groups: Vec<GroupView>,
+}
+
+/// One targeting group of a service in `GET /api/v1/services/{name}`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct GroupView {
+    /// Its name, unique within the service.
+    name: String,
+    /// Which instances it selects, in words: ``instance name in [`checkout-7*`]``.
+    selector: String,
+    /// The settings merged over the service's own, in document order; `value` null removes one.
+    settings: Vec<GroupSetting>,
+}
+
+/// One setting of a targeting group.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct GroupSetting {
+    /// The setting.
+    key: String,
+    /// Its value, or null: the group's instances are not sent the setting.
+    #[schema(required = true)]
+    value: Option<String>,
+}
+
+impl From<&skyconf_core::targeting::Group> for GroupView {
+    fn from(group: &skyconf_core::targeting::Group) -> Self {
+        Self {
+            name: group.name.clone(),
+            selector: group.selector.reason(),
+            settings: group
+                .settings
+                .iter()
+                .map(|(key, value)| GroupSetting { key: key.clone(), value: value.clone() })
+                .collect(),
+        }
+    }
 }
 
 /// One replica's share of a service in `GET /api/v1/services/{name}`.
@@ -296,6 +333,7 @@ pub(crate) async fn service(
         stuck_after_polls: u64::from(admin.fleet.options().stuck_after_polls),
         replicas,
         agents: rows,
+        groups: snapshot.table.targeting().groups(&name).iter().map(GroupView::from).collect(),
     };
     Ok((etag(release), Json(body)))
 }

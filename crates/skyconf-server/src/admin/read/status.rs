@@ -51,6 +51,9 @@ pub(crate) struct Status {
     /// Every replica sharing the store: this one first (live), then the others (as of their last
     /// published summary). Only this one on a single-replica store (a file).
     replicas: Vec<ReplicaRow>,
+    /// Whether the store is shared, so other replicas can serve the same fleet: false for a file,
+    /// where this replica is alone.
+    shared_store: bool,
 }
 
 /// One replica, as `GET /api/v1/status` and `GET /api/v1/services` list them.
@@ -277,6 +280,7 @@ pub(crate) async fn status(State(admin): State<Admin>) -> Json<Status> {
         },
         replica: own_id(&admin),
         replicas,
+        shared_store: admin.replicas.as_ref().is_some_and(|r| r.shared()),
     })
 }
 
