@@ -12,6 +12,7 @@ mod deploy;
 mod durable;
 mod fleet;
 mod gateway;
+mod global;
 mod held;
 mod interop;
 mod logging;
