@@ -78,11 +78,6 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         }
     }
     if let Some(rejection) = rejection {
-        releases.record_rejection(
-            &rejection.origin,
-            &rejection.error,
-            content.agent_configurations().unwrap_or_default(),
-        );
         served.record_rejection(rejection);
     }
     let store = Arc::new(StoreView::new(store_name.clone(), content, connected, stale));

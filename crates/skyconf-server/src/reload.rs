@@ -263,7 +263,6 @@ impl Reloader {
                 .and_then(|p| p.take(text))
                 .unwrap_or_else(|| Attribution { origin: self.origin.clone(), ..Attribution::default() });
             releases.record_as(&current.table, table, text, current.version + 1, self.revision, attribution);
-            releases.clear_rejection();
         }
     }
 
@@ -322,9 +321,6 @@ impl Reloader {
             Err(error) => {
                 let error = error.to_string();
                 self.events.document_rejected(&error, self.served_services());
-                if let Some(releases) = &self.releases {
-                    releases.record_rejection(&self.origin, &error, text);
-                }
                 self.served.record_rejection(Rejection::new(self.origin.clone(), error.clone(), Some(text)));
                 Outcome::Rejected(error)
             }

@@ -183,16 +183,35 @@ pub struct Rejection {
     /// The hash of the refused text, to know it when the store still holds it.
     #[serde(skip)]
     pub document: Option<[u8; 32]>,
+    /// The refused text (its first [`MAX_REJECTED_TEXT_BYTES`]), for operators
+    /// (`GET /api/v1/status`).
+    #[serde(skip)]
+    pub text: Option<Arc<str>>,
+    /// Whether [`Self::text`] was cut.
+    #[serde(skip)]
+    pub truncated: bool,
 }
+
+/// The most of a refused document kept for operators to look at.
+pub const MAX_REJECTED_TEXT_BYTES: usize = 1024 * 1024;
 
 impl Rejection {
     /// `text` from `origin`, refused now for `error`.
     pub fn new(origin: impl Into<String>, error: impl Into<String>, text: Option<&str>) -> Self {
+        let kept = text.map(|text| {
+            let mut end = text.len().min(MAX_REJECTED_TEXT_BYTES);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            (Arc::<str>::from(&text[..end]), end < text.len())
+        });
         Self {
             origin: origin.into(),
             error: error.into(),
             at: SystemTime::now(),
             document: text.map(skyconf_core::store::content_hash),
+            truncated: kept.as_ref().is_some_and(|(_, cut)| *cut),
+            text: kept.map(|(text, _)| text),
         }
     }
 
@@ -402,5 +421,17 @@ mod tests {
         changes.changed().await.unwrap();
         assert_eq!(*changes.borrow(), 2);
         assert_eq!(served.snapshot().table.len(), 1);
+    }
+
+    #[test]
+    fn a_rejection_keeps_the_first_mib_of_its_text_and_knows_the_whole() {
+        let long = "é".repeat(MAX_REJECTED_TEXT_BYTES);
+        let rejection = Rejection::new("f", "line 1, column 1: bad", Some(&long));
+        let kept = rejection.text.as_deref().unwrap();
+        assert!(rejection.truncated && kept.len() <= MAX_REJECTED_TEXT_BYTES && long.starts_with(kept));
+        assert!(rejection.is_of(&long) && !rejection.is_of(kept));
+        let short = Rejection::new("f", "bad", Some("configurations: [1]\n"));
+        assert_eq!((short.text.as_deref(), short.truncated), (Some("configurations: [1]\n"), false));
+        assert_eq!(Rejection::new("f", "bad", None).text, None);
     }
 }

@@ -37,7 +37,8 @@
 //!
 //! Layout: this facade holds the types and the one lock; each concern is a file of its own —
 //! [`ids`] (reservation), [`files`] (the directory), [`memory`] (summaries, texts, served
-//! versions, queries), [`import`] (the shared history), [`durability`] and [`rejection`].
+//! versions, queries), [`import`] (the shared history) and [`durability`]. The last refused
+//! document has one home, [`crate::served::Rejection`].
 //!
 //! Releases are recorded by the [`Reloader`](crate::reload::Reloader) just *before* it installs a
 //! table, so whoever wakes up on the served table's watch channel finds the release already there.
@@ -64,13 +65,11 @@ mod files;
 mod ids;
 mod import;
 mod memory;
-mod rejection;
 #[cfg(test)]
 mod tests;
 
 pub use durability::Durability;
 pub use ids::RESERVE;
-pub use rejection::RejectedDocument;
 
 use durability::CopyState;
 use files::{ReleaseFile, read_release_file, release_path};
@@ -293,7 +292,6 @@ struct LogState {
     reserved: u64,
     /// The highest reservation handed to the persister.
     reserving: u64,
-    last_rejection: Option<RejectedDocument>,
 }
 
 /// The log. Share it in an `Arc`; every method takes a short lock, never across an await.

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use super::rejection::MAX_REJECTED_TEXT_BYTES;
 use super::*;
 
 fn table(text: &str) -> AgentConfigurations {
@@ -162,16 +161,11 @@ fn with_a_data_dir_memory_keeps_summaries_and_details_come_from_the_file() {
 }
 
 #[test]
-fn in_memory_logs_keep_documents_and_rejections() {
+fn in_memory_logs_keep_documents() {
     let log = ReleaseLog::in_memory(10);
     log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "mem");
     assert_eq!(log.document(1).unwrap(), Some(Some(V1.to_owned())));
     assert_eq!(log.table_of(1).unwrap(), table(V1));
-    log.record_rejection("mem", "line 1, column 1: bad", &"x".repeat(MAX_REJECTED_TEXT_BYTES + 1));
-    let rejected = log.last_rejection().unwrap();
-    assert!(rejected.truncated);
-    log.clear_rejection();
-    assert!(log.last_rejection().is_none());
 }
 
 /// Without a data directory, a history of near-identical large documents costs about one

@@ -1155,7 +1155,7 @@ async fn the_page_and_the_status_are_served() {
     assert!(html.contains("id=\"services\"") && html.contains("/api/v1/releases"));
 
     let bad = "configurations: [1]\n";
-    s.releases.record_rejection("memory", "line 1, column 17: bad", bad);
+    s.served.record_rejection(skyconf_server::served::Rejection::new("memory", "line 1, column 17: bad", Some(bad)));
     let (status, body) = call(&s.router, get("/api/v1/status")).await;
     assert_eq!(status, 200);
     assert_eq!(body["release"], 1);

@@ -212,24 +212,15 @@ pub(super) fn replica_list(admin: &Admin, local_agents: usize) -> Vec<ReplicaRow
     list
 }
 
-/// The last refused document: the release log's, with its text, or else the served table's.
+/// The last refused document, with its text when it had one.
 fn last_rejection(admin: &Admin) -> Option<LastRejection> {
-    match admin.releases.last_rejection() {
-        Some(r) => Some(LastRejection {
-            origin: r.origin,
-            error: r.error,
-            at_ms: r.at_ms,
-            text: Some(r.text),
-            truncated: r.truncated,
-        }),
-        None => admin.served.last_rejection().map(|r| LastRejection {
-            origin: r.origin,
-            error: r.error,
-            at_ms: unix_ms(r.at),
-            text: None,
-            truncated: false,
-        }),
-    }
+    admin.served.last_rejection().map(|r| LastRejection {
+        origin: r.origin,
+        error: r.error,
+        at_ms: unix_ms(r.at),
+        text: r.text.as_deref().map(str::to_owned),
+        truncated: r.truncated,
+    })
 }
 
 /// `GET /api/v1/status`.
