@@ -232,9 +232,9 @@ impl BatchedWrites {
 }
 
 /// Where a plaintext HTTP/2 connection's bytes are: in the client's preface, a frame's 9-byte
-/// header, or its payload.
+/// header, or its payload. Public for tests that act at frame boundaries.
 #[derive(Debug, Clone, Copy)]
-struct Frames {
+pub struct Frames {
     /// Bytes left of the preface.
     preface: usize,
     /// Bytes of the current frame header passed, and the length read from its first three.
@@ -262,8 +262,13 @@ impl Frames {
         }
     }
 
+    /// Whether the bytes passed end exactly at a frame boundary (or before any byte).
+    pub fn at_boundary(&self) -> bool {
+        self.preface == 0 && self.header == 0 && self.payload == 0
+    }
+
     /// Moves past `bytes`.
-    fn pass(&mut self, mut bytes: &[u8]) {
+    pub fn pass(&mut self, mut bytes: &[u8]) {
         while let Some(&first) = bytes.first() {
             let skipped = if self.preface > 0 {
                 let n = self.preface.min(bytes.len());

@@ -248,12 +248,8 @@ struct BusySocket {
     owed: bool,
     /// Bytes of an inserted frame not written yet.
     inserting: Vec<u8>,
-    /// Where the client's own frames are: bytes of the preface left, of a header passed (and
-    /// the length read from it), of a payload left.
-    preface: usize,
-    header: usize,
-    length: usize,
-    payload: usize,
+    /// Where the client's own frames are.
+    frames: skyconf_server::socket::Frames,
 }
 
 impl BusySocket {
@@ -264,44 +260,13 @@ impl BusySocket {
             pause: None,
             owed: false,
             inserting: Vec::new(),
-            preface: 24,
-            header: 0,
-            length: 0,
-            payload: 0,
-        }
-    }
-
-    fn at_frame_boundary(&self) -> bool {
-        self.preface == 0 && self.header == 0 && self.payload == 0
-    }
-
-    fn pass(&mut self, mut bytes: &[u8]) {
-        while let Some(&first) = bytes.first() {
-            let n = if self.preface > 0 {
-                let n = self.preface.min(bytes.len());
-                self.preface -= n;
-                n
-            } else if self.payload > 0 {
-                let n = self.payload.min(bytes.len());
-                self.payload -= n;
-                n
-            } else {
-                if self.header < 3 {
-                    self.length = self.length << 8 | usize::from(first);
-                }
-                self.header += 1;
-                if self.header == 9 {
-                    (self.payload, self.header, self.length) = (self.length, 0, 0);
-                }
-                1
-            };
-            bytes = &bytes[n..];
+            frames: skyconf_server::socket::Frames::default(),
         }
     }
 
     /// Writes the owed WINDOW_UPDATE, if any, when between two frames.
     fn poll_insert(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.owed && self.inserting.is_empty() && self.at_frame_boundary() {
+        if self.owed && self.inserting.is_empty() && self.frames.at_boundary() {
             self.owed = false;
             // length 4, type WINDOW_UPDATE, no flags, stream 0; increment 1.
             self.inserting = vec![0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 1];
@@ -341,7 +306,7 @@ impl AsyncWrite for BusySocket {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         ready!(self.poll_insert(cx))?;
         let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, buf))?;
-        self.pass(&buf[..n]);
+        self.frames.pass(&buf[..n]);
         Poll::Ready(Ok(n))
     }
 
