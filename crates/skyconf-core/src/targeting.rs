@@ -91,6 +91,15 @@ fn glob(pattern: &str, text: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
+/// Why a text is no [`Share`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareError {
+    /// Not digits with at most two decimals, and an optional `%`.
+    NotAShare,
+    /// More than 100 %.
+    OverWhole,
+}
+
 /// A stable share of a service's instances, in basis points (hundredths of a percent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Share(u32);
@@ -114,20 +123,28 @@ impl Share {
     /// Nothing is rounded into range (`100.004%`, `0.001%`), and a sign or an exponent (`-0%`,
     /// `1e2%`) is no share.
     pub fn parse(text: &str) -> Option<Self> {
+        Self::read(text).ok()
+    }
+
+    /// [`Self::parse`], saying why a text is no share.
+    pub fn read(text: &str) -> Result<Self, ShareError> {
         let number = text.trim().strip_suffix('%').unwrap_or(text.trim()).trim();
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
         let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
         if !digits(whole) || (number.contains('.') && !digits(fraction)) || fraction.len() > 2 {
-            return None;
+            return Err(ShareError::NotAShare);
         }
         let whole = whole.trim_start_matches('0');
         if whole.len() > 3 {
-            return None;
+            return Err(ShareError::OverWhole);
         }
-        let whole: u32 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
-        let hundredths: u32 = format!("{fraction:0<2}").parse().ok()?;
+        let whole: u32 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| ShareError::NotAShare)? };
+        let hundredths: u32 = format!("{fraction:0<2}").parse().map_err(|_| ShareError::NotAShare)?;
         let basis_points = whole * 100 + hundredths;
-        (basis_points <= WHOLE).then_some(Self(basis_points))
+        if basis_points > WHOLE {
+            return Err(ShareError::OverWhole);
+        }
+        Ok(Self(basis_points))
     }
 
     /// Basis points.

@@ -5,7 +5,7 @@
 //! ([`super::plan::Rollout`]) never holds a size or a gate value outside them.
 
 use serde::{Deserialize, Serialize};
-use skyconf_core::targeting::{Share, WHOLE};
+use skyconf_core::targeting::{Share, ShareError};
 
 use super::prometheus::PrometheusGate;
 
@@ -30,31 +30,19 @@ pub fn ms(seconds: u64) -> u64 {
 }
 
 /// Reads a wave's share: a number of percent with at most two decimals (`10%`, `0.5%`, `100`),
-/// more than 0 % and at most 100 %. Stricter than the targeting groups' reading: nothing is
-/// rounded into or out of range (`0.001%`, `100.004%`), and `-0%` is no number of percent.
+/// more than 0 % and at most 100 %, as a targeting group's share is read ([`Share::read`]:
+/// nothing rounded into or out of range, `-0%` no number of percent), and never 0 %.
 pub fn parse_share(text: &str) -> Result<Share, String> {
-    let trimmed = text.trim();
-    let number = trimmed.strip_suffix('%').unwrap_or(trimmed).trim_end();
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let not_a_share = || format!("`{text}` is not a share such as `10%` (a number of percent, at most two decimals)");
-    if !digits(whole) || (number.contains('.') && !digits(fraction)) || fraction.len() > 2 {
-        return Err(not_a_share());
-    }
-    let whole = whole.trim_start_matches('0');
-    if whole.len() > 3 {
-        return Err(format!("`{text}` is more than 100%"));
-    }
-    let whole: u32 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| not_a_share())? };
-    let hundredths: u32 = format!("{fraction:0<2}").parse().map_err(|_| not_a_share())?;
-    let basis_points = whole * 100 + hundredths;
-    if basis_points == 0 {
+    let share = Share::read(text).map_err(|error| match error {
+        ShareError::NotAShare => {
+            format!("`{text}` is not a share such as `10%` (a number of percent, at most two decimals)")
+        }
+        ShareError::OverWhole => format!("`{text}` is more than 100%"),
+    })?;
+    if share.basis_points() == 0 {
         return Err(format!("`{text}` reaches nobody: a share is more than 0%"));
     }
-    if basis_points > WHOLE {
-        return Err(format!("`{text}` is more than 100%"));
-    }
-    Ok(Share::from_basis_points(basis_points))
+    Ok(share)
 }
 
 /// One wave: a share of every changed service's instances, or a count of instances of each.
