@@ -92,6 +92,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(upstreams) = &upstreams {
         skyconf_gateway::metrics::register(upstreams, metrics.registry_mut());
     }
+    let opamp_gauge = crate::opamp::metrics::OpampGauge::default();
+    metrics.registry_mut().register_collector(Box::new(opamp_gauge.clone()));
     let metrics = Arc::new(metrics);
     if let Some(rejection) = served.last_rejection() {
         // Counted here; start-up logged it.
@@ -295,7 +297,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     };
     if let Some(port) = &opamp {
         admin = admin.with_opamp(Arc::clone(&port.fleet));
-        metrics.opamp().count(&port.fleet, &port.opamp);
+        opamp_gauge.count(&port.fleet, &port.opamp);
     }
     let (driven, stop) = (admin.publisher().clone(), shutdown.clone());
     tasks.spawn(async move {

@@ -83,7 +83,6 @@ pub struct Metrics {
     dcs: DcsMetrics,
     events: Events,
     fleet: FleetGauges,
-    opamp: crate::opamp::metrics::OpampGauge,
 }
 
 impl Default for Metrics {
@@ -109,9 +108,7 @@ impl Metrics {
         }
         registry.register_collector(Box::new(fleet.clone()));
         process::register(&mut registry);
-        let opamp = crate::opamp::metrics::OpampGauge::default();
-        registry.register_collector(Box::new(opamp.clone()));
-        Self { registry, dcs, events, fleet, opamp }
+        Self { registry, dcs, events, fleet }
     }
 
     /// The DCS handler's handle.
@@ -133,11 +130,6 @@ impl Metrics {
     /// metrics are shared).
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
-    }
-
-    /// The OpAMP port's handle.
-    pub fn opamp(&self) -> crate::opamp::metrics::OpampGauge {
-        self.opamp.clone()
     }
 
     /// The exposition, in the OpenMetrics text format.
