@@ -47,7 +47,7 @@ use super::plan::{
 use crate::fleet::{AgentState, Fleet};
 use crate::publish::Publisher;
 use crate::served::{Overlay, ServedTable};
-use crate::unix_time::now_ms;
+use crate::unix_time::steady_now_ms;
 
 /// How often every replica reads the record, and the driver moves the rollout on.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -391,7 +391,7 @@ impl Rollouts {
         if services.is_empty() {
             return Err(RolloutError::Refused("the candidate changes no service's configuration".into()));
         }
-        let now = now_ms();
+        let now = steady_now_ms();
         let mut rollout = Rollout {
             id: format!("r{now}"),
             document: plan.document,
@@ -426,7 +426,7 @@ impl Rollouts {
         if !rollout.ungated && !unreached.is_empty() {
             return Err(RolloutError::Refused(self.unreached(&unreached)));
         }
-        self.sightings.lock().unwrap_or_else(|p| p.into_inner()).baseline(&rollout.id, 0, &observed);
+        self.sightings.lock().unwrap_or_else(|p| p.into_inner()).baseline(&rollout.id, 0, &observed, now);
         self.keeper.save(&rollout).await.map_err(RolloutError::Store)?;
         self.announce(&rollout, None);
         self.serve(Some(&rollout));
@@ -473,7 +473,7 @@ impl Rollouts {
     /// Moves the rollout `id`, waiting after a passed wave, on to its next wave.
     pub async fn promote(&self, id: &str, who: Option<&str>) -> Result<Rollout, RolloutError> {
         check_attribution(who, None).map_err(RolloutError::Refused)?;
-        self.operate(id, |rollout, live| rollout.promote(now_ms(), who, live)).await
+        self.operate(id, |rollout, live| rollout.promote(steady_now_ms(), who, live)).await
     }
 
     /// Stops the rollout `id` and gives every reached instance back what it had.
@@ -484,7 +484,7 @@ impl Rollouts {
             if !rollout.phase.is_active() || rollout.phase == Phase::Completing {
                 return Err(format!("the rollout is {}", super::plan::phase_name(rollout.phase)));
             }
-            rollout.revert(now_ms(), Phase::Aborted, format!("Aborted{by} at wave {}", rollout.wave_index + 1));
+            rollout.revert(steady_now_ms(), Phase::Aborted, format!("Aborted{by} at wave {}", rollout.wave_index + 1));
             Ok(())
         })
         .await
@@ -508,19 +508,20 @@ impl Rollouts {
             .filter(|r| r.id == id)
             .ok_or_else(|| RolloutError::NotFound(format!("no rollout `{id}` is current")))?;
         let observed = self.listed(rollout);
-        let live = live(&observed, now_ms(), ms(rollout.gates.lost_after_s));
+        let now = steady_now_ms();
+        let live = live(&observed, now, ms(rollout.gates.lost_after_s));
         let before = rollout.events.last().cloned();
         let mut changed = rollout.clone();
         change(&mut changed, &live).map_err(RolloutError::Refused)?;
         changed.driver = self.replica.clone();
-        changed.driver_seen_ms = now_ms();
+        changed.driver_seen_ms = now;
         // Kept first: a change the store did not take is not served, nor said to have happened.
         self.keeper.save(&changed).await.map_err(RolloutError::Store)?;
         self.unsaved.store(false, Ordering::Relaxed);
         if changed.wave_index != rollout.wave_index {
             // This replica drives it now: the new wave's rows move on from here.
             let mut sightings = self.sightings.lock().unwrap_or_else(|p| p.into_inner());
-            sightings.baseline(&changed.id, changed.wave_index, &observed);
+            sightings.baseline(&changed.id, changed.wave_index, &observed, now);
         }
         *rollout = changed;
         self.announce(rollout, before.as_ref());
@@ -624,6 +625,8 @@ impl Rollouts {
         let wanted: HashSet<&str> = services.iter().map(String::as_str).collect();
         let serving = self.served.serving();
         let mut out: Vec<Observed> = Vec::new();
+        // A held row says "now" by the fleet's clock at the listing, never earlier than this.
+        let listing_started_ms = self.fleet.now_unix_ms();
         let listed = self.fleet.instances(&serving);
         for instance in &listed.instances {
             for polled in instance.services.iter().filter(|s| wanted.contains(s.service.as_str())) {
@@ -636,6 +639,7 @@ impl Rollouts {
                     reached: members.holds(&polled.service, &instance.instance),
                     applied: polled.state == AgentState::Applied,
                     last_seen_ms: polled.last_seen_ms,
+                    held: polled.last_seen_ms >= listing_started_ms,
                 });
             }
         }
@@ -652,6 +656,7 @@ impl Rollouts {
                         reached: members.holds(&agent.service, instance),
                         applied: agent.state == AgentState::Applied && peer.updated_ms > fresh_after_ms,
                         last_seen_ms: agent.last_seen_ms,
+                        held: false,
                     });
                 }
             }
@@ -758,7 +763,7 @@ impl Rollouts {
         let Some(rollout) = current.as_mut().filter(|r| r.phase.is_active()) else {
             return;
         };
-        let now = now_ms();
+        let now = steady_now_ms();
         let mut changed = false;
         let before = rollout.events.last().cloned();
         if rollout.driver != self.replica {
@@ -817,7 +822,7 @@ impl Rollouts {
             origin: format!("{}{}", crate::releases::ORIGIN_ROLLOUT, rollout.id),
         };
         let written = publisher.write_planned(rollout.document.clone(), attribution, rollout.base_release).await;
-        let now = now_ms();
+        let now = steady_now_ms();
         let before = rollout.events.last().cloned();
         match written {
             Ok(release) => {

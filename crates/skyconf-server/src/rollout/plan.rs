@@ -11,9 +11,11 @@
 //! among the identified instances live then).
 //!
 //! **Reached.** An instance of a wave is *reached* once it is seen live after the wave started:
-//! its row moves on (a poll, a poll held now, a newer summary from another replica) between two
-//! of the driver's looks. An instance whose row stays as it was never is (finding N2: one that left
-//! before the rollout started is not the rollout's business). From then on it is *watched*, in
+//! a poll of it is held at one of the driver's looks, or its row moves on (a poll, a newer summary
+//! from another replica) between two of them; one seen held and gone from the listing before the
+//! next look (answered the candidate, then crashed) was live at that look. An instance whose row
+//! stays as it was never is (finding N2: one that left before the rollout started is not the
+//! rollout's business). From then on it is *watched*, in
 //! this wave and the later ones ([`Rollout::watched`]), and the driver remembers when it last saw
 //! it live ([`Sightings`]).
 //!
@@ -202,6 +204,10 @@ pub struct Observed {
     pub applied: bool,
     /// When its row was last seen (Unix milliseconds; a poll held now: now).
     pub last_seen_ms: u64,
+    /// Seen at this very look: one of its polls is held here now, or arrived while the fleet was
+    /// listed (this replica's rows only, which end with their connections; another replica's
+    /// summary never says so).
+    pub held: bool,
 }
 
 impl Observed {
@@ -413,14 +419,27 @@ impl Rollout {
         let (apply_ms, lost_ms) = (ms(self.gates.apply_within_s), ms(self.gates.lost_after_s));
         let mut changed = false;
         sightings.at(&self.id, self.wave_index);
-        let rows: HashMap<(&str, &str), (&Observed, bool)> =
-            observed.iter().map(|a| ((a.service.as_str(), a.instance.as_str()), (a, sightings.look(a)))).collect();
-        // Reached: served the candidate, and seen live since the wave started (its row moved on;
-        // never an instance whose row stays as it was: it may have left before the start).
+        let rows: HashMap<(&str, &str), (&Observed, bool)> = observed
+            .iter()
+            .map(|a| ((a.service.as_str(), a.instance.as_str()), (a, sightings.look(a, now_ms))))
+            .collect();
+        // Reached: served the candidate, and seen live since the wave started (its row moved on,
+        // or a poll of it is held; never an instance whose row stays as it was: it may have left
+        // before the start).
         for (agent, _) in rows.values().filter(|(a, moved)| a.reached && *moved) {
             if !self.watched.get(&agent.service).is_some_and(|names| names.contains(&agent.instance)) {
                 self.watched.entry(agent.service.clone()).or_default().insert(agent.instance.clone());
                 changed = true;
+            }
+        }
+        // Seen held at an earlier look in this wave and gone since (its connection closed), before
+        // a look saw its row move: live then, so reached if the wave holds it, and last live then.
+        let members = self.members();
+        for (service, instance, held_at_ms) in sightings.gone_after_held(|s, i| rows.contains_key(&(s, i))) {
+            if members.holds(&service, &instance) {
+                let seen = sightings.reached(&service, &instance, held_at_ms);
+                seen.last_live_ms = seen.last_live_ms.max(held_at_ms);
+                changed |= self.watched.entry(service).or_default().insert(instance);
             }
         }
         let (mut lost, mut overdue, mut not_yet) = (Vec::new(), Vec::new(), 0usize);
@@ -543,7 +562,7 @@ impl Rollout {
         match self.advance {
             Advance::Auto => {
                 self.start_wave(wave, now_ms, &live(observed, now_ms, lost_ms));
-                sightings.baseline(&self.id, self.wave_index, observed);
+                sightings.baseline(&self.id, self.wave_index, observed, now_ms);
             }
             Advance::Manual => self.phase = Phase::Waiting,
         }
@@ -612,7 +631,14 @@ mod tests {
             .map(|i| {
                 let instance = format!("pod-{i}");
                 let reached = members.holds("svc", &instance);
-                Observed { service: "svc".into(), instance, reached, applied: !reached || applied, last_seen_ms: now }
+                Observed {
+                    service: "svc".into(),
+                    instance,
+                    reached,
+                    applied: !reached || applied,
+                    last_seen_ms: now,
+                    held: false,
+                }
             })
             .collect()
     }
@@ -620,7 +646,7 @@ mod tests {
     /// The driver's memory when `r`'s wave starts at 0: every agent listed, last seen then.
     fn started(r: &Rollout) -> Sightings {
         let mut seen = Sightings::default();
-        seen.baseline(&r.id, r.wave_index, &fleet(r, 0, true));
+        seen.baseline(&r.id, r.wave_index, &fleet(r, 0, true), 0);
         seen
     }
 
@@ -718,6 +744,36 @@ mod tests {
         assert!(said.contains("1 reached agent(s) disappeared") && said.contains(&first), "{said}");
     }
 
+    /// A reached agent whose held poll is answered the candidate and that crashes before the
+    /// driver's next look saw its row move was live at the look that saw it held: it disappeared,
+    /// `lost_after_s` after that look. One never seen held (a row that stays as it was) is not.
+    #[test]
+    fn a_reached_agent_seen_held_then_gone_before_its_row_moved_has_disappeared() {
+        let mut r = rollout(&[count(2), share("100%")], Advance::Auto);
+        r.gates.bake_s = 600;
+        let picked: Vec<String> = r.named["svc"].iter().cloned().collect();
+        let held = |r: &Rollout, now| {
+            let mut agents = fleet(r, now, true);
+            agents.iter_mut().for_each(|a| a.held = a.instance != picked[1]);
+            agents
+        };
+        let seen = &mut Sightings::default();
+        seen.baseline(&r.id, 0, &held(&r, 0), 0);
+        // Both picked agents leave before the driver's first step; only one was seen held.
+        let gone = |r: &Rollout, now| {
+            let mut agents = held(r, now);
+            agents.retain(|a| !picked.contains(&a.instance));
+            agents
+        };
+        assert_eq!(r.step(3000, &gone(&r, 0), seen, &Reading::Unread), Step::Changed, "watched, not lost yet");
+        assert_eq!(r.watched["svc"].iter().collect::<Vec<_>>(), vec![&picked[0]]);
+        assert_eq!(r.phase, Phase::Running);
+        r.step(3001, &gone(&r, 0), seen, &Reading::Unread);
+        assert_eq!(r.phase, Phase::Reverted);
+        let said = &r.events.last().unwrap().message;
+        assert!(said.contains("1 reached agent(s) disappeared") && said.contains(&picked[0]), "{said}");
+    }
+
     /// Finding N2: an instance whose last sighting is before the wave started is never reached,
     /// whatever the listing still shows of it; one that vanishes from the listing after it was
     /// reached has disappeared `lost_after_s` after its last sighting.
@@ -736,7 +792,7 @@ mod tests {
             agents
         };
         let seen = &mut Sightings::default();
-        seen.baseline(&r.id, 0, &agents(&r, 100_000, false));
+        seen.baseline(&r.id, 0, &agents(&r, 100_000, false), 100_000);
         for now in [100_000, 102_000, 104_000, 110_000] {
             r.step(now, &agents(&r, now, false), seen, &Reading::Unread);
             assert_eq!(r.phase, Phase::Running, "{:?}", r.events.last());
@@ -770,7 +826,7 @@ mod tests {
                 agents
             };
             let seen = &mut Sightings::default();
-            seen.baseline(&r.id, 0, &listed(&r, START));
+            seen.baseline(&r.id, 0, &listed(&r, START), START);
             for now in [START + 1000, START + 2000, START + 4000] {
                 r.step(now, &listed(&r, now), seen, &Reading::Unread);
                 assert_eq!((r.phase, r.reached()), (Phase::Running, 19), "skew {skew} at {now}: {:?}", r.events);
@@ -812,7 +868,7 @@ mod tests {
     fn a_late_arrival_must_apply_within_its_own_window() {
         let mut r = rollout(&[share("100%")], Advance::Auto);
         let seen = &mut Sightings::default();
-        seen.baseline(&r.id, 0, &fleet(&r, 0, true)[..19]);
+        seen.baseline(&r.id, 0, &fleet(&r, 0, true)[..19], 0);
         let mut agents = fleet(&r, 1000, true);
         agents.truncate(19);
         r.step(1000, &agents, seen, &Reading::Unread);
