@@ -495,7 +495,7 @@ impl Drop for Holding<'_> {
 impl Fleet {
     /// An empty table.
     pub fn new(options: FleetOptions) -> Self {
-        let epoch_unix_ms = crate::unix_time::steady_now_ms();
+        let epoch_unix_ms = crate::unix_time::now_ms();
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             options: FleetOptions { stuck_after_polls: options.stuck_after_polls.max(2), ..options },

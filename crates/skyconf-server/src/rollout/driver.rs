@@ -47,7 +47,7 @@ use super::plan::{
 use crate::fleet::{AgentState, Fleet};
 use crate::publish::Publisher;
 use crate::served::{Overlay, ServedTable};
-use crate::unix_time::steady_now_ms;
+use crate::unix_time::SteadyClock;
 
 /// How often every replica reads the record, and the driver moves the rollout on.
 pub const TICK: Duration = Duration::from_millis(500);
@@ -255,6 +255,8 @@ pub struct Rollouts {
     unsaved: AtomicBool,
     /// When the driver last saw each reached instance live (empty where it does not drive).
     sightings: std::sync::Mutex<Sightings>,
+    /// The clock the gates and the record's times are read from (it never steps).
+    clock: SteadyClock,
 }
 
 /// Which bake a Prometheus reading was taken in, and when (Unix milliseconds).
@@ -283,6 +285,7 @@ impl Rollouts {
             events: crate::metrics::Events::default(),
             unsaved: AtomicBool::new(false),
             sightings: std::sync::Mutex::new(Sightings::default()),
+            clock: SteadyClock::new(),
         }
     }
 
@@ -391,7 +394,7 @@ impl Rollouts {
         if services.is_empty() {
             return Err(RolloutError::Refused("the candidate changes no service's configuration".into()));
         }
-        let now = steady_now_ms();
+        let now = self.clock.now_ms();
         let mut rollout = Rollout {
             id: format!("r{now}"),
             document: plan.document,
@@ -473,7 +476,7 @@ impl Rollouts {
     /// Moves the rollout `id`, waiting after a passed wave, on to its next wave.
     pub async fn promote(&self, id: &str, who: Option<&str>) -> Result<Rollout, RolloutError> {
         check_attribution(who, None).map_err(RolloutError::Refused)?;
-        self.operate(id, |rollout, live| rollout.promote(steady_now_ms(), who, live)).await
+        self.operate(id, |rollout, live| rollout.promote(self.clock.now_ms(), who, live)).await
     }
 
     /// Stops the rollout `id` and gives every reached instance back what it had.
@@ -484,7 +487,11 @@ impl Rollouts {
             if !rollout.phase.is_active() || rollout.phase == Phase::Completing {
                 return Err(format!("the rollout is {}", super::plan::phase_name(rollout.phase)));
             }
-            rollout.revert(steady_now_ms(), Phase::Aborted, format!("Aborted{by} at wave {}", rollout.wave_index + 1));
+            rollout.revert(
+                self.clock.now_ms(),
+                Phase::Aborted,
+                format!("Aborted{by} at wave {}", rollout.wave_index + 1),
+            );
             Ok(())
         })
         .await
@@ -508,7 +515,7 @@ impl Rollouts {
             .filter(|r| r.id == id)
             .ok_or_else(|| RolloutError::NotFound(format!("no rollout `{id}` is current")))?;
         let observed = self.listed(rollout);
-        let now = steady_now_ms();
+        let now = self.clock.now_ms();
         let live = live(&observed, now, ms(rollout.gates.lost_after_s));
         let before = rollout.events.last().cloned();
         let mut changed = rollout.clone();
@@ -763,7 +770,7 @@ impl Rollouts {
         let Some(rollout) = current.as_mut().filter(|r| r.phase.is_active()) else {
             return;
         };
-        let now = steady_now_ms();
+        let now = self.clock.now_ms();
         let mut changed = false;
         let before = rollout.events.last().cloned();
         if rollout.driver != self.replica {
@@ -822,7 +829,7 @@ impl Rollouts {
             origin: format!("{}{}", crate::releases::ORIGIN_ROLLOUT, rollout.id),
         };
         let written = publisher.write_planned(rollout.document.clone(), attribution, rollout.base_release).await;
-        let now = steady_now_ms();
+        let now = self.clock.now_ms();
         let before = rollout.events.last().cloned();
         match written {
             Ok(release) => {
