@@ -1,5 +1,5 @@
 # rnacos, a Nacos-protocol server written in Rust, for the Nacos store's integration tests
-# (crates/skyconf-sources/tests/it/nacos.rs and crates/skyconf-server/tests/it/nacos.rs). There is no
+# (crates/skyconf-testkit/tests/stores/nacos.rs and crates/skyconf-server/tests/it/nacos.rs). There is no
 # Nacos server in Debian, so it is built from crates.io into ~/.cargo/bin when `rnacos` is not on
 # PATH; that takes several minutes on a 2-core machine, once. It is built unoptimised (--debug):
 # that halves the build (about 6 minutes instead of 12 or more on 2 cores, which matters in CI's

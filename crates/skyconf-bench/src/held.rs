@@ -152,6 +152,55 @@ impl Poller {
     }
 }
 
+/// The simulated fleet: one [`Poller`] per client, agent `i` polling service `i % services`, each
+/// starting at a random point of its first interval (as a real fleet does), all reporting on one
+/// channel and stopped by one token.
+pub(super) struct Fleet {
+    /// Every agent's calls and outcomes.
+    pub(super) stats: Arc<Stats>,
+    /// Stops every agent.
+    pub(super) stop: CancellationToken,
+    /// Every command any agent received.
+    pub(super) receipts: mpsc::UnboundedReceiver<Receipt>,
+    /// The agents' poll loops.
+    pub(super) tasks: tokio::task::JoinSet<()>,
+    /// When the agents were spawned.
+    pub(super) started: Instant,
+}
+
+impl Fleet {
+    /// Spawns an agent per client; `seed` draws their start points.
+    pub(super) fn spawn(
+        target: &Target,
+        clients: impl IntoIterator<Item = Client>,
+        services: usize,
+        timing: Timing,
+        seed: u64,
+    ) -> Self {
+        let stats = Arc::new(Stats::new());
+        let stop = CancellationToken::new();
+        let (receipts_tx, receipts) = mpsc::unbounded_channel::<Receipt>();
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut rng = Rng::from_seed(seed);
+        let started = Instant::now();
+        for (i, client) in clients.into_iter().enumerate() {
+            let service_index = i % services;
+            let poller = Poller { service_index, service: service_name(target, service_index), timing };
+            let first = started + timing.interval.mul_f64(rng.fraction());
+            tasks.spawn(poller.run(client, first, Arc::clone(&stats), stop.clone(), receipts_tx.clone()));
+        }
+        Self { stats, stop, receipts, tasks, started }
+    }
+}
+
+/// `target` for agents whose calls are held up to `deadline`: the transport's own timeout
+/// outlasts the call's deadline, or it would end held calls.
+pub(super) fn outlasting(target: &Target, deadline: Duration) -> Arc<Target> {
+    let mut target = target.clone();
+    target.timeout = target.timeout.max(deadline + Duration::from_secs(5));
+    Arc::new(target)
+}
+
 /// Runs the agents, the idle window and the writes, and prints the report.
 pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     ensure!(args.agents > 0, "--agents must be > 0");
@@ -165,10 +214,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn bench(args: Args) -> anyhow::Result<ExitCode> {
-    let mut target = args.target.clone();
-    // The transport's own timeout must outlast the call's deadline, or it would end held calls.
-    target.timeout = target.timeout.max(args.deadline + Duration::from_secs(5));
-    let target = Arc::new(target);
+    let target = outlasting(&args.target, args.deadline);
     let services = target.services;
     let server = args.server_pid.map(Proc);
     let admin = match &args.admin_addr {
@@ -196,21 +242,9 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
 
     // The agents: each polls its service at a fixed rate with the Java agent's deadline, echoing
     // the digest of the last command, and reports every command it receives.
-    let stats = Arc::new(Stats::new());
-    let stop = CancellationToken::new();
-    let (receipts_tx, mut receipts) = mpsc::unbounded_channel::<Receipt>();
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut rng = Rng::from_seed(0x9E37_79B9_7F4A_7C15);
-    let started = Instant::now();
     let timing = Timing { interval: args.interval, deadline: args.deadline };
-    for (i, client) in clients.into_iter().enumerate() {
-        let service_index = i % services;
-        let poller = Poller { service_index, service: service_name(&target, service_index), timing };
-        // Agents start at random points of their interval, as a real fleet does.
-        let first = started + args.interval.mul_f64(rng.fraction());
-        tasks.spawn(poller.run(client, first, Arc::clone(&stats), stop.clone(), receipts_tx.clone()));
-    }
-    drop(receipts_tx);
+    let Fleet { stats, stop, mut receipts, mut tasks, .. } =
+        Fleet::spawn(&target, clients, services, timing, 0x9E37_79B9_7F4A_7C15);
 
     // Every agent has the first document.
     let mut holding = Holding::new(args.agents, services);

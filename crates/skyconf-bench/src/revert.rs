@@ -28,15 +28,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail, ensure};
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
-use skyconf_core::backoff::Rng;
 use skyconf_proto::v3::management_service_client::ManagementServiceClient;
 use skyconf_proto::v3::{InstanceProperties, KeyStringValuePair};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::held::{Holding, Poller, Receipt, Timing, connect_all, digests, nearest_rank, round3, write_document};
-use super::{Client, Stats, Target, print_report, progress, runtime, service_name};
+use super::held::{Fleet, Holding, Timing, connect_all, digests, nearest_rank, outlasting, round3, write_document};
+use super::{Client, Target, print_report, progress, runtime, service_name};
 use crate::args::parse_duration;
 
 /// Arguments of `skyconf-bench revert`.
@@ -95,10 +93,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn bench(args: Args) -> anyhow::Result<ExitCode> {
-    let mut target = args.target.clone();
-    // The transport's own timeout must outlast the call's deadline, or it would end held calls.
-    target.timeout = target.timeout.max(args.deadline + Duration::from_secs(5));
-    let target = Arc::new(target);
+    let target = outlasting(&args.target, args.deadline);
     let services = target.services;
     let admin = RolloutApi::new(&args.admin_addr)?;
     let gate = StandIn::start().await?;
@@ -130,20 +125,9 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
     }
     bar.finish_and_clear();
 
-    let stats = Arc::new(Stats::new());
-    let stop = CancellationToken::new();
-    let (receipts_tx, mut receipts) = mpsc::unbounded_channel::<Receipt>();
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut rng = Rng::from_seed(0x5EED_0F4E_7E47);
-    let started = Instant::now();
     let timing = Timing { interval: args.interval, deadline: args.deadline };
-    for (i, channel) in channels.into_iter().enumerate() {
-        let service_index = i % services;
-        let poller = Poller { service_index, service: service_name(&target, service_index), timing };
-        let first = started + args.interval.mul_f64(rng.fraction());
-        tasks.spawn(poller.run(Client::new(channel), first, Arc::clone(&stats), stop.clone(), receipts_tx.clone()));
-    }
-    drop(receipts_tx);
+    let Fleet { stats, stop, mut receipts, mut tasks, started } =
+        Fleet::spawn(&target, channels.into_iter().map(Client::new), services, timing, 0x5EED_0F4E_7E47);
     let mut holding = Holding::new(args.agents, services);
     holding.wait_all(&mut receipts, &before, started, args.patience, "the first document").await?;
     let first_document_seconds = started.elapsed().as_secs_f64();

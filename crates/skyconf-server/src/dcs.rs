@@ -33,7 +33,7 @@ struct Seen {
 
 /// The DCS service over a [`StoreView`].
 #[derive(Debug, Clone)]
-pub struct DcsService {
+pub(crate) struct DcsService {
     store: Arc<StoreView>,
     seen: Arc<Mutex<Seen>>,
     metrics: DcsMetrics,
@@ -41,7 +41,7 @@ pub struct DcsService {
 
 impl DcsService {
     /// A service answering from `store`.
-    pub fn new(store: Arc<StoreView>) -> Self {
+    pub(crate) fn new(store: Arc<StoreView>) -> Self {
         let seen = Seen {
             singles: OAP_SINGLE_KEYS.iter().map(|k| (*k).to_owned()).collect(),
             groups: OAP_GROUP_KEYS.iter().map(|k| (*k).to_owned()).collect(),
@@ -50,13 +50,13 @@ impl DcsService {
     }
 
     /// Counts every call in `metrics`.
-    pub fn with_metrics(mut self, metrics: DcsMetrics) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: DcsMetrics) -> Self {
         self.metrics = metrics;
         self
     }
 
     /// The tonic server for this service.
-    pub fn into_server(self) -> ConfigurationServiceServer<Self> {
+    pub(crate) fn into_server(self) -> ConfigurationServiceServer<Self> {
         ConfigurationServiceServer::new(self)
     }
 
@@ -82,7 +82,7 @@ impl DcsService {
     }
 
     /// The answer to `call`.
-    pub fn call_response(&self, request_uuid: &str) -> ConfigurationResponse {
+    pub(crate) fn call_response(&self, request_uuid: &str) -> ConfigurationResponse {
         let content = self.response_content();
         let uuid = content.singles_uuid();
         if uuid == request_uuid {
@@ -93,7 +93,7 @@ impl DcsService {
     }
 
     /// The answer to `callGroup`.
-    pub fn call_group_response(&self, request_uuid: &str) -> GroupConfigurationResponse {
+    pub(crate) fn call_group_response(&self, request_uuid: &str) -> GroupConfigurationResponse {
         let content = self.response_content();
         let uuid = content.groups_uuid();
         if uuid == request_uuid {

@@ -11,19 +11,19 @@ use crate::socket::ConnectionState;
 
 /// The gRPC router's fallback in gateway mode: forwards every call it gets to the OAPs.
 #[derive(Debug, Clone)]
-pub struct Forwarding {
+pub(crate) struct Forwarding {
     forwarder: Forwarder,
     fleet: Arc<Fleet>,
 }
 
 impl Forwarding {
     /// Forwarding to `upstreams`, recording identities in `fleet`.
-    pub fn new(upstreams: Arc<Upstreams>, fleet: Arc<Fleet>) -> Self {
+    pub(crate) fn new(upstreams: Arc<Upstreams>, fleet: Arc<Fleet>) -> Self {
         Self { forwarder: Forwarder::new(upstreams), fleet }
     }
 
     /// Forwards `request`, pinned by the connection it came on.
-    pub async fn forward(&self, request: axum::extract::Request) -> axum::response::Response {
+    pub(crate) async fn forward(&self, request: axum::extract::Request) -> axum::response::Response {
         let agent = crate::socket::connection_of(request.extensions())
             .map(|c| ForwardedFrom { state: Arc::clone(&c.state), fleet: Arc::clone(&self.fleet) });
         self.forwarder.forward(request, agent).await
@@ -32,7 +32,7 @@ impl Forwarding {
 
 /// The agent connection one forwarded call came on.
 #[derive(Debug)]
-pub struct ForwardedFrom {
+pub(crate) struct ForwardedFrom {
     state: Arc<ConnectionState>,
     fleet: Arc<Fleet>,
 }

@@ -5,31 +5,45 @@
 //! server, after `startup` decided what to serve first. It loads the configuration *before* it opens a port, so no agent ever sees the
 //! empty table a freshly started OAP serves until its first store sync; when the store is down it
 //! serves the persisted last good copy, and with nothing at all it answers "no change".
+//!
+//! # What is public
+//!
+//! The CLI's and the tests' surface, nothing more; every other module is `pub(crate)`.
+//! - [`start_with`], [`ServeConfig`] and its option types, [`Running`], [`ServerError`]: how the
+//!   CLI starts and stops a server.
+//! - [`CdsService`], [`ServedTable`], [`Fleet`], [`StoreView`], [`ReleaseLog`], [`Reloader`],
+//!   [`StoreTask`], [`Metrics`] and [`agent_slots`]: the parts the tests, the benches and `skyconf
+//!   agent --self-test` wire by hand.
+//! - Modules whose items the CLI or the tests name: [`admin`] (the router, for the tests),
+//!   [`cds`] (the hold header and deadlines), [`fleet`] (agent states), [`publish`] (announced
+//!   writes), [`reload`] (the fleet-reset guard's settings), [`rollout`] (the Prometheus gate),
+//!   [`security`] (the settings the CLI parses), [`served`] (rejections), [`socket`] (the
+//!   per-connection state), and [`gateway`] (the gateway crate's settings).
 
 pub mod admin;
 mod app;
 pub mod cds;
 mod chunked_text;
-pub mod dcs;
+pub(crate) mod dcs;
 mod error;
 pub mod fleet;
-pub mod forwarded;
-pub mod management;
-pub mod metrics;
-pub mod opamp;
-pub mod persist;
-pub mod persister;
+pub(crate) mod forwarded;
+pub(crate) mod management;
+pub(crate) mod metrics;
+pub(crate) mod opamp;
+pub(crate) mod persist;
+pub(crate) mod persister;
 pub mod publish;
-pub mod releases;
+pub(crate) mod releases;
 pub mod reload;
 pub mod rollout;
 pub mod security;
 pub mod served;
-pub mod shared_history;
+pub(crate) mod shared_history;
 pub mod socket;
 mod startup;
-pub mod store_task;
-pub mod store_view;
+pub(crate) mod store_task;
+pub(crate) mod store_view;
 mod unix_time;
 
 use std::net::SocketAddr;
@@ -49,11 +63,11 @@ pub use error::ServerError;
 pub use fleet::replicas::ReplicaOptions;
 pub use fleet::{Fleet, FleetOptions, InstanceIdentity};
 pub use metrics::Metrics;
-pub use persist::LastGood;
-pub use persister::Persister;
+use persist::LastGood;
+use persister::Persister;
 pub use releases::ReleaseLog;
 pub use reload::Reloader;
-pub use security::{SecurityConfig, SecurityError};
+pub use security::SecurityConfig;
 pub use served::ServedTable;
 /// The gateway's settings, as the CLI builds them.
 pub use skyconf_gateway as gateway;

@@ -16,26 +16,26 @@ use tonic::{Request, Response, Status};
 use crate::fleet::{Caller, Fleet, InstanceIdentity};
 
 /// The metadata key agents put their version in.
-pub const AGENT_VERSION_KEY: &str = "agent-version";
+pub(crate) const AGENT_VERSION_KEY: &str = "agent-version";
 
 /// The largest management request accepted (properties of one instance): the largest message
 /// the gateway reads for identity, too.
-pub const MAX_REQUEST_BYTES: usize = skyconf_gateway::identity::MAX_MESSAGE_BYTES;
+pub(crate) const MAX_REQUEST_BYTES: usize = skyconf_gateway::identity::MAX_MESSAGE_BYTES;
 
 /// Records instance identities into a [`Fleet`].
 #[derive(Debug, Clone)]
-pub struct Management {
+pub(crate) struct Management {
     fleet: Arc<Fleet>,
 }
 
 impl Management {
     /// A service feeding `fleet`.
-    pub fn new(fleet: Arc<Fleet>) -> Self {
+    pub(crate) fn new(fleet: Arc<Fleet>) -> Self {
         Self { fleet }
     }
 
     /// The tonic server for this service.
-    pub fn into_server(self) -> ManagementServiceServer<Self> {
+    pub(crate) fn into_server(self) -> ManagementServiceServer<Self> {
         ManagementServiceServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES)
     }
 
@@ -47,7 +47,7 @@ impl Management {
 }
 
 /// The `agent-version` a call's metadata carries, if it is printable text.
-pub fn agent_version(metadata: &MetadataMap) -> Option<String> {
+pub(crate) fn agent_version(metadata: &MetadataMap) -> Option<String> {
     metadata.get(AGENT_VERSION_KEY).and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
 

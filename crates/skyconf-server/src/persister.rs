@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use skyconf_sources::fs::write_atomically;
 
 /// Told whether a write reached the disk.
-pub type WriteDone = Box<dyn FnOnce(std::io::Result<()>) + Send>;
+pub(crate) type WriteDone = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
 enum Job {
     Write { path: PathBuf, bytes: Vec<u8>, done: Option<WriteDone> },

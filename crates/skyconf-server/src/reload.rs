@@ -14,8 +14,8 @@
 //! being served, a WARN is logged, and `/readyz`, `/api/v1/status` show it (`held`). It is
 //! installed when the grace period ends (`--reset-grace`, default 10 minutes; `0` turns the guard
 //! off) or is dropped when another document arrives that does not reset the fleet (that one is
-//! installed normally). A document announced by the publisher ([`PendingWrites`], an operator's
-//! write through the admin API) is deliberate and never held.
+//! installed normally). A document a writer announced ([`Announced`]: the publisher's, for an
+//! operator's write through the admin API) is deliberate and never held.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -26,7 +26,6 @@ use skyconf_core::reader::IncrementalReader;
 use skyconf_core::store::{Revision, content_hash};
 
 use crate::metrics::{Events, OriginEvents};
-use crate::publish::PendingWrites;
 use crate::releases::{Attribution, ReleaseLog};
 use crate::served::{Held, Rejection, ServedTable};
 
@@ -67,6 +66,17 @@ struct Pending {
     deadline: tokio::time::Instant,
 }
 
+/// The writes announced by a writer above the reloader (the publisher), keyed by their text:
+/// the reloader attributes their releases and never holds them. The reloader owns this seam, so
+/// it knows no writer.
+pub trait Announced: std::fmt::Debug + Send + Sync {
+    /// Whether a writer announced `text` (`None`: a delete) and the announcement is still live.
+    fn is_announced(&self, text: Option<&str>) -> bool;
+
+    /// Takes the attribution announced for `text` (`None`: a delete), if one is live.
+    fn take(&self, text: Option<&str>) -> Option<Attribution>;
+}
+
 /// What became of one value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -99,7 +109,7 @@ pub struct Reloader {
     /// Reads each document, re-reading only the services whose text changed since the last.
     reader: IncrementalReader,
     /// Writes announced by the publisher: their attribution, and that they are deliberate.
-    pending: Option<Arc<PendingWrites>>,
+    pending: Option<Arc<dyn Announced>>,
 }
 
 impl Reloader {
@@ -243,7 +253,7 @@ impl Reloader {
     }
 
     /// Attributes releases to the writes announced in `pending`, and never holds those.
-    pub fn with_pending(mut self, pending: Arc<PendingWrites>) -> Self {
+    pub fn with_pending(mut self, pending: Arc<impl Announced + 'static>) -> Self {
         self.pending = Some(pending);
         self
     }
@@ -506,7 +516,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_announced_write_is_deliberate_and_not_held() {
         let (served, reloader) = guarded();
-        let pending = Arc::new(PendingWrites::default());
+        let pending = Arc::new(crate::publish::PendingWrites::default());
         let mut reloader = reloader.with_pending(Arc::clone(&pending));
         pending.announce(Some("configurations: {}\n"), Default::default());
         assert_eq!(reloader.apply(Some("configurations: {}\n")), Outcome::Installed(2));

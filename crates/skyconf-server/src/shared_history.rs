@@ -37,23 +37,23 @@ use tokio_util::sync::CancellationToken;
 use crate::releases::{ReleaseLog, ReleaseSummary, SharedRelease};
 
 /// The records' kind.
-pub const KIND: &str = "releases";
+pub(crate) const KIND: &str = "releases";
 
 /// How long a replica waits for the writing replica's record of a release before it records the
 /// change as the store's.
-pub const WAIT_FOR_WRITER: Duration = Duration::from_secs(2);
+pub(crate) const WAIT_FOR_WRITER: Duration = Duration::from_secs(2);
 
 /// How often a replica looks for the writer's record while it waits.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// How often a replica compares its history with the shared one.
-pub const LOOK_FOR_GAPS_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const LOOK_FOR_GAPS_EVERY: Duration = Duration::from_secs(2);
 /// For how long after its last install a replica keeps comparing (a missed release's record may
 /// be created a moment after the miss).
-pub const LOOK_FOR_GAPS_FOR: Duration = Duration::from_secs(60);
+pub(crate) const LOOK_FOR_GAPS_FOR: Duration = Duration::from_secs(60);
 
 /// How many records a replica creates between two prunings of the shared history.
-pub const PRUNE_EVERY: u64 = 20;
+pub(crate) const PRUNE_EVERY: u64 = 20;
 
 /// The name of release `id`'s record: fixed width, so names sort as ids do.
 fn record_name(id: u64) -> String {
@@ -62,20 +62,20 @@ fn record_name(id: u64) -> String {
 
 /// Keeps the local release log and the store's shared history in step.
 #[derive(Debug, Clone)]
-pub struct SharedHistory {
+pub(crate) struct SharedHistory {
     records: Records,
     releases: Arc<ReleaseLog>,
 }
 
 impl SharedHistory {
     /// Shares `releases` through `records`.
-    pub fn new(records: Records, releases: Arc<ReleaseLog>) -> Self {
+    pub(crate) fn new(records: Records, releases: Arc<ReleaseLog>) -> Self {
         Self { records, releases }
     }
 
     /// Reads the shared history into the local log: records newer than the newest local release
     /// are imported, the others' attribution taken. Returns the newest record's id (0: none).
-    pub async fn import(&self) -> u64 {
+    pub(crate) async fn import(&self) -> u64 {
         let listed = match self.records.list(KIND).await {
             Ok(listed) => listed,
             Err(error) => {
@@ -128,7 +128,12 @@ impl SharedHistory {
     /// Shares every release newer than `shared_up_to` (what [`SharedHistory::import`] returned)
     /// until `shutdown`: woken by each install of the served table (a release is recorded just
     /// before its table is installed).
-    pub async fn run(self, mut shared_up_to: u64, mut installs: watch::Receiver<u64>, shutdown: CancellationToken) {
+    pub(crate) async fn run(
+        self,
+        mut shared_up_to: u64,
+        mut installs: watch::Receiver<u64>,
+        shutdown: CancellationToken,
+    ) {
         let mut created = 0u64;
         // When the last install happened: gaps are looked for a while after it, and not forever.
         let mut last_install = tokio::time::Instant::now();

@@ -68,6 +68,13 @@ impl ConnectionState {
         Self { peer, slots: Vec::new() }
     }
 
+    /// The one state, without peer or slots, of every connection whose owner has not set its
+    /// own yet: shared, so a socket's info costs no allocation before its owner sets the real one.
+    pub fn unset() -> Arc<Self> {
+        static UNSET: std::sync::LazyLock<Arc<ConnectionState>> = std::sync::LazyLock::new(Arc::default);
+        Arc::clone(&UNSET)
+    }
+
     /// With `slot` (replacing a slot of its type).
     pub fn with<T: Slot>(mut self, slot: T) -> Self {
         self.slots.retain(|s| !(&**s as &dyn Any).is::<T>());
@@ -296,12 +303,11 @@ impl Frames {
 impl Connected for BatchedWrites {
     type ConnectInfo = AgentConnection;
 
+    /// The peer, with no state of its own: the state its calls share is made at accept by the
+    /// wrapper that owns the connection's lifetime (`crate::security::connections::Guarded`),
+    /// which sets it in place of [`ConnectionState::unset`].
     fn connect_info(&self) -> Self::ConnectInfo {
-        // The state its calls share comes from the wrapper that owns the connection's lifetime
-        // (`crate::security::connections::Guarded`), which replaces this one.
-        let tcp = self.stream.connect_info();
-        let state = Arc::new(ConnectionState::new(tcp.remote_addr()));
-        AgentConnection { tcp, state }
+        AgentConnection { tcp: self.stream.connect_info(), state: ConnectionState::unset() }
     }
 }
 
@@ -398,6 +404,21 @@ mod tests {
         let mut answer = vec![0; 6 + written];
         client.read_exact(&mut answer).await.unwrap();
         assert!(answer.starts_with(b"answer and"), "{answer:?}");
+    }
+
+    /// The state its calls share is set by the connection's owner: the socket's own info makes
+    /// none per connection.
+    #[tokio::test]
+    async fn a_sockets_info_makes_no_state_of_its_own() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut infos = Vec::new();
+        for _ in 0..2 {
+            let _client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+            let (accepted, _) = listener.accept().await.unwrap();
+            infos.push(BatchedWrites::new(accepted).connect_info());
+        }
+        assert!(Arc::ptr_eq(&infos[0].state, &infos[1].state), "one shared placeholder, not a state per socket");
+        assert_ne!(infos[0].remote_addr(), infos[1].remote_addr(), "each keeps its own peer");
     }
 
     #[tokio::test]

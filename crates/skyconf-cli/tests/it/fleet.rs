@@ -6,8 +6,8 @@
 //! The grpcio client needs python3 with grpcio and grpcio-tools: `scripts/test.sh` installs them
 //! and sets SKYCONF_REQUIRE_INTEROP=1 so a missing dependency fails instead of skipping.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
 use skyconf_server::fleet::{AgentState, AgentStatus};
 use skyconf_server::{FleetOptions, Running, ServeConfig};
@@ -15,21 +15,11 @@ use skyconf_sources::file::FileSource;
 use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{Server, loopback};
 
-use crate::util::{grpcio_available, repo_root};
+use crate::util::{Guard, grpcio_available, repo_root};
 
 const V1: &str = "configurations:\n  fleet-svc:\n    agent.sample_n_per_3_secs: 10\n";
 const V2: &str = "configurations:\n  fleet-svc:\n    agent.sample_n_per_3_secs: 20\n";
 const INTERVAL: &str = "0.2";
-
-/// A child process killed when the test ends, pass or fail.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn grpcio(running: &Running, stuck: bool) -> Guard {
     let mut command = crate::util::python();
@@ -45,13 +35,7 @@ fn grpcio(running: &Running, stuck: bool) -> Guard {
 }
 
 fn skyconf_agent(running: &Running) -> Guard {
-    let child = Command::new(env!("CARGO_BIN_EXE_skyconf"))
-        .args(["agent", "--addr", &running.grpc_addr.to_string(), "--service", "fleet-svc", "--interval", "200ms"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Guard(child)
+    crate::util::skyconf_agent(running, "fleet-svc", &[])
 }
 
 fn agents(running: &Running) -> Vec<AgentStatus> {
@@ -61,15 +45,7 @@ fn agents(running: &Running) -> Vec<AgentStatus> {
 
 /// Waits (bounded) until `condition` holds for the fleet.
 async fn wait_until(running: &Running, what: &str, condition: impl Fn(&[AgentStatus]) -> bool) -> Vec<AgentStatus> {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = agents(running);
-        if condition(&now) {
-            return now;
-        }
-        assert!(Instant::now() < give_up, "{what}: {now:#?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::util::wait_for_agents(running, what, agents, condition).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

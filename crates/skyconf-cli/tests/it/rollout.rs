@@ -14,21 +14,11 @@ use skyconf_sources::file::FileSource;
 use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{Server, loopback};
 
-use crate::util::{grpcio_available, repo_root, skyconf};
+use crate::util::{Guard, grpcio_available, repo_root, skyconf};
 
 const V1: &str = "configurations:\n  roll-svc:\n    agent.sample_n_per_3_secs: 10\n";
 const V2: &str = "configurations:\n  roll-svc:\n    agent.sample_n_per_3_secs: 20\n";
 const V3: &str = "configurations:\n  roll-svc:\n    agent.sample_n_per_3_secs: 30\n";
-
-/// A child process killed when the test ends, pass or fail.
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn grpcio(running: &Running, instance: &str) -> Guard {
     let child = crate::util::python()
@@ -43,14 +33,7 @@ fn grpcio(running: &Running, instance: &str) -> Guard {
 }
 
 fn agent(running: &Running, instance: &str) -> Guard {
-    let child = Command::new(env!("CARGO_BIN_EXE_skyconf"))
-        .args(["agent", "--addr", &running.grpc_addr.to_string(), "--service", "roll-svc", "--interval", "200ms"])
-        .args(["--instance", instance, "--property", "language=rust"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    Guard(child)
+    crate::util::skyconf_agent(running, "roll-svc", &["--instance", instance, "--property", "language=rust"])
 }
 
 /// Every agent of the service, each judged against what it is served.
@@ -59,15 +42,7 @@ fn agents(running: &Running) -> Vec<AgentStatus> {
 }
 
 async fn wait_until(running: &Running, what: &str, condition: impl Fn(&[AgentStatus]) -> bool) -> Vec<AgentStatus> {
-    let give_up = Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = agents(running);
-        if condition(&now) {
-            return now;
-        }
-        assert!(Instant::now() < give_up, "{what}: {now:#?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::util::wait_for_agents(running, what, agents, condition).await
 }
 
 /// `skyconf rollout ARGS` with the server's admin URL: its exit status and its last JSON line.

@@ -1,5 +1,6 @@
 //! What the test modules of this binary share: the `skyconf` binary, the repository root,
-//! whether the independent grpcio client can run, and `skyconf serve` as a process ([`Server`]).
+//! whether the independent grpcio client can run, `skyconf serve` as a process ([`Server`]), and
+//! a bounded wait on an in-process server's fleet ([`wait_for_agents`]).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -9,6 +10,47 @@ use std::time::Duration;
 
 use assert_cmd::assert::OutputAssertExt;
 use assert_cmd::cargo::CommandCargoExt;
+
+/// A child process killed when the test ends, pass or fail.
+pub(crate) struct Guard(pub(crate) Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `skyconf agent` polling `running` as `service` every 200 ms, with `extra` arguments.
+pub(crate) fn skyconf_agent(running: &skyconf_server::Running, service: &str, extra: &[&str]) -> Guard {
+    let child = Command::new(env!("CARGO_BIN_EXE_skyconf"))
+        .args(["agent", "--addr", &running.grpc_addr.to_string(), "--service", service, "--interval", "200ms"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Guard(child)
+}
+
+/// Waits (at most 30 s) until `condition` holds for the agents `agents` lists of `running`;
+/// returns them.
+pub(crate) async fn wait_for_agents(
+    running: &skyconf_server::Running,
+    what: &str,
+    agents: impl Fn(&skyconf_server::Running) -> Vec<skyconf_server::fleet::AgentStatus>,
+    condition: impl Fn(&[skyconf_server::fleet::AgentStatus]) -> bool,
+) -> Vec<skyconf_server::fleet::AgentStatus> {
+    let give_up = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = agents(running);
+        if condition(&now) {
+            return now;
+        }
+        assert!(std::time::Instant::now() < give_up, "{what}: {now:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 /// The `skyconf` binary this package builds, as a command to add arguments to.
 pub(crate) fn skyconf() -> Command {

@@ -18,7 +18,7 @@ use serde_json::json;
 const MAX_TEXT_BYTES: usize = 4096;
 
 /// `router` with every non-JSON client error answered as JSON.
-pub fn layer(router: Router) -> Router {
+pub(crate) fn layer(router: Router) -> Router {
     router.layer(axum::middleware::from_fn(json_errors))
 }
 

@@ -22,15 +22,15 @@
 //! [`Admin::router`] merges them.
 
 mod app;
-pub mod error;
+pub(crate) mod error;
 mod extract;
-pub mod json_errors;
-pub mod opamp;
+pub(crate) mod json_errors;
+pub(crate) mod opamp;
 pub(crate) mod openapi;
-pub mod preview;
-pub mod read;
-pub mod rollouts;
-pub mod write;
+pub(crate) mod preview;
+pub(crate) mod read;
+pub(crate) mod rollouts;
+pub(crate) mod write;
 
 use std::fmt;
 use std::sync::Arc;

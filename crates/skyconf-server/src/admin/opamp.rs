@@ -21,7 +21,7 @@ impl Admin {
 
 /// The answer of `GET /api/v1/opamp/agents`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct OpampAgents {
+pub(crate) struct OpampAgents {
     /// Whether the OpAMP port runs (`--opamp-addr`).
     pub enabled: bool,
     /// Every agent with a live session, by uid.

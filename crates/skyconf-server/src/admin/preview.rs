@@ -29,11 +29,12 @@ use utoipa::ToSchema;
 
 use super::extract::AnyServiceName;
 use super::openapi::ErrorBody;
+use super::read::ReadFailures;
 use super::{Admin, AppError};
 use crate::served::View;
 
 /// The most operation names one preview judges.
-pub const MAX_PREVIEW_PATHS: usize = 1000;
+pub(crate) const MAX_PREVIEW_PATHS: usize = 1000;
 
 /// One setting and where its value comes from.
 #[derive(Debug, Serialize, ToSchema)]
@@ -157,8 +158,7 @@ impl Asked {
     responses(
         (status = 200, description = "The settings and their layers.", body = Layers),
         (status = 400, description = "A bad percent-escape in the name, or a bad or unknown query parameter.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        ReadFailures,
     ),
 )]
 pub(super) async fn layers(
@@ -201,8 +201,7 @@ pub(super) async fn layers(
     responses(
         (status = 200, description = "The settings with their layers, and each path's verdict.", body = Layers),
         (status = 400, description = "A malformed body, too many paths, or a draft document that would be refused (with line and column).", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A cross-site request, or an unknown Host.", body = ErrorBody),
+        ReadFailures,
         (status = 413, description = "A body over the largest document accepted.", body = ErrorBody),
     ),
 )]

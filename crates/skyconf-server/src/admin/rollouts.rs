@@ -34,7 +34,7 @@ impl From<RolloutError> for AppError {
 /// The body of `POST /api/v1/rollouts`.
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StartRollout {
+pub(crate) struct StartRollout {
     /// The candidate: a whole agent-configurations document.
     pub document: String,
     /// The waves, in order (1 to 20; shares only grow); the last usually `{"share": "100%"}`.
@@ -61,7 +61,7 @@ pub struct StartRollout {
 /// The optional body of a promote or an abort.
 #[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Operator {
+pub(crate) struct Operator {
     /// Who promotes or aborts (recorded in the rollout's events; at most 256 bytes).
     #[schema(max_length = 256)]
     pub author: Option<String>,
@@ -265,10 +265,7 @@ pub(super) async fn promote(
     Path(id): Path<String>,
     WriteRequest { body, .. }: WriteRequest,
 ) -> Result<Json<RolloutAnswer>, AppError> {
-    let rollouts = rollouts(&admin)?;
-    let operator = operator(&body)?;
-    let rollout = rollouts.promote(&id, operator.author.as_deref()).await?;
-    Ok(Json(answer(rollouts, Some(rollout))))
+    decide(&admin, &id, &body, Decision::Promote).await
 }
 
 /// `POST /api/v1/rollouts/{id}/abort`.
@@ -293,9 +290,24 @@ pub(super) async fn abort(
     Path(id): Path<String>,
     WriteRequest { body, .. }: WriteRequest,
 ) -> Result<Json<RolloutAnswer>, AppError> {
-    let rollouts = rollouts(&admin)?;
-    let operator = operator(&body)?;
-    let rollout = rollouts.abort(&id, operator.author.as_deref()).await?;
+    decide(&admin, &id, &body, Decision::Abort).await
+}
+
+/// An operator's decision about a waiting or running rollout.
+#[derive(Debug, Clone, Copy)]
+enum Decision {
+    Promote,
+    Abort,
+}
+
+/// Takes `decision` about rollout `id`, as the operator the optional body names.
+async fn decide(admin: &Admin, id: &str, body: &[u8], decision: Decision) -> Result<Json<RolloutAnswer>, AppError> {
+    let rollouts = rollouts(admin)?;
+    let author = operator(body)?.author;
+    let rollout = match decision {
+        Decision::Promote => rollouts.promote(id, author.as_deref()).await?,
+        Decision::Abort => rollouts.abort(id, author.as_deref()).await?,
+    };
     Ok(Json(answer(rollouts, Some(rollout))))
 }
 

@@ -78,9 +78,9 @@ use crate::releases::{Attribution, Durability, ReleaseSummary};
 use crate::store_task::HeldDecision;
 
 /// The header naming who makes a change.
-pub const AUTHOR_HEADER: &str = "x-skyconf-author";
+pub(crate) const AUTHOR_HEADER: &str = "x-skyconf-author";
 /// The header saying why.
-pub const MESSAGE_HEADER: &str = "x-skyconf-message";
+pub(crate) const MESSAGE_HEADER: &str = "x-skyconf-message";
 const MAX_AUTHOR_BYTES: usize = 256;
 const MAX_MESSAGE_BYTES: usize = 4096;
 
@@ -309,6 +309,75 @@ struct DocumentBody {
     message: Option<String>,
 }
 
+/// The answers every document write shares (its own 400 and 404 it lists itself).
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "a description only: `answer` and `AppError` build these answers")]
+pub(crate) enum WriteAnswers {
+    /// Served (or, with `dry_run`, what would change; or `unchanged`).
+    #[response(status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).")]
+    Served(WriteAnswer),
+    /// The store took it, but it was not served within `wait`.
+    #[response(status = 202, description = "The store took it, but it was not served within `wait`.")]
+    Accepted(WriteAnswer),
+    /// `If-Match` names an older release, or the store cannot be written.
+    #[response(status = 409, description = "`If-Match` names an older release, or the store cannot be written.")]
+    Conflict(ErrorBody),
+    /// The body or the document is larger than the limit.
+    #[response(status = 413, description = "The body or the document is larger than the limit.")]
+    TooLarge(ErrorBody),
+    /// The store could not write; nothing was written.
+    #[response(
+        status = 500,
+        description = "The store could not write (permissions, a full disk); nothing was written."
+    )]
+    NotWritten(ErrorBody),
+    /// The store is unavailable, or the change is served but not on disk.
+    #[response(
+        status = 503,
+        description = "The store is unavailable (nothing written), or the change is served but its release is not on disk."
+    )]
+    Unavailable(WriteUnavailable),
+}
+
+/// The refusals every write shares, before its body is read.
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "a description only: `AppError` builds these answers")]
+pub(crate) enum WriteRefusals {
+    /// No token, or an unknown one.
+    #[response(status = 401, description = "No token, or an unknown one.")]
+    Unauthorized(ErrorBody),
+    /// A read token, a write without a write's content type or header, cross-site, or an unknown Host.
+    #[response(
+        status = 403,
+        description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host."
+    )]
+    Forbidden(ErrorBody),
+}
+
+/// The answers of a decision about a held change (confirm or discard).
+#[derive(utoipa::IntoResponses)]
+#[expect(dead_code, reason = "a description only: `decide_held` and `AppError` build these answers")]
+pub(crate) enum HeldAnswers {
+    /// Decided.
+    #[response(status = 200, description = "Decided.")]
+    Decided(HeldAnswer),
+    /// A query parameter, or bad JSON.
+    #[response(
+        status = 400,
+        description = "A query parameter (none is taken), or bad JSON (a key given twice included)."
+    )]
+    BadRequest(ErrorBody),
+    /// Nothing is held, or another change than `since_ms` names.
+    #[response(status = 409, description = "Nothing is held, or another change than `since_ms` names.")]
+    Conflict(ErrorBody),
+    /// The body is larger than the limit.
+    #[response(status = 413, description = "The body is larger than the limit.")]
+    TooLarge(ErrorBody),
+    /// The server is shutting down.
+    #[response(status = 503, description = "The server is shutting down.")]
+    Unavailable(ErrorBody),
+}
+
 /// `PUT /api/v1/configurations`.
 #[utoipa::path(
     put,
@@ -328,15 +397,9 @@ struct DocumentBody {
         ),
     ),
     responses(
-        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
-        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        WriteAnswers,
         (status = 400, description = "A refused document (with line and column in `details`), bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
-        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
-        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
-        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
-        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
+        WriteRefusals,
     ),
 )]
 pub(super) async fn put_configurations(
@@ -380,15 +443,9 @@ struct ServiceBody {
     ),
     request_body(content = super::openapi::ServiceRequest, content_type = "application/json"),
     responses(
-        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
-        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        WriteAnswers,
         (status = 400, description = "A bad name (a bad percent-escape included), a value that is not a string, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
-        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
-        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
-        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
-        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
+        WriteRefusals,
     ),
 )]
 pub(super) async fn put_service(
@@ -428,15 +485,9 @@ pub(super) async fn put_service(
         ),
     ),
     responses(
-        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
-        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        WriteAnswers,
         (status = 400, description = "A bad name (a bad percent-escape included), a value that is neither a string nor null, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
-        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
-        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
-        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
-        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
+        WriteRefusals,
     ),
 )]
 pub(super) async fn patch_service(
@@ -489,16 +540,10 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     request_body(content = Option<super::openapi::NoteRequest>, content_type = "application/json",
         description = "Optional: who and why."),
     responses(
-        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
-        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        WriteAnswers,
         (status = 400, description = "A bad percent-escape in the name, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        WriteRefusals,
         (status = 404, description = "No such service is configured.", body = ErrorBody),
-        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
-        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
-        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
-        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
     ),
 )]
 pub(super) async fn delete_service(
@@ -527,16 +572,10 @@ pub(super) async fn delete_service(
     request_body(content = Option<super::openapi::NoteRequest>, content_type = "application/json",
         description = "Optional: who and why."),
     responses(
-        (status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).", body = WriteAnswer),
-        (status = 202, description = "The store took it, but it was not served within `wait`.", body = WriteAnswer),
+        WriteAnswers,
         (status = 400, description = "Not a release id, bad JSON (a key given twice included) or a bad parameter.", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
+        WriteRefusals,
         (status = 404, description = "No such release is kept.", body = ErrorBody),
-        (status = 409, description = "`If-Match` names an older release, or the store cannot be written.", body = ErrorBody),
-        (status = 413, description = "The body or the document is larger than the limit.", body = ErrorBody),
-        (status = 500, description = "The store could not write (permissions, a full disk); nothing was written.", body = ErrorBody),
-        (status = 503, description = "The store is unavailable (nothing written), or the change is served but its release is not on disk.", body = WriteUnavailable),
     ),
 )]
 pub(super) async fn rollback(
@@ -570,13 +609,8 @@ pub(super) async fn rollback(
     request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
         description = "Optional: the `held.since_ms` the operator saw."),
     responses(
-        (status = 200, description = "Decided.", body = HeldAnswer),
-        (status = 400, description = "A query parameter (none is taken), or bad JSON (a key given twice included).", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
-        (status = 409, description = "Nothing is held, or another change than `since_ms` names.", body = ErrorBody),
-        (status = 413, description = "The body is larger than the limit.", body = ErrorBody),
-        (status = 503, description = "The server is shutting down.", body = ErrorBody),
+        HeldAnswers,
+        WriteRefusals,
     ),
 )]
 pub(super) async fn confirm_held(
@@ -596,13 +630,8 @@ pub(super) async fn confirm_held(
     request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
         description = "Optional: the `held.since_ms` the operator saw."),
     responses(
-        (status = 200, description = "Decided.", body = HeldAnswer),
-        (status = 400, description = "A query parameter (none is taken), or bad JSON (a key given twice included).", body = ErrorBody),
-        (status = 401, description = "No token, or an unknown one.", body = ErrorBody),
-        (status = 403, description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.", body = ErrorBody),
-        (status = 409, description = "Nothing is held, or another change than `since_ms` names.", body = ErrorBody),
-        (status = 413, description = "The body is larger than the limit.", body = ErrorBody),
-        (status = 503, description = "The server is shutting down.", body = ErrorBody),
+        HeldAnswers,
+        WriteRefusals,
     ),
 )]
 pub(super) async fn discard_held(

@@ -496,7 +496,7 @@ impl Fleet {
 
 /// Flags the rows of `sorted` (by service and instance) that share their (service, instance)
 /// with another row.
-pub fn mark_duplicates(sorted: &mut [InstanceStatus]) {
+pub(crate) fn mark_duplicates(sorted: &mut [InstanceStatus]) {
     let same = |a: &InstanceStatus, b: &InstanceStatus| a.service == b.service && a.instance == b.instance;
     for i in 1..sorted.len() {
         if same(&sorted[i - 1], &sorted[i]) {

@@ -54,8 +54,8 @@
 //! Counting is one function, [`Fleet::counts`]: the admin API and the `skyconf_fleet_agents`
 //! metric both read it.
 
-pub mod identity;
-pub mod link;
+pub(crate) mod identity;
+pub(crate) mod link;
 pub mod replicas;
 
 #[cfg(test)]

@@ -33,7 +33,10 @@ pub struct ServiceAgents {
 
 /// The series of `skyconf_fleet_agents` for `counts` (as [`Fleet::counts`] gives them): one
 /// row per configured service, the others summed into `service=""`.
-pub fn by_series(counts: BTreeMap<String, StateCounts>, configured: impl Fn(&str) -> bool) -> Vec<ServiceAgents> {
+pub(crate) fn by_series(
+    counts: BTreeMap<String, StateCounts>,
+    configured: impl Fn(&str) -> bool,
+) -> Vec<ServiceAgents> {
     let mut unconfigured: Option<StateCounts> = None;
     let mut rows: Vec<ServiceAgents> = Vec::with_capacity(counts.len());
     for (service, counts) in counts {

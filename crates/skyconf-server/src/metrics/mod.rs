@@ -13,7 +13,7 @@
 //! - The fleet's gauges ([`FleetGauges`]) are computed from the fleet table at scrape time.
 //! - `process_*` and `skyconf_build_info` come from [`process`].
 
-pub mod events;
+pub(crate) mod events;
 mod fleet;
 mod process;
 mod state;
@@ -25,16 +25,16 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-pub use skyconf_core::answer::FetchOutcome;
-
-pub use events::{AdminDenial, BrowserRefusal, Events, GuardedService, OriginEvents};
-pub use fleet::{FleetGauges, FleetIdentities, FleetTable, ServiceAgents, by_series};
+pub(crate) use events::{AdminDenial, BrowserRefusal, Events, GuardedService, OriginEvents};
+pub(crate) use fleet::FleetGauges;
+#[cfg(test)]
+pub(crate) use fleet::by_series;
 
 use crate::served::ServedTable;
 use crate::store_view::StoreView;
 
 /// The content type of the exposition.
-pub const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DcsLabels {
@@ -145,6 +145,7 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
+    use super::fleet::ServiceAgents;
     use super::*;
 
     #[test]

@@ -16,11 +16,11 @@ use super::OpampFleet;
 
 /// The gauge; cloning shares it.
 #[derive(Debug, Clone, Default)]
-pub struct OpampGauge(Arc<ArcSwapOption<(Arc<OpampFleet>, Opamp)>>);
+pub(crate) struct OpampGauge(Arc<ArcSwapOption<(Arc<OpampFleet>, Opamp)>>);
 
 impl OpampGauge {
     /// Counts `fleet`'s agents and `opamp`'s connections from now on.
-    pub fn count(&self, fleet: &Arc<OpampFleet>, opamp: &Opamp) {
+    pub(crate) fn count(&self, fleet: &Arc<OpampFleet>, opamp: &Opamp) {
         self.0.store(Some(Arc::new((Arc::clone(fleet), opamp.clone()))));
     }
 }

@@ -6,8 +6,8 @@
 //!   also keeps the live agents for the fleet view (`GET /api/v1/opamp/agents`).
 //! - [`metrics`]: the `skyconf_opamp_agents{status}` gauge.
 
-pub mod backend;
-pub mod metrics;
+pub(crate) mod backend;
+pub(crate) mod metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,13 +16,13 @@ use skyconf_opamp::{Opamp, OpampConfig};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use backend::{OpampAgentRow, OpampFleet};
+pub(crate) use backend::{OpampAgentRow, OpampFleet};
 
 use crate::{ServedTable, ServerError};
 
 /// The OpAMP port, bound and serving.
 #[derive(Debug)]
-pub struct OpampPort {
+pub(crate) struct OpampPort {
     /// Where it listens.
     pub addr: SocketAddr,
     /// Its agents.
@@ -33,7 +33,7 @@ pub struct OpampPort {
 
 /// Binds `addr` and serves OpAMP there (plain HTTP and WebSocket on `/v1/opamp`) from `served`
 /// until `shutdown`, in a task of `tasks`.
-pub async fn start(
+pub(crate) async fn start(
     addr: SocketAddr,
     served: &Arc<ServedTable>,
     tasks: &mut JoinSet<Result<(), ServerError>>,

@@ -73,6 +73,16 @@ impl PendingWrites {
     }
 }
 
+impl crate::reload::Announced for PendingWrites {
+    fn is_announced(&self, text: Option<&str>) -> bool {
+        Self::is_announced(self, text)
+    }
+
+    fn take(&self, text: Option<&str>) -> Option<Attribution> {
+        Self::take(self, text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use super::*;
 
 /// How many ids are reserved ahead on disk, so ids whose files could not be written are never
 /// issued again after a restart.
-pub const RESERVE: u64 = 32;
+pub(crate) const RESERVE: u64 = 32;
 
 /// The reservation's file, in the data directory.
 pub(super) const RESERVATION_FILE: &str = "next-release-id";

@@ -27,9 +27,9 @@
 //!
 //! Ids. Ids increase by one within a run and are never reused across restarts, even for a release
 //! whose file was never written: the log reserves ids ahead in `<data dir>/next-release-id` (a
-//! block of [`RESERVE`], renewed by the persister when half of it is used; the first block is
+//! block of [`RESERVE`](ids::RESERVE), renewed by the persister when half of it is used; the first block is
 //! written at start-up, before anything is served) and starts above that reservation and above
-//! every id any file name in `releases/` claims. So ids can skip up to [`RESERVE`] across a
+//! every id any file name in `releases/` claims. So ids can skip up to [`RESERVE`](ids::RESERVE) across a
 //! restart. Files that cannot be trusted (unreadable, or an id other than their name's, or above
 //! [`MAX_ID`]) are moved aside as `*.corrupt` and logged at error level. Only when even the
 //! reservation cannot be written (the whole data directory unwritable) can ids of releases that
@@ -68,8 +68,7 @@ mod memory;
 #[cfg(test)]
 mod tests;
 
-pub use durability::Durability;
-pub use ids::RESERVE;
+pub(crate) use durability::Durability;
 
 use durability::CopyState;
 use files::{ReleaseFile, read_release_file, release_path};
@@ -77,11 +76,11 @@ use ids::reserve_at_start;
 use memory::{Appended, Kept, Stored, digests};
 
 /// How many releases are kept by default.
-pub const DEFAULT_RETENTION: usize = 200;
+pub(crate) const DEFAULT_RETENTION: usize = 200;
 
 /// The highest release id trusted (2^53 - 1, exact in JSON numbers and in the web page). A file
 /// claiming a higher one is corrupt; ids never wrap.
-pub const MAX_ID: u64 = (1 << 53) - 1;
+pub(crate) const MAX_ID: u64 = (1 << 53) - 1;
 
 /// Why the log could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -119,13 +118,13 @@ pub struct Attribution {
 }
 
 /// The origin of a document written through the admin API.
-pub const ORIGIN_API: &str = "api";
+pub(crate) const ORIGIN_API: &str = "api";
 /// The origin of a document a staged rollout wrote, before its id.
-pub const ORIGIN_ROLLOUT: &str = "rollout ";
+pub(crate) const ORIGIN_ROLLOUT: &str = "rollout ";
 
 /// Whether `origin` names a write made through a replica's admin API (a plain write or a
 /// rollout's last step), rather than a change found in the store.
-pub fn written_through_admin(origin: &str) -> bool {
+pub(crate) fn written_through_admin(origin: &str) -> bool {
     origin == ORIGIN_API || origin.starts_with(ORIGIN_ROLLOUT)
 }
 
@@ -161,7 +160,7 @@ pub struct Release {
 }
 
 /// The most changed services a [`ReleaseSummary`] names.
-pub const MAX_SUMMARY_CHANGES: usize = 20;
+pub(crate) const MAX_SUMMARY_CHANGES: usize = 20;
 
 /// What the log keeps in memory of a release: its metadata and counts, and the first
 /// [`MAX_SUMMARY_CHANGES`] changed services. Digests and key-level changes stay in the release's
@@ -307,7 +306,7 @@ pub struct ReleaseLog {
 }
 
 /// The hex SHA-256 of a document, as releases record it.
-pub fn document_hash(text: &str) -> String {
+pub(crate) fn document_hash(text: &str) -> String {
     hex::encode(content_hash(text))
 }
 

@@ -18,8 +18,8 @@ use skyconf_testkit::servers::etcd::EtcdServer;
 use skyconf_testkit::servers::rnacos::Rnacos;
 use skyconf_testkit::servers::zookeeper::{ZkServer, namespace, upsert};
 
-/// A replica named `name`, publishing every 100 ms.
-fn config(name: &str) -> ServeConfig {
+/// A replica named `name`, publishing its fleet summary every 100 ms.
+pub(crate) fn config(name: &str) -> ServeConfig {
     ServeConfig {
         require_initial_load: false,
         reset_guard: Guard::OFF,

@@ -3,30 +3,13 @@
 //! promote on the other replica moves it on, the candidate is written once, and both list the
 //! same history; an abort on one replica gives the agents of both back what they had.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
-use skyconf_server::reload::Guard;
-use skyconf_server::{ReplicaOptions, ServeConfig};
-use skyconf_testkit::server::{AdminClient, Server, loopback};
+use skyconf_testkit::server::{AdminClient, Server};
 use skyconf_testkit::servers::etcd::EtcdServer;
 
+use crate::replicas::config;
 use crate::rollouts::{TestAgent, V1, V2, post, rollout, start_body, stop_all, until, until_state, values};
 use crate::shared_writes::{ETCD_AGENT_KEY, etcd_source};
-
-/// A replica named `name`, publishing its fleet summary every 100 ms.
-fn config(name: &str) -> ServeConfig {
-    ServeConfig {
-        require_initial_load: false,
-        reset_guard: Guard::OFF,
-        replicas: ReplicaOptions {
-            name: Some(name.to_owned()),
-            publish_every: Duration::from_millis(100),
-            advertise_admin: None,
-        },
-        ..loopback()
-    }
-}
 
 /// How many instances `admin`'s merged fleet view lists as applied on `svc`, its own and the
 /// other replica's.

@@ -2,25 +2,20 @@
 
 use std::time::Duration;
 
-/// A seeded random source (xorshift64*), so that a schedule replays from its seed.
-pub(super) struct Rng(u64);
+/// A seeded random source (core's xorshift64*), so that a schedule replays from its seed.
+pub(super) struct Rng(skyconf_core::backoff::Rng);
 
 impl Rng {
     pub(super) fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Self(skyconf_core::backoff::Rng::from_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1))
     }
 
     pub(super) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0.next_u64()
     }
 
     pub(super) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.below(n.max(1))
     }
 
     pub(super) fn chance(&mut self, percent: u64) -> bool {

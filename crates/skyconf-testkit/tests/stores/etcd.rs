@@ -3,8 +3,6 @@
 //! outage and a fresh snapshot after it, re-listing after compaction, authentication — and the
 //! OAP's key layout.
 
-#![cfg(feature = "etcd")]
-
 use std::time::Duration;
 
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};

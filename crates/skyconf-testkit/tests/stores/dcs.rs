@@ -1,8 +1,6 @@
 //! The DCS store against DCS servers: a scripted mock replaying the OAP's own gRPC-sync test
 //! sequence (behaviour reference §5.3 item 6), and error handling.
 
-#![cfg(feature = "dcs")]
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

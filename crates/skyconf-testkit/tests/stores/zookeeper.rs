@@ -3,8 +3,6 @@
 //! outage followed by a fresh snapshot, and writes as compare-and-swaps. Skips when ZooKeeper is not installed, unless
 //! `SKYCONF_REQUIRE_ZOOKEEPER` is set.
 
-#![cfg(feature = "zookeeper")]
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
