@@ -315,7 +315,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         config.replicas.publish_every,
     ));
     admin = admin.with_opamp_peers(Arc::clone(&opamp_peers));
-    let publishing = opamp_peers.run(opamp.as_ref().map(|port| Arc::clone(&port.fleet)), shutdown.clone());
+    let publishing =
+        opamp_peers.run(opamp.as_ref().map(|port| Arc::clone(&port.fleet)), Arc::clone(&served), shutdown.clone());
     tasks.spawn(async move {
         publishing.await;
         Ok(())

@@ -40,6 +40,9 @@ pub struct OpampAgents {
     /// The replicas with more live agents than they publish rows for (1000): their lists here
     /// are partial.
     pub partial_replicas: Vec<String>,
+    /// The served `opamp:` groups no listed agent is in, in document order: most often a `match`
+    /// no agent's description satisfies ([`crate::opamp::unmatched`]).
+    pub unmatched_groups: Vec<String>,
 }
 
 /// An OpAMP agent labelled with the replica it talks to.
@@ -91,5 +94,10 @@ pub(super) async fn agents(State(admin): State<Admin>) -> Json<OpampAgents> {
     }
     agents.sort_by(|a, b| (&a.agent.uid, &a.replica).cmp(&(&b.agent.uid, &b.replica)));
     partial_replicas.sort();
-    Json(OpampAgents { enabled: admin.opamp.is_some(), replica: own, agents, partial_replicas })
+    let snapshot = admin.served.snapshot();
+    let unmatched_groups = crate::opamp::unmatched::unmatched(
+        snapshot.table.opamp(),
+        agents.iter().filter_map(|a| a.agent.group.as_deref()),
+    );
+    Json(OpampAgents { enabled: admin.opamp.is_some(), replica: own, agents, partial_replicas, unmatched_groups })
 }

@@ -7,11 +7,13 @@
 //! - [`metrics`]: the `skyconf_opamp_agents{status}` gauge.
 //! - [`replicas`]: the agents of the other replicas, through the shared store.
 //! - [`security`]: the agent token and TLS on the port, as on the other ports.
+//! - [`unmatched`]: the groups no connected agent is in (listed, and warned about).
 
 pub mod backend;
 pub mod metrics;
 pub mod replicas;
 pub mod security;
+pub mod unmatched;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

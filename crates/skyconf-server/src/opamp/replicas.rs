@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use skyconf_sources::{Lifetime, SharedRecords};
 use tokio_util::sync::CancellationToken;
 
+use super::unmatched::Warnings;
 use super::{OpampAgentRow, OpampFleet};
+use crate::ServedTable;
 use crate::unix_time::now_ms;
 
 /// The record kind the summaries are kept under.
@@ -115,11 +117,26 @@ impl OpampReplicas {
     }
 
     /// Publishes `fleet`'s agents (when this replica serves OpAMP) and reads the others' until
-    /// `stop`, then deletes its own record.
-    pub async fn run(self: Arc<Self>, fleet: Option<Arc<OpampFleet>>, stop: CancellationToken) {
-        let Some(records) = self.records.clone() else { return };
+    /// `stop`, then deletes its own record. A replica that serves OpAMP also warns about the
+    /// groups of `served`'s `opamp:` section no agent is in ([`super::unmatched`]), alone too.
+    pub async fn run(
+        self: Arc<Self>,
+        fleet: Option<Arc<OpampFleet>>,
+        served: Arc<ServedTable>,
+        stop: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut warnings = Warnings::default();
+        let Some(records) = self.records.clone() else {
+            let Some(fleet) = fleet else { return };
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => self.warn_unmatched(&mut warnings, &fleet, &served),
+                }
+            }
+        };
         let mut written: Option<(OpampSummary, Instant)> = None;
         loop {
             tokio::select! {
@@ -151,6 +168,9 @@ impl OpampReplicas {
                     tracing::debug!(replica = %self.id, %error, "Cannot read the other replicas' OpAMP agents; showing the last ones read.");
                 }
             }
+            if let Some(fleet) = &fleet {
+                self.warn_unmatched(&mut warnings, fleet, &served);
+            }
         }
         if fleet.is_some() {
             match tokio::time::timeout(DELETE_TIMEOUT, records.delete(OPAMP_KIND, &self.id)).await {
@@ -162,6 +182,20 @@ impl OpampReplicas {
                     tracing::debug!(replica = %self.id, "Deleting the OpAMP summary timed out; it expires with the session.");
                 }
             }
+        }
+    }
+
+    /// Warns about the groups that have matched no agent, here or on the others, for the grace.
+    fn warn_unmatched(&self, warnings: &mut Warnings, fleet: &OpampFleet, served: &ServedTable) {
+        let (own, peers) = (fleet.agents(), self.peers());
+        let groups = own.iter().chain(peers.iter().flat_map(|p| &p.agents)).filter_map(|a| a.group.as_deref());
+        let unmatched = super::unmatched::unmatched(served.snapshot().table.opamp(), groups);
+        for group in warnings.observe(&unmatched, Instant::now()) {
+            tracing::warn!(
+                group,
+                grace = ?super::unmatched::UNMATCHED_GRACE,
+                "No connected OpAMP agent is in this opamp: group: check its match against the agents' attributes (GET /api/v1/opamp/agents)."
+            );
         }
     }
 

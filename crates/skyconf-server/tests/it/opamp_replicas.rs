@@ -1,7 +1,7 @@
 //! OpAMP agents across replicas on a real etcd: an agent of replica A's OpAMP port is listed by
 //! replica B's `GET /api/v1/opamp/agents` (B serves no OpAMP itself) labelled with A and the time
-//! of A's summary, with what it reported; when its session ends it leaves B's listing, and when A
-//! stops, its record goes with it. The summaries are published every 100 ms here (10 s by default).
+//! of A's summary, with what it reported, and the groups no agent is in are those it is not in;
+//! when A stops, its record goes with it. The summaries are published every 100 ms here (10 s by default).
 
 use std::time::Duration;
 
@@ -44,6 +44,10 @@ async fn an_opamp_agent_of_one_replica_is_listed_by_the_other_until_it_leaves() 
     let url = format!("http://{}/v1/opamp", a.opamp_addr.unwrap());
     eventually_async("A serves the document", async || a.served.snapshot().ready()).await;
 
+    eventually_async("B says no agent is in either group yet", async || {
+        listed(&b.admin()).await["unmatched_groups"] == serde_json::json!(["svc", "others"])
+    })
+    .await;
     let uid = [0x5a; 16];
     reporting_agent(&url, uid, "checkout", "node-1", RemoteConfigStatuses::Applied, "").await;
     let admin_b = b.admin();
@@ -56,6 +60,7 @@ async fn an_opamp_agent_of_one_replica_is_listed_by_the_other_until_it_leaves() 
     .await;
     let body = listed(&admin_b).await;
     assert_eq!(body["enabled"], false, "B serves no OpAMP itself");
+    assert_eq!(body["unmatched_groups"], serde_json::json!(["others"]), "svc has A's agent: {body}");
     assert_eq!(body["agents"].as_array().unwrap().len(), 1, "{body}");
     assert_eq!(row["uid"], hex(&uid));
     assert!(row["as_of_ms"].is_u64(), "{row}");
