@@ -717,6 +717,9 @@ def run_opamp(a, driver):
     for ok, what in checks:
         if not ok:
             raise Failure(f"{what}: {seen}")
+    unmatched_text = lambda: driver.text(driver.find("#opamp-unmatched")[0]) if shown(driver, "opamp-unmatched") else ""
+    driver.wait_for(lambda: f"group {a.unmatched}:" in unmatched_text(), 10, f"the view does not say no agent is in {a.unmatched}")
+    unmatched = unmatched_text()
     if replica_column_shown(driver, "#opamp-agents"):
         raise Failure("a single replica shows a replica column")
     no_horizontal_scroll(driver, "with the OpAMP view open")
@@ -731,7 +734,7 @@ def run_opamp(a, driver):
     driver.wait_for(lambda: not shown(driver, "opamp-view"), 5, "close does not hide the view")
     driver.click("#opamp-link")
     driver.wait_for(lambda: shown(driver, "opamp-view") and driver.find(applied), 5, "the header's link does not open the view")
-    return {"ok": True, "cells": seen}
+    return {"ok": True, "cells": seen, "unmatched": unmatched}
 
 
 def run_service_view(a, driver):
@@ -1038,6 +1041,7 @@ def main():
     ap.add_argument("--applied-uid", help="opamp: the uid of the agent that applied its configuration")
     ap.add_argument("--failed-uid", help="opamp: the uid of the agent whose configuration failed")
     ap.add_argument("--error", help="opamp: the failed agent's error message (also its health's last error)")
+    ap.add_argument("--unmatched", help="opamp: the group the view says no agent is in")
     ap.add_argument("--host")
     ap.add_argument("--ip", action="append", default=[])
     ap.add_argument("--language")

@@ -730,7 +730,8 @@ async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
 /// The OpAMP view: two OpenTelemetry agents of the OpAMP port, one that applied its group's files
 /// and reports itself healthy with its effective configuration, one whose configuration failed
 /// and that reports itself unhealthy; the page shows their description, group, status, error and
-/// effective configuration, filters them, and opens from the header.
+/// effective configuration, names the group no agent is in, filters them, and opens from the
+/// header.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
     use skyconf_opamp::wire::RemoteConfigStatuses;
@@ -760,6 +761,8 @@ async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
             "bad ratio",
             "--host",
             "node-1",
+            "--unmatched",
+            "others",
         ]),
     )
     .await;
