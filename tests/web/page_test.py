@@ -691,6 +691,52 @@ def run_replicas(a, driver):
     return {"ok": True, "header": header, "cell": cell}
 
 
+def run_opamp(a, driver):
+    """The OpAMP view: an agent that applied its group's files and reports itself healthy, and one
+    whose configuration failed and that reports itself unhealthy, with their description, group,
+    status, error and effective configuration; filtered; opened and closed from the header."""
+    loaded(driver, a.url + "#/opamp")
+    driver.wait_for(lambda: shown(driver, "opamp-view"), 10, "#/opamp does not open the OpAMP view")
+    applied, failed = f'#opamp-agents tr[data-uid="{a.applied_uid}"]', f'#opamp-agents tr[data-uid="{a.failed_uid}"]'
+    driver.wait_for(lambda: driver.find(applied) and driver.find(failed), 10, "the two OpAMP agents are not listed")
+    driver.wait_for(lambda: driver.find(f'{applied}[data-status="applied"]') and driver.find(f'{failed}[data-status="failed"]'), 10,
+                    "their statuses are not applied and failed")
+    seen = {name: {row: cell(driver, sel, "td." + name) for row, sel in [("applied", applied), ("failed", failed)]}
+            for name in ["health", "group", "remote-config", "effective", "attributes", "transport"]}
+    checks = [
+        (seen["group"]["applied"] == a.group, "the applied agent's group"),
+        (seen["health"]["applied"].startswith("healthy"), "the applied agent's health"),
+        (seen["health"]["failed"].startswith("unhealthy") and a.error in seen["health"]["failed"], "the failed agent's health and its error"),
+        (seen["remote-config"]["applied"].startswith("applied") and "not current" not in seen["remote-config"]["applied"], "the applied status"),
+        (seen["remote-config"]["failed"].startswith("failed") and a.error in seen["remote-config"]["failed"], "the failed status and why"),
+        (seen["effective"]["applied"] != "not reported", "the applied agent's effective configuration"),
+        (seen["effective"]["failed"] == "not reported", "the failed agent reported no effective configuration"),
+        (a.host in seen["attributes"]["applied"], "the description's host.name"),
+        (seen["transport"]["applied"] == "http", "the transport"),
+    ]
+    for ok, what in checks:
+        if not ok:
+            raise Failure(f"{what}: {seen}")
+    unmatched_text = lambda: driver.text(driver.find("#opamp-unmatched")[0]) if shown(driver, "opamp-unmatched") else ""
+    driver.wait_for(lambda: f"group {a.unmatched}:" in unmatched_text(), 10, f"the view does not say no agent is in {a.unmatched}")
+    unmatched = unmatched_text()
+    if replica_column_shown(driver, "#opamp-agents"):
+        raise Failure("a single replica shows a replica column")
+    no_horizontal_scroll(driver, "with the OpAMP view open")
+    shoot(a, driver, "page-opamp.png")
+
+    driver.click("#opamp-filter")
+    driver.send_keys("#opamp-filter", a.failed_uid[:12])
+    driver.wait_for(lambda: len(driver.find("#opamp-agents tr[data-uid]")) == 1 and driver.find(failed), 5, "the filter by uid")
+    clear(driver, "opamp-filter")
+    driver.wait_for(lambda: len(driver.find("#opamp-agents tr[data-uid]")) == 2, 5, "clearing the filter")
+    driver.click("#opamp-close")
+    driver.wait_for(lambda: not shown(driver, "opamp-view"), 5, "close does not hide the view")
+    driver.click("#opamp-link")
+    driver.wait_for(lambda: shown(driver, "opamp-view") and driver.find(applied), 5, "the header's link does not open the view")
+    return {"ok": True, "cells": seen, "unmatched": unmatched}
+
+
 def run_service_view(a, driver):
     """The service view: its targeting groups, the running rollout that touches it (its link opens
     the Rollouts view), and a preview for one instance; services sorted by the numbers in their
@@ -980,7 +1026,7 @@ def main():
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
     ap.add_argument("--held", choices=["confirm", "discard"])
-    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "instances-paged", "replicas", "rollouts", "service-view"])
+    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "instances-paged", "replicas", "rollouts", "service-view", "opamp"])
     ap.add_argument("--total", type=int, help="instances-paged: how many instances are listed")
     ap.add_argument("--replica")
     ap.add_argument("--peer-replica")
@@ -992,6 +1038,10 @@ def main():
     ap.add_argument("--ignored", action="append", default=[], help="service-view: a path the preview says is ignored")
     ap.add_argument("--traced", action="append", default=[], help="service-view: a path the preview says is traced")
     ap.add_argument("--others", help="service-view: services, comma-separated, in the order listed")
+    ap.add_argument("--applied-uid", help="opamp: the uid of the agent that applied its configuration")
+    ap.add_argument("--failed-uid", help="opamp: the uid of the agent whose configuration failed")
+    ap.add_argument("--error", help="opamp: the failed agent's error message (also its health's last error)")
+    ap.add_argument("--unmatched", help="opamp: the group the view says no agent is in")
     ap.add_argument("--host")
     ap.add_argument("--ip", action="append", default=[])
     ap.add_argument("--language")
@@ -1017,7 +1067,7 @@ def main():
         driver = Driver(chromium, chromedriver, profile)
         scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse, "instances": run_instances,
                      "instances-paged": run_instances_paged, "replicas": run_replicas, "rollouts": run_rollouts,
-                     "service-view": run_service_view}
+                     "service-view": run_service_view, "opamp": run_opamp}
         chosen = run_held if a.held else scenarios[a.scenario] if a.scenario else run
         print(json.dumps(chosen(a, driver)), flush=True)
     except Failure as e:

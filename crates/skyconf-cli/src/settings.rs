@@ -176,6 +176,7 @@ pub(crate) struct AdminSecuritySection {
 pub(crate) struct TlsSection {
     pub(crate) grpc: TlsSettings,
     pub(crate) admin: TlsSettings,
+    pub(crate) opamp: TlsSettings,
 }
 
 /// The PEM files of one port.
@@ -368,7 +369,9 @@ fn own_section_keys(path: &str) -> Option<&'static [&'static str]> {
         "skyconf.security" => field_names::<SecuritySection>(),
         "skyconf.security.admin" => field_names::<AdminSecuritySection>(),
         "skyconf.security.tls" => field_names::<TlsSection>(),
-        "skyconf.security.tls.grpc" | "skyconf.security.tls.admin" => field_names::<TlsSettings>(),
+        "skyconf.security.tls.grpc" | "skyconf.security.tls.admin" | "skyconf.security.tls.opamp" => {
+            field_names::<TlsSettings>()
+        }
         "skyconf.limits" => field_names::<LimitsSection>(),
         _ => return None,
     })

@@ -7,6 +7,7 @@
 //!   WebSocket framing (a varint header, then the message).
 //! - [`uid`]: instance uids, 16 bytes or the older ULID/UUID text form.
 //! - [`config`]: remote configurations and their `config_hash`.
+//! - [`auth`]: [`Authorize`], the host's check of each request's credentials (401 when refused).
 //! - [`backend`]: **the seam** — the [`Backend`] trait a control plane implements: which
 //!   configuration an agent gets, when that may change, and what agents report.
 //! - [`memory`]: a plain in-memory [`Backend`] for tests and examples.
@@ -19,6 +20,7 @@
 //! See `docs/opamp.md` for the transports, the bounds and the seam, and
 //! `docs/opamp-long-poll.md` for the held-poll proposal.
 
+pub mod auth;
 pub mod backend;
 pub mod bits;
 pub mod codec;
@@ -38,6 +40,7 @@ pub mod wire {
     include!(concat!(env!("OUT_DIR"), "/opamp.proto.rs"));
 }
 
+pub use auth::{Authorize, Denied};
 pub use backend::{Agent, Backend, Changes, ConfigStatus, Description, Disconnect, Report, Transport, Unavailable};
 pub use bits::Capabilities;
 pub use config::{ConfigFile, ConfigHash, RemoteConfig};

@@ -19,6 +19,7 @@ use axum::routing::post;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Authorize;
 use crate::backend::{Backend, Disconnect, Transport};
 use crate::limits::Limits;
 use crate::session::{Answer, Protocol, Settings};
@@ -41,6 +42,8 @@ pub struct OpampConfig {
     /// How long an HTTP agent may stay silent before its session ends; a WebSocket silent for
     /// as long is closed.
     pub idle_timeout: Duration,
+    /// The host's check of every request's credentials ([`crate::auth`]); `None`: none.
+    pub authorize: Option<Arc<dyn Authorize>>,
 }
 
 impl Default for OpampConfig {
@@ -53,6 +56,7 @@ impl Default for OpampConfig {
             retry_after: Duration::from_secs(30),
             // Three missed heartbeats at the spec's default interval.
             idle_timeout: Duration::from_secs(90),
+            authorize: None,
         }
     }
 }
@@ -74,6 +78,8 @@ pub struct Stats {
     pub throttled: u64,
     /// Remote configurations sent by the server's initiative (held-poll answers, WebSocket pushes).
     pub pushes: u64,
+    /// Requests and WebSocket upgrades refused (401) by [`OpampConfig::authorize`].
+    pub unauthorized: u64,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +88,7 @@ pub(crate) struct Counters {
     pub(crate) bad_requests: AtomicU64,
     pub(crate) throttled: AtomicU64,
     pub(crate) pushes: AtomicU64,
+    pub(crate) unauthorized: AtomicU64,
 }
 
 impl Counters {
@@ -138,11 +145,18 @@ impl Opamp {
         &self.inner.config
     }
 
-    /// Both transports on [`OpampConfig::path`].
+    /// Both transports on [`OpampConfig::path`], behind [`OpampConfig::authorize`] when set.
     pub fn router(&self) -> Router {
-        Router::new()
+        let routes = Router::new()
             .route(&self.inner.config.path, post(crate::http::post).get(crate::ws::upgrade))
-            .with_state(self.clone())
+            .with_state(self.clone());
+        match &self.inner.config.authorize {
+            None => routes,
+            Some(check) => routes.route_layer(axum::middleware::from_fn_with_state(
+                (self.clone(), Arc::clone(check)),
+                crate::auth::check,
+            )),
+        }
     }
 
     /// Answers one message as the plain HTTP transport does, without I/O (no hold). For hosts
@@ -164,6 +178,7 @@ impl Opamp {
             bad_requests: c.bad_requests.load(Ordering::Relaxed),
             throttled: c.throttled.load(Ordering::Relaxed),
             pushes: c.pushes.load(Ordering::Relaxed),
+            unauthorized: c.unauthorized.load(Ordering::Relaxed),
         }
     }
 

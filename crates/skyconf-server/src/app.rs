@@ -38,6 +38,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     // Certificates and keys are checked before anything else: no port opens with half its security.
     let grpc_tls = config.security.grpc_tls.as_ref().map(security::tls::grpc_config).transpose()?;
     let admin_tls = config.security.admin_tls.as_ref().map(|f| security::tls::server_config(f, "admin")).transpose()?;
+    let opamp_tls = config.security.opamp_tls.as_ref().map(|f| security::tls::server_config(f, "OpAMP")).transpose()?;
     let upstreams = match &config.gateway {
         Some(gateway) => {
             let client_tls = gateway.tls.as_ref().map(security::tls::upstream_client_config).transpose()?;
@@ -121,6 +122,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let source = Arc::new(source);
     let replicas =
         Arc::new(fleet::replicas::Replicas::new(config.replicas.clone(), source.shared_records(), admin_addr));
+    let opamp_records = source.shared_records();
     let (watched, keys, stop) = (Arc::clone(&source), config.keys.clone(), shutdown.clone());
     tasks.spawn(async move {
         watched.run(keys, updates_tx, stop).await;
@@ -292,13 +294,33 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_rollouts(Arc::clone(&rollouts))
         .with_options(config.admin);
     let opamp = match config.opamp_addr {
-        Some(addr) => Some(crate::opamp::start(addr, &served, &mut tasks, &shutdown).await?),
+        Some(addr) => {
+            let security = crate::opamp::PortSecurity {
+                token: config.security.agent_token.clone(),
+                tls: opamp_tls,
+                handshake_timeout: connections.handshake_timeout,
+            };
+            Some(crate::opamp::start(addr, &served, security, &mut tasks, &shutdown).await?)
+        }
         None => None,
     };
     if let Some(port) = &opamp {
         admin = admin.with_opamp(Arc::clone(&port.fleet));
         opamp_gauge.count(&port.fleet, &port.opamp);
     }
+    // Every replica reads the others' OpAMP agents; those with the port publish theirs.
+    let opamp_peers = Arc::new(crate::opamp::replicas::OpampReplicas::new(
+        replicas.id(),
+        opamp_records,
+        config.replicas.publish_every,
+    ));
+    admin = admin.with_opamp_peers(Arc::clone(&opamp_peers));
+    let publishing =
+        opamp_peers.run(opamp.as_ref().map(|port| Arc::clone(&port.fleet)), Arc::clone(&served), shutdown.clone());
+    tasks.spawn(async move {
+        publishing.await;
+        Ok(())
+    });
     let (driven, stop) = (admin.publisher().clone(), shutdown.clone());
     tasks.spawn(async move {
         rollouts.run(driven, stop).await;

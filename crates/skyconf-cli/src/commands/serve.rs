@@ -220,8 +220,8 @@ fn gateway(args: GatewayArgs, own: GatewaySection) -> anyhow::Result<Option<Gate
 #[derive(Debug, clap::Args)]
 struct SecurityArgs {
     /// The token agents must send as gRPC metadata `Authentication` (the OAP's
-    /// `SW_AUTHENTICATION`); calls without it end with PERMISSION_DENIED, as on the OAP. Off
-    /// when empty.
+    /// `SW_AUTHENTICATION`); calls without it end with PERMISSION_DENIED, as on the OAP. OpAMP
+    /// clients send it as `Authorization: Bearer <token>` (401 without it). Off when empty.
     #[arg(long, env = "SKYCONF_AGENT_TOKEN", hide_env_values = true)]
     agent_token: Option<Secret>,
     /// The token OAPs must send to skyconf's DCS service. A stock OAP sends none: setting this
@@ -273,6 +273,18 @@ struct SecurityArgs {
     /// `require` a client certificate (default) or only `request` one.
     #[arg(long, env = "SKYCONF_ADMIN_TLS_CLIENT_AUTH")]
     admin_tls_client_auth: Option<ClientAuth>,
+    /// PEM certificate chain for TLS on the OpAMP port (--opamp-addr).
+    #[arg(long, env = "SKYCONF_OPAMP_TLS_CERT")]
+    opamp_tls_cert: Option<PathBuf>,
+    /// PEM private key of --opamp-tls-cert.
+    #[arg(long, env = "SKYCONF_OPAMP_TLS_KEY")]
+    opamp_tls_key: Option<PathBuf>,
+    /// PEM CA bundle: clients of the OpAMP port must present a certificate it signed.
+    #[arg(long, env = "SKYCONF_OPAMP_TLS_CLIENT_CA")]
+    opamp_tls_client_ca: Option<PathBuf>,
+    /// `require` a client certificate (default) or only `request` one.
+    #[arg(long, env = "SKYCONF_OPAMP_TLS_CLIENT_AUTH")]
+    opamp_tls_client_auth: Option<ClientAuth>,
 }
 
 /// Flags over the config file, field by field.
@@ -324,6 +336,13 @@ fn security(
         args.admin_tls_client_ca,
         args.admin_tls_client_auth,
     );
+    overlay(
+        &mut tls.opamp,
+        args.opamp_tls_cert,
+        args.opamp_tls_key,
+        args.opamp_tls_client_ca,
+        args.opamp_tls_client_auth,
+    );
     Ok(SecurityConfig {
         agent_token,
         dcs_token,
@@ -331,6 +350,7 @@ fn security(
         metrics_open: args.metrics_open || own.admin.metrics_open,
         grpc_tls: tls.grpc.resolve("grpc")?,
         admin_tls: tls.admin.resolve("admin")?,
+        opamp_tls: tls.opamp.resolve("opamp")?,
         grpc_limits: limits.resolve(),
         connections: limits.connections(),
         allowed_hosts: AllowedHosts {
@@ -385,6 +405,10 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         None => Discovery::default(),
     };
     let security = security(args.security, own.security.clone(), &own.limits, file_config.as_ref())?;
+    let opamp_addr = args.opamp_addr.or(own.opamp.addr);
+    if security.opamp_tls.is_some() && opamp_addr.is_none() {
+        bail!("--opamp-tls-* settings apply to the OpAMP port: give --opamp-addr too");
+    }
     let gateway = gateway(args.gateway, own.gateway.clone())?;
     let hold = hold(&args.hold, &own.hold_polls);
     let defaults = ServeConfig::default();
@@ -425,7 +449,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
                 .unwrap_or(defaults.reset_guard.grace),
         },
         gateway,
-        opamp_addr: args.opamp_addr.or(own.opamp.addr),
+        opamp_addr,
         replicas: skyconf_server::ReplicaOptions {
             name: args
                 .replica_name

@@ -8,6 +8,10 @@
  * parse), reports APPLIED or FAILED with the configuration's hash, and prints one JSON line per
  * event on stdout. With HOLD_SECONDS it sends `OpAMP-Hold: HOLD_SECONDS` on every request and
  * waits for response headers longer than that. It shuts down when stdin closes.
+ *
+ * Over TLS and with a token when the environment says so: OPAMP_TOKEN (sent as
+ * `Authorization: Bearer`), OPAMP_CA (the CA bundle the server's certificate must chain to), and
+ * OPAMP_CLIENT_CERT with OPAMP_CLIENT_KEY (a client certificate), all PEM file paths.
  */
 'use strict';
 
@@ -70,8 +74,21 @@ const options = {
         }
     },
 };
+const {readFileSync} = require('fs');
+const env = process.env;
+options.headers = {};
+if (env.OPAMP_TOKEN) {
+    options.headers['Authorization'] = `Bearer ${env.OPAMP_TOKEN}`;
+}
+if (env.OPAMP_CA) {
+    options.connect = {ca: readFileSync(env.OPAMP_CA)};
+    if (env.OPAMP_CLIENT_CERT) {
+        options.connect.cert = readFileSync(env.OPAMP_CLIENT_CERT);
+        options.connect.key = readFileSync(env.OPAMP_CLIENT_KEY);
+    }
+}
 if (hold) {
-    options.headers = {'OpAMP-Hold': hold};
+    options.headers['OpAMP-Hold'] = hold;
     // The client's side of the promise: it waits longer than the hold.
     options.headersTimeout = (Number(hold) + 10) * 1000;
     options.bodyTimeout = (Number(hold) + 10) * 1000;

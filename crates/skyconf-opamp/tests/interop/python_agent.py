@@ -7,7 +7,13 @@ default capabilities), applies every remote configuration it receives the way an
 distro would (the client parses application/json files and refuses other content types),
 reports APPLIED or FAILED with the configuration's hash and its effective configuration, and
 prints one JSON line per event on stdout. It stops (sending AgentDisconnect) when stdin closes.
+
+Over TLS and with a token when the environment says so: OPAMP_TOKEN (sent as
+`Authorization: Bearer`), OPAMP_CA (the CA bundle the server's certificate must chain to), and
+OPAMP_CLIENT_CERT with OPAMP_CLIENT_KEY (a client certificate).
 """
+
+import os
 
 import json
 import sys
@@ -62,8 +68,18 @@ class Callbacks(OpAMPCallbacks):
 
 def main():
     url, service, interval = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    env = os.environ.get
+    tls = {}
+    if env("OPAMP_CA"):
+        tls["tls_certificate"] = env("OPAMP_CA")
+    if env("OPAMP_CLIENT_CERT"):
+        tls["tls_client_certificate"] = env("OPAMP_CLIENT_CERT")
+        tls["tls_client_key"] = env("OPAMP_CLIENT_KEY")
+    headers = {"Authorization": "Bearer " + env("OPAMP_TOKEN")} if env("OPAMP_TOKEN") else None
     client = OpAMPClient(
         endpoint=url,
+        headers=headers,
+        **tls,
         agent_identifying_attributes={"service.name": service},
         agent_non_identifying_attributes={"host.name": "interop-host"},
     )

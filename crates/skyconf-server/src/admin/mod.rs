@@ -92,6 +92,8 @@ pub struct Admin {
     rollouts: Option<Arc<crate::rollout::Rollouts>>,
     /// The OpAMP port's agents, when it runs.
     opamp: Option<Arc<crate::opamp::OpampFleet>>,
+    /// The other replicas' OpAMP agents.
+    opamp_peers: Option<Arc<crate::opamp::replicas::OpampReplicas>>,
 }
 
 impl fmt::Debug for Admin {
@@ -125,6 +127,7 @@ impl Admin {
             replicas: None,
             rollouts: None,
             opamp: None,
+            opamp_peers: None,
         }
     }
 

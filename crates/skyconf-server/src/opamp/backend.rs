@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 use skyconf_core::opamp::OpampSection;
 use skyconf_opamp::backend::ApplyStatus;
 use skyconf_opamp::wire::{self, any_value::Value};
@@ -66,7 +68,7 @@ struct Row {
 }
 
 /// The agent's health (`ComponentHealth`, without its components).
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct HealthView {
     /// Whether it says it is healthy.
     pub healthy: bool,
@@ -77,10 +79,11 @@ pub struct HealthView {
 }
 
 /// The `RemoteConfigStatus` an agent last reported.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ConfigStatusView {
     /// `applied`, `applying`, `failed` or `unset`.
-    pub status: &'static str,
+    #[schema(value_type = String)]
+    pub status: Cow<'static, str>,
     /// The `config_hash` it reports about, hex.
     pub config_hash: String,
     /// Why it failed, if it did.
@@ -88,7 +91,7 @@ pub struct ConfigStatusView {
 }
 
 /// One description attribute.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct AttributeView {
     /// Its key (`service.name`, `host.name`, …).
     pub key: String,
@@ -99,12 +102,13 @@ pub struct AttributeView {
 }
 
 /// One row of `GET /api/v1/opamp/agents`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct OpampAgentRow {
     /// Its instance uid, hex (16 bytes).
     pub uid: String,
     /// `http` or `websocket`.
-    pub transport: &'static str,
+    #[schema(value_type = String)]
+    pub transport: Cow<'static, str>,
     /// Its description, identifying attributes first.
     pub attributes: Vec<AttributeView>,
     /// Its health, if it reports it.
@@ -167,10 +171,10 @@ impl OpampFleet {
                 let current = matches!((&row.status, &offered_hash), (Some(s), Some(h)) if s.config_hash == *h);
                 OpampAgentRow {
                     uid: hex(uid.as_bytes()),
-                    transport: match row.transport {
+                    transport: Cow::Borrowed(match row.transport {
                         Transport::Http => "http",
                         Transport::WebSocket => "websocket",
-                    },
+                    }),
                     attributes: attributes(&row.description),
                     health: row.health,
                     remote_config_status: row.status,
@@ -191,7 +195,7 @@ impl OpampFleet {
     pub fn counts(&self) -> [(&'static str, u64); 5] {
         let mut counts = [("none", 0), ("unset", 0), ("applying", 0), ("applied", 0), ("failed", 0)];
         for row in self.rows().values() {
-            let status = row.status.as_ref().map_or("none", |s| s.status);
+            let status = row.status.as_ref().map_or("none", |s| &*s.status);
             if let Some(slot) = counts.iter_mut().find(|(name, _)| *name == status) {
                 slot.1 += 1;
             }
@@ -295,7 +299,7 @@ impl Backend for OpampFleet {
 
 fn view(status: &ConfigStatus) -> ConfigStatusView {
     ConfigStatusView {
-        status: status_name(status.status),
+        status: Cow::Borrowed(status_name(status.status)),
         config_hash: status.hash.to_string(),
         error_message: status.error_message.clone(),
     }

@@ -1,6 +1,7 @@
 //! The OpAMP port's gauges: `skyconf_opamp_agents{status}`, live OpAMP agents by the status of
 //! the remote configuration they last reported, counted as `GET /api/v1/opamp/agents` lists
-//! them; `skyconf_opamp_held_polls` and `skyconf_opamp_websockets`. Registered with every
+//! them; `skyconf_opamp_held_polls` and `skyconf_opamp_websockets`; the counter
+//! `skyconf_opamp_unauthorized_total` of requests refused for their token. Registered with every
 //! server's metrics; they say nothing until the OpAMP port runs.
 
 use std::sync::Arc;
@@ -49,6 +50,14 @@ impl Collector for OpampGauge {
         ] {
             encoder.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&(value as u64))?;
         }
+        encoder
+            .encode_descriptor(
+                "skyconf_opamp_unauthorized",
+                "OpAMP requests and WebSocket upgrades refused (401) for a missing or wrong agent token",
+                None,
+                MetricType::Counter,
+            )?
+            .encode_counter::<prometheus_client::encoding::NoLabelSet, _, u64>(&stats.unauthorized, None)?;
         Ok(())
     }
 }

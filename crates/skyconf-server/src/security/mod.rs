@@ -41,7 +41,8 @@ pub use tls::{ClientAuth, ClientCerts, TlsFiles};
 #[derive(Debug, Clone, Default)]
 pub struct SecurityConfig {
     /// The token agents must send as gRPC metadata `Authentication` to the CDS service (the
-    /// OAP's `receiver-sharing-server.default.authentication`); `None`: not checked.
+    /// OAP's `receiver-sharing-server.default.authentication`); `None`: not checked. The OpAMP
+    /// port checks it too ([`crate::opamp::security`]).
     pub agent_token: Option<Secret>,
     /// The token OAPs must send to the DCS service. A stock OAP's DCS client sends no metadata,
     /// so setting this locks stock OAPs out; for DCS clients that can send it.
@@ -54,6 +55,8 @@ pub struct SecurityConfig {
     pub grpc_tls: Option<TlsFiles>,
     /// TLS on the admin port.
     pub admin_tls: Option<TlsFiles>,
+    /// TLS on the OpAMP port (`--opamp-addr`).
+    pub opamp_tls: Option<TlsFiles>,
     /// HTTP/2 limits of the gRPC port.
     pub grpc_limits: GrpcLimits,
     /// Connection caps and the handshake deadline of both ports.

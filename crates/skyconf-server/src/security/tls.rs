@@ -1,4 +1,4 @@
-//! TLS for both ports, from PEM files: a certificate chain and its key, and optionally a CA
+//! TLS for every port (gRPC, admin, OpAMP), from PEM files: a certificate chain and its key, and optionally a CA
 //! bundle that client certificates must chain to (required, or only requested).
 //!
 //! rustls with the *ring* provider throughout: no OpenSSL, no aws-lc-sys. Both ports complete
@@ -101,10 +101,14 @@ fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, Securi
         .map_err(|e| SecurityError::Pem { path: path.to_owned(), message: format!("no usable private key: {e}") })
 }
 
-/// The rustls configuration of one port (`what`: `gRPC` or `admin`, for errors), offering
-/// HTTP/2 and HTTP/1.1 by ALPN.
+/// The rustls configuration of one port (`what`: `gRPC`, `admin` or `OpAMP`, for errors),
+/// offering HTTP/2 and HTTP/1.1 by ALPN.
 pub fn server_config(files: &TlsFiles, what: &'static str) -> Result<Arc<ServerConfig>, SecurityError> {
-    let what = if what == "gRPC" { "the gRPC port" } else { "the admin port" };
+    let what = match what {
+        "gRPC" => "the gRPC port",
+        "OpAMP" => "the OpAMP port",
+        _ => "the admin port",
+    };
     let tls_error = |message: String| SecurityError::Tls { what, message };
     let chain = certificates(&files.cert, &read(&files.cert)?)?;
     let key = private_key(&files.key, &read(&files.key)?)?;
@@ -205,9 +209,19 @@ impl TlsListener {
     /// Accepts on `acceptor`, handshaking with `config`; then the first request must arrive
     /// within `opening_timeout` ([`super::connections`]).
     pub fn new(acceptor: Acceptor, config: Arc<ServerConfig>, opening_timeout: Duration) -> io::Result<Self> {
+        Self::for_port(acceptor, config, opening_timeout, "admin")
+    }
+
+    /// [`Self::new`] for the HTTP port `port` (named in logs).
+    pub fn for_port(
+        acceptor: Acceptor,
+        config: Arc<ServerConfig>,
+        opening_timeout: Duration,
+        port: &'static str,
+    ) -> io::Result<Self> {
         let local_addr = acceptor.listener().local_addr()?;
         let (accepted, accepting) =
-            handshakes(acceptor, config, Opening::Http1OrHttp2, opening_timeout, |tcp| tcp, "admin");
+            handshakes(acceptor, config, Opening::Http1OrHttp2, opening_timeout, |tcp| tcp, port);
         Ok(Self { accepted, local_addr, accepting })
     }
 }

@@ -20,6 +20,8 @@ mod held;
 mod metrics;
 mod nacos;
 mod opamp;
+mod opamp_replicas;
+mod opamp_security;
 mod replicas;
 mod rollout_prometheus;
 mod rollout_replicas;

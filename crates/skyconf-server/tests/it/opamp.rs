@@ -24,37 +24,37 @@ use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{AdminClient, Server, eventually_async, loopback};
 
 /// A document whose `opamp:` group `svc` gives agents of `service` one JSON file.
-fn document(service: &str, sampling: &str, rate: u32) -> String {
+pub(crate) fn document(service: &str, sampling: &str, rate: u32) -> String {
     format!(
         "configurations:\n  checkout:\n    agent.sample_n_per_3_secs: {rate}\nopamp:\n  - group: svc\n    match:\n      service.name: {service}\n    files:\n      {sampling}\n  - group: others\n    match:\n      service.name: other-*\n    files: {{}}\n"
     )
 }
 
-fn json_file(ratio: &str) -> String {
+pub(crate) fn json_file(ratio: &str) -> String {
     format!("sampling.json:\n        body: '{{\"ratio\": {ratio}}}'")
 }
 
-fn config() -> ServeConfig {
+pub(crate) fn config() -> ServeConfig {
     ServeConfig { opamp_addr: Some("127.0.0.1:0".parse().unwrap()), ..loopback() }
 }
 
-fn url(server: &Server) -> String {
+pub(crate) fn url(server: &Server) -> String {
     format!("http://{}/v1/opamp", server.opamp_addr.expect("the OpAMP port runs"))
 }
 
-async fn put(admin: &AdminClient, document: &str) {
+pub(crate) async fn put(admin: &AdminClient, document: &str) {
     let reply = admin.send("PUT", "/api/v1/configurations", &[("content-type", "application/yaml")], document).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
 
-async fn agents(admin: &AdminClient) -> Vec<Value> {
+pub(crate) async fn agents(admin: &AdminClient) -> Vec<Value> {
     let listing = admin.get_json("/api/v1/opamp/agents").await;
     assert_eq!(listing["enabled"], true);
     listing["agents"].as_array().unwrap().clone()
 }
 
 /// Waits until the listing's row of `uid` satisfies `done`, and returns it.
-async fn row(admin: &AdminClient, uid: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn row(admin: &AdminClient, uid: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
     let mut found = Value::Null;
     eventually_async(what, async || {
         found = agents(admin).await.into_iter().find(|a| a["uid"] == uid).unwrap_or(Value::Null);
@@ -111,7 +111,7 @@ async fn post(http: &reqwest::Client, url: &str, msg: &wire::AgentToServer) -> w
     wire::ServerToAgent::decode(body).unwrap()
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -278,18 +278,18 @@ async fn without_an_opamp_addr_there_is_no_port_and_the_listing_says_so_and_is_d
     let server = Server::start(FileSource::new(&path), loopback()).await;
     assert!(server.opamp_addr.is_none());
     let listing = server.admin().get_json("/api/v1/opamp/agents").await;
-    assert_eq!(listing, serde_json::json!({"enabled": false, "agents": []}));
+    assert_eq!((&listing["enabled"], &listing["agents"]), (&serde_json::json!(false), &serde_json::json!([])));
     let openapi = server.admin().get_json("/api/v1/openapi.json").await;
     assert!(openapi["paths"]["/api/v1/opamp/agents"]["get"].is_object(), "the route is described");
     server.stop().await.unwrap();
 }
 
-fn interop_dir() -> PathBuf {
+pub(crate) fn interop_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../skyconf-opamp/tests/interop")
 }
 
 /// The PyPI client's Python, or `None` (with a message; a failure when required).
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     let program = interop_dir().join(".venv/bin/python");
     let runs = std::process::Command::new(&program)
         .args(["-c", "import opentelemetry._opamp.agent"])
@@ -359,4 +359,49 @@ async fn the_pypi_client_applies_its_group_gets_a_document_change_and_its_failur
     assert!(status.success());
     eventually_async("the row ends with the session", async || agents(&admin).await.is_empty()).await;
     server.stop().await.unwrap();
+}
+
+/// An agent written here that reports everything the fleet view shows: over plain HTTP to
+/// `url`, agent `uid` of `service` (on host `host`) takes its remote configuration, then reports
+/// its health, its effective configuration (when it applied) and `status` about that
+/// configuration (`error` as the failure's message and the health's last error). Its session
+/// stays until it expires or the server stops.
+pub(crate) async fn reporting_agent(
+    url: &str,
+    uid: [u8; 16],
+    service: &str,
+    host: &str,
+    status: wire::RemoteConfigStatuses,
+    error: &str,
+) {
+    let http = reqwest::Client::builder().no_gzip().build().unwrap();
+    let attribute = |key: &str, value: &str| wire::KeyValue {
+        key: key.into(),
+        value: Some(wire::AnyValue { value: Some(AnyValue::StringValue(value.into())) }),
+    };
+    let mut hello = message(1, None);
+    hello.instance_uid = Bytes::copy_from_slice(&uid);
+    hello.capabilities |= bits::agent::REPORTS_EFFECTIVE_CONFIG;
+    hello.agent_description = Some(wire::AgentDescription {
+        identifying_attributes: vec![attribute("service.name", service)],
+        non_identifying_attributes: vec![attribute("host.name", host)],
+    });
+    let offered = post(&http, url, &hello).await.remote_config.expect("its group's files");
+    let applied = status == wire::RemoteConfigStatuses::Applied;
+    let mut report = with_status(message(2, None), &offered.config_hash, status);
+    report.instance_uid = Bytes::copy_from_slice(&uid);
+    report.capabilities = hello.capabilities;
+    if let Some(remote) = &mut report.remote_config_status {
+        remote.error_message = error.to_owned();
+    }
+    report.health = Some(wire::ComponentHealth {
+        healthy: applied,
+        last_error: error.to_owned(),
+        status: if applied { "running".into() } else { "degraded".into() },
+        ..Default::default()
+    });
+    if applied {
+        report.effective_config = Some(wire::EffectiveConfig { config_map: offered.config });
+    }
+    post(&http, url, &report).await;
 }

@@ -25,11 +25,11 @@ const GOOD: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n
 
 /// A CA, a server certificate for localhost and 127.0.0.1, a client certificate it signed, and
 /// one from a CA the server does not trust.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca_pem: String,
-    client: (String, String),
-    stranger: (String, String),
+pub(crate) struct Pki {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) ca_pem: String,
+    pub(crate) client: (String, String),
+    pub(crate) stranger: (String, String),
 }
 
 fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
@@ -54,7 +54,7 @@ fn leaf(
 }
 
 impl Pki {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let authority = ca("skyconf test CA");
         let (server_cert, server_key) =
@@ -67,11 +67,11 @@ impl Pki {
         Self { ca_pem: authority.pem(), dir, client, stranger }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    fn files(&self, client_auth: Option<ClientAuth>) -> TlsFiles {
+    pub(crate) fn files(&self, client_auth: Option<ClientAuth>) -> TlsFiles {
         TlsFiles {
             cert: self.path("server.pem"),
             key: self.path("server.key"),

@@ -726,3 +726,46 @@ async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
     agent.handle.stop().await;
     running.stop().await.unwrap();
 }
+
+/// The OpAMP view: two OpenTelemetry agents of the OpAMP port, one that applied its group's files
+/// and reports itself healthy with its effective configuration, one whose configuration failed
+/// and that reports itself unhealthy; the page shows their description, group, status, error and
+/// effective configuration, names the group no agent is in, filters them, and opens from the
+/// header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
+    use skyconf_opamp::wire::RemoteConfigStatuses;
+    if !browser_available() {
+        return;
+    }
+    let document = crate::opamp::document("checkout", &crate::opamp::json_file("0.5"), 10);
+    let (_dir, path) = temp_file("agents.yaml", &document);
+    let running = Server::start(FileSource::new(&path), crate::opamp::config()).await;
+    let url = crate::opamp::url(&running);
+    let (applied, failed) = ([0xa1; 16], [0xf0; 16]);
+    crate::opamp::reporting_agent(&url, applied, "checkout", "node-1", RemoteConfigStatuses::Applied, "").await;
+    crate::opamp::reporting_agent(&url, failed, "checkout", "node-2", RemoteConfigStatuses::Failed, "bad ratio").await;
+    let (applied, failed) = (crate::opamp::hex(&applied), crate::opamp::hex(&failed));
+    let out = page_test(
+        &running,
+        strings(&[
+            "--scenario",
+            "opamp",
+            "--applied-uid",
+            &applied,
+            "--failed-uid",
+            &failed,
+            "--group",
+            "svc",
+            "--error",
+            "bad ratio",
+            "--host",
+            "node-1",
+            "--unmatched",
+            "others",
+        ]),
+    )
+    .await;
+    assert!(out.contains("bad ratio"), "{out}");
+    running.stop().await.unwrap();
+}

@@ -1,0 +1,99 @@
+//! OpAMP agents across replicas on a real etcd: an agent of replica A's OpAMP port is listed by
+//! replica B's `GET /api/v1/opamp/agents` (B serves no OpAMP itself) labelled with A and the time
+//! of A's summary, with what it reported, and the groups no agent is in are those it is not in;
+//! when A stops, its record goes with it. The summaries are published every 100 ms here (10 s by default).
+
+use std::time::Duration;
+
+use serde_json::Value;
+use skyconf_opamp::wire::RemoteConfigStatuses;
+use skyconf_server::reload::Guard;
+use skyconf_server::{ReplicaOptions, ServeConfig};
+use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
+use skyconf_testkit::server::{AdminClient, Server, eventually_async, loopback};
+use skyconf_testkit::servers::etcd::EtcdServer;
+
+use crate::opamp::{document, hex, json_file, reporting_agent};
+
+fn replica(name: &str, opamp: bool) -> ServeConfig {
+    ServeConfig {
+        require_initial_load: false,
+        reset_guard: Guard::OFF,
+        replicas: ReplicaOptions {
+            name: Some(name.to_owned()),
+            publish_every: Duration::from_millis(100),
+            advertise_admin: None,
+        },
+        opamp_addr: opamp.then(|| "127.0.0.1:0".parse().unwrap()),
+        ..loopback()
+    }
+}
+
+async fn listed(admin: &AdminClient) -> Value {
+    admin.get_json("/api/v1/opamp/agents").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opamp_agent_of_one_replica_is_listed_by_the_other_until_it_leaves() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let text = document("checkout", &json_file("0.5"), 10);
+    etcd.admin().await.put("/skywalking/configuration-discovery.default.agentConfigurations", text.as_str()).await;
+    let source = || EtcdSource::new(EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() }).unwrap();
+    let a = Server::start(source(), replica("replica-a", true)).await;
+    let b = Server::start(source(), replica("replica-b", false)).await;
+    let url = format!("http://{}/v1/opamp", a.opamp_addr.unwrap());
+    eventually_async("A serves the document", async || a.served.snapshot().ready()).await;
+
+    eventually_async("B says no agent is in either group yet", async || {
+        listed(&b.admin()).await["unmatched_groups"] == serde_json::json!(["svc", "others"])
+    })
+    .await;
+    let uid = [0x5a; 16];
+    reporting_agent(&url, uid, "checkout", "node-1", RemoteConfigStatuses::Applied, "").await;
+    let admin_b = b.admin();
+    let mut row = Value::Null;
+    eventually_async("B lists A's OpAMP agent, labelled with A", async || {
+        let body = listed(&admin_b).await;
+        row = body["agents"].as_array().and_then(|a| a.first()).cloned().unwrap_or(Value::Null);
+        body["replica"] == "replica-b" && row["replica"] == "replica-a"
+    })
+    .await;
+    let body = listed(&admin_b).await;
+    assert_eq!(body["enabled"], false, "B serves no OpAMP itself");
+    assert_eq!(body["unmatched_groups"], serde_json::json!(["others"]), "svc has A's agent: {body}");
+    assert_eq!(body["agents"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(row["uid"], hex(&uid));
+    assert!(row["as_of_ms"].is_u64(), "{row}");
+    assert_eq!(row["group"], "svc");
+    assert_eq!(row["remote_config_status"]["status"], "applied");
+    assert_eq!(row["current"], true);
+    assert_eq!(row["health"]["healthy"], true);
+    assert!(row["effective_config_hash"].is_string());
+
+    // A lists it too, as its own (live, no as_of_ms).
+    let own = listed(&a.admin()).await;
+    assert_eq!((&own["agents"][0]["replica"], &own["agents"][0]["as_of_ms"]), (&"replica-a".into(), &Value::Null));
+
+    // A second agent whose configuration failed: B shows the failure.
+    let failed = [0x5b; 16];
+    reporting_agent(&url, failed, "checkout", "node-2", RemoteConfigStatuses::Failed, "bad ratio").await;
+    eventually_async("B lists the failure", async || {
+        let body = listed(&admin_b).await;
+        body["agents"].as_array().is_some_and(|rows| {
+            rows.iter().any(|r| {
+                r["uid"] == hex(&failed)
+                    && r["remote_config_status"]["status"] == "failed"
+                    && r["remote_config_status"]["error_message"] == "bad ratio"
+            })
+        })
+    })
+    .await;
+
+    // A stops: its record goes, and B lists nothing.
+    a.stop().await.unwrap();
+    eventually_async("B's listing empties with A", async || {
+        listed(&admin_b).await["agents"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    b.stop().await.unwrap();
+}
