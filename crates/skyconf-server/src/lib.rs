@@ -7,6 +7,7 @@
 //! serves the persisted last good copy, and with nothing at all it answers "no change".
 
 pub mod admin;
+pub mod agent_port;
 mod app;
 pub mod cds;
 mod chunked_text;
