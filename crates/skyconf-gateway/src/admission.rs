@@ -13,8 +13,8 @@
 //! `max_connections_per_upstream`) and the call waits in its OAP's [`Queue`]: at most
 //! `max_queued_calls` calls, each for at most `queue_wait`, after which it ends with
 //! DEADLINE_EXCEEDED, as a call whose deadline passes while it waits for the OAP does. A call
-//! whose own `grpc-timeout` is shorter is ended by that first (tonic's server applies it to the
-//! whole call). A full queue ends a call at once, with DEADLINE_EXCEEDED too: the status a
+//! whose own `grpc-timeout` is shorter is ended by that first (the server's agent port applies
+//! it to the whole call). A full queue ends a call at once, with DEADLINE_EXCEEDED too: the status a
 //! client sees when its call cannot start in time, and not one that makes a Java agent drop its
 //! channel (RESOURCE_EXHAUSTED would: a reconnect storm of every agent while the OAP is busy).
 //!

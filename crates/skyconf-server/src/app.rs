@@ -200,7 +200,8 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_sources(sources, edge_metrics.clone())
         .with_drain(drain.clone())
         .with_slots(agent_slots(upstreams.is_some()));
-    let mut grpc = limits.apply(tonic::transport::Server::builder(), upstreams.is_some(), &edge_metrics, &drain);
+    let first_message = limits.layer(upstreams.is_some(), &edge_metrics, &drain);
+    let http2 = crate::agent_port::http2::builder(&limits);
     let mut routes = tonic::service::Routes::builder();
     add_some(&mut routes, cds);
     add_some(&mut routes, cds_guarded);
@@ -221,10 +222,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     }
     let stop = shutdown.clone();
     tasks.spawn(async move {
-        let router = grpc.add_routes(routes.prepare());
-        // TLS is terminated here, not by tonic: the preface deadline then counts bytes above TLS.
+        let routes = tower::Layer::layer(&first_message, routes.prepare());
+        // TLS is terminated here, not by hyper: the preface deadline then counts bytes above TLS.
         let timeout = connections.handshake_timeout;
-        // The connections see the shutdown begin before tonic asks them to finish.
+        // The connections see the shutdown begin before they are asked to finish.
         let signal = {
             let (stop, drain) = (stop.clone(), drain.clone());
             async move {
@@ -236,25 +237,25 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
             match grpc_tls {
                 Some(tls) => {
                     let incoming = limits.incoming_tls(grpc_acceptor, tls, timeout);
-                    router.serve_with_incoming_shutdown(incoming, signal).await
+                    crate::agent_port::serve(incoming, routes, http2, signal).await;
                 }
                 None => {
                     let incoming = limits.incoming(grpc_acceptor, timeout);
-                    router.serve_with_incoming_shutdown(incoming, signal).await
+                    crate::agent_port::serve(incoming, routes, http2, signal).await;
                 }
             }
         };
-        // tonic waits for every connection to end, and each one ends within its bound
+        // The port waits for every connection to end, and each one ends within its bound
         // (security::drain); this guards against one that is never polled again.
         let backstop = async {
             stop.cancelled().await;
             tokio::time::sleep(SHUTDOWN_DRAIN + security::drain::SHUTDOWN_GRACE).await;
             tracing::warn!(drain = ?SHUTDOWN_DRAIN, "Connections were still open after the shutdown drain; leaving them.");
         };
-        let served = tokio::select! {
-            served = serving => served.map_err(ServerError::Grpc),
-            () = backstop => Ok(()),
-        };
+        tokio::select! {
+            () = serving => {}
+            () = backstop => {}
+        }
         // The last connections closed drain their sockets (security::drain::linger).
         drain.closed(security::drain::DRAIN_MAX + Duration::from_millis(100)).await;
         if drain.cut() > 0 {
@@ -264,7 +265,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
                 "Closed the connections still open after the grace with nothing left to answer (peers that did not acknowledge the shutdown), or at the drain; their sockets were drained first."
             );
         }
-        served
+        Ok(())
     });
 
     // Rollouts resume before the admin port opens: a restart mid-rollout serves its waves at once.

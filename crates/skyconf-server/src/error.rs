@@ -40,10 +40,6 @@ pub enum ServerError {
         /// `source()`, which would print it twice in a chain.
         cause: std::io::Error,
     },
-    /// The gRPC server failed. tonic's error says only "transport error": its cause is in the
-    /// `source()` chain, which is therefore not repeated in this message.
-    #[error("gRPC server")]
-    Grpc(#[from] tonic::transport::Error),
     /// The admin server failed.
     #[error("admin server: {0}")]
     Admin(std::io::Error),

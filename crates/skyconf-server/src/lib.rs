@@ -21,6 +21,7 @@
 //!   per-connection state), and [`gateway`] (the gateway crate's settings).
 
 pub mod admin;
+pub mod agent_port;
 mod app;
 pub mod cds;
 mod chunked_text;

@@ -85,27 +85,15 @@ impl Default for GrpcLimits {
 }
 
 impl GrpcLimits {
-    /// `server` with the HTTP/2 limits, the request message deadline and the bounds on calls
-    /// waiting for their message, refusals counted in `metrics` (on the calls answered here only,
-    /// when `forwarding`: a forwarded stream's messages come when the agent has them). Every call
-    /// is counted open on its connection until its answer ends, and a call still waiting for its
-    /// message is answered when `drain`'s shutdown begins ([`super::drain`]).
-    pub fn apply<L>(
-        &self,
-        server: tonic::transport::Server<L>,
-        forwarding: bool,
-        metrics: &EdgeMetrics,
-        drain: &Drain,
-    ) -> tonic::transport::Server<tower::layer::util::Stack<FirstMessageTimeout, L>> {
+    /// The request message deadline and the bounds on calls waiting for their message, as a
+    /// layer over the agent port's routes, refusals counted in `metrics` (on the calls answered
+    /// here only, when `forwarding`: a forwarded stream's messages come when the agent has them).
+    /// Every call is counted open on its connection until its answer ends, and a call still
+    /// waiting for its message is answered when `drain`'s shutdown begins ([`super::drain`]). The
+    /// HTTP/2 limits are applied by `crate::agent_port::http2`.
+    pub fn layer(&self, forwarding: bool, metrics: &EdgeMetrics, drain: &Drain) -> FirstMessageTimeout {
         let pending = PendingStreams::new(self, metrics.clone());
-        let layer =
-            FirstMessageTimeout { timeout: self.request_message_timeout, forwarding, pending, drain: drain.clone() };
-        server
-            .http2_max_header_list_size(self.max_header_list_bytes)
-            .max_concurrent_streams(self.max_concurrent_streams)
-            .http2_keepalive_interval(self.keepalive_interval)
-            .http2_keepalive_timeout(Some(self.keepalive_timeout))
-            .layer(layer)
+        FirstMessageTimeout { timeout: self.request_message_timeout, forwarding, pending, drain: drain.clone() }
     }
 
     /// One source's share of the calls waiting for their message: as configured (at most the

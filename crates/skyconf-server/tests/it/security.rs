@@ -464,10 +464,76 @@ mod connections {
         server.stop().await.unwrap();
     }
 
+    /// A call still open when its client's deadline (`grpc-timeout`) passes ends `CANCELLED` then,
+    /// as gRPC servers end it: the handler is dropped, the stream answered.
+    #[tokio::test]
+    async fn a_call_open_past_its_clients_deadline_is_answered_cancelled() {
+        let (_dir, server) = start(ConnectionLimits::default(), GrpcLimits::default()).await;
+        let addr = server.grpc_addr;
+        let client = h2_client(addr).await;
+        let mut ready = client.ready().await.unwrap();
+        // A 300 ms deadline, well under the 10 s the server waits for a request message.
+        let (mut parts, ()) = fetch_request(addr).into_parts();
+        parts.headers.insert("grpc-timeout", http::HeaderValue::from_static("300m"));
+        let (response, _held) = ready.send_request(http::Request::from_parts(parts, ()), false).unwrap();
+        let status = tokio::time::timeout(BOUND, grpc_status(response)).await.expect("the stream is answered");
+        assert_eq!(status, "1", "CANCELLED at the client's deadline");
+        let mut client = ready;
+        assert_eq!(poll_on(&mut client, addr).await, "0", "the connection goes on");
+        server.stop().await.unwrap();
+    }
+
     /// Reads the server's first bytes (its SETTINGS) within `wait`.
     async fn server_speaks(stream: &mut TcpStream, wait: Duration) -> bool {
         let mut buf = [0; 64];
         matches!(tokio::time::timeout(wait, stream.read(&mut buf)).await, Ok(Ok(n)) if n > 0)
+    }
+
+    /// The next HTTP/2 frame from `stream`: its type, flags, stream id and payload.
+    async fn read_frame(stream: &mut TcpStream) -> (u8, u8, u32, Vec<u8>) {
+        let mut header = [0; 9];
+        tokio::time::timeout(BOUND, stream.read_exact(&mut header)).await.expect("a frame in time").unwrap();
+        let length = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0; length];
+        tokio::time::timeout(BOUND, stream.read_exact(&mut payload)).await.expect("a payload in time").unwrap();
+        (header[3], header[4], id, payload)
+    }
+
+    /// The agent port's HTTP/2 settings (`skyconf_server::agent_port::http2`) as a client reads
+    /// them: no HPACK table, 1 MiB windows, the smallest frame size, and the configurable limits.
+    #[tokio::test]
+    async fn the_agent_port_advertises_the_chosen_http2_settings() {
+        let (_dir, server) = start(ConnectionLimits::default(), GrpcLimits::default()).await;
+        let mut stream = TcpStream::connect(server.grpc_addr).await.unwrap();
+        stream.write_all(PREFACE).await.unwrap();
+        // An empty SETTINGS frame: the client's half of the opening.
+        stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        let (kind, flags, id, payload) = read_frame(&mut stream).await;
+        assert_eq!((kind, flags, id), (4, 0, 0), "the server opens with its SETTINGS");
+        let settings: std::collections::BTreeMap<u16, u32> = payload
+            .chunks(6)
+            .map(|s| (u16::from_be_bytes([s[0], s[1]]), u32::from_be_bytes([s[2], s[3], s[4], s[5]])))
+            .collect();
+        let expected = [
+            (0x1, 0),       // SETTINGS_HEADER_TABLE_SIZE: no dynamic table to keep per connection
+            (0x3, 100),     // SETTINGS_MAX_CONCURRENT_STREAMS (GrpcLimits)
+            (0x4, 1 << 20), // SETTINGS_INITIAL_WINDOW_SIZE
+            (0x5, 16_384),  // SETTINGS_MAX_FRAME_SIZE: the smallest allowed
+            (0x6, 16_384),  // SETTINGS_MAX_HEADER_LIST_SIZE (GrpcLimits)
+        ];
+        assert_eq!(settings, expected.into_iter().collect(), "the SETTINGS the agent port advertises");
+        // The connection's window is raised from the protocol's 65,535 bytes to 1 MiB.
+        let mut increment = None;
+        for _ in 0..4 {
+            let (kind, _, id, payload) = read_frame(&mut stream).await;
+            if (kind, id) == (8, 0) {
+                increment = Some(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]));
+                break;
+            }
+        }
+        assert_eq!(increment, Some((1 << 20) - 65_535), "the connection window's WINDOW_UPDATE");
+        server.stop().await.unwrap();
     }
 
     #[tokio::test]
