@@ -87,6 +87,8 @@ pub enum Report<'a> {
     EffectiveConfig(&'a wire::EffectiveConfig),
     /// The status of the remote configuration it last received.
     RemoteConfigStatus(&'a ConfigStatus),
+    /// A message that reports none of the above (a heartbeat, a poll): the agent is alive.
+    Heartbeat,
 }
 
 /// Why a session ended.

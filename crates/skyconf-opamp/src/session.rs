@@ -281,6 +281,15 @@ impl Protocol {
         if let Some(status) = &status {
             self.backend.report(&agent, Report::RemoteConfigStatus(status));
         }
+        let said_something = changes.connected
+            || changes.description
+            || changes.capabilities
+            || msg.health.is_some()
+            || msg.effective_config.is_some()
+            || status.is_some();
+        if !said_something && msg.agent_disconnect.is_none() {
+            self.backend.report(&agent, Report::Heartbeat);
+        }
 
         let mut message = wire::ServerToAgent {
             instance_uid: raw_uid,
