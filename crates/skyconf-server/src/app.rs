@@ -298,6 +298,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(port) = &opamp {
         admin = admin.with_opamp(Arc::clone(&port.fleet));
         opamp_gauge.count(&port.fleet, &port.opamp);
+        rollouts.judge_opamp(Arc::clone(&port.fleet));
     }
     let (driven, stop) = (admin.publisher().clone(), shutdown.clone());
     tasks.spawn(async move {

@@ -5,9 +5,12 @@
 //! - [`backend`]: [`OpampFleet`], the [`skyconf_opamp::Backend`] over the served table, which
 //!   also keeps the live agents for the fleet view (`GET /api/v1/opamp/agents`).
 //! - [`metrics`]: the `skyconf_opamp_agents{status}` gauge.
+//! - [`rollout`]: OpAMP agents in staged rollouts (which a wave reaches, what they are offered,
+//!   what the gates read of them).
 
 pub mod backend;
 pub mod metrics;
+pub mod rollout;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
