@@ -20,6 +20,7 @@ mod held;
 mod metrics;
 mod nacos;
 mod opamp;
+mod opamp_rollout;
 mod replicas;
 mod rollout_prometheus;
 mod rollout_replicas;

@@ -284,12 +284,12 @@ async fn without_an_opamp_addr_there_is_no_port_and_the_listing_says_so_and_is_d
     server.stop().await.unwrap();
 }
 
-fn interop_dir() -> PathBuf {
+pub(crate) fn interop_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../skyconf-opamp/tests/interop")
 }
 
 /// The PyPI client's Python, or `None` (with a message; a failure when required).
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     let program = interop_dir().join(".venv/bin/python");
     let runs = std::process::Command::new(&program)
         .args(["-c", "import opentelemetry._opamp.agent"])
