@@ -89,6 +89,9 @@ pub enum Report<'a> {
     RemoteConfigStatus(&'a ConfigStatus),
     /// A message that reports none of the above (a heartbeat, a poll): the agent is alive.
     Heartbeat,
+    /// Outside messages: a poll of it is held from now (`true`), or no longer (`false`; once
+    /// per `true`, unless its session ended meanwhile). The agent is alive while one is held.
+    Holding(bool),
 }
 
 /// Why a session ended.

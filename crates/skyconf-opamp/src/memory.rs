@@ -199,7 +199,7 @@ impl Backend for MemoryBackend {
             ),
             Report::RemoteConfigStatus(s) => Event::RemoteConfigStatus(s.clone()),
             // Not recorded: the events say what changed.
-            Report::Heartbeat => return,
+            Report::Heartbeat | Report::Holding(_) => return,
         };
         self.record(agent.uid, event);
     }

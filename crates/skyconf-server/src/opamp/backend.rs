@@ -60,6 +60,8 @@ pub(super) struct Row {
     pub(super) transport: Transport,
     pub(super) description: Arc<skyconf_opamp::Description>,
     pub(super) capabilities: skyconf_opamp::bits::Capabilities,
+    /// Its polls held now.
+    pub(super) holding: u32,
     health: Option<HealthView>,
     pub(super) status: Option<ConfigStatusView>,
     pub(super) effective_config_hash: Option<String>,
@@ -280,6 +282,10 @@ impl Backend for OpampFleet {
     fn report(&self, agent: &Agent, report: Report<'_>) {
         let now = now_ms();
         let mut rows = self.rows();
+        if matches!(report, Report::Holding(false)) && !rows.contains_key(&agent.uid) {
+            // The end of a hold whose session ended first: no row to bring back.
+            return;
+        }
         let row = rows.entry(agent.uid).or_insert_with(|| Row {
             transport: agent.transport,
             description: Arc::clone(&agent.description),
@@ -287,6 +293,7 @@ impl Backend for OpampFleet {
             status: None,
             effective_config_hash: None,
             capabilities: agent.capabilities,
+            holding: 0,
             connected_ms: now,
             last_report_ms: now,
         });
@@ -310,6 +317,8 @@ impl Backend for OpampFleet {
                 row.effective_config_hash = Some(RemoteConfig::new(files).hash().to_string());
             }
             Report::RemoteConfigStatus(status) => row.status = Some(view(status)),
+            Report::Holding(true) => row.holding = row.holding.saturating_add(1),
+            Report::Holding(false) => row.holding = row.holding.saturating_sub(1),
             // The description is kept above, and every report (a heartbeat too) moves
             // `last_report_ms` on; capabilities are not listed.
             _ => {}

@@ -14,7 +14,8 @@
 //! now (or, for an agent that reports no status, when its effective configuration hashes to
 //! it); it has **failed** when that status says FAILED for it, and its `error_message` is the
 //! reason the wave is reverted with. An agent connected by WebSocket is live while its
-//! connection is open; an HTTP agent, when its reports move on. After a revert every concerned
+//! connection is open; an HTTP agent while one of its polls is held, and when its messages move
+//! on (a heartbeat too). After a revert every concerned
 //! agent is offered the served files again, and what it reports of them is shown beside the
 //! rollout (opamp-spec #397).
 
@@ -64,7 +65,7 @@ pub struct Judged {
     pub failed: Option<String>,
     /// When it last reported (Unix milliseconds).
     pub last_seen_ms: u64,
-    /// Whether it is live at this very look (a WebSocket connection open now).
+    /// Whether it is live at this very look (a WebSocket connection open now, or a poll held).
     pub held: bool,
     /// Its last `RemoteConfigStatus`, if it reported one.
     pub status: Option<ConfigStatusView>,
@@ -141,7 +142,7 @@ impl OpampFleet {
                 applied,
                 failed,
                 last_seen_ms: row.last_report_ms,
-                held: row.transport == Transport::WebSocket,
+                held: row.transport == Transport::WebSocket || row.holding > 0,
                 status,
                 status_of,
             });

@@ -61,6 +61,11 @@ struct OtelAgent {
 
 impl OtelAgent {
     fn spawn(url: &str, index: u8) -> Self {
+        Self::spawn_holding(url, index, None)
+    }
+
+    /// An agent whose heartbeats ask for polls held `hold` seconds (`OpAMP-Hold`).
+    fn spawn_holding(url: &str, index: u8, hold: Option<u64>) -> Self {
         let instance = format!("otel-{index}");
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (url, name, memory) = (url.to_owned(), instance.clone(), Arc::clone(&seen));
@@ -74,7 +79,8 @@ impl OtelAgent {
                 seq += 1;
                 let mut msg = message(index, &name, seq, full);
                 msg.remote_config_status = status.take().or_else(|| full.then(|| last_status.clone()).flatten());
-                let Some(answer) = send(&http, &url, &msg).await else { continue };
+                let bare = msg.remote_config_status.is_none() && msg.agent_description.is_none();
+                let Some(answer) = send(&http, &url, &msg, hold.filter(|_| bare)).await else { continue };
                 full = answer.flags & bits::REPORT_FULL_STATE != 0;
                 let Some(remote) = answer.remote_config else { continue };
                 let body = remote
@@ -142,10 +148,19 @@ fn message(index: u8, instance: &str, seq: u64, full: bool) -> wire::AgentToServ
     }
 }
 
-/// One exchange; `None` when the server is not reachable (it is stopping).
-async fn send(http: &reqwest::Client, url: &str, msg: &wire::AgentToServer) -> Option<wire::ServerToAgent> {
-    let response =
-        http.post(url).header("content-type", codec::CONTENT_TYPE).body(msg.encode_to_vec()).send().await.ok()?;
+/// One exchange (held up to `hold` seconds when asked); `None` when the server is not reachable
+/// (it is stopping).
+async fn send(
+    http: &reqwest::Client,
+    url: &str,
+    msg: &wire::AgentToServer,
+    hold: Option<u64>,
+) -> Option<wire::ServerToAgent> {
+    let mut request = http.post(url).header("content-type", codec::CONTENT_TYPE).body(msg.encode_to_vec());
+    if let Some(seconds) = hold {
+        request = request.header(skyconf_opamp::hold::HEADER, seconds.to_string());
+    }
+    let response = request.send().await.ok()?;
     let body = response.bytes().await.ok()?;
     wire::ServerToAgent::decode(body).ok()
 }
@@ -286,7 +301,7 @@ async fn a_killed_opamp_agent_reverts_the_wave_after_lost_after() {
     let mut agents: Vec<OtelAgent> = (0..2).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
     applied(&admin, 2).await;
 
-    let gates = json!({"apply_within_s": 30, "bake_s": 600, "lost_after_s": 2});
+    let gates = json!({"apply_within_s": 30, "bake_s": 600, "lost_after_s": 5});
     let (status, body) =
         post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
     assert_eq!(status, 201, "{body}");
@@ -301,9 +316,38 @@ async fn a_killed_opamp_agent_reverts_the_wave_after_lost_after() {
     let reverted = until_state(&admin, "reverted").await;
     assert_eq!(
         last_event(&reverted),
-        format!("Wave 1: 1 reached agent(s) disappeared, with no live row for 2 s: {name} (opamp:collectors)")
+        format!("Wave 1: 1 reached agent(s) disappeared, with no live row for 5 s: {name} (opamp:collectors)")
     );
     until("the other agent is given back its file", async || agents[0].applied_ratio("0.5")).await;
+    server.stop().await.unwrap();
+}
+
+/// An agent whose poll is held is live for as long as it is held: a hold longer than
+/// `lost_after_s` is no disappearance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_poll_is_held_longer_than_lost_after_has_not_disappeared() {
+    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let agent = OtelAgent::spawn_holding(&url(&server), 0, Some(30));
+    applied(&admin, 1).await;
+    until("its poll is held", async || {
+        admin.get("/metrics").await.body.lines().any(|l| l == "skyconf_opamp_held_polls 1")
+    })
+    .await;
+
+    let gates = json!({"apply_within_s": 30, "bake_s": 6, "lost_after_s": 2});
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
+    assert_eq!(status, 201, "{body}");
+    let mut done = Value::Null;
+    until("the rollout ends", async || {
+        done = rollout(&admin).await;
+        done["state"] == "completed" || done["state"] == "reverted"
+    })
+    .await;
+    assert_eq!(done["state"], "completed", "{}", last_event(&done));
+    assert!(agent.applied_ratio("0.25"), "{done:#}");
     server.stop().await.unwrap();
 }
 
