@@ -186,7 +186,10 @@ async fn put(admin: &AdminClient, document: &str) -> Value {
 }
 
 fn start(document: &str, waves: Value, gates: Value) -> Value {
-    json!({"document": document, "waves": waves, "gates": gates, "advance": "auto", "author": "ops"})
+    let mut body = json!({"document": document, "advance": "auto", "author": "ops"});
+    body["waves"] = waves;
+    body["gates"] = gates;
+    body
 }
 
 fn last_event(rollout: &Value) -> String {
