@@ -30,6 +30,7 @@ pub mod ignore;
 pub mod keys;
 pub mod layers;
 pub mod opamp;
+pub mod opamp_diff;
 #[cfg(feature = "reader")]
 pub mod reader;
 pub mod store;

@@ -87,6 +87,11 @@ pub enum Report<'a> {
     EffectiveConfig(&'a wire::EffectiveConfig),
     /// The status of the remote configuration it last received.
     RemoteConfigStatus(&'a ConfigStatus),
+    /// A message that reports none of the above (a heartbeat, a poll): the agent is alive.
+    Heartbeat,
+    /// Outside messages: a poll of it is held from now (`true`), or no longer (`false`; once
+    /// per `true`, unless its session ended meanwhile). The agent is alive while one is held.
+    Holding(bool),
 }
 
 /// Why a session ended.

@@ -198,6 +198,8 @@ impl Backend for MemoryBackend {
                     .unwrap_or_default(),
             ),
             Report::RemoteConfigStatus(s) => Event::RemoteConfigStatus(s.clone()),
+            // Not recorded: the events say what changed.
+            Report::Heartbeat | Report::Holding(_) => return,
         };
         self.record(agent.uid, event);
     }

@@ -281,6 +281,15 @@ impl Protocol {
         if let Some(status) = &status {
             self.backend.report(&agent, Report::RemoteConfigStatus(status));
         }
+        let said_something = changes.connected
+            || changes.description
+            || changes.capabilities
+            || msg.health.is_some()
+            || msg.effective_config.is_some()
+            || status.is_some();
+        if !said_something && msg.agent_disconnect.is_none() {
+            self.backend.report(&agent, Report::Heartbeat);
+        }
 
         let mut message = wire::ServerToAgent {
             instance_uid: raw_uid,
@@ -413,26 +422,37 @@ impl Protocol {
         }
     }
 
-    /// Marks a poll of `uid` as held until the guard drops.
+    /// Marks a poll of `uid` as held until the guard drops, and tells the backend so.
     pub(crate) fn hold(self: &Arc<Self>, uid: InstanceUid) -> HoldGuard {
-        if let Some(session) = self.lock().get_mut(&uid) {
+        let agent = self.lock().get_mut(&uid).map(|session| {
             session.holding += 1;
+            session.agent(uid)
+        });
+        if let Some(agent) = &agent {
+            self.backend.report(agent, Report::Holding(true));
         }
-        HoldGuard { protocol: Arc::clone(self), uid }
+        HoldGuard { protocol: Arc::clone(self), uid, told: agent.is_some() }
     }
 }
 
-/// A held poll: its session does not expire while it exists, and counts as seen when it ends.
+/// A held poll: its session does not expire while it exists, and counts as seen when it ends;
+/// the backend hears its start and its end ([`Report::Holding`]).
 pub(crate) struct HoldGuard {
     protocol: Arc<Protocol>,
     uid: InstanceUid,
+    /// The backend was told of its start.
+    told: bool,
 }
 
 impl Drop for HoldGuard {
     fn drop(&mut self) {
-        if let Some(session) = self.protocol.lock().get_mut(&self.uid) {
+        let agent = self.protocol.lock().get_mut(&self.uid).map(|session| {
             session.holding = session.holding.saturating_sub(1);
             session.last_seen = Instant::now();
+            session.agent(self.uid)
+        });
+        if let Some(agent) = agent.filter(|_| self.told) {
+            self.protocol.backend.report(&agent, Report::Holding(false));
         }
     }
 }

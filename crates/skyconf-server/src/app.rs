@@ -308,6 +308,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(port) = &opamp {
         admin = admin.with_opamp(Arc::clone(&port.fleet));
         opamp_gauge.count(&port.fleet, &port.opamp);
+        rollouts.judge_opamp(Arc::clone(&port.fleet));
     }
     // Every replica reads the others' OpAMP agents; those with the port publish theirs.
     let opamp_peers = Arc::new(crate::opamp::replicas::OpampReplicas::new(

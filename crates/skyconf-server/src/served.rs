@@ -99,6 +99,9 @@ pub struct Overlay {
     pub candidate: Answers,
     /// The instances reached.
     pub members: WaveMembers,
+    /// The candidate's `opamp:` section when the rollout changes OpAMP groups: offered to the
+    /// OpAMP agents the waves reach whose files it changes (see [`crate::opamp::rollout`]).
+    pub opamp: Option<skyconf_core::opamp::OpampSection>,
 }
 
 impl Overlay {

@@ -15,6 +15,7 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use serde::Serialize;
 use skyconf_core::diff::{ChangeKind, KeyChange, ServiceChange};
+use skyconf_core::opamp_diff::GroupChange;
 use skyconf_core::warnings::Warning;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
@@ -72,6 +73,7 @@ use crate::store_view::StoreStatus;
         ChangeKind,
         KeyChange,
         ServiceChange,
+        GroupChange,
         Warning,
         AgentState,
         AgentStatus,

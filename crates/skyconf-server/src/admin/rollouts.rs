@@ -15,8 +15,10 @@ use super::extract::WriteRequest;
 use super::extract::json_body;
 use super::read::ReadFailures;
 use super::{Admin, AppError};
+use crate::opamp::backend::ConfigStatusView;
+use crate::opamp::rollout::StatusOf;
 use crate::rollout::driver::Reached;
-use crate::rollout::plan::{Advance, Gates, Rollout, Summary, WaveSpec, phase_name};
+use crate::rollout::plan::{Advance, Gates, Phase, Rollout, Summary, WaveSpec, phase_name};
 use crate::rollout::{Plan, RolloutError, Rollouts};
 
 impl From<RolloutError> for AppError {
@@ -86,6 +88,10 @@ pub(crate) struct RolloutView {
     state: String,
     /// The current wave's reach (empty once the rollout has ended).
     progress: RolloutProgress,
+    /// Once reverted or aborted: each reached OpAMP agent of its `opamp:` groups that is still
+    /// connected, offered the previous configuration again, and the `RemoteConfigStatus` it
+    /// reported since (`status_of: previous` once it went back).
+    after_revert: Vec<ReachedAgent>,
 }
 
 /// The current wave's reach.
@@ -117,12 +123,22 @@ pub(crate) struct ReachedAgent {
     /// now (it disappears when that lasts `lost_after_s`).
     #[schema(required = true)]
     last_seen_ms: Option<u64>,
+    /// An OpAMP agent (service `opamp:<group>`): the `RemoteConfigStatus` it last reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remote_config_status: Option<ConfigStatusView>,
+    /// An OpAMP agent: what that status is about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status_of: Option<StatusOf>,
 }
 
 impl From<Reached> for ReachedAgent {
     fn from(reached: Reached) -> Self {
-        let Reached { service, instance, applied, last_seen_ms } = reached;
-        Self { service, instance, applied, last_seen_ms }
+        let Reached { service, instance, applied, last_seen_ms, opamp } = reached;
+        let (remote_config_status, status_of) = match opamp {
+            Some((status, of)) => (status, Some(of)),
+            None => (None, None),
+        };
+        Self { service, instance, applied, last_seen_ms, remote_config_status, status_of }
     }
 }
 
@@ -170,7 +186,13 @@ fn view(rollouts: &Rollouts, rollout: Rollout) -> RolloutView {
         applied,
         agents: listed.into_iter().map(ReachedAgent::from).collect(),
     };
-    RolloutView { state: phase_name(rollout.phase).to_owned(), progress, rollout }
+    let reverted = matches!(rollout.phase, Phase::Reverted | Phase::Aborted) && !rollout.opamp_groups.is_empty();
+    let after_revert = if reverted {
+        rollouts.progress(&rollout).into_iter().filter(|a| a.opamp.is_some()).map(ReachedAgent::from).collect()
+    } else {
+        Vec::new()
+    };
+    RolloutView { state: phase_name(rollout.phase).to_owned(), progress, after_revert, rollout }
 }
 
 /// Every rollout answer: `rollout` and the `history` of ended ones.

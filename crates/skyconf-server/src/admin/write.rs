@@ -180,6 +180,10 @@ pub(crate) struct WriteAnswer {
     written: bool,
     /// What changes (or changed) per service.
     changes: Vec<ServiceChange>,
+    /// A dry run: what would change per `opamp:` group (a write's release lists what changed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    opamp_changes: Vec<skyconf_core::opamp_diff::GroupChange>,
     /// Dry run: the document that would be written (`null`: the key would be deleted).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false, value_type = Option<String>)]
@@ -241,16 +245,19 @@ pub(crate) struct WriteAnswer {
 fn answer(published: Published) -> Response {
     let release = |r: &ReleaseSummary| Some(r.clone());
     match published {
-        Published::DryRun { changes, document, document_sha256, base_release, warnings } => Json(WriteAnswer {
-            dry_run: true,
-            changes,
-            document: Some(document),
-            document_sha256: Some(document_sha256),
-            base_release: Some(base_release),
-            warnings,
-            ..WriteAnswer::default()
-        })
-        .into_response(),
+        Published::DryRun { changes, opamp_changes, document, document_sha256, base_release, warnings } => {
+            Json(WriteAnswer {
+                dry_run: true,
+                changes,
+                opamp_changes,
+                document: Some(document),
+                document_sha256: Some(document_sha256),
+                base_release: Some(base_release),
+                warnings,
+                ..WriteAnswer::default()
+            })
+            .into_response()
+        }
         Published::Unchanged { changes, release: newest, version, warnings } => Json(WriteAnswer {
             unchanged: Some(true),
             served: Some(true),

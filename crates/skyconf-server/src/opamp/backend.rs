@@ -1,12 +1,13 @@
 //! [`OpampFleet`]: the OpAMP server's [`Backend`] in skyconf. Remote configurations come from
-//! the served table's `opamp:` section; `watch` follows every install of a table (held polls
-//! and WebSocket connections then follow the store); reports keep one row per live agent,
-//! removed when its session ends.
+//! the served table's `opamp:` section, or a staged rollout's candidate for the agents its waves
+//! reach ([`super::rollout`]); `watch` follows every install of a table and every change of the
+//! rollout overlay (held polls and WebSocket connections then follow the store and the waves);
+//! reports keep one row per live agent, removed when its session ends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
 use std::borrow::Cow;
 
@@ -25,16 +26,16 @@ use crate::unix_time::now_ms;
 
 /// The remote configuration of each group of one served table, built once per install.
 #[derive(Debug, Default)]
-struct Built {
-    /// The served table's version.
+pub(super) struct Built {
+    /// The served table's version (0 for a rollout's candidate).
     version: u64,
-    section: OpampSection,
+    pub(super) section: OpampSection,
     /// By group index.
     configs: Vec<Arc<RemoteConfig>>,
 }
 
 impl Built {
-    fn new(version: u64, section: &OpampSection) -> Self {
+    pub(super) fn new(version: u64, section: &OpampSection) -> Self {
         let configs = section
             .groups()
             .iter()
@@ -49,7 +50,7 @@ impl Built {
     }
 
     /// The group and configuration of an agent described by `description`.
-    fn of(&self, description: &skyconf_opamp::Description) -> Option<(&str, &Arc<RemoteConfig>)> {
+    pub(super) fn of(&self, description: &skyconf_opamp::Description) -> Option<(&str, &Arc<RemoteConfig>)> {
         let (index, group) = self.section.group_of(|key| description.get_str(key))?;
         Some((group.name.as_str(), &self.configs[index]))
     }
@@ -57,14 +58,17 @@ impl Built {
 
 /// One live agent, as its reports left it.
 #[derive(Debug, Clone)]
-struct Row {
-    transport: Transport,
-    description: Arc<skyconf_opamp::Description>,
+pub(super) struct Row {
+    pub(super) transport: Transport,
+    pub(super) description: Arc<skyconf_opamp::Description>,
+    pub(super) capabilities: skyconf_opamp::bits::Capabilities,
+    /// Its polls held now.
+    pub(super) holding: u32,
     health: Option<HealthView>,
-    status: Option<ConfigStatusView>,
-    effective_config_hash: Option<String>,
+    pub(super) status: Option<ConfigStatusView>,
+    pub(super) effective_config_hash: Option<String>,
     connected_ms: u64,
-    last_report_ms: u64,
+    pub(super) last_report_ms: u64,
 }
 
 /// The agent's health (`ComponentHealth`, without its components).
@@ -79,7 +83,7 @@ pub struct HealthView {
 }
 
 /// The `RemoteConfigStatus` an agent last reported.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ConfigStatusView {
     /// `applied`, `applying`, `failed` or `unset`.
     #[schema(value_type = String)]
@@ -132,23 +136,30 @@ pub struct OpampAgentRow {
 /// The [`Backend`] over the served table, and the live OpAMP agents.
 #[derive(Debug)]
 pub struct OpampFleet {
-    served: Arc<ServedTable>,
+    pub(super) served: Arc<ServedTable>,
     built: ArcSwap<Built>,
+    /// The configurations of the rollout candidate's section last asked for.
+    candidate: ArcSwapOption<Built>,
     rows: Mutex<HashMap<InstanceUid, Row>>,
 }
 
 impl OpampFleet {
     /// A backend answering from `served`.
     pub fn new(served: Arc<ServedTable>) -> Self {
-        Self { served, built: ArcSwap::from_pointee(Built::default()), rows: Mutex::default() }
+        Self {
+            served,
+            built: ArcSwap::from_pointee(Built::default()),
+            candidate: ArcSwapOption::empty(),
+            rows: Mutex::default(),
+        }
     }
 
-    fn rows(&self) -> MutexGuard<'_, HashMap<InstanceUid, Row>> {
+    pub(super) fn rows(&self) -> MutexGuard<'_, HashMap<InstanceUid, Row>> {
         self.rows.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The groups' configurations of the table served now (built again after each install).
-    fn built(&self) -> Arc<Built> {
+    pub(super) fn built(&self) -> Arc<Built> {
         let snapshot = self.served.snapshot();
         let built = self.built.load_full();
         if built.version == snapshot.version {
@@ -156,6 +167,17 @@ impl OpampFleet {
         }
         let fresh = Arc::new(Built::new(snapshot.version, snapshot.table.opamp()));
         self.built.store(Arc::clone(&fresh));
+        fresh
+    }
+
+    /// The groups' configurations of a rollout candidate's `section` (built again when it
+    /// changes).
+    pub(super) fn candidate(&self, section: &OpampSection) -> Arc<Built> {
+        if let Some(built) = self.candidate.load_full().filter(|b| b.section == *section) {
+            return built;
+        }
+        let fresh = Arc::new(Built::new(0, section));
+        self.candidate.store(Some(Arc::clone(&fresh)));
         fresh
     }
 
@@ -213,7 +235,7 @@ fn status_name(status: ApplyStatus) -> &'static str {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
         let _ = write!(s, "{b:02x}");
@@ -248,26 +270,39 @@ impl Backend for OpampFleet {
         if !self.served.snapshot().ready() {
             return Err(Unavailable { reason: "no configuration is loaded yet".into(), retry_after: None });
         }
-        Ok(self.built().of(&agent.description).map(|(_, config)| Arc::clone(config)))
+        let built = self.built();
+        let offered = built.of(&agent.description);
+        if let Some(candidate) = self.rollout_offer(agent, offered) {
+            return Ok(candidate);
+        }
+        Ok(offered.map(|(_, config)| Arc::clone(config)))
     }
 
     fn watch(&self, _agent: &Agent) -> Changes {
-        self.served.subscribe()
+        // Installs and rollout waves: a wave's start or revert is offered at once.
+        self.served.subscribe_answers()
     }
 
     fn report(&self, agent: &Agent, report: Report<'_>) {
         let now = now_ms();
         let mut rows = self.rows();
+        if matches!(report, Report::Holding(false)) && !rows.contains_key(&agent.uid) {
+            // The end of a hold whose session ended first: no row to bring back.
+            return;
+        }
         let row = rows.entry(agent.uid).or_insert_with(|| Row {
             transport: agent.transport,
             description: Arc::clone(&agent.description),
             health: None,
             status: None,
             effective_config_hash: None,
+            capabilities: agent.capabilities,
+            holding: 0,
             connected_ms: now,
             last_report_ms: now,
         });
         row.transport = agent.transport;
+        row.capabilities = agent.capabilities;
         row.description = Arc::clone(&agent.description);
         row.last_report_ms = now;
         match report {
@@ -286,7 +321,10 @@ impl Backend for OpampFleet {
                 row.effective_config_hash = Some(RemoteConfig::new(files).hash().to_string());
             }
             Report::RemoteConfigStatus(status) => row.status = Some(view(status)),
-            // The description is kept above; capabilities are not listed.
+            Report::Holding(true) => row.holding = row.holding.saturating_add(1),
+            Report::Holding(false) => row.holding = row.holding.saturating_sub(1),
+            // The description is kept above, and every report (a heartbeat too) moves
+            // `last_report_ms` on; capabilities are not listed.
             _ => {}
         }
     }

@@ -8,10 +8,13 @@
 //! - [`replicas`]: the agents of the other replicas, through the shared store.
 //! - [`security`]: the agent token and TLS on the port, as on the other ports.
 //! - [`unmatched`]: the groups no connected agent is in (listed, and warned about).
+//! - [`rollout`]: OpAMP agents in staged rollouts (which a wave reaches, what they are offered,
+//!   what the gates read of them).
 
 pub(crate) mod backend;
 pub(crate) mod metrics;
 pub(crate) mod replicas;
+pub(crate) mod rollout;
 pub(crate) mod security;
 pub(crate) mod unmatched;
 

@@ -382,6 +382,7 @@ impl Publisher {
         if options.dry_run {
             return Ok(Published::DryRun {
                 changes,
+                opamp_changes: skyconf_core::opamp_diff::opamp_diff(&snapshot.table, &proposal.table),
                 document: proposal.text,
                 document_sha256: hash,
                 base_release: latest.map(|r| r.id),

@@ -30,6 +30,8 @@ pub enum Published {
     DryRun {
         /// Per service, digest before and after.
         changes: Vec<ServiceChange>,
+        /// Per `opamp:` group, the files that would change.
+        opamp_changes: Vec<skyconf_core::opamp_diff::GroupChange>,
         /// The document that would be written (`None`: the key would be deleted).
         document: Option<String>,
         /// Its hash.

@@ -44,6 +44,7 @@ impl ReleaseLog {
             store_revision: Some(shared.id),
             digests: digests(&table),
             changes: diff(&previous, &table),
+            opamp_changes: opamp_diff(&previous, &table),
         });
         let document = shared.document.as_deref();
         let chunked = self.chunk(document);
@@ -73,6 +74,7 @@ impl ReleaseLog {
             }
         };
         let before = std::mem::replace(&mut next.changes, diff(&table, &next_table));
+        next.opamp_changes = opamp_diff(&table, &next_table);
         let next = Arc::new(next);
         let evicted = {
             let mut state = self.lock();

@@ -114,6 +114,7 @@ impl ReleaseLog {
                 store_revision,
                 digests: digests(table),
                 changes: diff(previous, table),
+                opamp_changes: opamp_diff(previous, table),
             });
             Self::serve_as(&mut state, version, release.id, self.retention);
             let appended = self.append(&mut state, &release, chunked);

@@ -52,6 +52,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use skyconf_core::AgentConfigurations;
 use skyconf_core::diff::{ChangeKind, ServiceChange, diff};
+use skyconf_core::opamp_diff::{GroupChange, opamp_diff};
 use skyconf_core::store::content_hash;
 
 use skyconf_sources::fs::write_atomically;
@@ -157,6 +158,10 @@ pub struct Release {
     pub digests: BTreeMap<String, String>,
     /// What changed against the previous release.
     pub changes: Vec<ServiceChange>,
+    /// The `opamp:` groups that changed against the previous release (the OpAMP agents'
+    /// configuration files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opamp_changes: Vec<GroupChange>,
 }
 
 /// The most changed services a [`ReleaseSummary`] names.
@@ -192,6 +197,10 @@ pub struct ReleaseSummary {
     pub changed: usize,
     /// The first changed services (at most [`MAX_SUMMARY_CHANGES`]), in the release's order.
     pub changes: Vec<ChangeSummary>,
+    /// The first changed `opamp:` groups (at most [`MAX_SUMMARY_CHANGES`], each naming at most
+    /// as many files); absent when none changed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub opamp_changes: Vec<GroupChange>,
 }
 
 /// One changed service in a [`ReleaseSummary`].
@@ -223,6 +232,15 @@ impl ReleaseSummary {
                 .take(MAX_SUMMARY_CHANGES)
                 .map(|c| ChangeSummary { service: c.service.clone(), change: c.change })
                 .collect(),
+            opamp_changes: release
+                .opamp_changes
+                .iter()
+                .take(MAX_SUMMARY_CHANGES)
+                .map(|c| GroupChange {
+                    files: c.files.iter().take(MAX_SUMMARY_CHANGES).cloned().collect(),
+                    ..c.clone()
+                })
+                .collect(),
         }
     }
 
@@ -246,6 +264,7 @@ impl Release {
             store_revision: self.store_revision,
             digests: BTreeMap::new(),
             changes: self.changes.clone(),
+            opamp_changes: self.opamp_changes.clone(),
         }
     }
 }

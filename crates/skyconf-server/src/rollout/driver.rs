@@ -45,6 +45,9 @@ use super::plan::{
     live, ms,
 };
 use crate::fleet::{AgentState, Fleet};
+use crate::opamp::OpampFleet;
+use crate::opamp::backend::ConfigStatusView;
+use crate::opamp::rollout::{StatusOf, UNIT_PREFIX};
 use crate::publish::Publisher;
 use crate::served::{Overlay, ServedTable};
 use crate::unix_time::SteadyClock;
@@ -228,6 +231,9 @@ pub struct Reached {
     pub applied: bool,
     /// When its row was last seen (Unix milliseconds); `None` when no row is listed now.
     pub last_seen_ms: Option<u64>,
+    /// An OpAMP agent's last `RemoteConfigStatus` and what it is about (after a revert: whether it
+    /// went back to the previous configuration).
+    pub opamp: Option<(Option<ConfigStatusView>, StatusOf)>,
 }
 
 /// The rollouts of this server. Cheap to share: wrap it in an `Arc`.
@@ -257,6 +263,8 @@ pub struct Rollouts {
     sightings: std::sync::Mutex<Sightings>,
     /// The clock the gates and the record's times are read from (it never steps).
     clock: SteadyClock,
+    /// The OpAMP agents, once the OpAMP port runs: a change of `opamp:` groups is judged on them.
+    opamp: std::sync::OnceLock<Arc<OpampFleet>>,
 }
 
 /// Which bake a Prometheus reading was taken in, and when (Unix milliseconds).
@@ -286,7 +294,13 @@ impl Rollouts {
             unsaved: AtomicBool::new(false),
             sightings: std::sync::Mutex::new(Sightings::default()),
             clock: SteadyClock::new(),
+            opamp: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Judges rollouts that change `opamp:` groups on `fleet`'s agents (the OpAMP port's).
+    pub fn judge_opamp(&self, fleet: Arc<OpampFleet>) {
+        let _ = self.opamp.set(fleet);
     }
 
     /// Logs and counts events through `events` (`skyconf_rollout_events_total`).
@@ -381,18 +395,29 @@ impl Rollouts {
         check_waves(&plan.waves).map_err(RolloutError::Refused)?;
         plan.gates.check().map_err(RolloutError::Refused)?;
         let candidate = skyconf_core::read(&plan.document)?;
-        if candidate.services().next().is_none() {
+        let snapshot = self.served.snapshot();
+        if candidate.services().next().is_none() && snapshot.table.services().next().is_some() {
             return Err(RolloutError::Refused(
                 "the candidate has no service: rolled out, it would remove every service's configuration".into(),
             ));
         }
-        let snapshot = self.served.snapshot();
         if !snapshot.ready() {
             return Err(RolloutError::Refused("no configuration is served yet".into()));
         }
         let services = changed_services(&snapshot.table, &candidate);
-        if services.is_empty() {
-            return Err(RolloutError::Refused("the candidate changes no service's configuration".into()));
+        let opamp_groups = skyconf_core::opamp_diff::changed_groups(&snapshot.table, &candidate);
+        if services.is_empty() && opamp_groups.is_empty() {
+            return Err(RolloutError::Refused(
+                "the candidate changes no service's configuration and no `opamp:` group".into(),
+            ));
+        }
+        if !opamp_groups.is_empty()
+            && let Some(clash) = services.iter().find(|s| s.starts_with(UNIT_PREFIX))
+        {
+            return Err(RolloutError::Refused(format!(
+                "the candidate changes the service `{clash}` and `opamp:` groups, whose agents a rollout names \
+                 `{UNIT_PREFIX}<group>`: roll them out one after the other"
+            )));
         }
         let now = self.clock.now_ms();
         let mut rollout = Rollout {
@@ -400,6 +425,7 @@ impl Rollouts {
             document: plan.document,
             base_release,
             services,
+            opamp_groups,
             waves: plan.waves,
             gates: plan.gates,
             advance: plan.advance,
@@ -419,7 +445,7 @@ impl Rollouts {
             driver_seen_ms: now,
         };
         let ungated = if rollout.ungated { ", ungated" } else { "" };
-        let started = format!("Rollout of {} on release {base_release}{ungated}", list(&rollout.services));
+        let started = format!("Rollout of {} on release {base_release}{ungated}", list(&rollout.units()));
         rollout.event(now, "started", started);
         let observed = self.listed(&rollout);
         let live = live(&observed, now, ms(rollout.gates.lost_after_s));
@@ -442,9 +468,11 @@ impl Rollouts {
     /// instance of (`unreached`), why for each, and what to do.
     fn unreached(&self, unreached: &[(String, Reach)]) -> String {
         let anonymous = self.anonymous();
-        let (mut unknown, mut outside) = (Vec::new(), Vec::new());
+        let (mut unknown, mut outside, mut offline) = (Vec::new(), Vec::new(), Vec::new());
         for (service, reach) in unreached {
-            if reach.live == 0 {
+            if reach.live == 0 && service.starts_with(UNIT_PREFIX) {
+                offline.push(format!("{service} (no connected OpAMP agent is offered other files by it)"));
+            } else if reach.live == 0 {
                 unknown.push(match anonymous.get(service).copied().unwrap_or(0) {
                     0 => format!("{service} (no agent polls for it)"),
                     n => format!("{service} ({n} agent(s) poll for it without an identity)"),
@@ -461,10 +489,15 @@ impl Rollouts {
                  to skyconf",
             );
         }
+        if !offline.is_empty() {
+            what.push(
+                "an OpAMP agent is judged while it reports to the OpAMP port (`--opamp-addr`) with its description",
+            );
+        }
         if !outside.is_empty() {
             what.push("a first wave of a number of instances (`\"instances\": 1`) or a larger share reaches one");
         }
-        let services: Vec<String> = unknown.into_iter().chain(outside).collect();
+        let services: Vec<String> = unknown.into_iter().chain(offline).chain(outside).collect();
         format!(
             "wave 1 reaches no live identified instance of {}, so no gate could judge the rollout there. {}. Or \
              start it with \"ungated\": true: there it is a write in steps, which no gate can judge",
@@ -566,7 +599,9 @@ impl Rollouts {
             .map(|s| (s.name().to_owned(), s.clone()))
             .collect();
         let table = AgentConfigurations::from_services(only).with_targeting(candidate.targeting().clone());
-        let overlay = Overlay { rollout: rollout.id.clone(), services, candidate: Answers::new(&table), members };
+        let opamp = (!rollout.opamp_groups.is_empty()).then(|| candidate.opamp().clone());
+        let overlay =
+            Overlay { rollout: rollout.id.clone(), services, candidate: Answers::new(&table), members, opamp };
         self.served.set_overlay(Some(Arc::new(overlay)));
     }
 
@@ -594,7 +629,7 @@ impl Rollouts {
     /// replicas (the instances a wave starting now may pick are those of them live: see
     /// [`live`]).
     fn listed(&self, rollout: &Rollout) -> Vec<Observed> {
-        self.observe_with(&rollout.services, &crate::served::WaveMembers::default(), 0)
+        self.observe_with(rollout, &crate::served::WaveMembers::default(), 0)
     }
 
     /// Per service, the pollers without an identity (here, and in other replicas' summaries).
@@ -618,18 +653,27 @@ impl Rollouts {
         // Another replica serves a wave from its next read of the record (within a tick); a
         // summary it computed before then judged its agents against the old answers.
         let fresh_after_ms = rollout.wave_started_ms.saturating_add(TICK.as_millis() as u64);
-        self.observe_with(&rollout.services, &rollout.members(), fresh_after_ms)
+        self.observe_with(rollout, &rollout.members(), fresh_after_ms)
     }
 
-    /// The agents of `services`, here and on the other replicas; another replica's agent counts
-    /// as applied only by a summary computed after `fresh_after_ms`.
+    /// The OpAMP agents of `rollout`'s changed `opamp:` groups, judged with `members` reached.
+    fn judged(&self, rollout: &Rollout, members: &crate::served::WaveMembers) -> Vec<crate::opamp::rollout::Judged> {
+        let Some(fleet) = self.opamp.get().filter(|_| !rollout.opamp_groups.is_empty()) else { return Vec::new() };
+        let Some(candidate) = self.candidate_of(rollout) else { return Vec::new() };
+        let units: HashSet<String> = rollout.units().into_iter().collect();
+        fleet.judged(candidate.opamp(), members).into_iter().filter(|j| units.contains(&j.unit)).collect()
+    }
+
+    /// The agents of `rollout`'s services, here and on the other replicas (another replica's agent
+    /// counts as applied only by a summary computed after `fresh_after_ms`), and the OpAMP agents
+    /// of its `opamp:` groups here.
     fn observe_with(
         &self,
-        services: &[String],
+        rollout: &Rollout,
         members: &crate::served::WaveMembers,
         fresh_after_ms: u64,
     ) -> Vec<Observed> {
-        let wanted: HashSet<&str> = services.iter().map(String::as_str).collect();
+        let wanted: HashSet<&str> = rollout.services.iter().map(String::as_str).collect();
         let serving = self.served.serving();
         let mut out: Vec<Observed> = Vec::new();
         // A held row says "now" by the fleet's clock at the listing, never earlier than this.
@@ -645,6 +689,7 @@ impl Rollouts {
                     instance: instance.instance.clone(),
                     reached: members.holds(&polled.service, &instance.instance),
                     applied: polled.state == AgentState::Applied,
+                    failed: None,
                     last_seen_ms: polled.last_seen_ms,
                     held: polled.last_seen_ms >= listing_started_ms,
                 });
@@ -662,12 +707,22 @@ impl Rollouts {
                         instance: instance.clone(),
                         reached: members.holds(&agent.service, instance),
                         applied: agent.state == AgentState::Applied && peer.updated_ms > fresh_after_ms,
+                        failed: None,
                         last_seen_ms: agent.last_seen_ms,
                         held: false,
                     });
                 }
             }
         }
+        out.extend(self.judged(rollout, members).into_iter().map(|j| Observed {
+            service: j.unit,
+            instance: j.instance,
+            reached: j.reached,
+            applied: j.applied,
+            failed: j.failed,
+            last_seen_ms: j.last_seen_ms,
+            held: j.held,
+        }));
         // One row per instance: the one seen last (an instance that reconnected has two).
         out.sort_by(|a, b| (&a.service, &a.instance, b.last_seen_ms).cmp(&(&b.service, &b.instance, a.last_seen_ms)));
         out.dedup_by(|later, first| later.service == first.service && later.instance == first.instance);
@@ -680,6 +735,11 @@ impl Rollouts {
         let observed = self.observe(rollout);
         let rows: std::collections::HashMap<(&str, &str), &Observed> =
             observed.iter().map(|o| ((o.service.as_str(), o.instance.as_str()), o)).collect();
+        let opamp: std::collections::HashMap<(String, String), (Option<ConfigStatusView>, StatusOf)> = self
+            .judged(rollout, &rollout.members())
+            .into_iter()
+            .map(|j| ((j.unit, j.instance), (j.status, j.status_of)))
+            .collect();
         rollout
             .watched
             .iter()
@@ -692,6 +752,7 @@ impl Rollouts {
                     instance: instance.clone(),
                     applied: row.is_some_and(|r| r.applied),
                     last_seen_ms: row.map(|r| r.last_seen_ms),
+                    opamp: opamp.get(&(service.clone(), instance.clone())).cloned(),
                 }
             })
             .collect()
@@ -896,6 +957,7 @@ mod tests {
             document: String::new(),
             base_release: 1,
             services: vec!["svc".into()],
+            opamp_groups: Vec::new(),
             waves: vec![WaveSpec { share: Some("100%".into()), instances: None }],
             gates: Gates::default(),
             advance: Advance::Auto,

@@ -35,6 +35,12 @@
 //! reached instance waits `apply_within_s` for one (not when ungated), then says in an
 //! `unjudged` event that no gate judged the rollout there.
 //!
+//! **OpAMP agents.** A candidate that changes `opamp:` groups is judged on their agents too: each
+//! group is the unit `opamp:<group>` beside the changed services ([`Rollout::units`]), its agents
+//! its instances ([`crate::opamp::rollout`]). Their rows are applied by the `RemoteConfigStatus`
+//! they report, and a reached agent that reports FAILED for the candidate reverts the wave at
+//! once, with its error message.
+//!
 //! A failed gate reverts at once: the overlay is dropped, and every reached instance is answered
 //! with the configuration it had before. A passed wave moves on by itself (`advance: auto`) or
 //! waits for a promote; after the last wave the candidate is written to the store as the document,
@@ -112,6 +118,10 @@ pub struct Rollout {
     pub base_release: u64,
     /// The services the candidate changes.
     pub services: Vec<String>,
+    /// The `opamp:` groups the candidate changes: their agents are judged as the instances of
+    /// the unit `opamp:<group>` (see [`crate::opamp::rollout`]).
+    #[serde(default)]
+    pub opamp_groups: Vec<String>,
     /// The waves, in order.
     pub waves: Vec<WaveSpec>,
     /// The gates between waves.
@@ -172,6 +182,8 @@ pub struct Summary {
     pub phase: Phase,
     /// The services it changed.
     pub services: Vec<String>,
+    /// The `opamp:` groups it changed.
+    pub opamp_groups: Vec<String>,
     /// Its waves.
     pub waves: Vec<WaveSpec>,
     /// The last wave it ran, from 1.
@@ -200,8 +212,12 @@ pub struct Observed {
     pub instance: String,
     /// Whether it is served the candidate by the waves so far.
     pub reached: bool,
-    /// Whether it holds the digest it is served now.
+    /// Whether it holds the digest it is served now (an OpAMP agent: it reported APPLIED for the
+    /// configuration it is offered now).
     pub applied: bool,
+    /// An OpAMP agent that reported FAILED for the configuration it is offered now: its error
+    /// message.
+    pub failed: Option<String>,
     /// When its row was last seen (Unix milliseconds; a poll held now: now).
     pub last_seen_ms: u64,
     /// Seen at this very look: one of its polls is held here now, or arrived while the fleet was
@@ -310,6 +326,7 @@ impl Rollout {
             state: phase_name(self.phase).to_owned(),
             phase: self.phase,
             services: self.services.clone(),
+            opamp_groups: self.opamp_groups.clone(),
             waves: self.waves.clone(),
             wave: self.wave_index + 1,
             created_ms: self.created_ms,
@@ -319,6 +336,12 @@ impl Rollout {
             release: self.release,
             outcome: last.map(|e| e.message.clone()).unwrap_or_default(),
         }
+    }
+
+    /// What the rollout judges: the changed services, then the changed `opamp:` groups' units.
+    pub fn units(&self) -> Vec<String> {
+        let groups = self.opamp_groups.iter().map(|g| crate::opamp::rollout::unit(g));
+        self.services.iter().cloned().chain(groups).collect()
     }
 
     /// The instances the waves up to the current one serve the candidate.
@@ -337,7 +360,7 @@ impl Rollout {
     /// pairs.
     pub fn reach(&self, live: &[(String, String)]) -> BTreeMap<String, Reach> {
         let members = self.members();
-        let mut out: BTreeMap<String, Reach> = self.services.iter().map(|s| (s.clone(), Reach::default())).collect();
+        let mut out: BTreeMap<String, Reach> = self.units().into_iter().map(|s| (s, Reach::default())).collect();
         for (service, instance) in live {
             if let Some(reach) = out.get_mut(service) {
                 reach.live += 1;
@@ -363,7 +386,7 @@ impl Rollout {
         let spec = self.waves[index].clone();
         if let Some(count) = spec.instances {
             let members = self.members();
-            for service in &self.services {
+            for service in &self.units() {
                 let mut candidates: Vec<&String> = live
                     .iter()
                     .filter(|(s, instance)| s == service && !members.holds(s, instance))
@@ -442,6 +465,23 @@ impl Rollout {
                 changed |= self.watched.entry(service).or_default().insert(instance);
             }
         }
+        // A reached OpAMP agent that says it failed to apply the candidate: reverted at once, with
+        // what it said.
+        let failed: Vec<String> = self
+            .watched
+            .iter()
+            .flat_map(|(service, names)| names.iter().map(move |name| (service, name)))
+            .filter_map(|(service, name)| {
+                let (row, _) = rows.get(&(service.as_str(), name.as_str()))?;
+                let error = row.failed.as_ref()?;
+                Some(format!("{name} ({service}): {error}"))
+            })
+            .collect();
+        if !failed.is_empty() {
+            let why = format!("Wave {wave}: {} reached agent(s) reported FAILED: {}", failed.len(), list(&failed));
+            self.revert(now_ms, Phase::Reverted, why);
+            return Step::Changed;
+        }
         let (mut lost, mut overdue, mut not_yet) = (Vec::new(), Vec::new(), 0usize);
         for (service, names) in &self.watched {
             for name in names {
@@ -512,7 +552,7 @@ impl Rollout {
                 return same;
             }
             let unjudged: Vec<String> =
-                self.services.iter().filter(|s| self.watched.get(*s).is_none_or(BTreeSet::is_empty)).cloned().collect();
+                self.units().into_iter().filter(|s| self.watched.get(s).is_none_or(BTreeSet::is_empty)).collect();
             // A changed service not reached yet: its agents may not have polled since the wave
             // started; waited for as long as an agent has to apply.
             if patient && (pending > 0 || (!unjudged.is_empty() && !self.ungated)) {
@@ -593,6 +633,7 @@ mod tests {
             document: String::new(),
             base_release: 7,
             services: vec!["svc".into()],
+            opamp_groups: Vec::new(),
             waves: waves.to_vec(),
             gates: Gates { apply_within_s: 10, bake_s: 5, lost_after_s: 3, prometheus: None },
             advance,
@@ -636,6 +677,7 @@ mod tests {
                     instance,
                     reached,
                     applied: !reached || applied,
+                    failed: None,
                     last_seen_ms: now,
                     held: false,
                 }
@@ -961,6 +1003,51 @@ mod tests {
         assert!(r.events.iter().all(|e| e.message.len() <= MAX_EVENT_BYTES && e.message.ends_with('…')));
         let bytes = serde_json::to_vec(&r).unwrap().len();
         assert!(bytes < MAX_EVENTS * (MAX_EVENT_BYTES + 64) + 4096, "{bytes} bytes");
+    }
+
+    /// A mixed rollout judges an OpAMP group's agents beside the services' instances: a reached
+    /// agent's APPLIED lets the wave pass, its FAILED reverts the wave at once, with its error
+    /// message.
+    #[test]
+    fn a_reached_opamp_agent_gates_the_wave_by_the_status_it_reports() {
+        let unit = crate::opamp::rollout::unit("collectors");
+        let with_agent = |r: &Rollout, now, applied: bool, failed: Option<&str>| {
+            let mut agents = fleet(r, now, true);
+            agents.push(Observed {
+                service: unit.clone(),
+                instance: "otel-1".into(),
+                reached: r.members().holds(&unit, "otel-1"),
+                applied,
+                failed: failed.map(str::to_owned),
+                last_seen_ms: now,
+                held: true,
+            });
+            agents
+        };
+        let mixed = || {
+            let mut r = rollout(&[share("100%")], Advance::Auto);
+            r.opamp_groups = vec!["collectors".into()];
+            assert_eq!(r.units(), ["svc".to_owned(), unit.clone()]);
+            r
+        };
+        let mut r = mixed();
+        let seen = &mut Sightings::default();
+        seen.baseline(&r.id, 0, &with_agent(&r, 0, false, None), 0);
+        assert_eq!(r.step(1000, &with_agent(&r, 1000, false, None), seen, &Reading::Unread), Step::Changed);
+        assert!(r.watched[&unit].contains("otel-1"), "reached: live at this look");
+        assert_eq!(r.applied_ms, None, "waits for the agent's APPLIED");
+        r.step(1500, &with_agent(&r, 1500, false, Some("bad ratio")), seen, &Reading::Unread);
+        assert_eq!(r.phase, Phase::Reverted);
+        let said = &r.events.last().unwrap().message;
+        assert_eq!(said, "Wave 1: 1 reached agent(s) reported FAILED: otel-1 (opamp:collectors): bad ratio");
+
+        let mut r = mixed();
+        let seen = &mut Sightings::default();
+        seen.baseline(&r.id, 0, &with_agent(&r, 0, false, None), 0);
+        r.step(1000, &with_agent(&r, 1000, true, None), seen, &Reading::Unread);
+        assert_eq!(r.applied_ms, Some(1000));
+        assert_eq!(r.events.last().unwrap().message, "Wave 1: all 21 reached agent(s) applied");
+        assert_eq!(r.step(6000, &with_agent(&r, 6000, true, None), seen, &Reading::Unread), Step::Complete);
     }
 
     #[test]

@@ -134,6 +134,7 @@ mod tests {
             instance: instance.into(),
             reached: true,
             applied: true,
+            failed: None,
             last_seen_ms,
             held: false,
         }

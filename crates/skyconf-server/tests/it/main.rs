@@ -21,6 +21,7 @@ mod metrics;
 mod nacos;
 mod opamp;
 mod opamp_replicas;
+mod opamp_rollout;
 mod opamp_security;
 mod replicas;
 mod rollout_prometheus;

@@ -124,9 +124,12 @@ fn event_line(event: &Value) -> String {
     )
 }
 
+/// The changed services, then the changed `opamp:` groups as the rollout names them
+/// (`opamp:<group>`).
 fn services(r: &Value) -> String {
-    let names: Vec<&str> = r["services"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-    names.join(", ")
+    let list = |key: &str| r[key].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned);
+    let groups = list("opamp_groups").map(|g| format!("opamp:{g}"));
+    list("services").chain(groups).collect::<Vec<_>>().join(", ")
 }
 
 fn is_active(r: &Value) -> bool {
@@ -163,5 +166,7 @@ mod tests {
         let event = json!({"at_ms": 45_296_000u64, "kind": "wave", "message": "Wave 1 of 2 started"});
         assert_eq!(event_line(&event), "  12:34:56Z  wave      Wave 1 of 2 started");
         assert_eq!(clock(86_400_000 + 1000), "00:00:01Z");
+        let mixed = json!({"services": ["a"], "opamp_groups": ["collectors"]});
+        assert_eq!(services(&mixed), "a, opamp:collectors");
     }
 }

@@ -107,6 +107,8 @@ pub(crate) struct Comparison {
     truncated: bool,
     /// Every changed service (at most 1000), with digests and key-level changes.
     changes: Vec<ServiceChange>,
+    /// Every changed `opamp:` group (at most 1000), with its changed files.
+    opamp_changes: Vec<skyconf_core::opamp_diff::GroupChange>,
 }
 
 /// `GET /api/v1/services/{name}/history`.
@@ -271,16 +273,19 @@ pub(crate) async fn compare(
         |text: &str| text.parse::<u64>().map_err(|_| AppError::BadRequest(format!("`{text}` is not a release id")));
     let (from, to) = (parse(&from)?, parse(&to)?);
     let releases = std::sync::Arc::clone(&admin.releases);
-    let mut changes = tokio::task::spawn_blocking(move || {
+    let (mut changes, mut opamp_changes) = tokio::task::spawn_blocking(move || {
         let before = kept_table(&releases, from)?;
         let after = kept_table(&releases, to)?;
-        Ok::<_, AppError>(skyconf_core::diff::diff(&before, &after))
+        let opamp = skyconf_core::opamp_diff::opamp_diff(&before, &after);
+        Ok::<_, AppError>((skyconf_core::diff::diff(&before, &after), opamp))
     })
     .await
     .map_err(|e| AppError::Internal(format!("comparing releases {from} and {to}: {e}")))??;
     let changed = changes.len();
     changes.truncate(MAX_COMPARED_SERVICES);
-    Ok(Json(Comparison { from, to, changed: changed as u64, truncated: changed > changes.len(), changes }))
+    opamp_changes.truncate(MAX_COMPARED_SERVICES);
+    let truncated = changed > changes.len();
+    Ok(Json(Comparison { from, to, changed: changed as u64, truncated, changes, opamp_changes }))
 }
 
 /// `GET /api/v1/services/{name}/history`: the kept releases that changed one service.

@@ -1,0 +1,271 @@
+//! OpAMP agents in staged rollouts: which agents a rollout's candidate concerns, which of them a
+//! wave reaches, what they are offered, and what the rollout's gates read of them.
+//!
+//! An agent is concerned when the candidate's `opamp:` section offers it other files than the
+//! served one ([`skyconf_core::opamp_diff::changed_groups`] names every group such an agent
+//! belongs to). The rollout rule sees it as one instance of a *unit* named `opamp:<group>` (its
+//! group under the candidate, else under the served section), known by its
+//! `service.instance.id` attribute, else its instance uid in hex: the waves' share takes it by
+//! the targeting hash of (unit, that key), as it takes SkyWalking instances by (service,
+//! instance), so a restarted agent that keeps its `service.instance.id` stays in its wave.
+//!
+//! A reached agent is offered the candidate's files; the others keep the served ones. It has
+//! **applied** when its `RemoteConfigStatus` says APPLIED with the `config_hash` it is offered
+//! now (or, for an agent that reports no status, when its effective configuration hashes to
+//! it); it has **failed** when that status says FAILED for it, and its `error_message` is the
+//! reason the wave is reverted with. An agent connected by WebSocket is live while its
+//! connection is open; an HTTP agent while one of its polls is held, and when its messages move
+//! on (a heartbeat too). After a revert every concerned
+//! agent is offered the served files again, and what it reports of them is shown beside the
+//! rollout (opamp-spec #397).
+
+use std::sync::Arc;
+
+use skyconf_core::opamp::OpampSection;
+use skyconf_opamp::{Agent, RemoteConfig, Transport, bits};
+
+use super::backend::{ConfigStatusView, OpampFleet, hex};
+use crate::served::WaveMembers;
+
+/// The prefix of the rollout unit of an OpAMP group.
+pub(crate) const UNIT_PREFIX: &str = "opamp:";
+
+/// The rollout unit of `group`: `opamp:<group>`.
+pub(crate) fn unit(group: &str) -> String {
+    format!("{UNIT_PREFIX}{group}")
+}
+
+/// The attribute an agent is known by in a rollout, where it has it.
+pub(crate) const INSTANCE_ATTRIBUTE: &str = "service.instance.id";
+
+/// Which configuration an agent's last `RemoteConfigStatus` is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusOf {
+    /// The rollout's candidate.
+    Candidate,
+    /// The configuration served without the rollout (the one a revert goes back to).
+    Previous,
+    /// Another one (or none is offered).
+    Other,
+}
+
+/// One concerned OpAMP agent, as a rollout's gates read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    /// Its unit (`opamp:<group>`).
+    pub unit: String,
+    /// Its key: `service.instance.id`, else its instance uid (hex).
+    pub instance: String,
+    /// Whether the waves so far offer it the candidate.
+    pub reached: bool,
+    /// Whether it has applied what it is offered now.
+    pub applied: bool,
+    /// Its `error_message`, when it reports FAILED for what it is offered now.
+    pub failed: Option<String>,
+    /// When it last reported (Unix milliseconds).
+    pub last_seen_ms: u64,
+    /// Whether it is live at this very look (a WebSocket connection open now, or a poll held).
+    pub held: bool,
+    /// Its last `RemoteConfigStatus`, if it reported one.
+    pub status: Option<ConfigStatusView>,
+    /// What that status is about.
+    pub status_of: StatusOf,
+}
+
+fn key(agent_uid: &str, description: &skyconf_opamp::Description) -> String {
+    description.get_str(INSTANCE_ATTRIBUTE).map_or_else(|| agent_uid.to_owned(), str::to_owned)
+}
+
+impl OpampFleet {
+    /// The candidate's configuration for `agent` when a rollout's waves reach it and its files
+    /// change (`Some(None)`: the candidate offers it nothing); `None` otherwise.
+    pub(super) fn rollout_offer(
+        &self,
+        agent: &Agent,
+        served: Option<(&str, &Arc<RemoteConfig>)>,
+    ) -> Option<Option<Arc<RemoteConfig>>> {
+        let overlay = self.served.overlay()?;
+        let section = overlay.opamp.as_ref()?;
+        let candidate = self.candidate(section);
+        let offered = candidate.of(&agent.description);
+        let hash = |o: Option<(&str, &Arc<RemoteConfig>)>| o.map(|(_, c)| c.hash().clone());
+        if hash(offered) == hash(served) {
+            return None;
+        }
+        let group = offered.or(served).map(|(group, _)| group)?;
+        let uid = hex(agent.uid.as_bytes());
+        overlay
+            .members
+            .holds(&unit(group), &key(&uid, &agent.description))
+            .then(|| offered.map(|(_, config)| Arc::clone(config)))
+    }
+
+    /// The live agents the `candidate` section offers other files than the served one, judged
+    /// against what they are offered with `members` reached.
+    pub fn judged(&self, candidate: &OpampSection, members: &WaveMembers) -> Vec<Judged> {
+        let (built, candidate) = (self.built(), self.candidate(candidate));
+        let rows: Vec<_> = self.rows().iter().map(|(uid, row)| (hex(uid.as_bytes()), row.clone())).collect();
+        let mut out = Vec::new();
+        for (uid, row) in rows {
+            if row.description.is_empty() || !row.capabilities.has(bits::agent::ACCEPTS_REMOTE_CONFIG) {
+                continue;
+            }
+            let (served, offered) = (built.of(&row.description), candidate.of(&row.description));
+            let hash = |o: Option<(&str, &Arc<RemoteConfig>)>| o.map(|(_, c)| c.hash().to_string());
+            let (previous, next) = (hash(served), hash(offered));
+            if previous == next {
+                continue;
+            }
+            let Some(group) = offered.or(served).map(|(group, _)| group) else { continue };
+            let (unit, instance) = (unit(group), key(&uid, &row.description));
+            let reached = members.holds(&unit, &instance);
+            let now = if reached { &next } else { &previous };
+            let about = |hash: &str| now.as_deref() == Some(hash);
+            let status = row.status.clone();
+            let applied = now.is_none()
+                || status.as_ref().is_some_and(|s| s.status == "applied" && about(&s.config_hash))
+                || row.effective_config_hash.as_deref().is_some_and(about);
+            let failed = status
+                .as_ref()
+                .filter(|s| s.status == "failed" && about(&s.config_hash))
+                .map(|s| s.error_message.clone());
+            let status_of = match status.as_ref().map(|s| Some(s.config_hash.clone())) {
+                Some(hash) if hash == next => StatusOf::Candidate,
+                Some(hash) if hash == previous => StatusOf::Previous,
+                _ => StatusOf::Other,
+            };
+            out.push(Judged {
+                unit,
+                instance,
+                reached,
+                applied,
+                failed,
+                last_seen_ms: row.last_report_ms,
+                held: row.transport == Transport::WebSocket || row.holding > 0,
+                status,
+                status_of,
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use skyconf_core::AgentConfigurations;
+    use skyconf_core::answer::Answers;
+    use skyconf_opamp::backend::ApplyStatus;
+    use skyconf_opamp::bits::Capabilities;
+    use skyconf_opamp::wire::{self, any_value::Value};
+    use skyconf_opamp::{Backend, ConfigStatus, Description, InstanceUid, Report};
+
+    use super::*;
+    use crate::served::{Overlay, ServedTable};
+
+    fn table(ratio: &str) -> AgentConfigurations {
+        skyconf_core::read(&format!(
+            "configurations:\n  svc: {{k: 1}}\nopamp:\n  - group: collectors\n    match: {{service.name: otel}}\n    files:\n      sampling.json: {{body: '{{\"ratio\": {ratio}}}'}}\n"
+        ))
+        .unwrap()
+    }
+
+    fn agent(index: u8, accepts: bool) -> Agent {
+        let kv = |key: &str, value: String| wire::KeyValue {
+            key: key.into(),
+            value: Some(wire::AnyValue { value: Some(Value::StringValue(value)) }),
+        };
+        let mut caps = bits::agent::REPORTS_REMOTE_CONFIG;
+        if accepts {
+            caps |= bits::agent::ACCEPTS_REMOTE_CONFIG;
+        }
+        Agent {
+            uid: InstanceUid::from_bytes([index + 1; 16]),
+            description: Arc::new(Description {
+                wire: wire::AgentDescription {
+                    identifying_attributes: vec![
+                        kv("service.name", "otel".into()),
+                        kv(INSTANCE_ATTRIBUTE, format!("otel-{index}")),
+                    ],
+                    non_identifying_attributes: vec![],
+                },
+            }),
+            capabilities: Capabilities(caps),
+            transport: Transport::Http,
+        }
+    }
+
+    fn status(config: &RemoteConfig, status: ApplyStatus, error: &str) -> ConfigStatus {
+        ConfigStatus { hash: config.hash().clone(), status, error_message: error.into() }
+    }
+
+    fn offered(fleet: &OpampFleet, agent: &Agent) -> Arc<RemoteConfig> {
+        fleet.remote_config(agent).unwrap().expect("a configuration is offered")
+    }
+
+    #[test]
+    fn a_wave_offers_the_candidate_to_its_agents_only_and_reads_what_they_report() {
+        let served = Arc::new(ServedTable::new(table("0.5")));
+        let fleet = OpampFleet::new(Arc::clone(&served));
+        let agents: Vec<Agent> = (0..4).map(|i| agent(i, i != 3)).collect();
+        for agent in &agents {
+            fleet.report(agent, Report::Connected);
+        }
+        let v1 = offered(&fleet, &agents[0]);
+        let candidate = table("2");
+        let members = WaveMembers {
+            share: None,
+            named: [(unit("collectors"), ["otel-1".to_owned()].into_iter().collect())].into_iter().collect(),
+        };
+        served.set_overlay(Some(Arc::new(Overlay {
+            rollout: "r1".into(),
+            services: HashSet::new(),
+            candidate: Answers::new(&AgentConfigurations::default()),
+            members: members.clone(),
+            opamp: Some(candidate.opamp().clone()),
+        })));
+        let v2 = offered(&fleet, &agents[1]);
+        assert_ne!(v2.hash(), v1.hash(), "the reached agent is offered the candidate");
+        assert_eq!(offered(&fleet, &agents[0]).hash(), v1.hash(), "the others keep the served files");
+
+        fleet.report(&agents[0], Report::RemoteConfigStatus(&status(&v1, ApplyStatus::Applied, "")));
+        fleet.report(&agents[1], Report::RemoteConfigStatus(&status(&v2, ApplyStatus::Failed, "ratio 2")));
+        let judged = fleet.judged(candidate.opamp(), &members);
+        let of = |name: &str| judged.iter().find(|j| j.instance == name).cloned();
+        assert!(of("otel-3").is_none(), "an agent that does not accept remote configuration is not judged");
+        let reached = of("otel-1").unwrap();
+        assert_eq!((reached.unit.as_str(), reached.reached, reached.applied), ("opamp:collectors", true, false));
+        assert_eq!((reached.failed.as_deref(), reached.status_of), (Some("ratio 2"), StatusOf::Candidate));
+        let other = of("otel-0").unwrap();
+        assert_eq!(
+            (other.reached, other.applied, other.failed, other.status_of),
+            (false, true, None, StatusOf::Previous)
+        );
+        let silent = of("otel-2").unwrap();
+        assert!(!silent.applied && silent.status.is_none(), "no status yet: not applied");
+
+        // The revert: the reached agent is offered its previous files again, and what it reports
+        // of them is about the previous configuration.
+        served.set_overlay(None);
+        assert_eq!(offered(&fleet, &agents[1]).hash(), v1.hash());
+        fleet.report(&agents[1], Report::RemoteConfigStatus(&status(&v1, ApplyStatus::Applied, "")));
+        let after = fleet.judged(candidate.opamp(), &WaveMembers::default());
+        let back = after.iter().find(|j| j.instance == "otel-1").unwrap();
+        assert_eq!((back.applied, back.status_of), (true, StatusOf::Previous));
+    }
+
+    #[test]
+    fn an_unchanged_group_concerns_no_agent() {
+        let served = Arc::new(ServedTable::new(table("0.5")));
+        let fleet = OpampFleet::new(Arc::clone(&served));
+        fleet.report(&agent(0, true), Report::Connected);
+        let members = WaveMembers {
+            share: Some(skyconf_core::targeting::Share::read("100%").unwrap()),
+            named: Default::default(),
+        };
+        assert!(fleet.judged(table("0.5").opamp(), &members).is_empty());
+        assert_eq!(fleet.judged(table("0.7").opamp(), &members).len(), 1);
+    }
+}

@@ -1,0 +1,457 @@
+//! Staged rollouts of `opamp:` groups over real sockets: OpenTelemetry agents reached by a wave
+//! are offered the candidate's files, the wave is gated on the `RemoteConfigStatus` they report
+//! (APPLIED passes, FAILED reverts at once with the agent's error), an agent that stops reporting
+//! reverts it after `lost_after_s`, a revert offers the reached agents their previous files again
+//! and shows what they report of them; a mixed rollout judges SkyWalking instances and OpAMP
+//! agents together; releases, diffs and rollback name and restore OpAMP-only changes.
+//!
+//! Agents: OpAMP HTTP clients written here from the spec (they poll every 100 ms, apply
+//! `sampling.json` unless its ratio is above 1, and can be killed), skyconf's Rust agent library
+//! for the SkyWalking side, and the PyPI client `opentelemetry-opamp-client` for one end-to-end
+//! case (see `opamp.rs` for how it is found).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message as _;
+use serde_json::{Value, json};
+use skyconf_opamp::wire::{self, any_value::Value as AnyValue};
+use skyconf_opamp::{bits, codec};
+use skyconf_server::ServeConfig;
+use skyconf_sources::file::FileSource;
+use skyconf_testkit::fixtures::temp_file;
+use skyconf_testkit::server::{AdminClient, Server, loopback};
+
+use crate::rollouts::{TestAgent, post, rollout, stop_all, until, until_state};
+
+/// A document: the SkyWalking service `svc` samples `rate`; the `opamp:` group `collectors`
+/// gives agents of `otel` a `sampling.json` of `ratio`.
+fn document(rate: u32, ratio: &str) -> String {
+    format!(
+        "configurations:\n  svc:\n    agent.sample_n_per_3_secs: {rate}\nopamp:\n  - group: collectors\n    match:\n      service.name: otel\n    files:\n      sampling.json:\n        body: '{{\"ratio\": {ratio}}}'\n"
+    )
+}
+
+fn config() -> ServeConfig {
+    ServeConfig { opamp_addr: Some("127.0.0.1:0".parse().unwrap()), ..loopback() }
+}
+
+fn url(server: &Server) -> String {
+    format!("http://{}/v1/opamp", server.opamp_addr.expect("the OpAMP port runs"))
+}
+
+/// What one agent went through.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    /// Every `sampling.json` body offered, in order.
+    offered: Vec<String>,
+    /// The body it applied last.
+    applied: Option<String>,
+}
+
+/// An OpAMP agent over plain HTTP, from the spec: a full report first (and whenever asked), then
+/// a heartbeat every 100 ms; each offered configuration is applied, unless its ratio is above 1
+/// (FAILED, with why), and the status is reported once.
+struct OtelAgent {
+    instance: String,
+    seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl OtelAgent {
+    fn spawn(url: &str, index: u8) -> Self {
+        Self::spawn_holding(url, index, None)
+    }
+
+    /// An agent whose heartbeats ask for polls held `hold` seconds (`OpAMP-Hold`).
+    fn spawn_holding(url: &str, index: u8, hold: Option<u64>) -> Self {
+        let instance = format!("otel-{index}");
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (url, name, memory) = (url.to_owned(), instance.clone(), Arc::clone(&seen));
+        let task = tokio::spawn(async move {
+            let http = reqwest::Client::builder().no_gzip().build().unwrap();
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            let (mut seq, mut full, mut status) = (0u64, true, None::<wire::RemoteConfigStatus>);
+            let mut last_status = None::<wire::RemoteConfigStatus>;
+            loop {
+                tick.tick().await;
+                seq += 1;
+                let mut msg = message(index, &name, seq, full);
+                msg.remote_config_status = status.take().or_else(|| full.then(|| last_status.clone()).flatten());
+                let bare = msg.remote_config_status.is_none() && msg.agent_description.is_none();
+                let Some(answer) = send(&http, &url, &msg, hold.filter(|_| bare)).await else { continue };
+                full = answer.flags & bits::REPORT_FULL_STATE != 0;
+                let Some(remote) = answer.remote_config else { continue };
+                let body = remote
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.config_map.get("sampling.json"))
+                    .map(|f| String::from_utf8_lossy(&f.body).into_owned())
+                    .unwrap_or_default();
+                let ratio: f64 =
+                    serde_json::from_str::<Value>(&body).ok().and_then(|v| v["ratio"].as_f64()).unwrap_or(0.0);
+                let (code, error) = if ratio > 1.0 {
+                    (wire::RemoteConfigStatuses::Failed, format!("ratio {ratio} is out of range"))
+                } else {
+                    (wire::RemoteConfigStatuses::Applied, String::new())
+                };
+                {
+                    let mut seen = memory.lock().unwrap();
+                    seen.offered.push(body.clone());
+                    if error.is_empty() {
+                        seen.applied = Some(body);
+                    }
+                }
+                status = Some(wire::RemoteConfigStatus {
+                    last_remote_config_hash: remote.config_hash,
+                    status: code as i32,
+                    error_message: error,
+                });
+                last_status.clone_from(&status);
+            }
+        });
+        Self { instance, seen, task }
+    }
+
+    fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn applied_ratio(&self, ratio: &str) -> bool {
+        self.seen().applied.is_some_and(|b| b == format!("{{\"ratio\": {ratio}}}"))
+    }
+}
+
+impl Drop for OtelAgent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn message(index: u8, instance: &str, seq: u64, full: bool) -> wire::AgentToServer {
+    let attribute = |key: &str, value: &str| wire::KeyValue {
+        key: key.into(),
+        value: Some(wire::AnyValue { value: Some(AnyValue::StringValue(value.into())) }),
+    };
+    wire::AgentToServer {
+        instance_uid: Bytes::from(vec![index + 1; 16]),
+        sequence_num: seq,
+        capabilities: bits::agent::REPORTS_STATUS
+            | bits::agent::ACCEPTS_REMOTE_CONFIG
+            | bits::agent::REPORTS_REMOTE_CONFIG,
+        agent_description: full.then(|| wire::AgentDescription {
+            identifying_attributes: vec![attribute("service.name", "otel"), attribute("service.instance.id", instance)],
+            non_identifying_attributes: vec![],
+        }),
+        ..Default::default()
+    }
+}
+
+/// One exchange (held up to `hold` seconds when asked); `None` when the server is not reachable
+/// (it is stopping).
+async fn send(
+    http: &reqwest::Client,
+    url: &str,
+    msg: &wire::AgentToServer,
+    hold: Option<u64>,
+) -> Option<wire::ServerToAgent> {
+    let mut request = http.post(url).header("content-type", codec::CONTENT_TYPE).body(msg.encode_to_vec());
+    if let Some(seconds) = hold {
+        request = request.header(skyconf_opamp::hold::HEADER, seconds.to_string());
+    }
+    let response = request.send().await.ok()?;
+    let body = response.bytes().await.ok()?;
+    wire::ServerToAgent::decode(body).ok()
+}
+
+async fn opamp_agents(admin: &AdminClient) -> Vec<Value> {
+    admin.get_json("/api/v1/opamp/agents").await["agents"].as_array().unwrap().clone()
+}
+
+/// Waits until `count` OpAMP agents are listed as having applied what they are offered.
+async fn applied(admin: &AdminClient, count: usize) {
+    until("the OpAMP agents applied their group's file", async || {
+        let agents = opamp_agents(admin).await;
+        agents.len() == count
+            && agents.iter().all(|a| a["remote_config_status"]["status"] == "applied" && a["current"] == true)
+    })
+    .await;
+}
+
+async fn put(admin: &AdminClient, document: &str) -> Value {
+    let reply = admin.send("PUT", "/api/v1/configurations", &[("content-type", "application/yaml")], document).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()
+}
+
+fn start(document: &str, waves: Value, gates: Value) -> Value {
+    let mut body = json!({"document": document, "advance": "auto", "author": "ops"});
+    body["waves"] = waves;
+    body["gates"] = gates;
+    body
+}
+
+fn last_event(rollout: &Value) -> String {
+    rollout["events"].as_array().unwrap().last().unwrap()["message"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_status_reverts_the_wave_at_once_and_the_reached_agent_goes_back() {
+    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let agents: Vec<OtelAgent> = (0..3).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
+    applied(&admin, 3).await;
+
+    // Only the `opamp:` group changes: the rollout judges its agents.
+    let gates = json!({"apply_within_s": 30, "bake_s": 60, "lost_after_s": 20});
+    let (status, body) = post(
+        &admin,
+        "/api/v1/rollouts",
+        &start(&document(10, "2"), json!([{"instances": 1}, {"share": "100%"}]), gates),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["rollout"]["services"], json!([]));
+    assert_eq!(body["rollout"]["opamp_groups"], json!(["collectors"]));
+    let picked = body["rollout"]["named"]["opamp:collectors"][0].as_str().unwrap().to_owned();
+
+    let reverted = until_state(&admin, "reverted").await;
+    let said = last_event(&reverted);
+    assert_eq!(
+        said,
+        format!("Wave 1: 1 reached agent(s) reported FAILED: {picked} (opamp:collectors): ratio 2 is out of range")
+    );
+
+    // The reached agent is offered its previous file again, applies it, and the rollout shows it.
+    let agent = agents.iter().find(|a| a.instance == picked).unwrap();
+    until("the reached agent is given back its file", async || agent.applied_ratio("0.5")).await;
+    let mut back = Value::Null;
+    until("the rollout shows the status it reported after the revert", async || {
+        back = rollout(&admin).await["after_revert"].clone();
+        back[0]["status_of"] == "previous"
+    })
+    .await;
+    assert_eq!(back.as_array().unwrap().len(), 1, "{back:#}");
+    assert_eq!((back[0]["service"].as_str(), back[0]["instance"].as_str()), (Some("opamp:collectors"), Some(&*picked)));
+    assert_eq!(back[0]["remote_config_status"]["status"], "applied");
+    assert_eq!(back[0]["applied"], true, "it holds what it is offered now: {back:#}");
+    let offered: Vec<String> = agent.seen().offered;
+    assert_eq!(offered.len(), 3, "v1, the candidate, v1 again: {offered:?}");
+    for other in agents.iter().filter(|a| a.instance != picked) {
+        assert_eq!(other.seen().offered.len(), 1, "{} is not in wave 1: {:?}", other.instance, other.seen());
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_rollout_completes_when_skywalking_instances_and_opamp_agents_apply() {
+    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let otel: Vec<OtelAgent> = (0..2).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
+    let skywalking: Vec<TestAgent> =
+        (0..2).map(|i| TestAgent::spawn(server.grpc_addr, &format!("pod-{i}"), &[])).collect();
+    applied(&admin, 2).await;
+    until("the SkyWalking instances applied", async || {
+        let body = admin.get_json("/api/v1/instances").await;
+        let instances = body["instances"].as_array().unwrap();
+        instances.len() == 2 && instances.iter().all(|i| i["services"][0]["state"] == "applied")
+    })
+    .await;
+
+    let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start(&document(20, "0.25"), json!([{"share": "100%"}]), gates)).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        (&body["rollout"]["services"], &body["rollout"]["opamp_groups"]),
+        (&json!(["svc"]), &json!(["collectors"]))
+    );
+    let wave = last_event(&body["rollout"]);
+    for unit in ["svc", "opamp:collectors"] {
+        assert!(wave.contains(&format!("2 of 2 live identified instance(s) of {unit}")), "{wave}");
+    }
+
+    let done = until_state(&admin, "completed").await;
+    let messages: Vec<&str> =
+        done["events"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();
+    assert!(messages.contains(&"Wave 1: all 4 reached agent(s) applied"), "{messages:#?}");
+    assert!(otel.iter().all(|a| a.applied_ratio("0.25")));
+    until("the SkyWalking agents hold the candidate", async || {
+        skywalking.iter().all(|a| a.value().as_deref() == Some("20"))
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), document(20, "0.25"), "the candidate is the document");
+
+    // The release names both kinds of change.
+    let release = admin.get_json(&format!("/api/v1/releases/{}", done["release"])).await;
+    assert_eq!(release["changes"][0]["service"], "svc", "{release:#}");
+    assert_eq!(
+        release["opamp_changes"],
+        json!([{"group": "collectors", "change": "modified", "files": ["sampling.json"], "matching": false}])
+    );
+    stop_all(skywalking).await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_opamp_agent_reverts_the_wave_after_lost_after() {
+    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let mut agents: Vec<OtelAgent> = (0..2).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
+    applied(&admin, 2).await;
+
+    let gates = json!({"apply_within_s": 30, "bake_s": 600, "lost_after_s": 5});
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
+    assert_eq!(status, 201, "{body}");
+    until("both agents applied the candidate", async || {
+        rollout(&admin).await["events"].as_array().unwrap().iter().any(|e| e["kind"] == "applied")
+    })
+    .await;
+    // Killed: it stops reporting without saying goodbye; its HTTP session outlives lost_after_s.
+    let killed = agents.remove(0);
+    let name = killed.instance.clone();
+    drop(killed);
+    let reverted = until_state(&admin, "reverted").await;
+    assert_eq!(
+        last_event(&reverted),
+        format!("Wave 1: 1 reached agent(s) disappeared, with no live row for 5 s: {name} (opamp:collectors)")
+    );
+    until("the other agent is given back its file", async || agents[0].applied_ratio("0.5")).await;
+    server.stop().await.unwrap();
+}
+
+/// An agent whose poll is held is live for as long as it is held: a hold longer than
+/// `lost_after_s` is no disappearance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_poll_is_held_longer_than_lost_after_has_not_disappeared() {
+    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let agent = OtelAgent::spawn_holding(&url(&server), 0, Some(30));
+    applied(&admin, 1).await;
+    until("its poll is held", async || {
+        admin.get("/metrics").await.body.lines().any(|l| l == "skyconf_opamp_held_polls 1")
+    })
+    .await;
+
+    let gates = json!({"apply_within_s": 30, "bake_s": 6, "lost_after_s": 2});
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
+    assert_eq!(status, 201, "{body}");
+    let mut done = Value::Null;
+    until("the rollout ends", async || {
+        done = rollout(&admin).await;
+        done["state"] == "completed" || done["state"] == "reverted"
+    })
+    .await;
+    assert_eq!(done["state"], "completed", "{}", last_event(&done));
+    assert!(agent.applied_ratio("0.25"), "{done:#}");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opamp_only_change_is_named_by_its_release_and_the_diff_and_a_rollback_restores_it() {
+    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let agent = OtelAgent::spawn(&url(&server), 0);
+    applied(&admin, 1).await;
+    let first = admin.get_json("/api/v1/releases").await["releases"][0]["id"].as_u64().unwrap();
+
+    let dry = admin
+        .send(
+            "PUT",
+            "/api/v1/configurations?dry_run=true",
+            &[("content-type", "application/yaml")],
+            &document(10, "0.75"),
+        )
+        .await
+        .json();
+    assert_eq!(dry["changes"], json!([]), "{dry:#}");
+    assert_eq!(dry["opamp_changes"][0]["group"], "collectors", "{dry:#}");
+
+    let written = put(&admin, &document(10, "0.75")).await;
+    let second = written["release"]["id"].as_u64().unwrap();
+    assert_eq!(written["release"]["changed"], 0, "no service changed: {written:#}");
+    let named = json!([{"group": "collectors", "change": "modified", "files": ["sampling.json"], "matching": false}]);
+    assert_eq!(written["release"]["opamp_changes"], named);
+    let listed = admin.get_json("/api/v1/releases").await;
+    assert_eq!(listed["releases"][0]["opamp_changes"], named, "the history entry names it: {listed:#}");
+    let compared = admin.get_json(&format!("/api/v1/releases/{first}/compare/{second}")).await;
+    assert_eq!(compared["opamp_changes"], named, "{compared:#}");
+    until("the agent applied the change", async || agent.applied_ratio("0.75")).await;
+
+    let reply =
+        admin.send("POST", &format!("/api/v1/releases/{first}/rollback"), &[("X-Skyconf-Author", "ops")], "").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let rolled = reply.json();
+    assert_eq!(rolled["release"]["rollback_of"].as_u64(), Some(first), "{rolled:#}");
+    assert_eq!(rolled["release"]["opamp_changes"][0]["group"], "collectors");
+    until("the agent applied its first file again", async || agent.applied_ratio("0.5")).await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), document(10, "0.5"));
+    server.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pypi_client_fails_a_wave_goes_back_and_then_completes_one() {
+    let Some(python) = crate::opamp::python() else { return };
+    let doc = |file: &str| {
+        format!(
+            "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\nopamp:\n  - group: py\n    match:\n      service.name: py-svc\n    files:\n      {file}\n"
+        )
+    };
+    let json_file = |ratio: &str| format!("sampling.json:\n        body: '{{\"ratio\": {ratio}}}'");
+    let (_dir, path) = temp_file("agents.yaml", &doc(&json_file("0.5")));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let script = crate::opamp::interop_dir().join("python_agent.py");
+    // std's process: when the test fails, dropping it closes the client's stdin, which stops it.
+    let mut child = std::process::Command::new(python)
+        .args([script.to_str().unwrap(), &url(&server), "py-svc", "0.5"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    applied(&admin, 1).await;
+    let v1 = opamp_agents(&admin).await[0]["offered_hash"].clone();
+
+    // The client parses JSON only: a YAML file fails, and the wave is reverted with its words.
+    let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
+    let yaml = doc("sampling.yaml:\n        body: 'ratio: 1'");
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start(&yaml, json!([{"share": "100%"}]), gates.clone())).await;
+    assert_eq!(status, 201, "{body}");
+    let reverted = until_state(&admin, "reverted").await;
+    let said = last_event(&reverted);
+    assert!(
+        said.starts_with("Wave 1: 1 reached agent(s) reported FAILED: ") && said.contains("sampling.yaml"),
+        "{said}"
+    );
+    let mut back = Value::Null;
+    until("the client went back to its file and said so", async || {
+        back = rollout(&admin).await["after_revert"].clone();
+        back[0]["status_of"] == "previous" && back[0]["remote_config_status"]["status"] == "applied"
+    })
+    .await;
+    assert_eq!(back[0]["remote_config_status"]["config_hash"], v1, "{back:#}");
+
+    // A change it can apply completes.
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start(&doc(&json_file("0.1")), json!([{"share": "100%"}]), gates)).await;
+    assert_eq!(status, 201, "{body}");
+    until_state(&admin, "completed").await;
+    let row = opamp_agents(&admin).await[0].clone();
+    assert_eq!((&row["remote_config_status"]["status"], &row["current"]), (&json!("applied"), &json!(true)), "{row:#}");
+    assert_ne!(row["offered_hash"], v1);
+
+    drop(child.stdin.take());
+    let exit = tokio::task::spawn_blocking(move || child.wait());
+    let status = tokio::time::timeout(Duration::from_secs(30), exit).await.unwrap().unwrap().unwrap();
+    assert!(status.success());
+    server.stop().await.unwrap();
+}
