@@ -319,7 +319,7 @@ impl Reloader {
                 None => self.install(table, Some(text.to_owned())),
             },
             Err(error) => {
-                let error = error.to_string();
+                let error = crate::served::located(&self.origin, &error);
                 self.events.document_rejected(&error, self.served_services());
                 self.served.record_rejection(Rejection::new(self.origin.clone(), error.clone(), Some(text)));
                 Outcome::Rejected(error)
@@ -345,7 +345,7 @@ mod tests {
         let (served, mut reloader) = setup();
         let before = served.snapshot().answer("a").digest.clone();
         let outcome = reloader.apply(Some("configurations:\n  a: {k: }\n"));
-        assert!(matches!(&outcome, Outcome::Rejected(e) if e.contains("line 2")), "{outcome:?}");
+        assert!(matches!(&outcome, Outcome::Rejected(e) if e.starts_with("2:")), "{outcome:?}");
         assert_eq!(served.snapshot().answer("a").digest, before);
         assert!(served.last_rejection().is_some());
         assert_eq!(reloader.accepted_text(), Some(GOOD), "the accepted text is still the good one");
@@ -399,7 +399,7 @@ mod tests {
                         assert_eq!(a.encoded.with_serial(serial), b.encoded.with_serial(serial), "{name}");
                     }
                 }
-                Err(error) => assert_eq!(outcome, Outcome::Rejected(error.to_string())),
+                Err(error) => assert_eq!(outcome, Outcome::Rejected(crate::served::located("test", &error))),
             }
         }
     }
