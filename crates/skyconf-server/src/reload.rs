@@ -78,6 +78,10 @@ pub enum Outcome {
     Rejected(String),
     /// The document would reset the fleet: it is held and the previous table stays.
     Held(String),
+    /// The store holds the served text again (after a refused or held document): the refusal or
+    /// the held change is over, and nothing is installed or recorded, since agents would get
+    /// exactly what they have.
+    Restored,
 }
 
 /// Applies agent-configurations values to a [`ServedTable`].
@@ -287,6 +291,29 @@ impl Reloader {
         self.releases.as_ref()?.served_as(self.served.snapshot().version)
     }
 
+    /// The store holds the served text again after a refused or held one: both are over, the
+    /// text's new revision is the one the next conditional write expects, and no release is
+    /// recorded (it would change nothing).
+    fn restored(&mut self, revision: Option<Revision>) -> Outcome {
+        let held = self.held.take().is_some();
+        self.served.set_held(None);
+        let refused = self.served.last_rejection().is_some();
+        self.served.clear_rejection();
+        if revision.is_some() {
+            self.served.set_store_revision(self.served.snapshot().version, revision);
+        }
+        let release = self.served_release();
+        tracing::info!(
+            origin = %self.origin,
+            version = self.served.snapshot().version,
+            release,
+            refused,
+            held,
+            "The store holds the served document again; nothing to install."
+        );
+        Outcome::Restored
+    }
+
     /// Applies the key's current value; `None` means the store holds no such key.
     pub fn apply(&mut self, value: Option<&str>) -> Outcome {
         self.apply_at(value, None)
@@ -305,6 +332,12 @@ impl Reloader {
             return Outcome::Unchanged;
         }
         self.last_seen = Some(hash);
+        if let Some(text) = value
+            && self.accepted.as_deref() == Some(text)
+            && self.served.snapshot().ready()
+        {
+            return self.restored(revision);
+        }
         let Some(text) = value else {
             // The OAP clears the table when the key is deleted: every agent gets EMPTY.
             let table = AgentConfigurations::default();
@@ -353,6 +386,21 @@ mod tests {
         assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Installed(2));
         assert!(served.last_rejection().is_none());
         assert_ne!(served.snapshot().answer("a").digest, before);
+    }
+
+    #[test]
+    fn the_served_text_written_back_after_a_refused_one_is_no_new_release() {
+        let (served, reloader) = setup();
+        let releases = Arc::new(ReleaseLog::in_memory(crate::releases::DEFAULT_RETENTION));
+        let mut reloader = reloader.with_releases(Arc::clone(&releases));
+        assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Installed(2));
+        let (release, version) = (releases.latest().unwrap().id, served.snapshot().version);
+        assert!(matches!(reloader.apply(Some("configurations:\n  a: {k: }\n")), Outcome::Rejected(_)));
+        assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Restored);
+        assert!(served.last_rejection().is_none(), "the refusal is over");
+        assert_eq!(releases.latest().unwrap().id, release, "no release that changes nothing");
+        assert_eq!(served.snapshot().version, version, "nor a new version");
+        assert_eq!(reloader.apply(Some(GOOD)), Outcome::Installed(version + 1), "a real change still is one");
     }
 
     #[test]
