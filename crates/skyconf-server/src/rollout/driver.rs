@@ -393,10 +393,11 @@ impl Rollouts {
         }
         let now = steady_now_ms();
         let mut rollout = Rollout {
-            id: format!("r{now}"),
+            id: super::plan::rollout_id(now),
             document: plan.document,
             base_release,
             services,
+            changes: super::plan::changes_shown(&snapshot.table, &candidate),
             waves: plan.waves,
             gates: plan.gates,
             advance: plan.advance,
@@ -889,6 +890,7 @@ mod tests {
             document: String::new(),
             base_release: 1,
             services: vec!["svc".into()],
+            changes: Vec::new(),
             waves: vec![WaveSpec { share: Some("100%".into()), instances: None }],
             gates: Gates::default(),
             advance: Advance::Auto,
