@@ -425,8 +425,8 @@ def run_editing(a, driver):
     driver.wait_for(lambda: driver.script("return document.getElementById('document-check').dataset.state") == "bad", 10,
                     "a broken document is not refused as one types")
     check = driver.text(driver.find("#document-check")[0])
-    if "line" not in check:
-        raise Failure(f"the refusal does not name the line: {check!r}")
+    if not check.startswith("✗ 4:1: "):
+        raise Failure(f"the refusal does not name the line and column as `skyconf validate` does (LINE:COLUMN): {check!r}")
     marked = driver.script("const p = document.querySelector('#document-check pre'); return p ? p.dataset.line : null")
     driver.script("document.getElementById('document-check').scrollIntoView({block: 'end'})")
     shoot(a, driver, "page-validation.png")
@@ -489,6 +489,54 @@ def run_refused(a, driver):
     if "1 agent" not in text or "1 agents" in text:
         raise Failure(f"unconfigured row: {text!r}")
     return {"ok": True, "header": header, "unconfigured": text}
+
+
+def run_overview(a, driver):
+    """overview: before any service is picked the page shows the fleet, the last change, the store
+    and the gateway's OAPs (one up, one not); the header stays on one line at 800 px, without a
+    horizontal scroll; a release without author says so, alike in the list and in the release."""
+    loaded(driver, a.url)
+    if driver.text(driver.find("#service-title")[0]) != "Overview" or not shown(driver, "overview"):
+        raise Failure("the first load shows no overview")
+    counted = lambda: driver.script("return document.getElementById('overview-agents').dataset.agents")
+    driver.wait_for(lambda: counted() == str(a.agents), 10, f"the overview counts {counted()} agents, not {a.agents}")
+    oaps = driver.wait_for(lambda: (lambda o: o if o and len(o) == 2 and sum(1 for u in o if u[1] == "true") == 1 else None)(driver.script(
+        "return [...document.querySelectorAll('#overview-oaps [data-upstream]')].map(d => [d.dataset.upstream, d.dataset.up])")),
+        20, "the overview does not show one OAP up and one unreachable")
+    if [u for u, up in oaps if up == "false"] != [a.down_upstream]:
+        raise Failure(f"the OAPs: {oaps}")
+    gateway = driver.text(driver.find("#gateway")[0])
+    if gateway != "OAP 1/2 up: 1 unreachable" or a.down_upstream not in driver.script("return document.getElementById('gateway').title"):
+        raise Failure(f"the header's gateway: {gateway!r}")
+    change = driver.text(driver.find("#overview-change")[0])
+    if f"release #{a.rollback_to}" not in change or "no author (file)" not in change:
+        raise Failure(f"the last change: {change!r}")
+    store = driver.text(driver.find("#overview-store")[0])
+    if not store.startswith("file ") or "connected" not in store:
+        raise Failure(f"the store: {store!r}")
+    if not shown(driver, "release-hint"):
+        raise Failure("the release panel says nothing before a release is picked")
+    author = driver.text(driver.find(f'#releases tr[data-release="{a.rollback_to}"] td:nth-child(3)')[0])
+    shoot(a, driver, "page-overview.png")
+
+    # The release's own line spells its author as the list does.
+    driver.click(f'#releases tr[data-release="{a.rollback_to}"]')
+    driver.wait_for(lambda: "no author (file)" in driver.text(driver.find("#release-meta")[0]), 10,
+                    f"the release's line: {driver.text(driver.find('#release-meta')[0])!r}")
+    if author != "no author (file)" or shown(driver, "release-hint"):
+        raise Failure(f"the list's author cell: {author!r}")
+
+    # 800 px: one header line, no horizontal scroll.
+    driver.call("POST", driver.s("/window/rect"), {"width": 800, "height": 900})
+    driver.wait_for(lambda: driver.script("return window.innerWidth") <= 800, 5, "the window does not shrink")
+    lines = driver.script(
+        "const tops = [...document.querySelector('header').children].filter(e => e.getClientRects().length)"
+        "  .map(e => Math.round(e.getBoundingClientRect().top + e.getBoundingClientRect().height / 2));"
+        "return Math.max(...tops) - Math.min(...tops)")
+    if lines > 4:
+        raise Failure(f"the header wraps at 800 px: its items' middles differ by {lines} px")
+    no_horizontal_scroll(driver, "at 800 px")
+    return {"ok": True, "oaps": oaps, "gateway": gateway, "change": change, "store": store, "author": author}
 
 
 def service_rows(driver):
@@ -914,6 +962,14 @@ def run_rollouts(a, driver):
     started, r = start_rollout(driver, None)
     first = r["id"]
     reached = r["agents"][0]["instance"]
+    import re
+    if not re.fullmatch(r"r-\d{8}-\d{6}-\d{3}", first):
+        raise Failure(f"the rollout's id is not its start in UTC: {first!r}")
+    diff = driver.script(
+        "const row = document.querySelector(`#rollout-changes [data-change=\"${arguments[0]}\"] tr[data-key=\"${arguments[1]}\"]`);"
+        "return row ? row.textContent : null", a.service, a.key)
+    if not diff or "+ " not in diff:
+        raise Failure(f"the rollout's card does not show what it changes in {a.key}: {diff!r}")
     events = driver.script("return [...document.querySelectorAll('#rollout-events tr')].map(t => t.dataset.kind)")
     if "started" not in events or "passed" not in events:
         raise Failure(f"the events: {events}")
@@ -1026,8 +1082,10 @@ def main():
     ap.add_argument("--read-token")
     ap.add_argument("--write-token")
     ap.add_argument("--held", choices=["confirm", "discard"])
-    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "instances-paged", "replicas", "rollouts", "service-view", "opamp"])
+    ap.add_argument("--scenario", choices=["editing", "refused", "browse", "instances", "instances-paged", "replicas", "rollouts", "service-view", "opamp", "overview"])
     ap.add_argument("--total", type=int, help="instances-paged: how many instances are listed")
+    ap.add_argument("--agents", type=int, help="overview: the agents it counts")
+    ap.add_argument("--down-upstream", help="overview: the OAP that is unreachable")
     ap.add_argument("--replica")
     ap.add_argument("--peer-replica")
     ap.add_argument("--instance")
@@ -1067,7 +1125,7 @@ def main():
         driver = Driver(chromium, chromedriver, profile)
         scenarios = {"editing": run_editing, "refused": run_refused, "browse": run_browse, "instances": run_instances,
                      "instances-paged": run_instances_paged, "replicas": run_replicas, "rollouts": run_rollouts,
-                     "service-view": run_service_view, "opamp": run_opamp}
+                     "service-view": run_service_view, "opamp": run_opamp, "overview": run_overview}
         chosen = run_held if a.held else scenarios[a.scenario] if a.scenario else run
         print(json.dumps(chosen(a, driver)), flush=True)
     except Failure as e:

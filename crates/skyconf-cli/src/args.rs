@@ -29,6 +29,21 @@ pub(crate) struct ClientArgs {
     pub(crate) authentication: Option<Secret>,
 }
 
+/// What to do when the server refuses the agent token (`PERMISSION_DENIED`, `UNAUTHENTICATED`):
+/// which flag or variable sets it, for a client that `sent` one or none.
+pub(crate) fn token_hint(sent: bool) -> &'static str {
+    if sent {
+        "the server does not take this agent token: check --authentication or SKYCONF_AUTHENTICATION"
+    } else {
+        "the server wants an agent token: pass it with --authentication or SKYCONF_AUTHENTICATION"
+    }
+}
+
+/// Whether `code` is the server refusing the agent token.
+pub(crate) fn is_token_refusal(code: tonic::Code) -> bool {
+    matches!(code, tonic::Code::PermissionDenied | tonic::Code::Unauthenticated)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory as _;

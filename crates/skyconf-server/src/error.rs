@@ -23,8 +23,9 @@ pub enum ServerError {
         /// The limit.
         timeout: Duration,
     },
-    /// The document at start-up was refused and there is no last good table to fall back to.
-    #[error("{origin}: {error}")]
+    /// The document at start-up was refused and there is no last good table to fall back to:
+    /// `FILE:LINE:COLUMN: message` for a file ([`crate::served::located`]).
+    #[error("{}", located_at_start(.origin, .error))]
     Document {
         /// Where the document came from.
         origin: String,
@@ -52,4 +53,10 @@ pub enum ServerError {
     /// The gateway's settings cannot be used.
     #[error(transparent)]
     Gateway(#[from] skyconf_gateway::GatewayError),
+}
+
+/// A document refused at start-up: where it is and why, with the store's name when it is no file.
+fn located_at_start(origin: &str, error: &skyconf_core::ReadError) -> String {
+    let located = crate::served::located(origin, error);
+    if located == error.to_string() { format!("{origin}: {located}") } else { located }
 }

@@ -88,6 +88,10 @@ pub enum Outcome {
     Rejected(String),
     /// The document would reset the fleet: it is held and the previous table stays.
     Held(String),
+    /// The store holds the served text again (after a refused or held document): the refusal or
+    /// the held change is over, and nothing is installed or recorded, since agents would get
+    /// exactly what they have.
+    Restored,
 }
 
 /// Applies agent-configurations values to a [`ServedTable`].
@@ -297,6 +301,29 @@ impl Reloader {
         self.releases.as_ref()?.served_as(self.served.snapshot().version)
     }
 
+    /// The store holds the served text again after a refused or held one: both are over, the
+    /// text's new revision is the one the next conditional write expects, and no release is
+    /// recorded (it would change nothing).
+    fn restored(&mut self, revision: Option<Revision>) -> Outcome {
+        let held = self.held.take().is_some();
+        self.served.set_held(None);
+        let refused = self.served.last_rejection().is_some();
+        self.served.clear_rejection();
+        if revision.is_some() {
+            self.served.set_store_revision(self.served.snapshot().version, revision);
+        }
+        let release = self.served_release();
+        tracing::info!(
+            origin = %self.origin,
+            version = self.served.snapshot().version,
+            release,
+            refused,
+            held,
+            "The store holds the served document again; nothing to install."
+        );
+        Outcome::Restored
+    }
+
     /// Applies the key's current value; `None` means the store holds no such key.
     pub fn apply(&mut self, value: Option<&str>) -> Outcome {
         self.apply_at(value, None)
@@ -315,6 +342,12 @@ impl Reloader {
             return Outcome::Unchanged;
         }
         self.last_seen = Some(hash);
+        if let Some(text) = value
+            && self.accepted.as_deref() == Some(text)
+            && self.served.snapshot().ready()
+        {
+            return self.restored(revision);
+        }
         let Some(text) = value else {
             // The OAP clears the table when the key is deleted: every agent gets EMPTY.
             let table = AgentConfigurations::default();
@@ -329,7 +362,7 @@ impl Reloader {
                 None => self.install(table, Some(text.to_owned())),
             },
             Err(error) => {
-                let error = error.to_string();
+                let error = crate::served::located(&self.origin, &error);
                 self.events.document_rejected(&error, self.served_services());
                 self.served.record_rejection(Rejection::new(self.origin.clone(), error.clone(), Some(text)));
                 Outcome::Rejected(error)
@@ -355,7 +388,7 @@ mod tests {
         let (served, mut reloader) = setup();
         let before = served.snapshot().answer("a").digest.clone();
         let outcome = reloader.apply(Some("configurations:\n  a: {k: }\n"));
-        assert!(matches!(&outcome, Outcome::Rejected(e) if e.contains("line 2")), "{outcome:?}");
+        assert!(matches!(&outcome, Outcome::Rejected(e) if e.starts_with("2:")), "{outcome:?}");
         assert_eq!(served.snapshot().answer("a").digest, before);
         assert!(served.last_rejection().is_some());
         assert_eq!(reloader.accepted_text(), Some(GOOD), "the accepted text is still the good one");
@@ -363,6 +396,21 @@ mod tests {
         assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Installed(2));
         assert!(served.last_rejection().is_none());
         assert_ne!(served.snapshot().answer("a").digest, before);
+    }
+
+    #[test]
+    fn the_served_text_written_back_after_a_refused_one_is_no_new_release() {
+        let (served, reloader) = setup();
+        let releases = Arc::new(ReleaseLog::in_memory(crate::releases::DEFAULT_RETENTION));
+        let mut reloader = reloader.with_releases(Arc::clone(&releases));
+        assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Installed(2));
+        let (release, version) = (releases.latest().unwrap().id, served.snapshot().version);
+        assert!(matches!(reloader.apply(Some("configurations:\n  a: {k: }\n")), Outcome::Rejected(_)));
+        assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Restored);
+        assert!(served.last_rejection().is_none(), "the refusal is over");
+        assert_eq!(releases.latest().unwrap().id, release, "no release that changes nothing");
+        assert_eq!(served.snapshot().version, version, "nor a new version");
+        assert_eq!(reloader.apply(Some(GOOD)), Outcome::Installed(version + 1), "a real change still is one");
     }
 
     #[test]
@@ -409,7 +457,7 @@ mod tests {
                         assert_eq!(a.encoded.with_serial(serial), b.encoded.with_serial(serial), "{name}");
                     }
                 }
-                Err(error) => assert_eq!(outcome, Outcome::Rejected(error.to_string())),
+                Err(error) => assert_eq!(outcome, Outcome::Rejected(crate::served::located("test", &error))),
             }
         }
     }

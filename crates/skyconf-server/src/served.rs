@@ -177,7 +177,8 @@ impl Serving {
 pub struct Rejection {
     /// Where it came from (a path, a store key).
     pub origin: String,
-    /// Why, with line and column where known.
+    /// Why, with line and column where known ([`located`]: `FILE:LINE:COLUMN: message` for a
+    /// file).
     pub error: String,
     /// When (`at_ms` in JSON).
     #[serde(rename = "at_ms", serialize_with = "crate::unix_time::serialize_ms")]
@@ -193,6 +194,20 @@ pub struct Rejection {
     /// Whether [`Self::text`] was cut.
     #[serde(skip)]
     pub truncated: bool,
+}
+
+/// A refusal as every message gives it, `skyconf validate`'s form: `FILE:LINE:COLUMN: message`
+/// where `origin` is a file store (`file PATH`, or a directory's document file), what editors
+/// and terminals jump to; `LINE:COLUMN: message` for the other stores.
+pub fn located(origin: &str, error: &skyconf_core::ReadError) -> String {
+    if let Some(path) = origin.strip_prefix("file ") {
+        format!("{path}:{error}")
+    } else if let Some(dir) = origin.strip_prefix("directory ") {
+        let sep = if dir.ends_with('/') { "" } else { "/" };
+        format!("{dir}{sep}{}:{error}", skyconf_core::store::AGENT_CONFIGURATIONS_KEY)
+    } else {
+        error.to_string()
+    }
 }
 
 /// The most of a refused document kept for operators to look at.

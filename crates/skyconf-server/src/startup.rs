@@ -102,18 +102,19 @@ pub(crate) async fn initial_state<S: Source>(
                     Ok(Start::Loaded { table, text, content })
                 }
                 Err(error) => {
-                    let rejection = Rejection::new(store.clone(), error.to_string(), text.as_deref());
+                    let located = crate::served::located(&store, &error);
+                    let rejection = Rejection::new(store.clone(), located.clone(), text.as_deref());
                     if let Some((start, saved_at)) =
                         from_persisted(Some(content.clone()), Some(rejection.clone()), None)
                     {
                         let services = start.table().map_or(0, |(table, _)| table.len());
-                        tracing::error!(store = %store, %error, saved_at, services, "Refused the store's agent configurations; serving the persisted last good configuration until a good document arrives.");
+                        tracing::error!(store = %store, error = %located, saved_at, services, "Refused the store's agent configurations; serving the persisted last good configuration until a good document arrives.");
                         return Ok(start);
                     }
                     if config.require_initial_load {
                         return Err(ServerError::Document { origin: store, error });
                     }
-                    tracing::error!(store = %store, %error, "Refused the store's agent configurations and nothing is persisted; answering \"no change\" until a good document arrives.");
+                    tracing::error!(store = %store, error = %located, "Refused the store's agent configurations and nothing is persisted; answering \"no change\" until a good document arrives.");
                     Ok(Start::Waiting { content, rejection: Some(rejection), failure: None })
                 }
             };

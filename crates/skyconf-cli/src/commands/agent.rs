@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde_json::json;
 use skyconf_agent::watchers::{JAVA_KEYS, StringWatcher};
-use skyconf_agent::{Agent, AgentOptions, ChangeEvent, GrpcTransport, Registry, Watcher, WatcherError};
+use skyconf_agent::{Agent, AgentOptions, AgentStatus, ChangeEvent, GrpcTransport, Registry, Watcher, WatcherError};
+use tokio::sync::watch;
+use tracing::Instrument as _;
 
 use crate::args::{ClientArgs, parse_duration};
 
@@ -123,9 +125,28 @@ async fn follow<W: Write + Send + 'static>(
     // outage: the library logs the first failure of a run of them).
     let span = tracing::info_span!("agent", addr = %addr);
     let handle = span.in_scope(|| Agent::new(options, registry, transport).spawn());
+    let hints = tokio::spawn(hint_token_refusals(handle.status(), authentication.is_some()).instrument(span));
     stop.await;
+    hints.abort();
     handle.stop().await;
     Ok(())
+}
+
+/// Logs which flag sets the agent token when the server refuses it: once per run of refused
+/// polls (the library logs each refusal; this says what to do about it).
+async fn hint_token_refusals(mut status: watch::Receiver<AgentStatus>, sent: bool) {
+    let mut hinted = false;
+    while status.changed().await.is_ok() {
+        let refused = match &status.borrow_and_update().last {
+            Some(Err(error)) => crate::args::is_token_refusal(error.code()),
+            Some(Ok(_)) => false,
+            None => continue,
+        };
+        if refused && !hinted {
+            tracing::warn!(hint = crate::args::token_hint(sent), "The server refused the agent token.");
+        }
+        hinted = refused;
+    }
 }
 
 /// Follows the configuration on stdout until SIGTERM or Ctrl-C.

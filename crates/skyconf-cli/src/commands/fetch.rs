@@ -108,11 +108,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "" => String::new(),
                     text => format!(": {text}"),
                 };
-                if matches!(code, tonic::Code::PermissionDenied | tonic::Code::Unauthenticated) {
-                    message.push_str(match authentication {
-                        None => " (the server wants an agent token: pass it with --authentication or SKYCONF_AUTHENTICATION)",
-                        Some(_) => " (the server does not take this agent token: check --authentication or SKYCONF_AUTHENTICATION)",
-                    });
+                if crate::args::is_token_refusal(code) {
+                    message.push_str(&format!(" ({})", crate::args::token_hint(authentication.is_some())));
                 }
                 let _ = writeln!(std::io::stderr(), "skyconf: the server at {addr} answered {code:?}{message}");
                 Ok(ExitCode::from(EXIT_SERVER_ERROR))

@@ -70,11 +70,8 @@ impl Document {
 
     /// `NAME:LINE:COLUMN: message`, the form editors and terminals jump to.
     pub(crate) fn located(&self, error: &skyconf_core::ReadError) -> String {
-        let (at, message) = split_position(error);
-        match at {
-            Some(at) => format!("{}:{}:{}: {message}", self.name, at.line, at.column),
-            None => format!("{}: {message}", self.name),
-        }
+        // The error reads `LINE:COLUMN: message`.
+        format!("{}:{error}", self.name)
     }
 }
 

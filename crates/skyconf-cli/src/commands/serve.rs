@@ -491,7 +491,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(source: Box<dyn DynSource>, config: ServeConfig) -> anyhow::Result<ExitCode> {
-    let running = skyconf_server::start_with(source, config).await.map_err(located)?;
+    let running = skyconf_server::start_with(source, config).await?;
     let stop = running.shutdown_token();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -500,18 +500,6 @@ async fn serve(source: Box<dyn DynSource>, config: ServeConfig) -> anyhow::Resul
     });
     running.wait().await?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// A file refused at start-up, said as `validate` says it (`FILE:LINE:COLUMN: message`, what
-/// editors jump to); any other failure as it is.
-fn located(error: skyconf_server::ServerError) -> anyhow::Error {
-    if let skyconf_server::ServerError::Document { origin, error: refused } = &error
-        && let Some(path) = origin.strip_prefix("file ")
-        && let (Some(at), message) = super::split_position(refused)
-    {
-        return anyhow::anyhow!("{path}:{}:{}: {message}", at.line, at.column);
-    }
-    error.into()
 }
 
 async fn wait_for_signal() {

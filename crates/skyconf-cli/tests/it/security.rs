@@ -114,3 +114,41 @@ fn a_cross_site_write_is_logged_once_and_counted() {
     assert_eq!(line["fields"]["reason"], "cross_site", "{line}");
     assert_eq!(line["fields"]["path"], "/api/v1/releases/1/rollback", "{line}");
 }
+
+/// Usability finding 13: `skyconf agent` refused for its token said only `PermissionDenied`; it
+/// now says which flag or variable sets the token, once per run of refusals.
+#[test]
+fn agent_refused_for_its_token_says_how_to_pass_one() {
+    let mut command = serve_command();
+    command.env("SKYCONF_AGENT_TOKEN", AGENT_TOKEN).arg("--file").arg(example_document());
+    let server = Server::spawn(command);
+    for (token, hint) in [
+        (None, "pass it with --authentication or SKYCONF_AUTHENTICATION"),
+        (Some("wrong"), "does not take this agent token: check --authentication or SKYCONF_AUTHENTICATION"),
+    ] {
+        let mut agent = skyconf();
+        agent
+            .args(["agent", "--addr", &server.grpc_addr, "--service", "inventory-go", "--interval", "200ms"])
+            .env_remove("SKYCONF_AUTHENTICATION")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(token) = token {
+            agent.args(["--authentication", token]);
+        }
+        let mut child = agent.spawn().unwrap();
+        let lines = crate::util::read_lines(child.stderr.take().unwrap(), |line| line);
+        let mut seen = Vec::new();
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !seen.iter().any(|l: &String| l.contains(hint)) {
+            let left = give_up.saturating_duration_since(std::time::Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("no hint `{hint}` in: {seen:#?}"),
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        seen.extend(lines.try_iter());
+        assert_eq!(seen.iter().filter(|l| l.contains("--authentication")).count(), 1, "once per run: {seen:#?}");
+    }
+}

@@ -41,7 +41,9 @@ use tree::NodeKind;
 /// the command's own serial number or digest in the agent.
 pub const RESERVED_KEYS: [&str; 2] = [crate::codec::SERIAL_NUMBER_KEY, crate::codec::UUID_KEY];
 
-/// A place in the document: 1-based line and column.
+/// A place in the document: 1-based line and column, written `LINE:COLUMN` (after the document's
+/// name where it has one: `FILE:LINE:COLUMN`, what editors and terminals jump to), the one form
+/// every refusal and warning takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Position {
     /// 1-based line.
@@ -52,7 +54,7 @@ pub struct Position {
 
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}, column {}", self.line, self.column)
+        write!(f, "{}:{}", self.line, self.column)
     }
 }
 
@@ -608,14 +610,8 @@ mod tests {
         assert_eq!(served(&reading.table, "b").0, pairs(&[("k", "y")]));
         let messages: Vec<_> = reading.warnings.iter().map(ToString::to_string).collect();
         assert_eq!(messages.len(), 2, "{messages:?}");
-        assert!(
-            messages[0].starts_with("line 4, column 3: service `1` is written 2 times (lines 2, 4)"),
-            "{messages:?}"
-        );
-        assert!(
-            messages[1].starts_with("line 5, column 3: service `b` is written 2 times (lines 3, 5)"),
-            "{messages:?}"
-        );
+        assert!(messages[0].starts_with("4:3: service `1` is written 2 times (lines 2, 4)"), "{messages:?}");
+        assert!(messages[1].starts_with("5:3: service `b` is written 2 times (lines 3, 5)"), "{messages:?}");
     }
 
     #[test]

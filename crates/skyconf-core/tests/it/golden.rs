@@ -155,7 +155,7 @@ fn assert_has_position(name: &str, text: &str, err: &ReadError) {
     let lines = text.split('\n').count().max(1);
     assert!(at.line >= 1 && at.line <= lines + 1, "{name}: line {} out of 1..={}: {err}", at.line, lines + 1);
     assert!(at.column >= 1, "{name}: column 0: {err}");
-    assert!(err.to_string().starts_with(&format!("line {}, column {}", at.line, at.column)), "{name}: {err}");
+    assert!(err.to_string().starts_with(&format!("{}:{}: ", at.line, at.column)), "{name}: {err}");
 }
 
 #[test]

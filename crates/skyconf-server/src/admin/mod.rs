@@ -370,11 +370,11 @@ mod tests {
     #[tokio::test]
     async fn readyz_reports_the_table_and_the_last_rejection() {
         let served = Arc::new(ServedTable::new(skyconf_core::read("configurations:\n  a: {k: v}\n").unwrap()));
-        served.record_rejection(crate::served::Rejection::new("f", "line 1, column 2: bad", None));
+        served.record_rejection(crate::served::Rejection::new("f", "1:2: bad", None));
         let (status, body) = readyz(&served).await;
         assert_eq!(status, 200);
         assert_eq!(body["services"], 1);
-        assert_eq!(body["last_rejection"]["error"], "line 1, column 2: bad");
+        assert_eq!(body["last_rejection"]["error"], "1:2: bad");
     }
 
     #[tokio::test(start_paused = true)]

@@ -421,11 +421,12 @@ impl Rollouts {
         }
         let now = self.clock.now_ms();
         let mut rollout = Rollout {
-            id: format!("r{now}"),
+            id: super::plan::rollout_id(now),
             document: plan.document,
             base_release,
             services,
             opamp_groups,
+            changes: super::plan::changes_shown(&snapshot.table, &candidate),
             waves: plan.waves,
             gates: plan.gates,
             advance: plan.advance,
@@ -958,6 +959,7 @@ mod tests {
             base_release: 1,
             services: vec!["svc".into()],
             opamp_groups: Vec::new(),
+            changes: Vec::new(),
             waves: vec![WaveSpec { share: Some("100%".into()), instances: None }],
             gates: Gates::default(),
             advance: Advance::Auto,

@@ -107,6 +107,53 @@ pub struct Event {
     pub message: String,
 }
 
+/// The most services, and keys of each, [`Rollout::changes`] keeps.
+pub const MAX_CHANGES_SHOWN: usize = 20;
+
+/// The most bytes of a value [`Rollout::changes`] keeps.
+pub const MAX_VALUE_SHOWN: usize = 256;
+
+/// [`skyconf_core::diff::diff`] of `before` and `after`, cut to the bounds of [`Rollout::changes`].
+pub fn changes_shown(
+    before: &skyconf_core::AgentConfigurations,
+    after: &skyconf_core::AgentConfigurations,
+) -> Vec<skyconf_core::diff::ServiceChange> {
+    let mut changes = skyconf_core::diff::diff(before, after);
+    changes.truncate(MAX_CHANGES_SHOWN);
+    for change in &mut changes {
+        change.keys.truncate(MAX_CHANGES_SHOWN);
+        for key in &mut change.keys {
+            for value in [&mut key.before, &mut key.after].into_iter().flatten() {
+                *value = cut(std::mem::take(value), MAX_VALUE_SHOWN);
+            }
+        }
+    }
+    changes
+}
+
+/// A rollout's id: `r-` and its start as UTC `YYYYMMDD-HHMMSS-mmm`, which a person reads and
+/// types and which sorts as the rollouts started.
+pub fn rollout_id(started_ms: u64) -> String {
+    let (days, ms_of_day) = (started_ms / 86_400_000, started_ms % 86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, s, ms) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);
+    format!("r-{year:04}{month:02}{day:02}-{h:02}{m:02}{s:02}-{ms:03}")
+}
+
+/// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
 /// A rollout: the record every replica reads from the store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Rollout {
@@ -122,6 +169,12 @@ pub struct Rollout {
     /// the unit `opamp:<group>` (see [`crate::opamp::rollout`]).
     #[serde(default)]
     pub opamp_groups: Vec<String>,
+    /// What the candidate changes against the base, key by key: the first
+    /// [`MAX_CHANGES_SHOWN`] services, each with its first [`MAX_CHANGES_SHOWN`] keys, values cut
+    /// to [`MAX_VALUE_SHOWN`] bytes (what a person reads on the rollout's card; `services` names
+    /// them all).
+    #[serde(default)]
+    pub changes: Vec<skyconf_core::diff::ServiceChange>,
     /// The waves, in order.
     pub waves: Vec<WaveSpec>,
     /// The gates between waves.
@@ -627,6 +680,32 @@ mod tests {
     use super::*;
     use crate::rollout::prometheus::PrometheusGate;
 
+    #[test]
+    fn an_id_is_the_start_in_utc_a_person_reads() {
+        assert_eq!(rollout_id(1_796_613_877_116), "r-20261207-032437-116");
+        assert_eq!(rollout_id(951_782_400_000 + 86_399_999), "r-20000229-235959-999");
+        assert_eq!(rollout_id(0), "r-19700101-000000-000");
+        assert!(rollout_id(1_796_613_877_116) < rollout_id(1_796_613_877_117), "ids sort as rollouts started");
+    }
+
+    #[test]
+    fn the_changes_shown_are_key_by_key_and_bounded() {
+        let before = skyconf_core::read("configurations:\n  a: {k: 1, gone: x}\n").unwrap();
+        let long = "v".repeat(MAX_VALUE_SHOWN * 2);
+        let after = skyconf_core::read(&format!("configurations:\n  a: {{k: 2, new: {long}}}\n")).unwrap();
+        let changes = changes_shown(&before, &after);
+        assert_eq!(changes.len(), 1);
+        let keys: Vec<_> =
+            changes[0].keys.iter().map(|k| (k.key.as_str(), k.before.as_deref(), k.after.as_deref())).collect();
+        assert_eq!(keys[0], ("k", Some("1"), Some("2")));
+        assert!(keys.contains(&("gone", Some("x"), None)), "{keys:?}");
+        let new = keys.iter().find(|k| k.0 == "new").unwrap().2.unwrap();
+        assert!(new.len() <= MAX_VALUE_SHOWN && new.ends_with('…'), "{new}");
+        let many = (0..MAX_CHANGES_SHOWN + 5).map(|i| format!("  s{i}: {{k: {i}}}\n")).collect::<String>();
+        let after = skyconf_core::read(&format!("configurations:\n{many}")).unwrap();
+        assert_eq!(changes_shown(&before, &after).len(), MAX_CHANGES_SHOWN);
+    }
+
     fn rollout(waves: &[WaveSpec], advance: Advance) -> Rollout {
         let mut r = Rollout {
             id: "r1".into(),
@@ -634,6 +713,7 @@ mod tests {
             base_release: 7,
             services: vec!["svc".into()],
             opamp_groups: Vec::new(),
+            changes: Vec::new(),
             waves: waves.to_vec(),
             gates: Gates { apply_within_s: 10, bake_s: 5, lost_after_s: 3, prometheus: None },
             advance,

@@ -95,7 +95,7 @@ pub enum SecurityError {
         message: String,
     },
     /// A token file line is not `read <token>` or `write <token>`.
-    #[error("{path}, line {line}: expected `read <token>` or `write <token>`")]
+    #[error("{path}:{line}: expected `read <token>` or `write <token>`")]
     TokenFile {
         /// The file.
         path: PathBuf,

@@ -201,6 +201,11 @@ async fn the_preview_answers_for_a_draft_and_judges_paths_as_the_java_agent_woul
     let bad = json!({"service": "x", "document": "global-configurations:\n  k:\nconfigurations: {}\n"});
     let reply = admin.send("POST", "/api/v1/preview", &[("content-type", "application/json")], &bad.to_string()).await;
     assert_eq!(reply.status, 400);
-    assert!(reply.body.contains("line 2"), "{}", reply.body);
+    assert_eq!(reply.json()["details"]["line"], 2, "{}", reply.body);
+    assert!(
+        reply.json()["details"]["message"].as_str().is_some_and(|m| m.starts_with("2:")),
+        "LINE:COLUMN: {}",
+        reply.body
+    );
     server.stop().await.unwrap();
 }

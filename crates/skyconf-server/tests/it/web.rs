@@ -242,6 +242,39 @@ async fn the_page_header_says_when_the_store_document_is_refused() {
     running.stop().await.unwrap();
 }
 
+/// Usability finding 17: on first load the page's right half was two empty "Select a …"
+/// panels, gateway mode was invisible, and the header wrapped. Now it opens on an overview (the
+/// fleet, the last change, the store, each OAP up or not), the header says how many OAPs are up,
+/// stays on one line at 800 px, and a release without author reads alike in every place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_opens_on_an_overview_with_the_gateway_oaps_and_fits_800_px() {
+    use crate::rollouts::{TestAgent, V1, stop_all, until};
+    if !browser_available() {
+        return;
+    }
+    let oap = skyconf_testkit::upstream::Upstream::start("oap-up").await;
+    // An address nothing listens on: the second OAP is down.
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let (_dir, path) = temp_file("agents.yaml", V1);
+    let gateway = skyconf_server::GatewayConfig::new(vec![oap.addr.to_string(), down.clone()]);
+    let running = Server::start(FileSource::new(&path), ServeConfig { gateway: Some(gateway), ..loopback() }).await;
+    let admin = running.admin();
+    let agents: Vec<TestAgent> =
+        (0..2).map(|i| TestAgent::spawn(running.grpc_addr, &format!("pod-{i}"), &[])).collect();
+    until("both agents applied the document and one OAP is up", async || {
+        let status = admin.get_json("/api/v1/status").await;
+        let services = admin.get_json("/api/v1/services").await;
+        status["gateway"]["upstreams"][0]["up"] == true && services["services"][0]["applied"] == 2
+    })
+    .await;
+    let release = running.releases.latest().unwrap().id.to_string();
+    let args = ["--scenario", "overview", "--agents", "2", "--down-upstream", &down, "--rollback-to", &release];
+    let out = page_test(&running, strings(&args)).await;
+    assert!(out.contains("OAP 1/2 up"), "{out}");
+    stop_all(agents).await;
+    running.stop().await.unwrap();
+}
+
 /// 151 services: paged 100 at a time, filtered, sorted; a service and a comparison of two
 /// releases opened by pasted URLs; the service's history; no horizontal scroll at 1400 px.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
