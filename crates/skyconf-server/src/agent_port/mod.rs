@@ -17,7 +17,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
@@ -101,20 +100,11 @@ where
             .headers()
             .get("grpc-timeout")
             .and_then(|value| crate::cds::hold::parse_grpc_timeout(value.as_bytes()));
-        let mut routes = S::clone(&self.routes);
-        // The routes are always ready (axum's router, and the layers above it pass its readiness
-        // on), so the call is made here and only its future is kept while it runs, not the routes
-        // and the request beside it; a service that is not ready is waited for.
-        match routes.poll_ready(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(never)) => match never {},
-            Poll::Pending => return Box::pin(within(deadline, tower::ServiceExt::oneshot(routes, request))),
-        }
-        let call = routes.call(request);
-        match deadline {
-            None => Box::pin(call),
-            Some(_) => Box::pin(within(deadline, call)),
-        }
+        // The call is made when its task first runs, not as the stream is accepted: its message,
+        // which arrives with its headers, is read at once then, so a burst of new streams is not
+        // counted as calls waiting for their message (`grpcMaxPendingStreamsPerSource`).
+        let routes = S::clone(&self.routes);
+        Box::pin(within(deadline, tower::ServiceExt::oneshot(routes, request)))
     }
 }
 
