@@ -300,8 +300,10 @@ struct Held<'a> {
 impl<'a> Held<'a> {
     /// Waits up to the hold for the answer to change: the new answer, or the unchanged one when
     /// the hold ends first (or the server shuts down).
-    // Not an `async fn`: its argument would be kept twice, once as the future's capture and once
-    // as the body's local; the block uses its capture in place.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` keeps its argument twice, as the future's capture and as the body's local; the block uses its capture in place"
+    )]
     fn answer(mut self) -> impl Future<Output = Result<Response<EncodedCommands>, Status>> + Send + 'a {
         async move {
             let service = self.service;
