@@ -8,9 +8,12 @@
 # with h2load (32 connections x 16 streams, framed request BODY). The difference of the two totals
 # divided by CALLS is the cost of one call, start-up and document loading excluded. Prints one JSON
 # line {"name", "calls", "instructions", "per_call"}; OUT_DIR/NAME.callgrind keeps the larger run's
-# profile and OUT_DIR/NAME.top.txt its hottest functions (self and inclusive). Give it a binary
+# profile, OUT_DIR/NAME.top.txt its hottest functions (self and inclusive), and
+# OUT_DIR/NAME.per-call.txt each function's instructions per call (the two runs' difference divided
+# by CALLS, start-up excluded: where a call's instructions go). Give it a binary
 # with line tables (`cargo build --profile profiling`: target/profiling/skyconf), as bench.sh does;
-# the release binary has its function names but no file and line.
+# the release binary has its function names but no file and line. KEEP_BASE=1 keeps the smaller
+# run's profile too (OUT_DIR/NAME.base.callgrind), for a closer look at a difference.
 set -euo pipefail
 out=$1 name=$2 port=$3 body=$4 calls=$5
 shift 5
@@ -44,7 +47,9 @@ run() {
 
 small=$(run "$base" "$out/$name.base.callgrind")
 large=$(run $((base + calls)) "$out/$name.callgrind")
-rm -f "$out/$name.base.callgrind"*
+python3 "$BENCH_PY/callgrind_per_call.py" "$out/$name.base.callgrind" "$out/$name.callgrind" "$calls" 80 \
+  | cut -c1-240 >"$out/$name.per-call.txt"
+[ "${KEEP_BASE:-0}" = 1 ] || rm -f "$out/$name.base.callgrind"*
 per_call=$(( (large - small) / calls ))
 {
   echo "== $name: $((base + calls)) calls, $large instructions in all (start-up included);"

@@ -26,9 +26,12 @@
 //! `crate::security::sources`) and in total; a call over any bound is answered at once, as
 //! without holding.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use http::HeaderName;
+use http::header::USER_AGENT;
 use tonic::metadata::MetadataMap;
 
 use crate::security::connections::EdgeState;
@@ -120,10 +123,14 @@ impl HoldOptions {
 
     /// How long a call with `metadata` may be held; `None`: answer at once.
     pub fn hold_for(&self, metadata: &MetadataMap) -> Option<Duration> {
-        if !self.enabled || metadata.get(HOLD_HEADER).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off")) {
+        // Looked up by names made once: a name given as text is parsed and checked on each call.
+        static HOLD: HeaderName = HeaderName::from_static(HOLD_HEADER);
+        static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+        let headers: &http::HeaderMap = metadata.as_ref();
+        if !self.enabled || headers.get(&HOLD).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"off")) {
             return None;
         }
-        match metadata.get("grpc-timeout") {
+        match headers.get(&GRPC_TIMEOUT) {
             Some(timeout) => {
                 let deadline = parse_grpc_timeout(timeout.as_bytes())?;
                 (deadline >= self.min_deadline).then(|| deadline.saturating_sub(self.margin).min(self.cap))
@@ -131,7 +138,7 @@ impl HoldOptions {
             None => {
                 let held = match self.without_deadline {
                     NoDeadline::Never => false,
-                    NoDeadline::GoAgents => metadata.get("user-agent").is_some_and(|ua| is_go_agent(ua.as_bytes())),
+                    NoDeadline::GoAgents => headers.get(USER_AGENT).is_some_and(|ua| is_go_agent(ua.as_bytes())),
                     NoDeadline::All => true,
                 };
                 held.then_some(self.cap)
@@ -242,8 +249,10 @@ pub enum Refusal {
 #[derive(Debug)]
 pub struct Slot<'a> {
     total: Option<&'a AtomicUsize>,
-    connection: Option<&'a AtomicUsize>,
-    source: Option<&'a AtomicUsize>,
+    /// The call's connection, while the slot counts in its held polls or its source's.
+    connection: Option<Arc<ConnectionState>>,
+    in_connection: bool,
+    in_source: bool,
 }
 
 impl<'a> Slot<'a> {
@@ -252,16 +261,16 @@ impl<'a> Slot<'a> {
     pub fn take(
         total: &'a HeldCount,
         options: &HoldOptions,
-        connection: Option<&'a ConnectionState>,
+        connection: Option<&Arc<ConnectionState>>,
     ) -> Result<Self, Refusal> {
         // What is taken so far; given back by the drop if a later bound refuses.
-        let mut slot = Self { total: None, connection: None, source: None };
+        let mut slot = Self { total: None, connection: connection.cloned(), in_connection: false, in_source: false };
         if let Some(connection) = connection {
             if let Some(held) = connection.get::<HeldPolls>() {
                 if !increment_below(&held.0, options.max_held_per_connection) {
                     return Err(Refusal::Connection);
                 }
-                slot.connection = Some(&held.0);
+                slot.in_connection = true;
             }
             if let Some(source) = connection.get::<EdgeState>().and_then(EdgeState::source) {
                 let share = options.source_share();
@@ -269,7 +278,7 @@ impl<'a> Slot<'a> {
                     source.reached(Bound::HeldPolls, share);
                     return Err(Refusal::Source);
                 }
-                slot.source = Some(&source.held_polls);
+                slot.in_source = true;
             }
         }
         if !increment_below(&total.0, options.max_held) {
@@ -282,8 +291,19 @@ impl<'a> Slot<'a> {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        for held in [self.total, self.connection, self.source].into_iter().flatten() {
-            held.fetch_sub(1, Ordering::Relaxed);
+        if let Some(total) = self.total {
+            total.fetch_sub(1, Ordering::Relaxed);
+        }
+        let Some(connection) = &self.connection else { return };
+        if self.in_connection
+            && let Some(held) = connection.get::<HeldPolls>()
+        {
+            held.0.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.in_source
+            && let Some(source) = connection.get::<EdgeState>().and_then(EdgeState::source)
+        {
+            source.held_polls.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -393,9 +413,11 @@ mod tests {
         let total = HeldCount::default();
         let options = HoldOptions { max_held: 5, max_held_per_connection: 2, ..HoldOptions::default() };
         let state = |source: Option<&crate::security::sources::SourceConnection>| {
-            ConnectionState::default()
-                .with(EdgeState::of(source.map(|s| std::sync::Arc::clone(s.source()))))
-                .with(HeldPolls::default())
+            Arc::new(
+                ConnectionState::default()
+                    .with(EdgeState::of(source.map(|s| Arc::clone(s.source()))))
+                    .with(HeldPolls::default()),
+            )
         };
         let sources = Sources::new(10);
         let (ip_a, ip_b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());

@@ -23,7 +23,9 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/skywalking.v3.ConfigurationDiscoveryService.rs"));
 }
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -189,43 +191,69 @@ fn answers_of<'a>(view: &View<'a>, choice: Choice) -> &'a Answers {
     }
 }
 
-#[tonic::async_trait]
+/// The future tonic boxes for one call.
+type CallFuture<'a> = Pin<Box<dyn Future<Output = Result<Response<EncodedCommands>, Status>> + Send + 'a>>;
+
 impl ConfigurationDiscoveryService for CdsService {
-    async fn fetch_configurations(
-        &self,
+    // Written out instead of through `async_trait`, whose future keeps the whole request
+    // (metadata and extensions) and every local of the lookup for as long as a poll is held: the
+    // lookup runs here, and the future is the answer, or a held poll's [`Held`] state.
+    fn fetch_configurations<'life0, 'async_trait>(
+        &'life0 self,
         request: Request<ConfigurationSyncRequest>,
-    ) -> Result<Response<EncodedCommands>, Status> {
+    ) -> CallFuture<'async_trait>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        match self.fetch(request) {
+            Fetched::Now(bytes) => Box::pin(std::future::ready(Ok(Response::new(EncodedCommands(bytes))))),
+            Fetched::Held(held) => Box::pin(held.answer()),
+        }
+    }
+}
+
+/// What a call gets at once: its answer, or a place among the held polls.
+enum Fetched<'a> {
+    Now(Bytes),
+    Held(Held<'a>),
+}
+
+impl CdsService {
+    /// Answers `request` now, or holds it (see [`hold`]).
+    fn fetch(&self, request: Request<ConfigurationSyncRequest>) -> Fetched<'_> {
         let started = self.metrics.start();
         let hold_for = self.hold.hold_for(request.metadata());
         let caller = Caller::of(request.extensions());
+        // The metadata and extensions end here: a held poll keeps its message alone.
         let request = request.into_inner();
         // Subscribed before the lookup: a change between the two is not missed.
         let changes = hold_for.map(|_| self.served.subscribe_answers());
         let Some((bytes, outcome)) = self.lookup(&request, caller.as_ref(), true) else {
-            return Ok(Response::new(EncodedCommands(Bytes::new())));
+            return Fetched::Now(Bytes::new());
         };
         let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
-        if let (Some(hold_for), Some(changes), true) = (hold_for, changes, holdable) {
-            let connection = match &caller {
-                Some(Caller::Connection(state)) => Some(&**state),
-                _ => None,
-            };
-            if let Some(slot) = self.take_slot(connection) {
-                // The row is seen now while this guard lives: it ends with the hold, however the
-                // hold ends (this future dropped at its `await` included).
-                let _holding = self.fleet.as_ref().zip(caller.as_ref()).map(|(f, c)| f.hold(c.key(), &request.service));
-                let held = self.hold(&request, caller.as_ref(), hold_for, changes, slot).await;
-                let (bytes, outcome) = held.unwrap_or((bytes, outcome));
-                self.metrics.record(outcome, None);
-                return Ok(Response::new(EncodedCommands(bytes)));
-            }
+        if let (Some(hold_for), Some(changes), true) = (hold_for, changes, holdable)
+            && let Some(slot) = self.take_slot(caller.as_ref())
+        {
+            // The row is seen now while this guard lives: it ends with the hold, however the
+            // hold ends (the call's future dropped at its `await` included).
+            let holding = self.fleet.as_ref().zip(caller.as_ref()).map(|(f, c)| f.hold(c.key(), &request.service));
+            return Fetched::Held(Held {
+                service: self,
+                request,
+                caller,
+                changes,
+                hold_for: hold::jittered(hold_for),
+                unchanged: outcome,
+                slot,
+                _holding: holding,
+            });
         }
         self.metrics.record(outcome, started);
-        Ok(Response::new(EncodedCommands(bytes)))
+        Fetched::Now(bytes)
     }
-}
 
-impl CdsService {
     /// [`Self::answer_to`], with a panic answered "no change" (`None`).
     fn lookup(
         &self,
@@ -240,46 +268,72 @@ impl CdsService {
         answered.ok()
     }
 
-    /// A place among the held polls, or `None` (counted) when a bound is reached.
-    fn take_slot<'a>(&'a self, connection: Option<&'a crate::socket::ConnectionState>) -> Option<Slot<'a>> {
+    /// A place among the held polls for a call of `caller`, or `None` (counted) when a bound is
+    /// reached.
+    fn take_slot(&self, caller: Option<&Caller>) -> Option<Slot<'_>> {
+        let connection = match caller {
+            Some(Caller::Connection(state)) => Some(state),
+            _ => None,
+        };
         let taken = Slot::take(&self.held, &self.hold, connection);
         taken.map_err(|refusal| self.metrics.hold_refused(refusal)).ok()
     }
+}
 
-    /// Waits up to `hold_for` for the answer to `request` to change; the new answer, or `None`
-    /// when the hold ends first (or the server shuts down).
-    async fn hold(
-        &self,
-        request: &ConfigurationSyncRequest,
-        caller: Option<&Caller>,
-        hold_for: std::time::Duration,
-        mut changes: tokio::sync::watch::Receiver<u64>,
-        slot: Slot<'_>,
-    ) -> Option<(Bytes, FetchOutcome)> {
-        let expired = tokio::time::sleep(hold::jittered(hold_for));
-        tokio::pin!(expired);
-        // Counts the release however the hold ends, a cancelled call (this future dropped) too.
-        let mut released = ReleaseCount { metrics: &self.metrics, release: Release::Cancelled };
-        let (release, answer) = loop {
-            tokio::select! {
-                () = &mut expired => break (Release::Expired, None),
-                () = self.shutdown.cancelled() => break (Release::Shutdown, None),
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        break (Release::Shutdown, None);
-                    }
-                    // The poll was recorded in the fleet when it arrived; this is the same poll.
-                    match self.lookup(request, caller, false) {
-                        Some((_, FetchOutcome::Unchanged | FetchOutcome::NotReady)) => {}
-                        Some(answer) => break (Release::Changed, Some(answer)),
-                        None => break (Release::Expired, None),
+/// One held poll while it waits, and all it keeps: its message (the service and the echoed
+/// digest, for the lookup each change brings), its caller, the watch of answer changes, how
+/// long it may wait, the kind of answer it gets if nothing changes, and its guards (its place
+/// among the held polls, its fleet row's hold). The request's metadata, extensions and the rest
+/// of the call are gone by then.
+struct Held<'a> {
+    service: &'a CdsService,
+    request: ConfigurationSyncRequest,
+    caller: Option<Caller>,
+    changes: tokio::sync::watch::Receiver<u64>,
+    hold_for: std::time::Duration,
+    /// Unchanged or not ready: either is an empty `Commands`, zero bytes.
+    unchanged: FetchOutcome,
+    slot: Slot<'a>,
+    _holding: Option<crate::fleet::Holding<'a>>,
+}
+
+impl<'a> Held<'a> {
+    /// Waits up to the hold for the answer to change: the new answer, or the unchanged one when
+    /// the hold ends first (or the server shuts down).
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` keeps its argument twice, as the future's capture and as the body's local; the block uses its capture in place"
+    )]
+    fn answer(mut self) -> impl Future<Output = Result<Response<EncodedCommands>, Status>> + Send + 'a {
+        async move {
+            let service = self.service;
+            let expired = tokio::time::sleep(self.hold_for);
+            tokio::pin!(expired);
+            // Counts the release however the hold ends, a cancelled call (this future dropped) too.
+            let mut released = ReleaseCount { metrics: &service.metrics, release: Release::Cancelled };
+            let (release, answer) = loop {
+                tokio::select! {
+                    () = &mut expired => break (Release::Expired, None),
+                    () = service.shutdown.cancelled() => break (Release::Shutdown, None),
+                    changed = self.changes.changed() => {
+                        if changed.is_err() {
+                            break (Release::Shutdown, None);
+                        }
+                        // The poll was recorded in the fleet when it arrived; this is the same poll.
+                        match service.lookup(&self.request, self.caller.as_ref(), false) {
+                            Some((_, FetchOutcome::Unchanged | FetchOutcome::NotReady)) => {}
+                            Some(answer) => break (Release::Changed, Some(answer)),
+                            None => break (Release::Expired, None),
+                        }
                     }
                 }
-            }
-        };
-        drop(slot);
-        released.release = release;
-        answer
+            };
+            drop(self.slot);
+            released.release = release;
+            let (bytes, outcome) = answer.unwrap_or((Bytes::new(), self.unchanged));
+            service.metrics.record(outcome, None);
+            Ok(Response::new(EncodedCommands(bytes)))
+        }
     }
 }
 
@@ -645,6 +699,40 @@ mod tests {
             assert_eq!(svc.held().get(), 1);
             served.install(skyconf_core::read(V4).unwrap());
             assert!(call.await.unwrap().is_some(), "the first table reaches the held agent");
+        }
+
+        /// The most one held poll's handler keeps while it waits, in bytes (the future tonic
+        /// boxes): 512 on x86-64 with tokio 1.54, with room for a dependency's growth but not for
+        /// the request (the `async_trait` future that kept it was 1,080).
+        const HELD_FUTURE_BYTES: usize = 576;
+
+        /// A held poll keeps, beside its HTTP/2 stream, the handler's future: what it waits with
+        /// (the service name and echoed digest, the caller, the watch receiver, the deadline's
+        /// timer, the shutdown's waiter and the guards), not the request's metadata or the state
+        /// of the lookup before it. A change that keeps more across the wait shows here.
+        #[tokio::test(start_paused = true)]
+        async fn a_held_poll_keeps_no_more_than_its_waiter_and_deadline() {
+            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let fleet = Arc::new(crate::fleet::Fleet::new(crate::fleet::FleetOptions::default()));
+            let svc = CdsService::new(Arc::clone(&served), CdsOptions::default())
+                .with_holding(HoldOptions::default(), CancellationToken::new())
+                .with_fleet(Arc::clone(&fleet));
+            let connection = AgentConnection {
+                tcp: tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], 7))),
+                },
+                state: Arc::new(agent_state()),
+            };
+            let held = [("grpc-timeout", "30S"), ("user-agent", "grpc-java-netty/1.68.1")];
+            let mut call = svc.fetch_configurations(request(&current(&served), &held, Some(&connection)));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(call.as_mut().poll(&mut cx).is_pending());
+            assert_eq!(svc.held().get(), 1, "held");
+            let size = std::mem::size_of_val(&*call);
+            assert!(size <= HELD_FUTURE_BYTES, "a held poll's future is {size} bytes, over {HELD_FUTURE_BYTES}");
+            drop(call);
+            assert_eq!(svc.held().get(), 0, "its slot is given back with it");
         }
 
         #[tokio::test(start_paused = true)]

@@ -270,9 +270,15 @@ struct Entry {
     held: u16,
 }
 
+/// A map on every poll's path: hashed with foldhash, not SipHash. Its keys are connection ids
+/// the process issues and service names within one connection's row, which no client can make
+/// collide on purpose (the seed is the process's own), and two SipHash lookups were a tenth of a
+/// poll's instructions in the handler.
+type PollMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Debug, Default)]
 struct Peer {
-    services: HashMap<Arc<str>, Entry>,
+    services: PollMap<Arc<str>, Entry>,
     /// Boxed behind an `Arc`: most connections have none (behind a proxy), the poll path walks
     /// these maps, and a poll's targeting choice reads it outside the shard lock.
     instance: Option<Arc<Instance>>,
@@ -301,7 +307,7 @@ struct Queued {
 
 #[derive(Debug, Default)]
 struct Shard {
-    peers: HashMap<ConnKey, Peer>,
+    peers: PollMap<ConnKey, Peer>,
     /// The shard's rows of unconfigured services, oldest first; may hold stale items (rows
     /// forgotten or configured since), skipped when they come up.
     unconfigured: VecDeque<Queued>,

@@ -248,6 +248,11 @@ impl OpenCall {
         state.get::<EdgeState>()?.calls.fetch_add(1, Ordering::AcqRel);
         Some(Self(state))
     }
+
+    /// The state of the connection the call came on.
+    pub fn state(&self) -> &Arc<ConnectionState> {
+        &self.0
+    }
 }
 
 impl Drop for OpenCall {

@@ -228,12 +228,16 @@ impl Drop for PendingPlace {
 }
 
 /// A layer that answers a gRPC call `DEADLINE_EXCEEDED` when its first message (or the end of
-/// its request) has not arrived within the timeout after its headers, at once when too many
-/// calls wait for theirs ([`PendingStreams`]), or when the shutdown begins. A CDS request is a few
-/// hundred bytes sent with the headers, so only a stream that is held open on purpose meets
-/// either; the stream is answered and closed instead of held. `DEADLINE_EXCEEDED` is not a status
-/// that makes an agent drop its channel. Every call, forwarded ones too, is counted open on its
-/// connection until its answer ends ([`OpenCall`]).
+/// its request) has not arrived within the timeout after its handler first looked for it, at
+/// once when too many calls wait for theirs ([`PendingStreams`]), or when the shutdown begins. A
+/// CDS request is a few hundred bytes sent with the headers, so only a stream that is held open
+/// on purpose meets either; the stream is answered and closed instead of held.
+/// `DEADLINE_EXCEEDED` is not a status that makes an agent drop its channel. Every call,
+/// forwarded ones too, is counted open on its connection until its answer ends ([`OpenCall`]).
+///
+/// The wait is the request body's ([`FirstFrame`]): its timer and its watch of the shutdown are
+/// made only when the handler finds the first frame not there yet, so a call whose message came
+/// with its headers (every agent's) costs no timer and no waiter.
 #[derive(Debug, Clone)]
 pub struct FirstMessageTimeout {
     /// How long the first message may take.
@@ -288,51 +292,59 @@ where
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let open = OpenCall::of(request.extensions());
-        if self.forwarding && !skyconf_gateway::is_answered_here(request.uri().path()) {
-            let call = self.inner.call(request);
-            return Box::pin(async move { Ok(keep_until_answered(call.await?, open)) });
-        }
-        let connection = crate::socket::connection_of(request.extensions()).map(|c| Arc::clone(&c.state));
-        let place = match self.pending.take(connection) {
-            Ok(place) => place,
-            Err(limit) => {
-                let why = match limit {
-                    PendingLimit::Source => "too many calls from this source are waiting for their request message",
-                    PendingLimit::Total => "too many calls are waiting for their request message",
-                };
-                return Box::pin(std::future::ready(Ok(tonic::Status::deadline_exceeded(why).into_http())));
-            }
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let request =
-            request.map(|body| tonic::body::Body::new(FirstFrame { inner: body, arrived: Some((tx, place)) }));
-        let call = self.inner.call(request);
-        let (timeout, shutdown) = (self.timeout, self.drain.begun());
-        Box::pin(async move {
-            let mut call = std::pin::pin!(call);
-            let answer = tokio::select! {
-                // In this order: the handler reads the body (and sends `arrived`) when polled.
-                biased;
-                answer = &mut call => answer,
-                waited = tokio::time::timeout(timeout, rx) => match waited {
-                    // The message arrived, or the handler is done with the body.
-                    Ok(_) => call.await,
-                    Err(_) => Ok(tonic::Status::deadline_exceeded("the request message did not arrive in time").into_http()),
-                },
-                // A held poll is answered at shutdown by its service; a call still waiting for its
-                // message, here.
-                () = shutdown => Ok(tonic::Status::deadline_exceeded("the server is shutting down").into_http()),
+        let answered_here = !self.forwarding || skyconf_gateway::is_answered_here(request.uri().path());
+        let request = if answered_here {
+            let place = match self.pending.take(open.as_ref().map(|open| Arc::clone(open.state()))) {
+                Ok(place) => place,
+                Err(limit) => {
+                    let why = match limit {
+                        PendingLimit::Source => "too many calls from this source are waiting for their request message",
+                        PendingLimit::Total => "too many calls are waiting for their request message",
+                    };
+                    return Box::pin(std::future::ready(Ok(tonic::Status::deadline_exceeded(why).into_http())));
+                }
             };
-            Ok(keep_until_answered(answer?, open))
-        })
+            let waiting = Waiting { _place: place, timeout: self.timeout, drain: self.drain.clone(), late: None };
+            request.map(|body| tonic::body::Body::new(FirstFrame { inner: body, waiting: Some(waiting) }))
+        } else {
+            request
+        };
+        let call = self.inner.call(request);
+        Box::pin(async move { Ok(keep_until_answered(call.await?, open)) })
     }
 }
 
-/// A request body that reports its first frame (or its end, or being dropped), and gives back its
-/// place among the waiting calls then.
+/// A request body that gives back its call's place among the waiting calls at its first frame
+/// (or its end, or when dropped), and ends with `DEADLINE_EXCEEDED` when that frame is late.
 struct FirstFrame {
     inner: tonic::body::Body,
-    arrived: Option<(tokio::sync::oneshot::Sender<()>, PendingPlace)>,
+    /// Until the first frame: what bounds the wait for it.
+    waiting: Option<Waiting>,
+}
+
+/// A call's wait for its first frame: its place among the waiting calls, and, once the handler
+/// found the frame not there yet, the deadline and the shutdown's start it waits against.
+struct Waiting {
+    _place: PendingPlace,
+    timeout: Duration,
+    drain: Drain,
+    late: Option<Late>,
+}
+
+/// A late first frame's deadline and the shutdown's start, whichever comes first.
+struct Late {
+    expired: std::pin::Pin<Box<tokio::time::Sleep>>,
+    shutdown: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl Late {
+    /// Why the call is answered now, once it is.
+    fn poll(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<&'static str> {
+        if self.expired.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready("the request message did not arrive in time");
+        }
+        self.shutdown.as_mut().poll(cx).map(|()| "the server is shutting down")
+    }
 }
 
 impl http_body::Body for FirstFrame {
@@ -343,13 +355,26 @@ impl http_body::Body for FirstFrame {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let polled = http_body::Body::poll_frame(std::pin::Pin::new(&mut self.inner), cx);
-        if polled.is_ready()
-            && let Some((arrived, _place)) = self.arrived.take()
-        {
-            let _ = arrived.send(());
+        let this = &mut *self;
+        let polled = http_body::Body::poll_frame(std::pin::Pin::new(&mut this.inner), cx);
+        let Some(waiting) = &mut this.waiting else { return polled };
+        if polled.is_ready() {
+            // The place is given back: the message (or the request's end) is here.
+            this.waiting = None;
+            return polled;
         }
-        polled
+        let (timeout, drain) = (waiting.timeout, &waiting.drain);
+        let late = waiting.late.get_or_insert_with(|| Late {
+            expired: Box::pin(tokio::time::sleep(timeout)),
+            shutdown: Box::pin(drain.begun()),
+        });
+        match late.poll(cx) {
+            std::task::Poll::Ready(why) => {
+                this.waiting = None;
+                std::task::Poll::Ready(Some(Err(tonic::Status::deadline_exceeded(why))))
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
