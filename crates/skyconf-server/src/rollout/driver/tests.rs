@@ -5,10 +5,8 @@ use crate::rollout::plan::{Advance, Gates, WaveSpec};
 
 #[test]
 fn a_global_change_rolls_out_the_listed_services_it_changes_and_not_the_others() {
-    let before =
-        skyconf_core::read("global-configurations: {g: 1}\nconfigurations: {a: {k: 1}, b: {g: 5}}\n").unwrap();
-    let after =
-        skyconf_core::read("global-configurations: {g: 2}\nconfigurations: {a: {k: 1}, b: {g: 5}}\n").unwrap();
+    let before = skyconf_core::read("global-configurations: {g: 1}\nconfigurations: {a: {k: 1}, b: {g: 5}}\n").unwrap();
+    let after = skyconf_core::read("global-configurations: {g: 2}\nconfigurations: {a: {k: 1}, b: {g: 5}}\n").unwrap();
     assert_eq!(changed_services(&before, &after), ["a"]);
 }
 

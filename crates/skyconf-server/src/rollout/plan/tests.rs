@@ -110,11 +110,7 @@ fn a_count_wave_picks_the_lowest_hashes_of_each_service_and_later_shares_keep_th
     assert_eq!(picked[0], &lowest);
     let reached = fleet(&r, 0, true).iter().filter(|a| a.reached).count();
     assert_eq!(reached, 1);
-    assert!(
-        r.events[0].message.contains("it reaches 1 of 20 live identified instance(s) of svc"),
-        "{:?}",
-        r.events
-    );
+    assert!(r.events[0].message.contains("it reaches 1 of 20 live identified instance(s) of svc"), "{:?}", r.events);
 
     // Two services: one instance of each.
     r.services = vec!["a".into(), "b".into()];
@@ -350,10 +346,7 @@ fn a_wave_that_reaches_nobody_of_a_service_says_so() {
     let kinds: Vec<&str> = r.events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["wave", "applied", "unjudged"]);
     let said = &r.events[2].message;
-    assert!(
-        said.starts_with("Wave 1 reached no instance of quiet (no identified instance of it is live)"),
-        "{said}"
-    );
+    assert!(said.starts_with("Wave 1 reached no instance of quiet (no identified instance of it is live)"), "{said}");
 
     let mut r = rollout(&[share("50%"), share("100%")], Advance::Auto);
     r.services = vec!["nobody".into()];
