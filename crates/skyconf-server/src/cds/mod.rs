@@ -247,7 +247,7 @@ impl CdsService {
                 hold_for: hold::jittered(hold_for),
                 unchanged: outcome,
                 slot,
-                _holding: holding,
+                holding,
             });
         }
         self.metrics.record(outcome, started);
@@ -294,7 +294,8 @@ struct Held<'a> {
     /// Unchanged or not ready: either is an empty `Commands`, zero bytes.
     unchanged: FetchOutcome,
     slot: Slot<'a>,
-    _holding: Option<crate::fleet::Holding<'a>>,
+    /// The fleet's mark of the held row: ends when the hold does (the future dropped included).
+    holding: Option<crate::fleet::Holding<'a>>,
 }
 
 impl<'a> Held<'a> {
@@ -328,7 +329,10 @@ impl<'a> Held<'a> {
                     }
                 }
             };
+            // Named, so that the block owns them (it captures only the fields it names): the slot
+            // and the fleet's mark live as long as the hold, and end with it.
             drop(self.slot);
+            drop(self.holding);
             released.release = release;
             let (bytes, outcome) = answer.unwrap_or((Bytes::new(), self.unchanged));
             service.metrics.record(outcome, None);
