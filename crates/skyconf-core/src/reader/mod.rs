@@ -25,6 +25,7 @@ mod tree;
 mod yaml11;
 
 pub use incremental::{IncrementalReader, Reuse};
+pub use java::civil_from_days;
 
 use std::fmt;
 

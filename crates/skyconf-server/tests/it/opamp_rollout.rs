@@ -10,6 +10,7 @@
 //! for the SkyWalking side, and the PyPI client `opentelemetry-opamp-client` for one end-to-end
 //! case (see `opamp.rs` for how it is found).
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -397,22 +398,31 @@ async fn an_opamp_only_change_is_named_by_its_release_and_the_diff_and_a_rollbac
     server.stop().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_pypi_client_fails_a_wave_goes_back_and_then_completes_one() {
-    let Some(python) = crate::opamp::python() else { return };
+/// A real client of `group` (matching `service.name: service`) at `program script URL service
+/// args…`: a wave of `failing` (a file it cannot parse) is reverted with its words (`says`) and it
+/// goes back to `first`; a wave of `good` completes. `files(body)` is the group's files.
+async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
+    client: (PathBuf, &str, &[&str]),
+    (group, service): (&str, &str),
+    files: impl Fn(&str) -> String,
+    [first, failing, good]: [&str; 3],
+    says: &str,
+) {
     let doc = |file: &str| {
+        let files = files(file);
         format!(
-            "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\nopamp:\n  - group: py\n    match:\n      service.name: py-svc\n    files:\n      {file}\n"
+            "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\nopamp:\n  - group: {group}\n    match:\n      service.name: {service}\n    files:\n      {files}\n"
         )
     };
-    let json_file = |ratio: &str| format!("sampling.json:\n        body: '{{\"ratio\": {ratio}}}'");
-    let (_dir, path) = temp_file("agents.yaml", &doc(&json_file("0.5")));
+    let (_dir, path) = temp_file("agents.yaml", &doc(first));
     let server = Server::start(FileSource::new(&path), config()).await;
     let admin = server.admin();
-    let script = crate::opamp::interop_dir().join("python_agent.py");
+    let (program, script, args) = client;
+    let script = crate::opamp::interop_dir().join(script);
     // std's process: when the test fails, dropping it closes the client's stdin, which stops it.
-    let mut child = std::process::Command::new(python)
-        .args([script.to_str().unwrap(), &url(&server), "py-svc", "0.5"])
+    let mut child = std::process::Command::new(program)
+        .args([script.to_str().unwrap(), &url(&server), service])
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -420,18 +430,13 @@ async fn the_pypi_client_fails_a_wave_goes_back_and_then_completes_one() {
     applied(&admin, 1).await;
     let v1 = opamp_agents(&admin).await[0]["offered_hash"].clone();
 
-    // The client parses JSON only: a YAML file fails, and the wave is reverted with its words.
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
-    let yaml = doc("sampling.yaml:\n        body: 'ratio: 1'");
     let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&yaml, json!([{"share": "100%"}]), gates.clone())).await;
+        post(&admin, "/api/v1/rollouts", &start(&doc(failing), json!([{"share": "100%"}]), gates.clone())).await;
     assert_eq!(status, 201, "{body}");
     let reverted = until_state(&admin, "reverted").await;
     let said = last_event(&reverted);
-    assert!(
-        said.starts_with("Wave 1: 1 reached agent(s) reported FAILED: ") && said.contains("sampling.yaml"),
-        "{said}"
-    );
+    assert!(said.starts_with("Wave 1: 1 reached agent(s) reported FAILED: ") && said.contains(says), "{said}");
     let mut back = Value::Null;
     until("the client went back to its file and said so", async || {
         back = rollout(&admin).await["after_revert"].clone();
@@ -440,9 +445,7 @@ async fn the_pypi_client_fails_a_wave_goes_back_and_then_completes_one() {
     .await;
     assert_eq!(back[0]["remote_config_status"]["config_hash"], v1, "{back:#}");
 
-    // A change it can apply completes.
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&doc(&json_file("0.1")), json!([{"share": "100%"}]), gates)).await;
+    let (status, body) = post(&admin, "/api/v1/rollouts", &start(&doc(good), json!([{"share": "100%"}]), gates)).await;
     assert_eq!(status, 201, "{body}");
     until_state(&admin, "completed").await;
     let row = opamp_agents(&admin).await[0].clone();
@@ -454,4 +457,33 @@ async fn the_pypi_client_fails_a_wave_goes_back_and_then_completes_one() {
     let status = tokio::time::timeout(Duration::from_secs(30), exit).await.unwrap().unwrap().unwrap();
     assert!(status.success());
     server.stop().await.unwrap();
+}
+
+/// The PyPI client parses JSON files only: a YAML file fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pypi_client_fails_a_wave_goes_back_and_then_completes_one() {
+    let Some(python) = crate::opamp::python() else { return };
+    let json = |ratio: &str| format!("sampling.json:\n        body: '{{\"ratio\": {ratio}}}'");
+    let (first, good) = (json("0.5"), json("0.1"));
+    let yaml = "sampling.yaml:\n        body: 'ratio: 1'";
+    let client = (python, "python_agent.py", &["0.5"][..]);
+    let files = |file: &str| file.to_owned();
+    a_real_client_fails_a_wave_goes_back_and_then_completes_one(
+        client,
+        ("py", "py-svc"),
+        files,
+        [&first, yaml, &good],
+        "sampling.yaml",
+    )
+    .await;
+}
+
+/// The npm client parses application/json: a body that is not JSON fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_npm_client_fails_a_wave_goes_back_and_then_completes_one() {
+    let Some(node) = crate::opamp_security::node() else { return };
+    let client = (node, "node_agent.js", &["1"][..]);
+    let files = |body: &str| format!("sampling.json:\n        body: '{body}'");
+    let bodies = ["{\"ratio\": 0.5}", "ratio: 1", "{\"ratio\": 0.1}"];
+    a_real_client_fails_a_wave_goes_back_and_then_completes_one(client, ("js", "js-svc"), files, bodies, "").await;
 }

@@ -192,7 +192,7 @@ async fn a_missing_or_wrong_agent_token_is_refused_401_on_both_transports_and_tl
 }
 
 /// The npm client's `node`, or `None` (with a message; a failure when required).
-fn node() -> Option<PathBuf> {
+pub(crate) fn node() -> Option<PathBuf> {
     let installed = interop_dir().join("node_modules/@elastic/opamp-client-node/package.json").is_file();
     let runs =
         std::process::Command::new("node").arg("--version").stdout(Stdio::null()).status().is_ok_and(|s| s.success());

@@ -135,23 +135,9 @@ pub fn changes_shown(
 /// types and which sorts as the rollouts started.
 pub fn rollout_id(started_ms: u64) -> String {
     let (days, ms_of_day) = (started_ms / 86_400_000, started_ms % 86_400_000);
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = skyconf_core::reader::civil_from_days(i64::try_from(days).unwrap_or(i64::MAX));
     let (h, m, s, ms) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);
     format!("r-{year:04}{month:02}{day:02}-{h:02}{m:02}{s:02}-{ms:03}")
-}
-
-/// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 /// A rollout: the record every replica reads from the store.
