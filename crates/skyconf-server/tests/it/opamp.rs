@@ -42,9 +42,11 @@ pub(crate) fn url(server: &Server) -> String {
     format!("http://{}/v1/opamp", server.opamp_addr.expect("the OpAMP port runs"))
 }
 
-pub(crate) async fn put(admin: &AdminClient, document: &str) {
+/// Writes `document` through the admin API; its answer.
+pub(crate) async fn put(admin: &AdminClient, document: &str) -> Value {
     let reply = admin.send("PUT", "/api/v1/configurations", &[("content-type", "application/yaml")], document).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()
 }
 
 pub(crate) async fn agents(admin: &AdminClient) -> Vec<Value> {

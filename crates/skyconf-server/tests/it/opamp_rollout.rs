@@ -24,6 +24,7 @@ use skyconf_sources::file::FileSource;
 use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{AdminClient, Server, loopback};
 
+use crate::opamp::{agents, put};
 use crate::rollouts::{TestAgent, post, rollout, stop_all, until, until_state};
 
 /// A document: the SkyWalking service `svc` samples `rate`; the `opamp:` group `collectors`
@@ -166,24 +167,14 @@ async fn send(
     wire::ServerToAgent::decode(body).ok()
 }
 
-async fn opamp_agents(admin: &AdminClient) -> Vec<Value> {
-    admin.get_json("/api/v1/opamp/agents").await["agents"].as_array().unwrap().clone()
-}
-
 /// Waits until `count` OpAMP agents are listed as having applied what they are offered.
 async fn applied(admin: &AdminClient, count: usize) {
     until("the OpAMP agents applied their group's file", async || {
-        let agents = opamp_agents(admin).await;
+        let agents = agents(admin).await;
         agents.len() == count
             && agents.iter().all(|a| a["remote_config_status"]["status"] == "applied" && a["current"] == true)
     })
     .await;
-}
-
-async fn put(admin: &AdminClient, document: &str) -> Value {
-    let reply = admin.send("PUT", "/api/v1/configurations", &[("content-type", "application/yaml")], document).await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    reply.json()
 }
 
 fn start(document: &str, waves: Value, gates: Value) -> Value {
@@ -428,7 +419,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
         .spawn()
         .unwrap();
     applied(&admin, 1).await;
-    let v1 = opamp_agents(&admin).await[0]["offered_hash"].clone();
+    let v1 = agents(&admin).await[0]["offered_hash"].clone();
 
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
     let (status, body) =
@@ -448,7 +439,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
     let (status, body) = post(&admin, "/api/v1/rollouts", &start(&doc(good), json!([{"share": "100%"}]), gates)).await;
     assert_eq!(status, 201, "{body}");
     until_state(&admin, "completed").await;
-    let row = opamp_agents(&admin).await[0].clone();
+    let row = agents(&admin).await[0].clone();
     assert_eq!((&row["remote_config_status"]["status"], &row["current"]), (&json!("applied"), &json!(true)), "{row:#}");
     assert_ne!(row["offered_hash"], v1);
 
