@@ -14,7 +14,13 @@
 # and into OUT.json (default docs/benchmarks/held.json), and a Markdown summary on stderr.
 # The server runs on CPU $SERVER_CPU (0) and the agents on CPU $LOAD_CPU (1), pinned with taskset.
 # Environment: AGENTS (10000), SERVICES (1000), WRITES (5), IDLE (30s), SERVER_CPU, LOAD_CPU,
-# CARGO_TARGET_DIR (target/), SKIP_BUILD=1 (use the release binary as it is).
+# CARGO_TARGET_DIR (target/), SKIP_BUILD=1 (use the release binary as it is), SMAPS_DIR (copy the
+# server's /proc/PID/smaps before, at steady state and after the idle window into SMAPS_DIR/MODE/;
+# the report has its smaps_rollup at those moments either way), SERVE_ENV (VAR=value ... set for
+# the server only, e.g. MIMALLOC_PURGE_DELAY=0), SERVER=floor (`skyconf-bench floor`, a
+# measurement-only CDS server on a minimal HTTP/2 path of its own, instead of `skyconf serve`),
+# PATIENCE (90s: how long the agents may take to get the first document, or to be held, on a
+# machine others share).
 # The agents connect from 127.0.0.2-5 so ports never run short. Descriptors (the script raises
 # its soft limit to the hard one, and checks both sides before starting): the load generator needs
 # N + 200, and the server accepts at most its soft limit less 384 connections (256 admin, 128
@@ -33,7 +39,7 @@ cd "$ROOT"
 # shellcheck source=scripts/bench/lib.sh
 . "$ROOT/scripts/bench/lib.sh"
 COMMIT=$(bench_commit)
-COMMAND=$(bench_command scripts/bench/held.sh "${1:-}" AGENTS SERVICES WRITES IDLE SERVER_CPU LOAD_CPU SKIP_BUILD)
+COMMAND=$(bench_command scripts/bench/held.sh "${1:-}" AGENTS SERVICES WRITES IDLE SERVER_CPU LOAD_CPU SKIP_BUILD SERVE_ENV SERVER PATIENCE)
 OUT=${1:-$ROOT/docs/benchmarks/held.json}
 AGENTS=${AGENTS:-10000}
 SERVICES=${SERVICES:-1000}
@@ -60,16 +66,25 @@ run() {
   shift
   grpc=$(free_port) admin=$(free_port)
   doc=$WORK/$mode.yaml
+  [ -z "${SMAPS_DIR:-}" ] || mkdir -p "$SMAPS_DIR/$mode"
   "$SKYBENCH" document --services "$SERVICES" --keys 6 >"$doc"
   log "$mode: skyconf serve $* on CPU $SERVER_CPU, $AGENTS agents on CPU $LOAD_CPU"
-  taskset -c "$SERVER_CPU" "$SKY" serve --file "$doc" --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
-    "$@" >"$WORK/$mode-serve.log" 2>&1 &
+  if [ "${SERVER:-skyconf}" = floor ]; then
+    # shellcheck disable=SC2086,SC2046 # SERVE_ENV is a list of assignments; --no-hold a word
+    env ${SERVE_ENV:-} taskset -c "$SERVER_CPU" "$SKYBENCH" floor --file "$doc" --addr "127.0.0.1:$grpc" \
+      --admin-addr "127.0.0.1:$admin" $([ "$mode" = held ] || echo --no-hold) >"$WORK/$mode-serve.log" 2>&1 &
+  else
+    # shellcheck disable=SC2086 # SERVE_ENV is a list of assignments
+    env ${SERVE_ENV:-} taskset -c "$SERVER_CPU" "$SKY" serve --file "$doc" --grpc-addr "127.0.0.1:$grpc" \
+      --admin-addr "127.0.0.1:$admin" "$@" >"$WORK/$mode-serve.log" 2>&1 &
+  fi
   pid=$!
   PIDS+=("$pid")
   wait_ready "$admin"
   taskset -c "$LOAD_CPU" "$SKYBENCH" held --mode "$mode" --addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" \
     --server-pid "$pid" --file "$doc" -c "$AGENTS" --services "$SERVICES" --keys 6 --writes "$WRITES" --idle "$IDLE" \
-    --local-addr 127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5 --json --quiet >"$WORK/$mode.json" \
+    --patience "${PATIENCE:-90s}" --local-addr 127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5 ${SMAPS_DIR:+--smaps-dir "$SMAPS_DIR/$mode"} \
+    --json --quiet >"$WORK/$mode.json" \
     || { cat "$WORK/$mode.json" "$WORK/$mode-serve.log" >&2; echo "held.sh: the $mode run failed" >&2; exit 1; }
   kill "$pid"
   wait "$pid" 2>/dev/null || true

@@ -82,6 +82,10 @@ pub(super) struct Args {
     /// Connections opened at once while ramping up.
     #[arg(long, default_value_t = 200)]
     connect_batch: usize,
+    /// A directory to copy the server's `/proc/PID/smaps` into (`before`, `steady`, `idle`), for
+    /// a per-mapping breakdown of its memory.
+    #[arg(long)]
+    smaps_dir: Option<PathBuf>,
 }
 
 /// Whether the server holds polls.
@@ -233,6 +237,7 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
         admin.wait_until("the server serves the first document", args.patience, |_| true).await?;
     }
     let rss_before_kb = server.as_ref().map(Proc::rss_kb).transpose()?;
+    let rollup_before = server.as_ref().map(|p| p.memory("before", args.smaps_dir.as_deref())).transpose()?;
 
     // Connect every agent.
     let ramp = Instant::now();
@@ -259,6 +264,7 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
         (None, _) => None,
     };
     let rss_steady_kb = server.as_ref().map(Proc::rss_kb).transpose()?;
+    let rollup_steady = server.as_ref().map(|p| p.memory("steady", args.smaps_dir.as_deref())).transpose()?;
     let server_fds = server.as_ref().map(Proc::fds).transpose()?;
 
     // CPU while nothing changes.
@@ -269,6 +275,8 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
     let idle_seconds = idle_started.elapsed().as_secs_f64();
     let cpu_after = server.as_ref().map(Proc::cpu_ticks).transpose()?;
     let idle_calls = stats.done.load(Ordering::Relaxed) - calls_before;
+    let rss_idle_kb = server.as_ref().map(Proc::rss_kb).transpose()?;
+    let rollup_idle = server.as_ref().map(|p| p.memory("idle", args.smaps_dir.as_deref())).transpose()?;
     let idle_cpu = cpu_before.zip(cpu_after).map(|(before, after)| {
         let seconds = (after - before) as f64 / clock_ticks;
         json!({
@@ -341,8 +349,12 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
             "p99": each_us.value_at_quantile(0.99),
             "max": each_us.max(),
         },
-        "rss_kb": {"before": rss_before_kb, "steady": rss_steady_kb, "end": rss_end_kb},
+        "rss_kb": {"before": rss_before_kb, "steady": rss_steady_kb, "idle": rss_idle_kb, "end": rss_end_kb},
         "rss_per_agent_kb": per_agent_kb,
+        "rss_per_agent_after_idle_kb": rss_before_kb
+            .zip(rss_idle_kb)
+            .map(|(before, idle)| round3((idle as f64 - before as f64) / args.agents as f64)),
+        "smaps_rollup_kb": {"before": rollup_before, "steady": rollup_steady, "idle": rollup_idle},
         "server_fds": server_fds,
         "idle": {"seconds": round3(idle_seconds), "calls": idle_calls, "cpu": idle_cpu},
         "server_metrics": metrics,
@@ -471,6 +483,28 @@ impl Proc {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .context("no VmRSS in /proc/PID/status")
+    }
+
+    /// `/proc/PID/smaps_rollup`'s fields, in KiB (Rss, Anonymous, Private_Dirty, ...): the
+    /// process's own pages only, never the kernel's socket buffers. With `dir`, the whole
+    /// `/proc/PID/smaps` is copied into `dir/<moment>.smaps` too.
+    fn memory(&self, moment: &str, dir: Option<&std::path::Path>) -> anyhow::Result<serde_json::Value> {
+        if let Some(dir) = dir {
+            let path = dir.join(format!("{moment}.smaps"));
+            std::fs::copy(format!("/proc/{}/smaps", self.0), &path)
+                .with_context(|| format!("cannot copy /proc/{}/smaps to {}", self.0, path.display()))?;
+        }
+        let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", self.0))
+            .with_context(|| format!("cannot read /proc/{}/smaps_rollup", self.0))?;
+        let fields: serde_json::Map<String, serde_json::Value> = rollup
+            .lines()
+            .filter_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                let kb: u64 = value.trim().strip_suffix("kB")?.trim().parse().ok()?;
+                Some((name.to_owned(), json!(kb)))
+            })
+            .collect();
+        Ok(serde_json::Value::Object(fields))
     }
 
     /// utime + stime, in clock ticks.

@@ -26,13 +26,16 @@
 //!   reading the whole request stream (the upstream of `scripts/bench/gateway.sh`).
 //! - `skyconf-bench soak`: agents polling for a long time while documents, good and bad, are
 //!   written through the admin API; every answer and every write is checked (`scripts/soak.sh`).
+//! - `skyconf-bench floor`: a measurement-only CDS server on a minimal HTTP/2 path of its own
+//!   (buffers per worker, not per connection), the memory floor `held.sh` compares `skyconf serve`
+//!   with (`SERVER=floor`). Never a server for agents.
 //!
 //! Results go to stdout (a table, or one JSON object with `--json`); the exit status is 0 only if
 //! every call succeeded and every answer was right. A progress bar goes to stderr when it is a
 //! terminal, a plain line every few seconds when it is not (a pipe, a CI log).
 //!
 //! One file per tool: `load.rs` (the default, without a subcommand), `agents.rs`, `held.rs`,
-//! `propagation.rs`, `revert.rs`, `reload.rs`, `document.rs`, `soak.rs` and `sink.rs`; `raw.rs` holds the calls
+//! `propagation.rs`, `revert.rs`, `reload.rs`, `document.rs`, `soak.rs`, `sink.rs` and `floor.rs`; `raw.rs` holds the calls
 //! to any path (`--path`, `--body-file`). This file holds what they share: the
 //! [`Target`] flags, connecting, the outcome counters ([`Stats`]) and the report; `args.rs` the
 //! spelling of addresses and durations, as `skyconf` takes them.
@@ -40,6 +43,7 @@
 mod agents;
 mod args;
 mod document;
+mod floor;
 mod held;
 mod load;
 mod propagation;
@@ -120,6 +124,8 @@ enum Mode {
     Soak(soak::Args),
     /// An OAP stand-in: answers any gRPC path with an empty `Commands` after the whole request.
     Sink(sink::Args),
+    /// A measurement-only CDS server on a minimal HTTP/2 path of its own (the memory floor).
+    Floor(floor::Args),
 }
 
 /// Where to send, and which services to ask for.
@@ -177,6 +183,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Mode::Document(a)) => document::run(&a),
         Some(Mode::Soak(a)) => soak::run(a),
         Some(Mode::Sink(a)) => sink::run(&a),
+        Some(Mode::Floor(a)) => floor::run(a),
     }
 }
 
