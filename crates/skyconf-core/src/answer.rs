@@ -53,12 +53,18 @@ impl Answer {
     }
 }
 
+/// A map looked up by the service name of every poll: hashed with foldhash, not SipHash (a
+/// SipHash of the name was about 1 % of a poll's instructions). Its keys are the document's
+/// services, never a client's: a poll only looks a name up, so no client can lengthen a probe
+/// sequence, and the seed is the process's own.
+type ServiceMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 /// Every service's answer for one table, encoded once, and its targeting groups' answers.
 #[derive(Debug, Clone)]
 pub struct Answers {
-    by_service: HashMap<String, Answer>,
+    by_service: ServiceMap<Answer>,
     /// The answer of each group of each targeted service, in the groups' order.
-    groups: HashMap<String, Vec<Answer>>,
+    groups: ServiceMap<Vec<Answer>>,
     targeting: Targeting,
     /// What services without an entry get: the global settings, else the EMPTY answer.
     empty: Answer,
@@ -122,8 +128,8 @@ impl Answers {
     /// No table known yet: every poll is answered "no change".
     pub fn waiting() -> Self {
         Self {
-            by_service: HashMap::new(),
-            groups: HashMap::new(),
+            by_service: ServiceMap::default(),
+            groups: ServiceMap::default(),
             targeting: Targeting::default(),
             empty: Answer::empty(),
             ready: false,
@@ -172,6 +178,12 @@ impl Answers {
     /// False while [`Self::waiting`].
     pub fn is_ready(&self) -> bool {
         self.ready
+    }
+
+    /// Whether `service` has an entry of its own in the table these answers are for (a service
+    /// answered with the global settings or the EMPTY answer has none).
+    pub fn has_entry(&self, service: &str) -> bool {
+        self.by_service.contains_key(service)
     }
 
     /// The answer for `service`: its own, or for a service without an entry the global settings
@@ -264,7 +276,7 @@ fn default_answer(table: &AgentConfigurations) -> Answer {
 
 /// Each targeting group's answer: the service's served entries (its own over the global ones)
 /// patched with the group's settings.
-fn group_answers(table: &AgentConfigurations) -> HashMap<String, Vec<Answer>> {
+fn group_answers(table: &AgentConfigurations) -> ServiceMap<Vec<Answer>> {
     table
         .targeting()
         .services()

@@ -12,10 +12,11 @@
 //! Reads: h2 reads into a buffer sized for the frame it is decoding (8 to 16 KiB), so a client
 //! streaming large messages (trace segments through the gateway) costs a `recvfrom` per 8 KiB.
 //! Once a read fills h2's whole buffer (more is likely waiting), the socket reads up to
-//! [`READ_AHEAD`] at once into a buffer of its own and hands it out from there. While reads keep
-//! filling it the buffer is reused (a fresh one is a zeroed 64 KiB allocation per read); it is
-//! freed once a read comes back short or finds nothing, so an idle connection holds none, and a
-//! small request (a CDS poll) is read straight into h2's buffer.
+//! [`READ_AHEAD`] at once into a buffer of its own and hands it out from there. The buffer is
+//! allocated uninitialised (the socket writes it before anything reads it: no 64 KiB of zeroes per
+//! read ahead) and reused while reads keep filling it; it is freed once a read comes back short or
+//! finds nothing, so an idle connection holds none, and a small request (a CDS poll) is read
+//! straight into h2's buffer.
 //!
 //! Each connection also carries an [`AgentConnection`] into its calls' extensions: the peer
 //! address (fleet status keys on it) and the [`ConnectionState`] its calls share, a set of typed
@@ -30,6 +31,7 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use bytes::BytesMut;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -188,9 +190,10 @@ pub const READ_AHEAD: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct BatchedWrites {
     stream: TcpStream,
-    /// Read but not yet handed out: `ahead[start..end]`. Kept, drained, while the client streams
-    /// (the next read ahead fills it again without a fresh zeroed allocation); `None` otherwise.
-    ahead: Option<Box<[u8]>>,
+    /// Read but not yet handed out: `ahead[start..end]` (`ahead` holds exactly the bytes read, in
+    /// a [`READ_AHEAD`] allocation). Kept, drained, while the client streams (the next read ahead
+    /// fills it again without a fresh allocation); `None` otherwise.
+    ahead: Option<BytesMut>,
     start: usize,
     end: usize,
     /// Whether the last read filled the caller's buffer: more is likely waiting.
@@ -331,13 +334,14 @@ impl AsyncRead for BatchedWrites {
             }
             return polled;
         }
-        let mut ahead = this.ahead.take().unwrap_or_else(|| vec![0; READ_AHEAD].into_boxed_slice());
-        let mut into = ReadBuf::new(&mut ahead);
-        match Pin::new(&mut this.stream).poll_read(cx, &mut into) {
-            Poll::Ready(Ok(())) => {
-                let n = into.filled().len();
+        // Uninitialised capacity, written by the read before any byte of it is handed out
+        // (tokio-util's `poll_read_buf` reads into a `BytesMut`'s spare capacity).
+        let mut ahead = this.ahead.take().unwrap_or_else(|| BytesMut::with_capacity(READ_AHEAD));
+        ahead.clear();
+        match tokio_util::io::poll_read_buf(Pin::new(&mut this.stream), cx, &mut ahead) {
+            Poll::Ready(Ok(n)) => {
                 // A short read drained the socket: back to reading straight into h2's buffer.
-                this.streaming = n == READ_AHEAD;
+                this.streaming = n == ahead.capacity();
                 if n > 0 {
                     (this.ahead, this.start, this.end) = (Some(ahead), 0, n);
                     this.hand_out(buf);
@@ -345,7 +349,8 @@ impl AsyncRead for BatchedWrites {
                 Poll::Ready(Ok(()))
             }
             // Nothing waiting: the buffer goes, so that an idle connection holds none.
-            other => other,
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod codec;
 mod histogram;
 pub mod hold;
 pub mod metrics;
+mod server;
 
 mod generated {
     #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
@@ -42,6 +43,7 @@ pub use generated::configuration_discovery_service_server::{
 };
 use hold::{HeldCount, HoldOptions, Release, Slot};
 use metrics::CdsMetrics;
+pub use server::CdsServer;
 use tokio_util::sync::CancellationToken;
 
 /// The largest request accepted. A real one is a service name and a 128-character digest; a
@@ -105,9 +107,9 @@ impl CdsService {
         self
     }
 
-    /// The tonic server for this service, with skyconf's request limit.
-    pub fn into_server(self) -> ConfigurationDiscoveryServiceServer<Self> {
-        ConfigurationDiscoveryServiceServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES)
+    /// The gRPC route of this service, with skyconf's request limit.
+    pub fn into_server(self) -> CdsServer {
+        CdsServer::new(self)
     }
 
     /// The encoded answer for one request: the command, or an empty `Commands` (zero bytes).
@@ -144,7 +146,7 @@ impl CdsService {
             };
             if let (Some(fleet), Some(caller), Some(current)) = (&self.fleet, caller, reply.current()) {
                 if record {
-                    let configured = view.snapshot.table.get(&request.service).is_some();
+                    let configured = view.snapshot.answers.has_entry(&request.service);
                     fleet.record(caller, &request.service, &request.uuid, &current.digest, configured);
                 } else if reply.outcome() != FetchOutcome::Unchanged {
                     fleet.sent(&request.service, caller.key(), &current.digest);
@@ -206,7 +208,10 @@ impl ConfigurationDiscoveryService for CdsService {
         'life0: 'async_trait,
         Self: 'async_trait,
     {
-        match self.fetch(request) {
+        let Some(hold_for) = self.hold.hold_for(request.metadata()) else {
+            return Box::pin(std::future::ready(Ok(Response::new(EncodedCommands(self.answer_now(request))))));
+        };
+        match self.fetch(request, hold_for) {
             Fetched::Now(bytes) => Box::pin(std::future::ready(Ok(Response::new(EncodedCommands(bytes))))),
             Fetched::Held(held) => Box::pin(held.answer()),
         }
@@ -220,22 +225,30 @@ enum Fetched<'a> {
 }
 
 impl CdsService {
-    /// Answers `request` now, or holds it (see [`hold`]).
-    fn fetch(&self, request: Request<ConfigurationSyncRequest>) -> Fetched<'_> {
+    /// Answers `request`, a poll that is not to be held ([`HoldOptions::hold_for`] said so), now.
+    fn answer_now(&self, request: Request<ConfigurationSyncRequest>) -> Bytes {
         let started = self.metrics.start();
-        let hold_for = self.hold.hold_for(request.metadata());
+        let caller = Caller::of(request.extensions());
+        let Some((bytes, outcome)) = self.lookup(request.get_ref(), caller.as_ref(), true) else {
+            return Bytes::new();
+        };
+        self.metrics.record(outcome, started);
+        bytes
+    }
+
+    /// Answers `request` now, or holds it up to `hold_for` (see [`hold`]).
+    fn fetch(&self, request: Request<ConfigurationSyncRequest>, hold_for: std::time::Duration) -> Fetched<'_> {
+        let started = self.metrics.start();
         let caller = Caller::of(request.extensions());
         // The metadata and extensions end here: a held poll keeps its message alone.
         let request = request.into_inner();
         // Subscribed before the lookup: a change between the two is not missed.
-        let changes = hold_for.map(|_| self.served.subscribe_answers());
+        let changes = self.served.subscribe_answers();
         let Some((bytes, outcome)) = self.lookup(&request, caller.as_ref(), true) else {
             return Fetched::Now(Bytes::new());
         };
         let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
-        if let (Some(hold_for), Some(changes), true) = (hold_for, changes, holdable)
-            && let Some(slot) = self.take_slot(caller.as_ref())
-        {
+        if holdable && let Some(slot) = self.take_slot(caller.as_ref()) {
             // The row is seen now while this guard lives: it ends with the hold, however the
             // hold ends (the call's future dropped at its `await` included).
             let holding = self.fleet.as_ref().zip(caller.as_ref()).map(|(f, c)| f.hold(c.key(), &request.service));
