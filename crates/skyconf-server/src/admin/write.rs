@@ -594,47 +594,46 @@ pub(super) async fn rollback(
     Ok(answer(publisher.write(proposal, attribution, publish_options(options), Basis::Standalone).await?))
 }
 
-/// `POST /api/v1/held/confirm`.
-#[utoipa::path(
-    post,
-    path = "/api/v1/held/confirm",
-    tag = "write",
-    operation_id = "confirm_held",
-    security(("bearer" = [])),
-    request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
-        description = "Optional: the `held.since_ms` the operator saw."),
-    responses(
-        HeldAnswers,
-        WriteRefusals,
-    ),
-)]
-pub(super) async fn confirm_held(
-    State(publisher): State<Publisher>,
-    HeldRequest { since_ms }: HeldRequest,
-) -> Result<Response, AppError> {
-    decide_held(&publisher, since_ms, HeldDecision::Confirm).await
+/// A route that decides about the held change: `POST $path` makes `$decision`, its operation id
+/// is the handler's name, and its answers are [`HeldAnswers`].
+macro_rules! held_route {
+    ($(#[$doc:meta])* $name:ident, $path:literal, $decision:expr) => {
+        $(#[$doc])*
+        #[utoipa::path(
+            post,
+            path = $path,
+            tag = "write",
+            operation_id = stringify!($name),
+            security(("bearer" = [])),
+            request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
+                description = "Optional: the `held.since_ms` the operator saw."),
+            responses(
+                HeldAnswers,
+                WriteRefusals,
+            ),
+        )]
+        pub(super) async fn $name(
+            State(publisher): State<Publisher>,
+            HeldRequest { since_ms }: HeldRequest,
+        ) -> Result<Response, AppError> {
+            decide_held(&publisher, since_ms, $decision).await
+        }
+    };
 }
 
-/// `POST /api/v1/held/discard`.
-#[utoipa::path(
-    post,
-    path = "/api/v1/held/discard",
-    tag = "write",
-    operation_id = "discard_held",
-    security(("bearer" = [])),
-    request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
-        description = "Optional: the `held.since_ms` the operator saw."),
-    responses(
-        HeldAnswers,
-        WriteRefusals,
-    ),
-)]
-pub(super) async fn discard_held(
-    State(publisher): State<Publisher>,
-    HeldRequest { since_ms }: HeldRequest,
-) -> Result<Response, AppError> {
-    decide_held(&publisher, since_ms, HeldDecision::Discard).await
-}
+held_route!(
+    /// `POST /api/v1/held/confirm`.
+    confirm_held,
+    "/api/v1/held/confirm",
+    HeldDecision::Confirm
+);
+
+held_route!(
+    /// `POST /api/v1/held/discard`.
+    discard_held,
+    "/api/v1/held/discard",
+    HeldDecision::Discard
+);
 
 /// `POST /api/v1/held/confirm` or `/discard`.
 #[derive(Debug, Default, Serialize, ToSchema)]
