@@ -469,37 +469,28 @@ fn heartbeat_offer(interval: Duration) -> wire::ConnectionSettingsOffers {
 
 /// A `BAD_REQUEST` answer.
 pub(crate) fn bad_request(instance_uid: Bytes, why: &str) -> Answer {
-    Answer {
-        message: wire::ServerToAgent {
-            instance_uid,
-            error_response: Some(wire::ServerErrorResponse {
-                r#type: wire::ServerErrorResponseType::BadRequest as i32,
-                error_message: why.to_owned(),
-                details: None,
-            }),
-            ..Default::default()
-        },
-        outcome: Outcome::BadRequest,
-    }
+    let kind = wire::ServerErrorResponseType::BadRequest;
+    error_answer(instance_uid, kind, why, None, Outcome::BadRequest)
 }
 
 /// An `UNAVAILABLE` answer with `RetryInfo`.
 pub(crate) fn unavailable(instance_uid: Bytes, retry_after: Duration, why: &str) -> Answer {
     let nanos = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
-    Answer {
-        message: wire::ServerToAgent {
-            instance_uid,
-            error_response: Some(wire::ServerErrorResponse {
-                r#type: wire::ServerErrorResponseType::Unavailable as i32,
-                error_message: why.to_owned(),
-                details: Some(wire::server_error_response::Details::RetryInfo(wire::RetryInfo {
-                    retry_after_nanoseconds: nanos,
-                })),
-            }),
-            ..Default::default()
-        },
-        outcome: Outcome::Unavailable { retry_after },
-    }
+    let retry = wire::server_error_response::Details::RetryInfo(wire::RetryInfo { retry_after_nanoseconds: nanos });
+    let kind = wire::ServerErrorResponseType::Unavailable;
+    error_answer(instance_uid, kind, why, Some(retry), Outcome::Unavailable { retry_after })
+}
+
+/// An answer that carries only an `error_response`.
+fn error_answer(
+    instance_uid: Bytes,
+    kind: wire::ServerErrorResponseType,
+    why: &str,
+    details: Option<wire::server_error_response::Details>,
+    outcome: Outcome,
+) -> Answer {
+    let error = wire::ServerErrorResponse { r#type: kind as i32, error_message: why.to_owned(), details };
+    Answer { message: wire::ServerToAgent { instance_uid, error_response: Some(error), ..Default::default() }, outcome }
 }
 
 #[cfg(test)]

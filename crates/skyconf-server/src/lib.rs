@@ -45,6 +45,7 @@ pub mod socket;
 mod startup;
 pub(crate) mod store_task;
 pub(crate) mod store_view;
+pub(crate) mod summaries;
 mod unix_time;
 
 use std::net::SocketAddr;

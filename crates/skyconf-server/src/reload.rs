@@ -276,7 +276,7 @@ impl Reloader {
                 .as_ref()
                 .and_then(|p| p.take(text))
                 .unwrap_or_else(|| Attribution { origin: self.origin.clone(), ..Attribution::default() });
-            releases.record_as(&current.table, table, text, current.version + 1, self.revision, attribution);
+            releases.record(&current.table, table, text, current.version + 1, self.revision, attribution);
         }
     }
 

@@ -87,6 +87,37 @@ impl WaveMembers {
     }
 }
 
+/// One identified agent of a service a rollout changes, as the fleet lists it now (here, or in
+/// another replica's summary), judged against the rollout's [`WaveMembers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// Its service; for an OpAMP agent, its unit (`opamp:<group>`).
+    pub service: String,
+    /// Its instance name; for an OpAMP agent, its `service.instance.id`, else its instance uid (hex).
+    pub instance: String,
+    /// Whether it is served the candidate by the waves so far.
+    pub reached: bool,
+    /// Whether it holds the digest it is served now (an OpAMP agent: it reported APPLIED for the
+    /// configuration it is offered now).
+    pub applied: bool,
+    /// An OpAMP agent that reported FAILED for the configuration it is offered now: its error
+    /// message.
+    pub failed: Option<String>,
+    /// When its row was last seen (Unix milliseconds; a poll held now: now).
+    pub last_seen_ms: u64,
+    /// Seen at this very look: one of its polls is held here now, or arrived while the fleet was
+    /// listed (this replica's rows only, which end with their connections; another replica's
+    /// summary never says so).
+    pub held: bool,
+}
+
+impl Observed {
+    /// Whether it is live at `now_ms`: listed, and seen within `lost_after_ms`.
+    pub fn is_live(&self, now_ms: u64, lost_after_ms: u64) -> bool {
+        self.last_seen_ms.saturating_add(lost_after_ms) >= now_ms
+    }
+}
+
 /// Instances served from another table than the snapshot's: a staged rollout's candidate, for
 /// the instances its waves have reached, of the services it changes.
 #[derive(Debug)]

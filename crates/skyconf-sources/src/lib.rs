@@ -255,6 +255,9 @@ pub trait Source: Send + Sync + 'static {
 /// A future boxed for a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// A store operation's boxed future: its value, or the store's error.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, SourceError>>;
+
 /// A [`Source`] as a trait object, for code that picks the store at run time (the CLI, the admin
 /// API's writer). Every `Source` is one; a `Box<dyn DynSource>` is a `Source` again, so generic
 /// code such as the server's `start_with` takes it unchanged. The methods carry a `_boxed` suffix
@@ -263,7 +266,7 @@ pub trait DynSource: Send + Sync + 'static {
     /// [`Source::describe`].
     fn describe_boxed(&self) -> String;
     /// [`Source::load`], boxed.
-    fn load_boxed<'a>(&'a self, keys: &'a KeySet) -> BoxFuture<'a, Result<StoreContent, SourceError>>;
+    fn load_boxed<'a>(&'a self, keys: &'a KeySet) -> StoreFuture<'a, StoreContent>;
     /// [`Source::run`], boxed.
     fn run_boxed(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) -> BoxFuture<'_, ()>;
     /// [`Source::put`], boxed.
@@ -272,7 +275,7 @@ pub trait DynSource: Send + Sync + 'static {
         key: &'a str,
         value: Option<&'a str>,
         expect: Expect,
-    ) -> BoxFuture<'a, Result<Option<Revision>, SourceError>>;
+    ) -> StoreFuture<'a, Option<Revision>>;
     /// [`Source::revisions`].
     fn revisions_boxed(&self) -> bool;
     /// [`Source::shared_records`].
@@ -284,7 +287,7 @@ impl<S: Source> DynSource for S {
         self.describe()
     }
 
-    fn load_boxed<'a>(&'a self, keys: &'a KeySet) -> BoxFuture<'a, Result<StoreContent, SourceError>> {
+    fn load_boxed<'a>(&'a self, keys: &'a KeySet) -> StoreFuture<'a, StoreContent> {
         Box::pin(self.load(keys))
     }
 
@@ -297,7 +300,7 @@ impl<S: Source> DynSource for S {
         key: &'a str,
         value: Option<&'a str>,
         expect: Expect,
-    ) -> BoxFuture<'a, Result<Option<Revision>, SourceError>> {
+    ) -> StoreFuture<'a, Option<Revision>> {
         Box::pin(self.put(key, value, expect))
     }
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::{BoxFuture, SourceError};
+use crate::{SourceError, StoreFuture};
 
 /// The sub-path (etcd, ZooKeeper) or group suffix (Nacos) under which records live.
 pub const RECORDS_NODE: &str = "skyconf";
@@ -58,34 +58,28 @@ pub trait SharedRecords: Send + Sync + fmt::Debug + 'static {
     /// Creates a durable record only if none of that name exists: `true` when this call created it,
     /// `false` when it already existed (nothing written). Atomic where
     /// [`SharedRecords::create_is_atomic`] says so: of concurrent creates, exactly one returns true.
-    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> BoxFuture<'a, Result<bool, SourceError>>;
+    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> StoreFuture<'a, bool>;
 
     /// Writes a record, replacing any of that name (last writer wins), with `lifetime`.
-    fn put<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-        value: &'a [u8],
-        lifetime: Lifetime,
-    ) -> BoxFuture<'a, Result<(), SourceError>>;
+    fn put<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8], lifetime: Lifetime) -> StoreFuture<'a, ()>;
 
     /// One record's value; `None` when there is none (or, on Nacos, it has expired).
-    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, SourceError>>;
+    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>>;
 
     /// Every live record of `kind`, sorted by name. Read in one request where the store allows
     /// (etcd: one range read, a consistent snapshot); ZooKeeper and Nacos read record by record, so
     /// a record written during the listing may or may not be in it.
-    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>>;
+    fn list<'a>(&'a self, kind: &'a str) -> StoreFuture<'a, Listed>;
 
     /// The names of every live record of `kind`, sorted, without their values: cheaper than
     /// [`SharedRecords::list`] where the store can list names alone (etcd, ZooKeeper).
-    fn names<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<String>, SourceError>> {
+    fn names<'a>(&'a self, kind: &'a str) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move { Ok(self.list(kind).await?.into_iter().map(|(name, _)| name).collect()) })
     }
 
     /// Deletes a record; deleting an absent one succeeds. A session record deleted is also no longer
     /// kept alive.
-    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), SourceError>>;
+    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> StoreFuture<'a, ()>;
 }
 
 /// Records as [`SharedRecords::list`] returns them: `(name, value)`, sorted by name.

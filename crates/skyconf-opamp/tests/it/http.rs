@@ -10,7 +10,7 @@ use skyconf_opamp::memory::Event;
 use skyconf_opamp::wire::{self, RemoteConfigStatuses};
 use skyconf_opamp::{Disconnect, RemoteConfig, Unavailable};
 
-use crate::util::{Server, encode, full, heartbeat, with_status};
+use crate::util::{Server, encode, full, heartbeat, offered, with_status};
 
 const UID: [u8; 16] = [0x11; 16];
 
@@ -29,10 +29,6 @@ async fn decode(response: reqwest::Response) -> wire::ServerToAgent {
     let body = response.bytes().await.unwrap();
     let body = if gzipped { Bytes::from(codec::gunzip(&body, 1 << 20).unwrap()) } else { body };
     wire::ServerToAgent::decode(body).unwrap()
-}
-
-fn offered(msg: &wire::ServerToAgent) -> Option<Bytes> {
-    msg.remote_config.as_ref().map(|c| c.config_hash.clone())
 }
 
 #[tokio::test]

@@ -131,6 +131,11 @@ pub(crate) fn with_status(
     msg
 }
 
+/// The hash of the configuration `msg` offers, if any.
+pub(crate) fn offered(msg: &wire::ServerToAgent) -> Option<Bytes> {
+    msg.remote_config.as_ref().map(|c| c.config_hash.clone())
+}
+
 /// Encodes a message.
 pub(crate) fn encode(msg: &wire::AgentToServer) -> Vec<u8> {
     msg.encode_to_vec()

@@ -15,7 +15,7 @@ use skyconf_opamp::{Disconnect, RemoteConfig, bits, codec};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use crate::util::{Server, full, heartbeat, with_status};
+use crate::util::{Server, full, heartbeat, offered, with_status};
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -58,10 +58,6 @@ async fn closed(socket: &mut Socket) -> Option<CloseCode> {
             Some(Err(_)) | None => return None,
         }
     }
-}
-
-fn offered(msg: &wire::ServerToAgent) -> Option<Bytes> {
-    msg.remote_config.as_ref().map(|c| c.config_hash.clone())
 }
 
 #[tokio::test]

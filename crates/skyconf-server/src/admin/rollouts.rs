@@ -147,10 +147,10 @@ impl From<Reached> for ReachedAgent {
 #[expect(dead_code, reason = "a description only: `AppError` builds these answers")]
 pub(crate) enum RolloutFailures {
     /// No token, or an unknown one.
-    #[response(status = 401, description = "No token, or an unknown one.")]
+    #[response(status = 401)]
     Unauthorized(ErrorBody),
     /// The store cannot keep the rollout.
-    #[response(status = 503, description = "The store cannot keep the rollout.")]
+    #[response(status = 503)]
     Unavailable(ErrorBody),
 }
 
@@ -159,13 +159,13 @@ pub(crate) enum RolloutFailures {
 #[expect(dead_code, reason = "a description only: `AppError` builds these answers")]
 pub(crate) enum DecisionFailures {
     /// A read token, or cross-site; an unknown Host.
-    #[response(status = 403, description = "A read token, or cross-site; an unknown Host.")]
+    #[response(status = 403)]
     Forbidden(ErrorBody),
     /// No such rollout is current.
-    #[response(status = 404, description = "No such rollout is current.")]
+    #[response(status = 404)]
     NotFound(ErrorBody),
     /// This server runs no rollouts.
-    #[response(status = 409, description = "This server runs no rollouts.")]
+    #[response(status = 409)]
     NoRollouts(ErrorBody),
 }
 

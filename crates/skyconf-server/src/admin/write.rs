@@ -321,28 +321,22 @@ struct DocumentBody {
 #[expect(dead_code, reason = "a description only: `answer` and `AppError` build these answers")]
 pub(crate) enum WriteAnswers {
     /// Served (or, with `dry_run`, what would change; or `unchanged`).
-    #[response(status = 200, description = "Served (or, with `dry_run`, what would change; or `unchanged`).")]
+    #[response(status = 200)]
     Served(WriteAnswer),
     /// The store took it, but it was not served within `wait`.
-    #[response(status = 202, description = "The store took it, but it was not served within `wait`.")]
+    #[response(status = 202)]
     Accepted(WriteAnswer),
     /// `If-Match` names an older release, or the store cannot be written.
-    #[response(status = 409, description = "`If-Match` names an older release, or the store cannot be written.")]
+    #[response(status = 409)]
     Conflict(ErrorBody),
     /// The body or the document is larger than the limit.
-    #[response(status = 413, description = "The body or the document is larger than the limit.")]
+    #[response(status = 413)]
     TooLarge(ErrorBody),
-    /// The store could not write; nothing was written.
-    #[response(
-        status = 500,
-        description = "The store could not write (permissions, a full disk); nothing was written."
-    )]
+    /// The store could not write (permissions, a full disk); nothing was written.
+    #[response(status = 500)]
     NotWritten(ErrorBody),
-    /// The store is unavailable, or the change is served but not on disk.
-    #[response(
-        status = 503,
-        description = "The store is unavailable (nothing written), or the change is served but its release is not on disk."
-    )]
+    /// The store is unavailable (nothing written), or the change is served but its release is not on disk.
+    #[response(status = 503)]
     Unavailable(WriteUnavailable),
 }
 
@@ -351,13 +345,10 @@ pub(crate) enum WriteAnswers {
 #[expect(dead_code, reason = "a description only: `AppError` builds these answers")]
 pub(crate) enum WriteRefusals {
     /// No token, or an unknown one.
-    #[response(status = 401, description = "No token, or an unknown one.")]
+    #[response(status = 401)]
     Unauthorized(ErrorBody),
-    /// A read token, a write without a write's content type or header, cross-site, or an unknown Host.
-    #[response(
-        status = 403,
-        description = "A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host."
-    )]
+    /// A read token; a write without a JSON/YAML content type or `X-Skyconf-*` header, or cross-site; an unknown Host.
+    #[response(status = 403)]
     Forbidden(ErrorBody),
 }
 
@@ -366,22 +357,19 @@ pub(crate) enum WriteRefusals {
 #[expect(dead_code, reason = "a description only: `decide_held` and `AppError` build these answers")]
 pub(crate) enum HeldAnswers {
     /// Decided.
-    #[response(status = 200, description = "Decided.")]
+    #[response(status = 200)]
     Decided(HeldAnswer),
-    /// A query parameter, or bad JSON.
-    #[response(
-        status = 400,
-        description = "A query parameter (none is taken), or bad JSON (a key given twice included)."
-    )]
+    /// A query parameter (none is taken), or bad JSON (a key given twice included).
+    #[response(status = 400)]
     BadRequest(ErrorBody),
     /// Nothing is held, or another change than `since_ms` names.
-    #[response(status = 409, description = "Nothing is held, or another change than `since_ms` names.")]
+    #[response(status = 409)]
     Conflict(ErrorBody),
     /// The body is larger than the limit.
-    #[response(status = 413, description = "The body is larger than the limit.")]
+    #[response(status = 413)]
     TooLarge(ErrorBody),
     /// The server is shutting down.
-    #[response(status = 503, description = "The server is shutting down.")]
+    #[response(status = 503)]
     Unavailable(ErrorBody),
 }
 
@@ -606,47 +594,46 @@ pub(super) async fn rollback(
     Ok(answer(publisher.write(proposal, attribution, publish_options(options), Basis::Standalone).await?))
 }
 
-/// `POST /api/v1/held/confirm`.
-#[utoipa::path(
-    post,
-    path = "/api/v1/held/confirm",
-    tag = "write",
-    operation_id = "confirm_held",
-    security(("bearer" = [])),
-    request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
-        description = "Optional: the `held.since_ms` the operator saw."),
-    responses(
-        HeldAnswers,
-        WriteRefusals,
-    ),
-)]
-pub(super) async fn confirm_held(
-    State(publisher): State<Publisher>,
-    HeldRequest { since_ms }: HeldRequest,
-) -> Result<Response, AppError> {
-    decide_held(&publisher, since_ms, HeldDecision::Confirm).await
+/// A route that decides about the held change: `POST $path` makes `$decision`, its operation id
+/// is the handler's name, and its answers are [`HeldAnswers`].
+macro_rules! held_route {
+    ($(#[$doc:meta])* $name:ident, $path:literal, $decision:expr) => {
+        $(#[$doc])*
+        #[utoipa::path(
+            post,
+            path = $path,
+            tag = "write",
+            operation_id = stringify!($name),
+            security(("bearer" = [])),
+            request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
+                description = "Optional: the `held.since_ms` the operator saw."),
+            responses(
+                HeldAnswers,
+                WriteRefusals,
+            ),
+        )]
+        pub(super) async fn $name(
+            State(publisher): State<Publisher>,
+            HeldRequest { since_ms }: HeldRequest,
+        ) -> Result<Response, AppError> {
+            decide_held(&publisher, since_ms, $decision).await
+        }
+    };
 }
 
-/// `POST /api/v1/held/discard`.
-#[utoipa::path(
-    post,
-    path = "/api/v1/held/discard",
-    tag = "write",
-    operation_id = "discard_held",
-    security(("bearer" = [])),
-    request_body(content = Option<super::openapi::HeldRequest>, content_type = "application/json",
-        description = "Optional: the `held.since_ms` the operator saw."),
-    responses(
-        HeldAnswers,
-        WriteRefusals,
-    ),
-)]
-pub(super) async fn discard_held(
-    State(publisher): State<Publisher>,
-    HeldRequest { since_ms }: HeldRequest,
-) -> Result<Response, AppError> {
-    decide_held(&publisher, since_ms, HeldDecision::Discard).await
-}
+held_route!(
+    /// `POST /api/v1/held/confirm`.
+    confirm_held,
+    "/api/v1/held/confirm",
+    HeldDecision::Confirm
+);
+
+held_route!(
+    /// `POST /api/v1/held/discard`.
+    discard_held,
+    "/api/v1/held/discard",
+    HeldDecision::Discard
+);
 
 /// `POST /api/v1/held/confirm` or `/discard`.
 #[derive(Debug, Default, Serialize, ToSchema)]

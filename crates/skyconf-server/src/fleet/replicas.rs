@@ -9,10 +9,9 @@
 //!   [`MAX_PUBLISHED_AGENTS`] agent rows in (service, peer) order, without their properties, so a
 //!   small fleet shows every agent everywhere. It is not a row per agent: a summary's size grows
 //!   with the services, not the agents (about 85 bytes per service). A summary that changed only
-//!   in times and poll counts is not written again: the store keeps the session record alive (a
-//!   lease, an ephemeral znode, a renewed expiry), and it is rewritten at least every
-//!   [`REWRITE_EVERY`] publish periods anyway, so `updated_ms` says how fresh it is. At shutdown the
-//!   record is deleted; a replica that dies leaves it to the store's session expiry.
+//!   in times and poll counts is not written again for a while ([`crate::summaries`]), so
+//!   `updated_ms` says how fresh it is. At shutdown the record is deleted; a replica that dies
+//!   leaves it to the store's session expiry.
 //! - **Read**: on the same tick, the replica lists the `fleet` records and keeps the others'
 //!   summaries in memory; the admin API merges them with the local, live table. A peer's data is as
 //!   of its last publish (`as_of_ms`), so up to one period (plus one of ours) old.
@@ -27,14 +26,15 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use skyconf_sources::{Lifetime, SharedRecords};
+use skyconf_sources::SharedRecords;
 use tokio_util::sync::CancellationToken;
 
 use super::{AgentStatus, Fleet, StateCounts};
 use crate::served::ServedTable;
+use crate::summaries::{Board, MAX_SUMMARY_BYTES, Published};
 use crate::unix_time::now_ms;
 
 /// The record kind the summaries are kept under.
@@ -45,16 +45,6 @@ pub const MAX_PUBLISHED_AGENTS: usize = 1000;
 
 /// How many hex digits of a digest a summary keeps.
 pub const DIGEST_PREFIX: usize = 16;
-
-/// The largest summary written: below ZooKeeper's default packet limit (1 MiB) and etcd's request
-/// limit (1.5 MiB). A larger one loses agent rows first, then its smallest services.
-pub const MAX_SUMMARY_BYTES: usize = 900 * 1024;
-
-/// An unchanged summary is written again after this many publish periods.
-pub const REWRITE_EVERY: u32 = 6;
-
-/// How long deleting the own summary at shutdown may take.
-const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Settings of the fleet summary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,6 +191,23 @@ impl Summary {
     }
 }
 
+impl Published for Summary {
+    const KIND: &'static str = FLEET_KIND;
+    const WHAT: &'static str = "fleet summary";
+
+    fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    fn unchanged_from(&self, other: &Self) -> bool {
+        self.same_fleet(other)
+    }
+
+    fn to_record(&mut self) -> Vec<u8> {
+        self.encode(MAX_SUMMARY_BYTES)
+    }
+}
+
 /// This replica's identity and the others' summaries.
 #[derive(Debug)]
 pub struct Replicas {
@@ -248,67 +255,19 @@ impl Replicas {
         let Some(records) = self.records.clone() else { return };
         let mut tick = tokio::time::interval(self.options.publish_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let rewrite_after = self.options.publish_every * REWRITE_EVERY;
-        let mut written: Option<(Summary, Instant)> = None;
         tracing::info!(replica = %self.id, store = %records.describe(), every = ?self.options.publish_every, "Sharing this replica's fleet summary through the store.");
+        let mut board = Board::new(&self.id, records, self.options.publish_every);
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let mut summary = Summary::of(&fleet, &served, &self.id, self.admin_addr.as_deref());
-            let fresh =
-                written.as_ref().is_some_and(|(last, at)| last.same_fleet(&summary) && at.elapsed() < rewrite_after);
-            if !fresh {
-                let bytes = summary.encode(MAX_SUMMARY_BYTES);
-                match records.put(FLEET_KIND, &self.id, &bytes, Lifetime::Session).await {
-                    Ok(()) => {
-                        tracing::debug!(replica = %self.id, bytes = bytes.len(), services = summary.services.len(), agents = summary.agents, "Published the fleet summary.");
-                        written = Some((summary, Instant::now()));
-                    }
-                    // An outage of the store is reported once, by the store task.
-                    Err(error) if error.is_outage() => {
-                        tracing::debug!(replica = %self.id, %error, "Cannot publish the fleet summary; retrying.");
-                    }
-                    Err(error) => {
-                        tracing::warn!(replica = %self.id, %error, "Cannot publish the fleet summary; retrying.");
-                    }
-                }
-            }
-            match records.list(FLEET_KIND).await {
-                Ok(listed) => self.peers.store(Arc::new(self.parse(listed))),
-                Err(error) if error.is_outage() => {
-                    tracing::debug!(replica = %self.id, %error, "Cannot read the other replicas' fleet summaries; showing the last ones read.");
-                }
-                Err(error) => {
-                    tracing::warn!(replica = %self.id, %error, "Cannot read the other replicas' fleet summaries; showing the last ones read.");
-                }
+            board.publish(Summary::of(&fleet, &served, &self.id, self.admin_addr.as_deref())).await;
+            if let Some(others) = board.others().await {
+                self.peers.store(Arc::new(others));
             }
         }
-        match tokio::time::timeout(DELETE_TIMEOUT, records.delete(FLEET_KIND, &self.id)).await {
-            Ok(Ok(())) => tracing::debug!(replica = %self.id, "Deleted the fleet summary."),
-            Ok(Err(error)) => {
-                tracing::debug!(replica = %self.id, %error, "Cannot delete the fleet summary; it expires with the session.")
-            }
-            Err(_) => {
-                tracing::debug!(replica = %self.id, "Deleting the fleet summary timed out; it expires with the session.")
-            }
-        }
-    }
-
-    /// The others' summaries among `listed`; one that cannot be read is skipped.
-    fn parse(&self, listed: Vec<(String, Vec<u8>)>) -> Vec<Summary> {
-        listed
-            .into_iter()
-            .filter(|(name, _)| *name != self.id)
-            .filter_map(|(name, bytes)| match serde_json::from_slice::<Summary>(&bytes) {
-                Ok(summary) if summary.replica == name => Some(summary),
-                Ok(_) | Err(_) => {
-                    tracing::debug!(record = %name, "Skipping a fleet summary that cannot be read.");
-                    None
-                }
-            })
-            .collect()
+        board.delete().await;
     }
 
     /// The other replicas' counts for each service, summed.

@@ -8,7 +8,7 @@
 //!   an [`OpampSummary`]: the replica, when it was computed, and its first
 //!   [`MAX_PUBLISHED_AGENTS`] agent rows by uid, as `GET /api/v1/opamp/agents` lists them (no
 //!   more than [`MAX_SUMMARY_BYTES`]: rows are dropped to fit). A summary that changed only in
-//!   its report times is not written again until [`REWRITE_EVERY`] periods passed. At shutdown
+//!   its report times is not written again for a while ([`crate::summaries`]). At shutdown
 //!   the record is deleted; a replica that dies leaves it to the store's session expiry.
 //! - **Read**: on the same tick, from every replica (one without an OpAMP port too, so its page
 //!   lists the others' agents). A peer's rows are as of its last publish (`as_of_ms`).
@@ -20,12 +20,13 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
-use skyconf_sources::{Lifetime, SharedRecords};
+use skyconf_sources::SharedRecords;
 use tokio_util::sync::CancellationToken;
 
 use super::unmatched::Warnings;
 use super::{OpampAgentRow, OpampFleet};
 use crate::ServedTable;
+use crate::summaries::{Board, MAX_SUMMARY_BYTES, Published};
 use crate::unix_time::now_ms;
 
 /// The record kind the summaries are kept under.
@@ -33,15 +34,6 @@ pub(crate) const OPAMP_KIND: &str = "opamp";
 
 /// How many agent rows a summary carries at most.
 pub(crate) const MAX_PUBLISHED_AGENTS: usize = 1000;
-
-/// The largest summary written (below ZooKeeper's 1 MiB packet and etcd's 1.5 MiB request).
-pub(crate) const MAX_SUMMARY_BYTES: usize = 900 * 1024;
-
-/// An unchanged summary is written again after this many periods.
-pub(crate) const REWRITE_EVERY: u32 = 6;
-
-/// How long deleting the own summary at shutdown may take.
-const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What one replica publishes of its OpAMP agents.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,6 +83,23 @@ impl OpampSummary {
     }
 }
 
+impl Published for OpampSummary {
+    const KIND: &'static str = OPAMP_KIND;
+    const WHAT: &'static str = "OpAMP summary";
+
+    fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    fn unchanged_from(&self, other: &Self) -> bool {
+        self.same(other)
+    }
+
+    fn to_record(&mut self) -> Vec<u8> {
+        self.encode(MAX_SUMMARY_BYTES)
+    }
+}
+
 /// This replica's OpAMP summary and the others'.
 #[derive(Debug)]
 pub struct OpampReplicas {
@@ -137,51 +146,24 @@ impl OpampReplicas {
                 }
             }
         };
-        let mut written: Option<(OpampSummary, Instant)> = None;
+        let mut board = Board::new(&self.id, records, self.every);
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
             if let Some(fleet) = &fleet {
-                let mut summary = OpampSummary::of(fleet, &self.id);
-                let fresh = written
-                    .as_ref()
-                    .is_some_and(|(last, at)| last.same(&summary) && at.elapsed() < self.every * REWRITE_EVERY);
-                if !fresh {
-                    let bytes = summary.encode(MAX_SUMMARY_BYTES);
-                    match records.put(OPAMP_KIND, &self.id, &bytes, Lifetime::Session).await {
-                        Ok(()) => written = Some((summary, Instant::now())),
-                        // An outage of the store is reported once, by the store task.
-                        Err(error) if error.is_outage() => {
-                            tracing::debug!(replica = %self.id, %error, "Cannot publish the OpAMP agents; retrying.");
-                        }
-                        Err(error) => {
-                            tracing::warn!(replica = %self.id, %error, "Cannot publish the OpAMP agents; retrying.");
-                        }
-                    }
-                }
+                board.publish(OpampSummary::of(fleet, &self.id)).await;
             }
-            match records.list(OPAMP_KIND).await {
-                Ok(listed) => self.peers.store(Arc::new(self.parse(listed))),
-                Err(error) => {
-                    tracing::debug!(replica = %self.id, %error, "Cannot read the other replicas' OpAMP agents; showing the last ones read.");
-                }
+            if let Some(others) = board.others().await {
+                self.peers.store(Arc::new(others));
             }
             if let Some(fleet) = &fleet {
                 self.warn_unmatched(&mut warnings, fleet, &served);
             }
         }
         if fleet.is_some() {
-            match tokio::time::timeout(DELETE_TIMEOUT, records.delete(OPAMP_KIND, &self.id)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => {
-                    tracing::debug!(replica = %self.id, %error, "Cannot delete the OpAMP summary; it expires with the session.");
-                }
-                Err(_) => {
-                    tracing::debug!(replica = %self.id, "Deleting the OpAMP summary timed out; it expires with the session.");
-                }
-            }
+            board.delete().await;
         }
     }
 
@@ -197,21 +179,6 @@ impl OpampReplicas {
                 "No connected OpAMP agent is in this opamp: group: check its match against the agents' attributes (GET /api/v1/opamp/agents)."
             );
         }
-    }
-
-    /// The others' summaries among `listed`; one that cannot be read is skipped.
-    fn parse(&self, listed: Vec<(String, Vec<u8>)>) -> Vec<OpampSummary> {
-        listed
-            .into_iter()
-            .filter(|(name, _)| *name != self.id)
-            .filter_map(|(name, bytes)| match serde_json::from_slice::<OpampSummary>(&bytes) {
-                Ok(summary) if summary.replica == name => Some(summary),
-                Ok(_) | Err(_) => {
-                    tracing::debug!(record = %name, "Skipping an OpAMP summary that cannot be read.");
-                    None
-                }
-            })
-            .collect()
     }
 }
 

@@ -25,7 +25,7 @@ use skyconf_core::opamp::OpampSection;
 use skyconf_opamp::{Agent, RemoteConfig, Transport, bits};
 
 use super::backend::{ConfigStatusView, OpampFleet, hex};
-use crate::served::WaveMembers;
+use crate::served::{Observed, WaveMembers};
 
 /// The prefix of the rollout unit of an OpAMP group.
 pub(crate) const UNIT_PREFIX: &str = "opamp:";
@@ -53,20 +53,9 @@ pub enum StatusOf {
 /// One concerned OpAMP agent, as a rollout's gates read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Judged {
-    /// Its unit (`opamp:<group>`).
-    pub unit: String,
-    /// Its key: `service.instance.id`, else its instance uid (hex).
-    pub instance: String,
-    /// Whether the waves so far offer it the candidate.
-    pub reached: bool,
-    /// Whether it has applied what it is offered now.
-    pub applied: bool,
-    /// Its `error_message`, when it reports FAILED for what it is offered now.
-    pub failed: Option<String>,
-    /// When it last reported (Unix milliseconds).
-    pub last_seen_ms: u64,
-    /// Whether it is live at this very look (a WebSocket connection open now, or a poll held).
-    pub held: bool,
+    /// The agent: its unit (`opamp:<group>`) as its service, its key as its instance; `held` when
+    /// a WebSocket connection is open now, or a poll held.
+    pub agent: Observed,
     /// Its last `RemoteConfigStatus`, if it reported one.
     pub status: Option<ConfigStatusView>,
     /// What that status is about.
@@ -136,13 +125,15 @@ impl OpampFleet {
                 _ => StatusOf::Other,
             };
             out.push(Judged {
-                unit,
-                instance,
-                reached,
-                applied,
-                failed,
-                last_seen_ms: row.last_report_ms,
-                held: row.transport == Transport::WebSocket || row.holding > 0,
+                agent: Observed {
+                    service: unit,
+                    instance,
+                    reached,
+                    applied,
+                    failed,
+                    last_seen_ms: row.last_report_ms,
+                    held: row.transport == Transport::WebSocket || row.holding > 0,
+                },
                 status,
                 status_of,
             });
@@ -233,18 +224,21 @@ mod tests {
         fleet.report(&agents[0], Report::RemoteConfigStatus(&status(&v1, ApplyStatus::Applied, "")));
         fleet.report(&agents[1], Report::RemoteConfigStatus(&status(&v2, ApplyStatus::Failed, "ratio 2")));
         let judged = fleet.judged(candidate.opamp(), &members);
-        let of = |name: &str| judged.iter().find(|j| j.instance == name).cloned();
+        let of = |name: &str| judged.iter().find(|j| j.agent.instance == name).cloned();
         assert!(of("otel-3").is_none(), "an agent that does not accept remote configuration is not judged");
         let reached = of("otel-1").unwrap();
-        assert_eq!((reached.unit.as_str(), reached.reached, reached.applied), ("opamp:collectors", true, false));
-        assert_eq!((reached.failed.as_deref(), reached.status_of), (Some("ratio 2"), StatusOf::Candidate));
+        assert_eq!(
+            (reached.agent.service.as_str(), reached.agent.reached, reached.agent.applied),
+            ("opamp:collectors", true, false)
+        );
+        assert_eq!((reached.agent.failed.as_deref(), reached.status_of), (Some("ratio 2"), StatusOf::Candidate));
         let other = of("otel-0").unwrap();
         assert_eq!(
-            (other.reached, other.applied, other.failed, other.status_of),
+            (other.agent.reached, other.agent.applied, other.agent.failed, other.status_of),
             (false, true, None, StatusOf::Previous)
         );
         let silent = of("otel-2").unwrap();
-        assert!(!silent.applied && silent.status.is_none(), "no status yet: not applied");
+        assert!(!silent.agent.applied && silent.status.is_none(), "no status yet: not applied");
 
         // The revert: the reached agent is offered its previous files again, and what it reports
         // of them is about the previous configuration.
@@ -252,8 +246,8 @@ mod tests {
         assert_eq!(offered(&fleet, &agents[1]).hash(), v1.hash());
         fleet.report(&agents[1], Report::RemoteConfigStatus(&status(&v1, ApplyStatus::Applied, "")));
         let after = fleet.judged(candidate.opamp(), &WaveMembers::default());
-        let back = after.iter().find(|j| j.instance == "otel-1").unwrap();
-        assert_eq!((back.applied, back.status_of), (true, StatusOf::Previous));
+        let back = after.iter().find(|j| j.agent.instance == "otel-1").unwrap();
+        assert_eq!((back.agent.applied, back.status_of), (true, StatusOf::Previous));
     }
 
     #[test]

@@ -62,7 +62,8 @@ pub(super) struct Appended {
 impl ReleaseLog {
     /// Records an accepted document: `table` read from `text` (`None`: the key was deleted), to
     /// be served as `version`, replacing `previous`, found in the store at `store_revision` where
-    /// it has revisions. `origin` names the store.
+    /// it has revisions. `attribution` says who and why (a writer's announcement, see
+    /// [`crate::publish::PendingWrites`]), or only where it came from (an origin naming the store).
     ///
     /// The id is the store revision when there is one above every id issued so far (so replicas
     /// agree on it); otherwise (no revisions, or a wiped or restored store whose revisions went
@@ -74,23 +75,9 @@ impl ReleaseLog {
         text: Option<&str>,
         version: u64,
         store_revision: Option<u64>,
-        origin: &str,
+        attribution: impl Into<Attribution>,
     ) -> Arc<ReleaseSummary> {
-        let attribution = Attribution { origin: origin.to_owned(), ..Attribution::default() };
-        self.record_as(previous, table, text, version, store_revision, attribution)
-    }
-
-    /// [`Self::record`], attributed to `attribution` (a writer's announcement, see
-    /// [`crate::publish::PendingWrites`]).
-    pub fn record_as(
-        &self,
-        previous: &AgentConfigurations,
-        table: &AgentConfigurations,
-        text: Option<&str>,
-        version: u64,
-        store_revision: Option<u64>,
-        attribution: Attribution,
-    ) -> Arc<ReleaseSummary> {
+        let attribution = attribution.into();
         let hash = text.map(document_hash);
         let chunked = self.chunk(text);
         let (release, appended) = {

@@ -43,7 +43,7 @@
 //! Releases are recorded by the [`Reloader`](crate::reload::Reloader) just *before* it installs a
 //! table, so whoever wakes up on the served table's watch channel finds the release already there.
 //! A writer's announcement ([`crate::publish::PendingWrites`]) attaches its author and message to
-//! the release ([`ReleaseLog::record_as`]); documents nobody announced are attributed to their
+//! the release ([`ReleaseLog::record`]); documents nobody announced are attributed to their
 //! origin.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -116,6 +116,13 @@ pub struct Attribution {
     pub rollback_of: Option<u64>,
     /// Where it came from (`api`, `rollout <id>`).
     pub origin: String,
+}
+
+/// A change known only by where it came from.
+impl From<&str> for Attribution {
+    fn from(origin: &str) -> Self {
+        Self { origin: origin.to_owned(), ..Self::default() }
+    }
 }
 
 /// The origin of a document written through the admin API.

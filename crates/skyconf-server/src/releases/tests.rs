@@ -17,7 +17,7 @@ fn releases_survive_a_restart_and_old_ones_are_dropped() {
     let log = ReleaseLog::open(dir.path(), 2).unwrap();
     log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
     let ann = Attribution { author: Some("ann".into()), origin: "api".into(), ..Default::default() };
-    log.record_as(&table(V1), &table(V2), Some(V2), 2, None, ann);
+    log.record(&table(V1), &table(V2), Some(V2), 2, None, ann);
     log.record(&table(V2), &AgentConfigurations::default(), None, 3, None, "file x");
     assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [3, 2]);
     log.flush();

@@ -256,12 +256,7 @@ async fn lists_instances_with_their_properties_and_the_pollers_that_never_said_w
     assert_eq!(pod["properties"][1], json!({"key": "ipv4", "value": "10.1.2.3"}));
     assert_eq!(pod["properties"][2], json!({"key": "ipv4", "value": "172.17.0.1"}), "a repeated key is kept");
     assert!(pod["reported_ms"].as_u64().unwrap() <= pod["last_seen_ms"].as_u64().unwrap());
-    let services: Vec<_> = pod["services"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s["service"].as_str().unwrap(), s["state"].as_str().unwrap()))
-        .collect();
+    let services = crate::pairs(&pod["services"], "service", "state");
     assert_eq!(services, [("order", "applied"), ("pay", "behind")]);
     assert_eq!(body["instances"][0]["agent_version"], Value::Null);
     assert_eq!(body["instances"][0]["services"], json!([]), "identified, not polling");

@@ -42,12 +42,7 @@ async fn an_agent_with_an_identity_shows_as_its_instance_with_its_properties() {
     assert_eq!(instances.len(), 1, "{body}");
     let instance = &instances[0];
     assert_eq!((instance["service"].as_str(), instance["instance"].as_str()), (Some("svc"), Some("checkout-1")));
-    let properties: Vec<(&str, &str)> = instance["properties"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["key"].as_str().unwrap(), p["value"].as_str().unwrap()))
-        .collect();
+    let properties = crate::pairs(&instance["properties"], "key", "value");
     assert_eq!(properties, [("zone", "eu-1"), ("version", "1.4.2")]);
     assert_eq!(instance["services"][0]["service"], "svc");
     assert!(

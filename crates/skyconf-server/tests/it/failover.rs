@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use skyconf_core::digest::EMPTY_DIGEST;
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
-use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
 use skyconf_sources::{AGENT_CONFIGURATIONS_KEY, Backoff, Source};
 use skyconf_testkit::PATIENCE;
 use skyconf_testkit::fixtures::{V5_DIGEST as GOOD_DIGEST, V5_DOCUMENT as GOOD};
@@ -42,16 +41,6 @@ fn etcd_source(endpoints: &str) -> EtcdSource {
     let settings =
         EtcdSettings { endpoints: endpoints.to_owned(), connect_timeout_ms: 1000, ..EtcdSettings::default() };
     EtcdSource::new(settings).unwrap().with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
-}
-
-fn zookeeper_source(connect_string: &str, namespace: &str) -> ZookeeperSource {
-    let settings = ZookeeperSettings {
-        host_port: connect_string.to_owned(),
-        namespace: namespace.to_owned(),
-        base_sleep_time_ms: 50,
-        ..ZookeeperSettings::default()
-    };
-    ZookeeperSource::new(settings).unwrap()
 }
 
 /// A comma-separated `list` starting at its entry `first`: each replica prefers another store
@@ -448,7 +437,7 @@ async fn a_zookeeper_server_dying_is_ridden_out_by_every_replica() {
     let mut made = 0;
     let servers = replicas(|| {
         made += 1;
-        zookeeper_source(&rotated(&connect, made), &ns)
+        crate::zookeeper::source(&rotated(&connect, made), &ns)
     })
     .await;
     replicas_ride_out_a_store_member_loss(&servers, async || ensemble.kill(leader)).await;
@@ -462,7 +451,7 @@ async fn concurrent_writes_through_zookeeper_replicas_are_all_kept() {
     let _alone = alone().await;
     let Some((ensemble, ns)) = ensemble_holding_good().await else { return };
     let connect = ensemble.connect_string();
-    let servers = replicas(|| zookeeper_source(&connect, &ns)).await;
+    let servers = replicas(|| crate::zookeeper::source(&connect, &ns)).await;
     let zk = ensemble.client().await;
     let node = format!("{ns}/{AGENT_CONFIGURATIONS_KEY}");
     concurrent_writes_are_all_kept(&servers, async || {

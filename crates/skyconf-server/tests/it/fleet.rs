@@ -186,12 +186,7 @@ async fn the_management_calls_identify_an_agent_and_a_poller_without_them_is_ano
     assert_eq!(body["expect_identity"], true);
     let instance = &body["instances"][0];
     assert_eq!(instance["instance"], "pod-7@10.0.0.7");
-    let got: Vec<(&str, &str)> = instance["properties"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["key"].as_str().unwrap(), p["value"].as_str().unwrap()))
-        .collect();
+    let got = crate::pairs(&instance["properties"], "key", "value");
     assert_eq!(got, pairs, "kept through the keepAlive, in order");
     assert_eq!(instance["agent_version"], "9.4.0-test");
     assert_eq!(instance["services"][0]["state"], "applied");

@@ -130,12 +130,7 @@ async fn a_group_wins_over_the_global_setting_and_the_layers_route_says_so() {
     let layers = admin.get_json("/api/v1/services/listed/layers?instance=pod-1&property=zone%3Deu").await;
     assert_eq!(layers["digest"], command.uuid.clone().unwrap(), "{layers}");
     assert_eq!(layers["group"], "canary");
-    let named: Vec<(&str, &str)> = layers["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| (s["key"].as_str().unwrap(), s["layer"].as_str().unwrap()))
-        .collect();
+    let named = crate::pairs(&layers["settings"], "key", "layer");
     assert_eq!(
         named,
         [

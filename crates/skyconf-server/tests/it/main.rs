@@ -34,3 +34,8 @@ mod shutdown;
 mod tls;
 mod web;
 mod zookeeper;
+
+/// The `(a, b)` string fields of each object in the JSON array `rows`, in order.
+pub(crate) fn pairs<'v>(rows: &'v serde_json::Value, a: &str, b: &str) -> Vec<(&'v str, &'v str)> {
+    rows.as_array().unwrap().iter().map(|row| (row[a].as_str().unwrap(), row[b].as_str().unwrap())).collect()
+}

@@ -10,7 +10,7 @@
 //! SKYCONF_REQUIRE_OPAMP_CLIENTS is set).
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -313,25 +313,35 @@ pub(crate) fn python() -> Option<PathBuf> {
     None
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_pypi_client_applies_its_group_gets_a_document_change_and_its_failure_is_listed() {
-    let Some(python) = python() else { return };
-    let (_dir, path) = temp_file("agents.yaml", &document("py-svc", &json_file("0.5"), 10));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
-    let script = interop_dir().join("python_agent.py");
-    // std's process: when the test fails, dropping it closes the client's stdin, which stops it.
-    let mut child = std::process::Command::new(python)
-        .args([script.to_str().unwrap(), &url(&server), "py-svc", "0.5"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+/// Starts one of the interop agents (`program script args`), with `env`; stdin piped (closing
+/// it stops the agent, and so does dropping it when a test fails), stdout discarded.
+pub(crate) fn spawn(program: &Path, script: &str, args: &[&str], env: &[(&str, PathBuf)]) -> Child {
+    let mut command = std::process::Command::new(program);
+    command.arg(interop_dir().join(script)).args(args).stdin(Stdio::piped()).stdout(Stdio::null());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.spawn().unwrap()
+}
 
-    let applied = |r: &Value| r["remote_config_status"]["status"] == "applied" && r["current"] == true;
+/// Closes the agent's stdin and waits for it to exit successfully.
+pub(crate) async fn stop(mut child: Child) {
+    drop(child.stdin.take());
+    let exit = tokio::task::spawn_blocking(move || child.wait());
+    let status = tokio::time::timeout(Duration::from_secs(30), exit).await.unwrap().unwrap().unwrap();
+    assert!(status.success(), "{status}");
+}
+
+/// Whether a listed row applied what it is offered now.
+pub(crate) fn applied(r: &Value) -> bool {
+    r["remote_config_status"]["status"] == "applied" && r["current"] == true
+}
+
+/// Waits until an agent applies its group's file; its uid.
+pub(crate) async fn first_applied(admin: &AdminClient) -> String {
     let mut uid = String::new();
     eventually_async("the client applies its group's file", async || {
-        match agents(&admin).await.into_iter().find(applied) {
+        match agents(admin).await.into_iter().find(applied) {
             Some(row) => {
                 uid = row["uid"].as_str().unwrap().to_owned();
                 true
@@ -340,25 +350,44 @@ async fn the_pypi_client_applies_its_group_gets_a_document_change_and_its_failur
         }
     })
     .await;
+    uid
+}
+
+/// The agent `uid` of `service`, offered `v1` now, applies the next change of its group's file;
+/// then a `file` its client cannot parse fails, and the listing says why.
+pub(crate) async fn applies_the_next_change_and_lists_a_failure(
+    admin: &AdminClient,
+    uid: &str,
+    service: &str,
+    v1: &Value,
+    file: &str,
+) {
+    put(admin, &document(service, &json_file("0.1"), 10)).await;
+    let second = row(admin, uid, "the change is applied", |r| applied(r) && r["offered_hash"] != *v1).await;
+    assert_eq!(second["remote_config_status"]["config_hash"], second["offered_hash"]);
+
+    put(admin, &document(service, &format!("{file}:\n        body: 'ratio: 1'"), 10)).await;
+    let failed = row(admin, uid, "the failure is listed", |r| r["remote_config_status"]["status"] == "failed").await;
+    assert_eq!(failed["remote_config_status"]["config_hash"], failed["offered_hash"]);
+    assert!(failed["remote_config_status"]["error_message"].as_str().unwrap().contains(file), "{failed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pypi_client_applies_its_group_gets_a_document_change_and_its_failure_is_listed() {
+    let Some(python) = python() else { return };
+    let (_dir, path) = temp_file("agents.yaml", &document("py-svc", &json_file("0.5"), 10));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let child = spawn(&python, "python_agent.py", &[&url(&server), "py-svc", "0.5"], &[]);
+
+    let uid = first_applied(&admin).await;
     let first =
         row(&admin, &uid, "its effective configuration is listed", |r| r["effective_config_hash"].is_string()).await;
     assert_eq!(first["group"], "svc");
-    let v1 = first["offered_hash"].clone();
+    // The client parses JSON only: a YAML file fails.
+    applies_the_next_change_and_lists_a_failure(&admin, &uid, "py-svc", &first["offered_hash"], "sampling.yaml").await;
 
-    put(&admin, &document("py-svc", &json_file("0.1"), 10)).await;
-    let second = row(&admin, &uid, "the change is applied", |r| applied(r) && r["offered_hash"] != v1).await;
-    assert_eq!(second["remote_config_status"]["config_hash"], second["offered_hash"]);
-
-    // The client parses JSON only: a YAML file fails, and the listing says why.
-    put(&admin, &document("py-svc", "sampling.yaml:\n        body: 'ratio: 1'", 10)).await;
-    let failed = row(&admin, &uid, "the failure is listed", |r| r["remote_config_status"]["status"] == "failed").await;
-    assert_eq!(failed["remote_config_status"]["config_hash"], failed["offered_hash"]);
-    assert!(failed["remote_config_status"]["error_message"].as_str().unwrap().contains("sampling.yaml"), "{failed}");
-
-    drop(child.stdin.take());
-    let exit = tokio::task::spawn_blocking(move || child.wait());
-    let status = tokio::time::timeout(Duration::from_secs(30), exit).await.unwrap().unwrap().unwrap();
-    assert!(status.success());
+    stop(child).await;
     eventually_async("the row ends with the session", async || agents(&admin).await.is_empty()).await;
     server.stop().await.unwrap();
 }

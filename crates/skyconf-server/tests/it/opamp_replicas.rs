@@ -3,30 +3,19 @@
 //! of A's summary, with what it reported, and the groups no agent is in are those it is not in;
 //! when A stops, its record goes with it. The summaries are published every 100 ms here (10 s by default).
 
-use std::time::Duration;
-
 use serde_json::Value;
 use skyconf_opamp::wire::RemoteConfigStatuses;
-use skyconf_server::reload::Guard;
-use skyconf_server::{ReplicaOptions, ServeConfig};
-use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
-use skyconf_testkit::server::{AdminClient, Server, eventually_async, loopback};
+use skyconf_server::ServeConfig;
+use skyconf_testkit::server::{AdminClient, Server, eventually_async};
 use skyconf_testkit::servers::etcd::EtcdServer;
 
 use crate::opamp::{document, hex, json_file, reporting_agent};
+use crate::replicas::etcd_source;
+use crate::shared_writes::ETCD_AGENT_KEY;
 
+/// A replica named `name` (see [`crate::replicas::config`]), with an OpAMP port when `opamp`.
 fn replica(name: &str, opamp: bool) -> ServeConfig {
-    ServeConfig {
-        require_initial_load: false,
-        reset_guard: Guard::OFF,
-        replicas: ReplicaOptions {
-            name: Some(name.to_owned()),
-            publish_every: Duration::from_millis(100),
-            advertise_admin: None,
-        },
-        opamp_addr: opamp.then(|| "127.0.0.1:0".parse().unwrap()),
-        ..loopback()
-    }
+    ServeConfig { opamp_addr: opamp.then(|| "127.0.0.1:0".parse().unwrap()), ..crate::replicas::config(name) }
 }
 
 async fn listed(admin: &AdminClient) -> Value {
@@ -37,10 +26,9 @@ async fn listed(admin: &AdminClient) -> Value {
 async fn an_opamp_agent_of_one_replica_is_listed_by_the_other_until_it_leaves() {
     let Some(etcd) = EtcdServer::start().await else { return };
     let text = document("checkout", &json_file("0.5"), 10);
-    etcd.admin().await.put("/skywalking/configuration-discovery.default.agentConfigurations", text.as_str()).await;
-    let source = || EtcdSource::new(EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() }).unwrap();
-    let a = Server::start(source(), replica("replica-a", true)).await;
-    let b = Server::start(source(), replica("replica-b", false)).await;
+    etcd.admin().await.put(ETCD_AGENT_KEY, text.as_str()).await;
+    let a = Server::start(etcd_source(&etcd), replica("replica-a", true)).await;
+    let b = Server::start(etcd_source(&etcd), replica("replica-b", false)).await;
     let url = format!("http://{}/v1/opamp", a.opamp_addr.unwrap());
     eventually_async("A serves the document", async || a.served.snapshot().ready()).await;
 

@@ -409,15 +409,8 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
     let server = Server::start(FileSource::new(&path), config()).await;
     let admin = server.admin();
     let (program, script, args) = client;
-    let script = crate::opamp::interop_dir().join(script);
-    // std's process: when the test fails, dropping it closes the client's stdin, which stops it.
-    let mut child = std::process::Command::new(program)
-        .args([script.to_str().unwrap(), &url(&server), service])
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let url = url(&server);
+    let child = crate::opamp::spawn(&program, script, &[&[url.as_str(), service][..], args].concat(), &[]);
     applied(&admin, 1).await;
     let v1 = agents(&admin).await[0]["offered_hash"].clone();
 
@@ -443,10 +436,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
     assert_eq!((&row["remote_config_status"]["status"], &row["current"]), (&json!("applied"), &json!(true)), "{row:#}");
     assert_ne!(row["offered_hash"], v1);
 
-    drop(child.stdin.take());
-    let exit = tokio::task::spawn_blocking(move || child.wait());
-    let status = tokio::time::timeout(Duration::from_secs(30), exit).await.unwrap().unwrap().unwrap();
-    assert!(status.success());
+    crate::opamp::stop(child).await;
     server.stop().await.unwrap();
 }
 

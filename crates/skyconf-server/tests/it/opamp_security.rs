@@ -6,7 +6,7 @@
 //! group, gets a document change, and its failure is listed.
 
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +23,10 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use crate::opamp::{agents, config, document, interop_dir, json_file, put, python, row};
+use crate::opamp::{
+    agents, applied, applies_the_next_change_and_lists_a_failure, config, document, first_applied, interop_dir,
+    json_file, python, row, spawn, stop,
+};
 use crate::tls::Pki;
 
 const TOKEN: &str = "opamp-t0k";
@@ -205,29 +208,6 @@ pub(crate) fn node() -> Option<PathBuf> {
     None
 }
 
-/// Starts one of the interop agents (`program script args`), with `env`; stdin piped (closing
-/// it stops the agent), stdout discarded.
-fn spawn(program: &PathBuf, script: &str, args: &[&str], env: &[(&str, PathBuf)]) -> Child {
-    let mut command = std::process::Command::new(program);
-    command.arg(interop_dir().join(script)).args(args).stdin(Stdio::piped()).stdout(Stdio::null());
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.spawn().unwrap()
-}
-
-/// Closes the agent's stdin and waits for it to exit.
-async fn stop(mut child: Child) {
-    drop(child.stdin.take());
-    let exit = tokio::task::spawn_blocking(move || child.wait());
-    let status = tokio::time::timeout(Duration::from_secs(30), exit).await.unwrap().unwrap().unwrap();
-    assert!(status.success(), "{status}");
-}
-
-fn applied(r: &Value) -> bool {
-    r["remote_config_status"]["status"] == "applied" && r["current"] == true
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pypi_and_npm_clients_apply_their_groups_over_mutual_tls_with_the_agent_token() {
     let (Some(python), Some(node)) = (python(), node()) else { return };
@@ -268,30 +248,11 @@ async fn the_npm_client_applies_its_group_gets_a_document_change_and_its_failure
     let url = crate::opamp::url(&server);
     let child = spawn(&node, "node_agent.js", &[&url, "js-svc", "1"], &[]);
 
-    let mut uid = String::new();
-    eventually_async("the client applies its group's file", async || {
-        match agents(&admin).await.into_iter().find(applied) {
-            Some(row) => {
-                uid = row["uid"].as_str().unwrap().to_owned();
-                true
-            }
-            None => false,
-        }
-    })
-    .await;
+    let uid = first_applied(&admin).await;
     let first = row(&admin, &uid, "listed", |r| r["group"] == "svc").await;
     assert_eq!(first["transport"], "http");
-    let v1 = first["offered_hash"].clone();
-
-    put(&admin, &document("js-svc", &json_file("0.1"), 10)).await;
-    let second = row(&admin, &uid, "the change is applied", |r| applied(r) && r["offered_hash"] != v1).await;
-    assert_eq!(second["remote_config_status"]["config_hash"], second["offered_hash"]);
-
-    // The agent parses application/json: a body that is not JSON fails, and the listing says why.
-    put(&admin, &document("js-svc", "sampling.json:\n        body: 'ratio: 1'", 10)).await;
-    let failed = row(&admin, &uid, "the failure is listed", |r| r["remote_config_status"]["status"] == "failed").await;
-    assert_eq!(failed["remote_config_status"]["config_hash"], failed["offered_hash"]);
-    assert!(failed["remote_config_status"]["error_message"].as_str().unwrap().contains("sampling.json"), "{failed}");
+    // The agent parses application/json: a body that is not JSON fails.
+    applies_the_next_change_and_lists_a_failure(&admin, &uid, "js-svc", &first["offered_hash"], "sampling.json").await;
     stop(child).await;
     server.stop().await.unwrap();
 }

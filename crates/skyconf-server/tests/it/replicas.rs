@@ -101,7 +101,8 @@ async fn an_agent_of_one_replica_shows_on_the_other(a: Server, b: Server) {
     b.stop().await.unwrap();
 }
 
-fn etcd_source(etcd: &EtcdServer) -> EtcdSource {
+/// A source on `etcd`, with the default settings.
+pub(crate) fn etcd_source(etcd: &EtcdServer) -> EtcdSource {
     EtcdSource::new(EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() }).unwrap()
 }
 

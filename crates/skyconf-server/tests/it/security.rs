@@ -282,7 +282,7 @@ async fn request_bodies_are_bounded_after_the_token_check() {
 
 /// Connection handling under slowloris-style attacks: handshake deadline, connection cap, and the
 /// per-call request message deadline, on real loopback sockets.
-mod connections {
+pub(crate) mod connections {
     use std::net::SocketAddr;
     use std::time::Duration;
 
@@ -292,7 +292,7 @@ mod connections {
     use skyconf_sources::file::FileSource;
     use skyconf_testkit::fixtures::temp_file;
     use skyconf_testkit::server::{Server, loopback};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
     use super::GOOD;
@@ -312,8 +312,9 @@ mod connections {
         ConnectionLimits { handshake_timeout: Duration::from_millis(200), ..ConnectionLimits::default() }
     }
 
-    /// Reads until the server closes the connection (EOF or reset); fails after [`BOUND`].
-    async fn closed_by_server(mut stream: TcpStream) {
+    /// Reads until the server closes the connection (EOF or reset); fails after [`BOUND`], saying
+    /// `what` is still held.
+    pub(crate) async fn closed_by_server(mut stream: impl AsyncRead + Unpin, what: &str) {
         let mut buf = [0; 1024];
         let closed = tokio::time::timeout(BOUND, async {
             loop {
@@ -324,7 +325,7 @@ mod connections {
             }
         })
         .await;
-        assert!(closed.is_ok(), "the server still holds the connection after {BOUND:?}");
+        assert!(closed.is_ok(), "{what} is still held after {BOUND:?}");
     }
 
     #[tokio::test]
@@ -344,11 +345,11 @@ mod connections {
         partial_h2_admin.write_all(PREFACE).await.unwrap();
 
         tokio::join!(
-            closed_by_server(silent_grpc),
-            closed_by_server(partial_grpc),
-            closed_by_server(silent_admin),
-            closed_by_server(partial_admin),
-            closed_by_server(partial_h2_admin),
+            closed_by_server(silent_grpc, "a silent gRPC connection"),
+            closed_by_server(partial_grpc, "a partial HTTP/2 preface"),
+            closed_by_server(silent_admin, "a silent admin connection"),
+            closed_by_server(partial_admin, "a partial HTTP/1 header block"),
+            closed_by_server(partial_h2_admin, "an HTTP/2 preface on the admin port"),
         );
         // The ports still serve.
         assert!(server.cds().await.fetch("svc", "").await.is_some());
@@ -375,7 +376,7 @@ mod connections {
             stream
         };
         let idle = answered(TcpStream::connect(admin).await.unwrap()).await;
-        closed_by_server(idle).await;
+        closed_by_server(idle, "an idle keep-alive connection").await;
 
         // Requests closer together than the deadline keep the connection. The waits are the
         // scenario (a client between requests), not synchronisation.

@@ -10,7 +10,6 @@ use serde_json::Value;
 use skyconf_server::ServeConfig;
 use skyconf_server::reload::Guard;
 use skyconf_sources::etcd::{EtcdSettings, EtcdSource};
-use skyconf_sources::zookeeper::{ZookeeperSettings, ZookeeperSource};
 use skyconf_sources::{Backoff, Source};
 use skyconf_testkit::fixtures::V5_DOCUMENT as GOOD;
 use skyconf_testkit::server::{AdminClient, Server, eventually_async, loopback};
@@ -35,16 +34,6 @@ pub(crate) fn etcd_source(etcd: &EtcdServer) -> EtcdSource {
     EtcdSource::new(EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() })
         .unwrap()
         .with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
-}
-
-fn zookeeper_source(server: &ZkServer, namespace: &str) -> ZookeeperSource {
-    let settings = ZookeeperSettings {
-        host_port: server.addr(),
-        namespace: namespace.to_owned(),
-        base_sleep_time_ms: 50,
-        ..ZookeeperSettings::default()
-    };
-    ZookeeperSource::new(settings).unwrap()
 }
 
 /// The release a replica serves now, from `GET /api/v1/configurations`.
@@ -225,8 +214,11 @@ async fn zookeeper_replicas_lose_no_acknowledged_write() {
     let namespace = namespace("shared-writes");
     let client = zk.client().await;
     upsert(&client, &format!("{namespace}/configuration-discovery.default.agentConfigurations"), GOOD).await;
-    let servers = replicas(3, || zookeeper_source(zk, &namespace)).await;
+    let servers = replicas(3, || crate::zookeeper::source(&zk.addr(), &namespace)).await;
     writes_through_replicas_lose_nothing(&servers).await;
-    a_new_replica_reads_the_shared_history(&servers, Server::start(zookeeper_source(zk, &namespace), config()).await)
-        .await;
+    a_new_replica_reads_the_shared_history(
+        &servers,
+        Server::start(crate::zookeeper::source(&zk.addr(), &namespace), config()).await,
+    )
+    .await;
 }

@@ -21,7 +21,8 @@ use skyconf_testkit::servers::zookeeper::{Proxy, ZkServer, delete_tree, namespac
 /// reference machine has two cores). A tokio mutex: it is held across awaits.
 static QUIET: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
+/// A source on the ZooKeeper at `host_port`, under `namespace`, retrying every 50 ms at first.
+pub(crate) fn source(host_port: &str, namespace: &str) -> ZookeeperSource {
     let settings = ZookeeperSettings {
         host_port: host_port.to_owned(),
         namespace: namespace.to_owned(),

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::{Connection, Connector, EtcdError};
 use super::layout::prefix_end;
 use crate::shared::{Lifetime, Listed, RECORDS_NODE, SharedRecords, check_name};
-use crate::{BoxFuture, SourceError};
+use crate::{SourceError, StoreFuture};
 
 /// The session lease's TTL unless set otherwise.
 pub(crate) const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(15);
@@ -223,7 +223,7 @@ impl SharedRecords for EtcdRecords {
         format!("{} records under {}", self.inner.store, self.inner.base)
     }
 
-    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> BoxFuture<'a, Result<bool, SourceError>> {
+    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             check_name(kind, name)?;
             let key = self.inner.key(kind, name);
@@ -233,13 +233,7 @@ impl SharedRecords for EtcdRecords {
         })
     }
 
-    fn put<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-        value: &'a [u8],
-        lifetime: Lifetime,
-    ) -> BoxFuture<'a, Result<(), SourceError>> {
+    fn put<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8], lifetime: Lifetime) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             check_name(kind, name)?;
             let key = self.inner.key(kind, name);
@@ -255,7 +249,7 @@ impl SharedRecords for EtcdRecords {
         })
     }
 
-    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, SourceError>> {
+    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
         Box::pin(async move {
             check_name(kind, name)?;
             let key = self.inner.key(kind, name);
@@ -264,15 +258,15 @@ impl SharedRecords for EtcdRecords {
         })
     }
 
-    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>> {
+    fn list<'a>(&'a self, kind: &'a str) -> StoreFuture<'a, Listed> {
         Box::pin(self.range(kind, false))
     }
 
-    fn names<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<String>, SourceError>> {
+    fn names<'a>(&'a self, kind: &'a str) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move { Ok(self.range(kind, true).await?.into_iter().map(|(name, _)| name).collect()) })
     }
 
-    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), SourceError>> {
+    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             check_name(kind, name)?;
             let key = self.inner.key(kind, name);

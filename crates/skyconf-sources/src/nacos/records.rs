@@ -26,8 +26,8 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use super::client::Client;
+use crate::StoreFuture;
 use crate::shared::{Lifetime, Listed, SharedRecords, check_name, unix_ms};
-use crate::{BoxFuture, SourceError};
 
 /// A session record's lifetime unless set otherwise.
 pub(crate) const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(30);
@@ -153,7 +153,7 @@ impl SharedRecords for NacosRecords {
         false
     }
 
-    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> BoxFuture<'a, Result<bool, SourceError>> {
+    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             check_name(kind, name)?;
             let id = data_id(kind, name);
@@ -168,13 +168,7 @@ impl SharedRecords for NacosRecords {
         })
     }
 
-    fn put<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-        value: &'a [u8],
-        lifetime: Lifetime,
-    ) -> BoxFuture<'a, Result<(), SourceError>> {
+    fn put<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8], lifetime: Lifetime) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             check_name(kind, name)?;
             let inner = &self.inner;
@@ -197,7 +191,7 @@ impl SharedRecords for NacosRecords {
         })
     }
 
-    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, SourceError>> {
+    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
         Box::pin(async move {
             check_name(kind, name)?;
             let content = self.inner.client.get(&data_id(kind, name)).await?;
@@ -205,7 +199,7 @@ impl SharedRecords for NacosRecords {
         })
     }
 
-    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>> {
+    fn list<'a>(&'a self, kind: &'a str) -> StoreFuture<'a, Listed> {
         Box::pin(async move {
             check_name(kind, "x")?;
             let inner = &self.inner;
@@ -231,7 +225,7 @@ impl SharedRecords for NacosRecords {
         })
     }
 
-    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), SourceError>> {
+    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             check_name(kind, name)?;
             let id = data_id(kind, name);

@@ -24,7 +24,7 @@ use zookeeper_client as zk;
 
 use super::connect::{self, Connect, Failure, SessionSlot};
 use crate::shared::{Lifetime, Listed, RECORDS_NODE, SharedRecords, check_name};
-use crate::{BoxFuture, SourceError};
+use crate::{SourceError, StoreFuture};
 
 /// The records under one namespace, on their own session.
 #[derive(Debug)]
@@ -214,7 +214,7 @@ impl SharedRecords for ZkRecords {
         format!("{} records under {}", self.inner.store, self.inner.base)
     }
 
-    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> BoxFuture<'a, Result<bool, SourceError>> {
+    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             check_name(kind, name)?;
             let inner = &self.inner;
@@ -228,13 +228,7 @@ impl SharedRecords for ZkRecords {
         })
     }
 
-    fn put<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-        value: &'a [u8],
-        lifetime: Lifetime,
-    ) -> BoxFuture<'a, Result<(), SourceError>> {
+    fn put<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8], lifetime: Lifetime) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             check_name(kind, name)?;
             let inner = &self.inner;
@@ -262,7 +256,7 @@ impl SharedRecords for ZkRecords {
         })
     }
 
-    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, SourceError>> {
+    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
         Box::pin(async move {
             check_name(kind, name)?;
             let client = self.inner.client().await?;
@@ -274,7 +268,7 @@ impl SharedRecords for ZkRecords {
         })
     }
 
-    fn names<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Vec<String>, SourceError>> {
+    fn names<'a>(&'a self, kind: &'a str) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
             check_name(kind, "x")?;
             let inner = &self.inner;
@@ -290,7 +284,7 @@ impl SharedRecords for ZkRecords {
         })
     }
 
-    fn list<'a>(&'a self, kind: &'a str) -> BoxFuture<'a, Result<Listed, SourceError>> {
+    fn list<'a>(&'a self, kind: &'a str) -> StoreFuture<'a, Listed> {
         Box::pin(async move {
             let names = self.names(kind).await?;
             let inner = &self.inner;
@@ -310,7 +304,7 @@ impl SharedRecords for ZkRecords {
         })
     }
 
-    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), SourceError>> {
+    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             check_name(kind, name)?;
             let inner = &self.inner;

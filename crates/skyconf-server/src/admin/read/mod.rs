@@ -65,10 +65,10 @@ pub(super) async fn page() -> impl IntoResponse {
 #[expect(dead_code, reason = "a description only: `AppError` builds these answers")]
 pub(crate) enum ReadFailures {
     /// No token, or an unknown one.
-    #[response(status = 401, description = "No token, or an unknown one.")]
+    #[response(status = 401)]
     Unauthorized(ErrorBody),
     /// A cross-site request, or an unknown Host.
-    #[response(status = 403, description = "A cross-site request, or an unknown Host.")]
+    #[response(status = 403)]
     Forbidden(ErrorBody),
 }
 

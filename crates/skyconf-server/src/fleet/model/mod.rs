@@ -43,7 +43,7 @@ use skyconf_core::Digest;
 use skyconf_core::codec::DiscoveryCommand;
 use skyconf_proto::v3::management_service_server::ManagementService;
 use skyconf_proto::v3::{Commands, ConfigurationSyncRequest, InstancePingPkg, InstanceProperties, KeyStringValuePair};
-use skyconf_sources::{Lifetime, SharedRecords, SourceError};
+use skyconf_sources::{Lifetime, SharedRecords};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

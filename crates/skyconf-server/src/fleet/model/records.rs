@@ -18,12 +18,7 @@ impl SharedRecords for Records {
         "in-memory records".into()
     }
 
-    fn create<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-        value: &'a [u8],
-    ) -> skyconf_sources::BoxFuture<'a, Result<bool, SourceError>> {
+    fn create<'a>(&'a self, kind: &'a str, name: &'a str, value: &'a [u8]) -> skyconf_sources::StoreFuture<'a, bool> {
         Box::pin(async move {
             let mut records = self.records.lock().unwrap();
             let key = (kind.to_owned(), name.to_owned());
@@ -41,7 +36,7 @@ impl SharedRecords for Records {
         name: &'a str,
         value: &'a [u8],
         _lifetime: Lifetime,
-    ) -> skyconf_sources::BoxFuture<'a, Result<(), SourceError>> {
+    ) -> skyconf_sources::StoreFuture<'a, ()> {
         Box::pin(async move {
             if kind == FLEET_KIND {
                 self.check_summary(name, value);
@@ -51,25 +46,18 @@ impl SharedRecords for Records {
         })
     }
 
-    fn get<'a>(
-        &'a self,
-        kind: &'a str,
-        name: &'a str,
-    ) -> skyconf_sources::BoxFuture<'a, Result<Option<Vec<u8>>, SourceError>> {
+    fn get<'a>(&'a self, kind: &'a str, name: &'a str) -> skyconf_sources::StoreFuture<'a, Option<Vec<u8>>> {
         Box::pin(async move { Ok(self.records.lock().unwrap().get(&(kind.to_owned(), name.to_owned())).cloned()) })
     }
 
-    fn list<'a>(
-        &'a self,
-        kind: &'a str,
-    ) -> skyconf_sources::BoxFuture<'a, Result<skyconf_sources::shared::Listed, SourceError>> {
+    fn list<'a>(&'a self, kind: &'a str) -> skyconf_sources::StoreFuture<'a, skyconf_sources::shared::Listed> {
         Box::pin(async move {
             let records = self.records.lock().unwrap();
             Ok(records.iter().filter(|((k, _), _)| k == kind).map(|((_, n), v)| (n.clone(), v.clone())).collect())
         })
     }
 
-    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> skyconf_sources::BoxFuture<'a, Result<(), SourceError>> {
+    fn delete<'a>(&'a self, kind: &'a str, name: &'a str) -> skyconf_sources::StoreFuture<'a, ()> {
         Box::pin(async move {
             self.records.lock().unwrap().remove(&(kind.to_owned(), name.to_owned()));
             Ok(())

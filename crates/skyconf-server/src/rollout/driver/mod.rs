@@ -662,7 +662,7 @@ impl Rollouts {
         let Some(fleet) = self.opamp.get().filter(|_| !rollout.opamp_groups.is_empty()) else { return Vec::new() };
         let Some(candidate) = self.candidate_of(rollout) else { return Vec::new() };
         let units: HashSet<String> = rollout.units().into_iter().collect();
-        fleet.judged(candidate.opamp(), members).into_iter().filter(|j| units.contains(&j.unit)).collect()
+        fleet.judged(candidate.opamp(), members).into_iter().filter(|j| units.contains(&j.agent.service)).collect()
     }
 
     /// The agents of `rollout`'s services, here and on the other replicas (another replica's agent
@@ -715,15 +715,7 @@ impl Rollouts {
                 }
             }
         }
-        out.extend(self.judged(rollout, members).into_iter().map(|j| Observed {
-            service: j.unit,
-            instance: j.instance,
-            reached: j.reached,
-            applied: j.applied,
-            failed: j.failed,
-            last_seen_ms: j.last_seen_ms,
-            held: j.held,
-        }));
+        out.extend(self.judged(rollout, members).into_iter().map(|j| j.agent));
         // One row per instance: the one seen last (an instance that reconnected has two).
         out.sort_by(|a, b| (&a.service, &a.instance, b.last_seen_ms).cmp(&(&b.service, &b.instance, a.last_seen_ms)));
         out.dedup_by(|later, first| later.service == first.service && later.instance == first.instance);
@@ -739,7 +731,7 @@ impl Rollouts {
         let opamp: std::collections::HashMap<(String, String), (Option<ConfigStatusView>, StatusOf)> = self
             .judged(rollout, &rollout.members())
             .into_iter()
-            .map(|j| ((j.unit, j.instance), (j.status, j.status_of)))
+            .map(|j| ((j.agent.service, j.agent.instance), (j.status, j.status_of)))
             .collect();
         rollout
             .watched

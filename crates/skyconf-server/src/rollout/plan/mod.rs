@@ -61,6 +61,7 @@ pub use super::spec::{
     Advance, Gates, MAX_AUTHOR_BYTES, MAX_GATE_S, MAX_MESSAGE_BYTES, MAX_PROMETHEUS_QUERY_BYTES,
     MAX_PROMETHEUS_URL_BYTES, MAX_WAVE_INSTANCES, MAX_WAVES, WaveSpec, check_attribution, check_waves, ms, parse_share,
 };
+pub use crate::served::Observed;
 use crate::served::WaveMembers;
 
 /// How many events a rollout keeps (the newest).
@@ -239,37 +240,6 @@ pub struct Summary {
     pub release: Option<u64>,
     /// Its last event: why it was reverted, who aborted it, the release it became.
     pub outcome: String,
-}
-
-/// One identified agent of a changed service as the fleet lists it now (here, or in another
-/// replica's summary).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
-    /// Its service.
-    pub service: String,
-    /// Its instance name.
-    pub instance: String,
-    /// Whether it is served the candidate by the waves so far.
-    pub reached: bool,
-    /// Whether it holds the digest it is served now (an OpAMP agent: it reported APPLIED for the
-    /// configuration it is offered now).
-    pub applied: bool,
-    /// An OpAMP agent that reported FAILED for the configuration it is offered now: its error
-    /// message.
-    pub failed: Option<String>,
-    /// When its row was last seen (Unix milliseconds; a poll held now: now).
-    pub last_seen_ms: u64,
-    /// Seen at this very look: one of its polls is held here now, or arrived while the fleet was
-    /// listed (this replica's rows only, which end with their connections; another replica's
-    /// summary never says so).
-    pub held: bool,
-}
-
-impl Observed {
-    /// Whether it is live at `now_ms`: listed, and seen within `lost_after_ms`.
-    pub fn is_live(&self, now_ms: u64, lost_after_ms: u64) -> bool {
-        self.last_seen_ms.saturating_add(lost_after_ms) >= now_ms
-    }
 }
 
 /// The (service, instance) pairs of `observed` live at `now_ms` (see [`Observed::is_live`]).
