@@ -79,6 +79,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import re
 import time
 import urllib.error
 import urllib.request
@@ -483,6 +484,11 @@ def run_refused(a, driver):
     header = driver.text(driver.find("#status")[0])
     if "refused" not in header:
         raise Failure(f"header: {header!r}")
+    # One counter, the release; a file is watched, not connected; the table version on hover.
+    title = driver.script("return document.getElementById('status').title")
+    if (not re.match(r"release #\d+ · ", header) or "version" in header or "· watching" not in header
+            or "connected" in header or "table version" not in title):
+        raise Failure(f"header: {header!r}, its title: {title!r}")
     row = f'#unconfigured tr[data-service="{a.unconfigured}"]'
     driver.wait_for(lambda: driver.find(row), 10, f"{a.unconfigured} is not listed as unconfigured")
     text = driver.text(driver.find(row)[0])
@@ -512,7 +518,7 @@ def run_overview(a, driver):
     if f"release #{a.rollback_to}" not in change or "no author (file)" not in change:
         raise Failure(f"the last change: {change!r}")
     store = driver.text(driver.find("#overview-store")[0])
-    if not store.startswith("file ") or "connected" not in store:
+    if not store.startswith("file ") or "· watching, last read" not in store or "connected" in store or "serving release #" not in store:
         raise Failure(f"the store: {store!r}")
     if not shown(driver, "release-hint"):
         raise Failure("the release panel says nothing before a release is picked")

@@ -81,7 +81,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(rejection) = rejection {
         served.record_rejection(rejection);
     }
-    let store = Arc::new(StoreView::new(store_name.clone(), content, connected, stale));
+    let store = Arc::new(StoreView::new(store_name.clone(), content, connected, stale).with_reach(source.reach()));
     if let Some(failure) = failure {
         store.mark_failed(failure);
     }

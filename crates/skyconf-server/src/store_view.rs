@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
+use skyconf_sources::Reach;
 use tokio::sync::watch;
 
 /// How the store behind the table is doing.
@@ -13,8 +14,16 @@ use tokio::sync::watch;
 pub struct StoreStatus {
     /// The store, as its source describes it.
     pub store: String,
-    /// Whether the last contact with the store succeeded.
+    /// How this process reaches the store: `connection` (etcd, ZooKeeper, Nacos, an OAP's DCS),
+    /// `files` (a file or directory read and watched here, no connection), `nothing` (`none`).
+    #[schema(value_type = String)]
+    pub reach: Reach,
+    /// Whether the last contact with the store succeeded: for a connection, that it is up; for
+    /// files, that they were read.
     pub connected: bool,
+    /// The same in a word, as the page shows it: `connected` or `disconnected` for a
+    /// connection, `watching` or `unreadable` for files, `none` for the `none` store.
+    pub state: &'static str,
     /// Whether what is served may be behind the store: a persisted copy the store has not
     /// confirmed in this run, or the last good content kept while the store cannot be reached.
     /// Cleared when the store reports content again.
@@ -48,13 +57,25 @@ impl StoreView {
         let now = SystemTime::now();
         let status = StoreStatus {
             store,
+            reach: Reach::Connection,
             connected,
+            state: state(Reach::Connection, connected),
             stale,
             stale_since: stale.then_some(now),
             last_error: None,
             last_update: connected.then_some(now),
         };
         Self { content: ArcSwap::from_pointee(content), status: Mutex::new(status), changes }
+    }
+
+    /// A view of a store reached through `reach` (a connection unless said).
+    pub fn with_reach(self, reach: Reach) -> Self {
+        {
+            let mut status = self.lock_status();
+            status.reach = reach;
+            status.state = state(reach, status.connected);
+        }
+        self
     }
 
     /// The current content.
@@ -68,6 +89,7 @@ impl StoreView {
         {
             let mut status = self.lock_status();
             status.connected = true;
+            status.state = state(status.reach, true);
             status.stale = false;
             status.stale_since = None;
             status.last_error = None;
@@ -81,6 +103,7 @@ impl StoreView {
     pub fn mark_failed(&self, error: String) {
         let mut status = self.lock_status();
         status.connected = false;
+        status.state = state(status.reach, false);
         status.last_error = Some(error);
         if !status.stale {
             status.stale = true;
@@ -103,6 +126,17 @@ impl StoreView {
     }
 }
 
+/// The store's state in a word: what is true of it, as `reach` says what "up" means.
+fn state(reach: Reach, up: bool) -> &'static str {
+    match (reach, up) {
+        (Reach::Connection, true) => "connected",
+        (Reach::Connection, false) => "disconnected",
+        (Reach::Files, true) => "watching",
+        (Reach::Files, false) => "unreadable",
+        (Reach::Nothing, _) => "none",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +153,17 @@ mod tests {
         view.replace(Default::default());
         let back = view.status();
         assert!(!back.stale && back.stale_since.is_none() && back.connected, "{back:?}");
+    }
+
+    #[test]
+    fn a_file_store_is_watched_not_connected() {
+        let view = StoreView::new("file a.yaml".into(), Default::default(), true, false).with_reach(Reach::Files);
+        let status = serde_json::to_value(view.status()).unwrap();
+        assert_eq!((&status["reach"], &status["state"]), (&"files".into(), &"watching".into()), "{status}");
+        view.mark_failed("gone".into());
+        assert_eq!(view.status().state, "unreadable");
+        let etcd = StoreView::new("etcd".into(), Default::default(), false, false);
+        assert_eq!((etcd.status().reach, etcd.status().state), (Reach::Connection, "disconnected"));
     }
 
     #[test]

@@ -245,11 +245,29 @@ pub trait Source: Send + Sync + 'static {
         false
     }
 
+    /// How this process reaches the store: a connection to a store server, unless it says
+    /// otherwise.
+    fn reach(&self) -> Reach {
+        Reach::Connection
+    }
+
     /// skyconf's own records in this store (see [`shared`]), shared by every replica watching it;
     /// `None` for a store that serves a single replica (the file store) or holds nothing.
     fn shared_records(&self) -> Option<Arc<dyn SharedRecords>> {
         None
     }
+}
+
+/// How this process reaches a store, which says what "up" means for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reach {
+    /// A session to a store server (etcd, ZooKeeper, Nacos, an OAP's DCS): up while connected.
+    Connection,
+    /// A file or directory read and watched here: no connection, up while it can be read.
+    Files,
+    /// Nothing to reach (the `none` store).
+    Nothing,
 }
 
 /// A future boxed for a trait object.
@@ -278,6 +296,8 @@ pub trait DynSource: Send + Sync + 'static {
     ) -> StoreFuture<'a, Option<Revision>>;
     /// [`Source::revisions`].
     fn revisions_boxed(&self) -> bool;
+    /// [`Source::reach`].
+    fn reach_boxed(&self) -> Reach;
     /// [`Source::shared_records`].
     fn shared_records_boxed(&self) -> Option<Arc<dyn SharedRecords>>;
 }
@@ -308,6 +328,10 @@ impl<S: Source> DynSource for S {
         self.revisions()
     }
 
+    fn reach_boxed(&self) -> Reach {
+        self.reach()
+    }
+
     fn shared_records_boxed(&self) -> Option<Arc<dyn SharedRecords>> {
         self.shared_records()
     }
@@ -332,6 +356,10 @@ impl Source for Box<dyn DynSource> {
 
     fn revisions(&self) -> bool {
         (**self).revisions_boxed()
+    }
+
+    fn reach(&self) -> Reach {
+        (**self).reach_boxed()
     }
 
     fn shared_records(&self) -> Option<Arc<dyn SharedRecords>> {
@@ -409,6 +437,10 @@ impl Source for NoStore {
 
     async fn put(&self, _key: &str, _value: Option<&str>, _expect: Expect) -> Result<Option<Revision>, SourceError> {
         Err(SourceError::Unsupported("the `none` store holds nothing and cannot be written".into()))
+    }
+
+    fn reach(&self) -> Reach {
+        Reach::Nothing
     }
 }
 

@@ -166,7 +166,7 @@ pub(super) async fn layers(
     AnyServiceName(service): AnyServiceName,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Layers>, AppError> {
-    let Query(pairs) = query.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let Query(pairs) = query.map_err(crate::admin::extract::query_refused)?;
     let mut asked = Asked { service, instance: None, properties: Vec::new(), agent_version: None };
     for (name, value) in pairs {
         match name.as_str() {

@@ -23,7 +23,9 @@
 //! refuses is never served: the last good table stays. A write built on the served table (a
 //! per-service edit) then replaces that refused document — conditioned on the store still
 //! holding it, at its revision — and says so ([`ReplacedRefused`]); only a write that lost a race
-//! against another good document is refused as [`PublishError::StoreMoved`].
+//! against another good document is refused as [`PublishError::StoreMoved`]. The served text
+//! itself is such a write too, not "unchanged": the store holds the served text again, the
+//! reloader records no release for it, and the answer names the served release.
 
 mod outcome;
 mod pending;
@@ -41,7 +43,7 @@ use tokio::sync::OwnedMutexGuard;
 pub use outcome::{HeldDecided, PublishError, Published, ReplacedRefused};
 pub use pending::PendingWrites;
 
-use crate::releases::{Attribution, ReleaseLog, document_hash};
+use crate::releases::{Attribution, ReleaseLog, ReleaseSummary, document_hash};
 use crate::served::{ServedTable, Snapshot};
 use crate::store_task::{HeldAnswer, HeldControl, HeldDecision};
 use crate::store_view::StoreView;
@@ -389,10 +391,11 @@ impl Publisher {
                 warnings: proposal.warnings,
             });
         }
-        if snapshot.ready()
+        // The served text is a write while the store holds a refused document: it replaces it.
+        let served_text = snapshot.ready()
             && latest.as_ref().is_some_and(|l| l.document_sha256 == hash)
-            && snapshot.table == proposal.table
-        {
+            && snapshot.table == proposal.table;
+        if served_text && self.refused_in_store().is_none() {
             return Ok(Published::Unchanged {
                 changes,
                 release: latest,
@@ -406,7 +409,8 @@ impl Publisher {
         let publisher = self.clone();
         tokio::spawn(async move {
             let _guard = guard;
-            let write = Write { proposal, changes, hash, latest_id, attribution, expect, replaced_refused };
+            let restores = if served_text && replaced_refused.is_some() { latest } else { None };
+            let write = Write { proposal, changes, hash, latest_id, attribution, expect, replaced_refused, restores };
             publisher.write_and_wait(write, options.wait).await
         })
         .await
@@ -462,12 +466,13 @@ impl Publisher {
     /// Writes the proposal to the store and waits (up to `wait`) for it to be served and its
     /// release to be durable.
     async fn write_and_wait(&self, write: Write, wait: Duration) -> Result<Published, PublishError> {
-        let Write { proposal, changes, hash, latest_id, attribution, expect, replaced_refused } = write;
+        let Write { proposal, changes, hash, latest_id, attribution, expect, replaced_refused, restores } = write;
         let writer = self
             .writer
             .as_ref()
             .ok_or_else(|| PublishError::Conflict("this server has no store to write to".into()))?;
         let mut served_changes = self.served.subscribe();
+        let mut store_changes = self.store.subscribe();
         let started = Instant::now();
         let rollout = attribution.origin.strip_prefix(crate::releases::ORIGIN_ROLLOUT).map(str::to_owned);
         self.pending.announce(proposal.text.as_deref(), attribution);
@@ -493,7 +498,13 @@ impl Publisher {
         }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            if let Some(release) = self.releases.find_after(latest_id, hash.as_deref())
+            // The served text written over a refused document records no release: it is served
+            // again once the store holds it and the refusal is over.
+            let restored = restores.as_ref().filter(|_| {
+                self.served.last_rejection().is_none()
+                    && self.store.content().agent_configurations() == proposal.text.as_deref()
+            });
+            if let Some(release) = restored.cloned().or_else(|| self.releases.find_after(latest_id, hash.as_deref()))
                 && self.served.snapshot().version >= release.version
             {
                 let served_after = started.elapsed();
@@ -507,7 +518,13 @@ impl Publisher {
                     replaced_refused,
                 });
             }
-            match tokio::time::timeout_at(deadline, served_changes.changed()).await {
+            let changed = async {
+                tokio::select! {
+                    changed = served_changes.changed() => changed,
+                    changed = store_changes.changed() => changed,
+                }
+            };
+            match tokio::time::timeout_at(deadline, changed).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => break,
             }
@@ -579,4 +596,7 @@ struct Write {
     attribution: Attribution,
     expect: Expect,
     replaced_refused: Option<ReplacedRefused>,
+    /// The served release, when the write is its text over a refused document: the reloader
+    /// restores it rather than recording a release.
+    restores: Option<Arc<ReleaseSummary>>,
 }

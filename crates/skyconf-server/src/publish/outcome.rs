@@ -41,7 +41,8 @@ pub enum Published {
         /// The reader's warnings about it.
         warnings: Vec<Warning>,
     },
-    /// The document is the one served already; nothing written.
+    /// The document is the one served already, and the store holds no refused document;
+    /// nothing written.
     Unchanged {
         /// No service changed (an empty list, or only a reordering).
         changes: Vec<ServiceChange>,

@@ -94,3 +94,17 @@ async fn a_service_history_lists_the_releases_that_changed_it_in_pages() {
     assert_eq!(get(&router, "/api/v1/services/order/history?limit=0").await.0, 400);
     assert_eq!(get(&router, "/api/v1/services/order/history?limit=101").await.0, 400);
 }
+
+/// A query string that does not parse is refused in the API's words, naming the parameter, not
+/// in the HTTP framework's (usability finding 15).
+#[tokio::test]
+async fn a_query_string_that_does_not_parse_is_refused_naming_the_parameter() {
+    let router = admin_with(&[V1]);
+    for uri in ["/api/v1/releases?limit=abc", "/api/v1/services/order/history?limit=abc", "/api/v1/instances?limit=abc"]
+    {
+        let (status, body) = get(&router, uri).await;
+        assert_eq!(status, 400, "{uri}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(error.starts_with("the query string does not parse: limit: "), "{uri}: {body}");
+    }
+}

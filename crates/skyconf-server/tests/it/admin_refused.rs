@@ -76,3 +76,53 @@ async fn a_per_service_write_replaces_a_document_refused_in_etcd() {
     assert_eq!(answer["replaced_refused"]["revision"], refused_at, "the refused document's revision: {answer}");
     running.stop().await.unwrap();
 }
+
+/// Writes the served text `V1` back as the whole document while the store holds `REFUSED`: a
+/// write that replaces the refused document (the store holds the served text again), records no
+/// release, and says which refused document it replaced. The answer.
+async fn write_served_text(running: &Server) -> Value {
+    let newest = running.releases.latest().map(|r| r.id);
+    eventually("the document put into the store is refused", || running.served.last_rejection().is_some()).await;
+    let yaml = [("Content-Type", "application/yaml")];
+    let reply = running.admin().send("PUT", "/api/v1/configurations", &yaml, V1).await;
+    let answer = reply.json();
+    assert_eq!(reply.status, 200, "{answer}");
+    assert_eq!(answer["written"], true, "the served text replaces the refused document: {answer}");
+    assert!(answer["unchanged"].is_null(), "{answer}");
+    assert!(answer["replaced_refused"]["error"].as_str().is_some_and(|e| e.contains("4:1: ")), "{answer}");
+    assert_eq!(answer["release"]["id"].as_u64(), newest, "the served release: {answer}");
+    assert!(running.served.last_rejection().is_none(), "the refusal is over");
+    assert_eq!(running.releases.latest().map(|r| r.id), newest, "no release that changes nothing");
+    answer
+}
+
+/// The served text written back over a document refused in the file (usability finding 16).
+#[tokio::test]
+async fn writing_the_served_text_replaces_a_document_refused_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.yaml");
+    std::fs::write(&path, V1).unwrap();
+    let running = Server::start(FileSource::new(&path), config()).await;
+    std::fs::write(&path, REFUSED).unwrap();
+    write_served_text(&running).await;
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "the file holds the served text again");
+    running.stop().await.unwrap();
+}
+
+/// The same in etcd: the key holds the served text again, at a newer revision.
+#[tokio::test]
+async fn writing_the_served_text_replaces_a_document_refused_in_etcd() {
+    let Some(etcd) = EtcdServer::start().await else { return };
+    let admin = etcd.admin().await;
+    admin.put(AGENT_KEY, V1).await;
+    let settings = EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() };
+    let source = EtcdSource::new(settings)
+        .unwrap()
+        .with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)));
+    let running = Server::start(source, config()).await;
+    let refused_at = admin.put(AGENT_KEY, REFUSED).await;
+    let answer = write_served_text(&running).await;
+    assert_eq!(answer["replaced_refused"]["revision"], refused_at, "{answer}");
+    running.wait_for_store("the served text", |c| c.agent_configurations() == Some(V1)).await;
+    running.stop().await.unwrap();
+}

@@ -95,6 +95,9 @@ async fn a_broken_file_keeps_the_last_good_config_and_recovers() {
     let ready = running.admin().get("/readyz").await;
     assert_eq!(ready.status, 200, "{ready:?}");
     assert_eq!(ready.json()["last_rejection"]["error"], rejection.error.as_str(), "{ready:?}");
+    // A file has no connection: it is watched (the page says the same).
+    let store = &ready.json()["store"];
+    assert_eq!((&store["reach"], &store["state"]), (&"files".into(), &"watching".into()), "{store}");
 
     std::fs::write(&path, "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n").unwrap();
     tokio::time::timeout(Duration::from_secs(10), changes.changed()).await.unwrap().unwrap();

@@ -220,8 +220,9 @@ async fn the_page_keeps_unsaved_edits_through_refreshes_and_saves_what_was_typed
     running.stop().await.unwrap();
 }
 
-/// The header does not say just "connected" while the store's document is refused; and an
-/// unconfigured name polled by one agent reads "1 agent".
+/// The header does not say just "watching" while the store's document is refused; it names one
+/// counter (the release) and says a file is watched, not connected; and an unconfigured name
+/// polled by one agent reads "1 agent".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_header_says_when_the_store_document_is_refused() {
     if !browser_available() {
@@ -239,6 +240,7 @@ async fn the_page_header_says_when_the_store_document_is_refused() {
 
     let out = page_test(&running, strings(&["--scenario", "refused", "--unconfigured", "ghost-service"])).await;
     assert!(out.contains("is refused (line 4)"), "the header names the refused line (the end of the file): {out}");
+    assert!(out.contains("watching") && !out.contains("connected"), "a file is watched, not connected: {out}");
     running.stop().await.unwrap();
 }
 

@@ -433,6 +433,10 @@ impl Source for FileSource {
         self.read_content()
     }
 
+    fn reach(&self) -> crate::Reach {
+        crate::Reach::Files
+    }
+
     async fn run(&self, keys: KeySet, updates: mpsc::Sender<Update>, shutdown: CancellationToken) {
         supervise(self, &keys, updates, self.backoff.clone(), shutdown).await;
     }
