@@ -247,7 +247,7 @@ struct WriteQuery {
 /// `?DRY_RUN=true` or `?dryrun=1` must not turn a dry run into a real write. A parameter
 /// given twice is refused too, since either reading of it could be the wrong one.
 fn write_query(query: Result<Query<Vec<(String, String)>>, QueryRejection>) -> Result<WriteQuery, AppError> {
-    let Query(pairs) = query.map_err(query_refused)?;
+    let Query(pairs) = query.map_err(|e| query_refused(&e))?;
     let mut query = WriteQuery::default();
     for (name, value) in pairs {
         let slot = match name.as_str() {
@@ -331,7 +331,7 @@ fn body_bytes(admin: &Admin, body: Result<Bytes, BytesRejection>) -> Result<Byte
 
 /// A query string that does not parse, refused in the API's words: the parameter and why
 /// (`limit: invalid digit found in string`), without the HTTP framework's own prefix.
-pub(crate) fn query_refused(rejection: QueryRejection) -> AppError {
+pub(crate) fn query_refused(rejection: &QueryRejection) -> AppError {
     let text = rejection.body_text();
     let why = text.strip_prefix("Failed to deserialize query string: ").unwrap_or(&text);
     AppError::BadRequest(format!("the query string does not parse: {why}"))

@@ -166,7 +166,7 @@ pub(super) async fn layers(
     AnyServiceName(service): AnyServiceName,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Layers>, AppError> {
-    let Query(pairs) = query.map_err(crate::admin::extract::query_refused)?;
+    let Query(pairs) = query.map_err(|e| crate::admin::extract::query_refused(&e))?;
     let mut asked = Asked { service, instance: None, properties: Vec::new(), agent_version: None };
     for (name, value) in pairs {
         match name.as_str() {

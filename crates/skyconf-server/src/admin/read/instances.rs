@@ -173,7 +173,7 @@ pub(crate) async fn instances(
     State(admin): State<Admin>,
     query: Result<Query<InstanceParams>, QueryRejection>,
 ) -> Result<Json<InstanceList>, AppError> {
-    let Query(query) = query.map_err(crate::admin::extract::query_refused)?;
+    let Query(query) = query.map_err(|e| crate::admin::extract::query_refused(&e))?;
     let limit = query.limit.unwrap_or(DEFAULT_INSTANCES_PAGE);
     if !(1..=MAX_INSTANCES_PAGE).contains(&limit) {
         return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_INSTANCES_PAGE}")));

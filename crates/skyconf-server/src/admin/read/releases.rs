@@ -170,7 +170,7 @@ pub(crate) async fn releases(
     State(admin): State<Admin>,
     query: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<ReleasePage>, AppError> {
-    let Query(query) = query.map_err(crate::admin::extract::query_refused)?;
+    let Query(query) = query.map_err(|e| crate::admin::extract::query_refused(&e))?;
     let limit = query.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_PAGE}")));
@@ -309,7 +309,7 @@ pub(crate) async fn history(
     AnyServiceName(name): AnyServiceName,
     query: Result<Query<HistoryParams>, QueryRejection>,
 ) -> Result<Json<History>, AppError> {
-    let Query(query) = query.map_err(crate::admin::extract::query_refused)?;
+    let Query(query) = query.map_err(|e| crate::admin::extract::query_refused(&e))?;
     let limit = query.limit.unwrap_or(DEFAULT_HISTORY_PAGE);
     if !(1..=MAX_HISTORY_PAGE).contains(&limit) {
         return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_HISTORY_PAGE}")));
