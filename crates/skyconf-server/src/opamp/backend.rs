@@ -51,7 +51,15 @@ impl Built {
 
     /// The group and configuration of an agent described by `description`.
     pub(super) fn of(&self, description: &skyconf_opamp::Description) -> Option<(&str, &Arc<RemoteConfig>)> {
-        let (index, group) = self.section.group_of(|key| description.get_str(key))?;
+        self.of_attributes(|key| description.get_str(key))
+    }
+
+    /// The group and configuration of an agent whose string attributes `attribute` reads.
+    pub(super) fn of_attributes<'a>(
+        &self,
+        attribute: impl Fn(&str) -> Option<&'a str> + Copy,
+    ) -> Option<(&str, &Arc<RemoteConfig>)> {
+        let (index, group) = self.section.group_of(attribute)?;
         Some((group.name.as_str(), &self.configs[index]))
     }
 }
@@ -103,6 +111,13 @@ pub struct AttributeView {
     pub value: String,
     /// Whether it is an identifying attribute.
     pub identifying: bool,
+    /// Whether its value is a string (another is shown as text, and no group's `match` reads it).
+    #[serde(default = "string_by_default")]
+    pub string: bool,
+}
+
+fn string_by_default() -> bool {
+    true
 }
 
 /// One row of `GET /api/v1/opamp/agents`.
@@ -115,6 +130,12 @@ pub struct OpampAgentRow {
     pub transport: Cow<'static, str>,
     /// Its description, identifying attributes first.
     pub attributes: Vec<AttributeView>,
+    /// Its key in a rollout's waves: its `service.instance.id` attribute, else its uid.
+    #[serde(default)]
+    pub instance: String,
+    /// Whether it accepts remote configuration (only such an agent is judged by a rollout).
+    #[serde(default)]
+    pub accepts_remote_config: bool,
     /// Its health, if it reports it.
     pub health: Option<HealthView>,
     /// The status of the remote configuration it last received, if it reported one.
@@ -131,6 +152,10 @@ pub struct OpampAgentRow {
     pub connected_ms: u64,
     /// When it last reported (Unix ms).
     pub last_report_ms: u64,
+    /// When it was last seen (Unix ms): now while its WebSocket is open or one of its polls is
+    /// held, else when it last reported.
+    #[serde(default)]
+    pub last_seen_ms: u64,
 }
 
 /// The [`Backend`] over the served table, and the live OpAMP agents.
@@ -183,7 +208,7 @@ impl OpampFleet {
 
     /// The live agents, by uid.
     pub fn agents(&self) -> Vec<OpampAgentRow> {
-        let built = self.built();
+        let (built, now) = (self.built(), now_ms());
         let rows: Vec<(InstanceUid, Row)> = self.rows().iter().map(|(uid, row)| (*uid, row.clone())).collect();
         let mut out: Vec<OpampAgentRow> = rows
             .into_iter()
@@ -191,8 +216,13 @@ impl OpampFleet {
                 let offered = built.of(&row.description);
                 let offered_hash = offered.map(|(_, config)| config.hash().to_string());
                 let current = matches!((&row.status, &offered_hash), (Some(s), Some(h)) if s.config_hash == *h);
+                let uid = hex(uid.as_bytes());
+                let live = row.transport == Transport::WebSocket || row.holding > 0;
                 OpampAgentRow {
-                    uid: hex(uid.as_bytes()),
+                    instance: super::rollout::key(&uid, &row.description),
+                    accepts_remote_config: row.capabilities.has(skyconf_opamp::bits::agent::ACCEPTS_REMOTE_CONFIG),
+                    last_seen_ms: if live { now } else { row.last_report_ms },
+                    uid,
                     transport: Cow::Borrowed(match row.transport {
                         Transport::Http => "http",
                         Transport::WebSocket => "websocket",
@@ -261,7 +291,12 @@ fn attributes(description: &skyconf_opamp::Description) -> Vec<AttributeView> {
     let other = d.non_identifying_attributes.iter().map(|kv| (kv, false));
     identifying
         .chain(other)
-        .map(|(kv, identifying)| AttributeView { key: kv.key.clone(), value: text(kv.value.as_ref()), identifying })
+        .map(|(kv, identifying)| AttributeView {
+            key: kv.key.clone(),
+            value: text(kv.value.as_ref()),
+            identifying,
+            string: matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(Value::StringValue(_))),
+        })
         .collect()
 }
 
