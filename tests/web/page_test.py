@@ -742,8 +742,9 @@ def run_replicas(a, driver):
 def run_opamp(a, driver):
     """The OpAMP view: an agent that applied its group's files and reports itself healthy, and one
     whose configuration failed and that reports itself unhealthy, with their description, group,
-    status, error and effective configuration; filtered; opened and closed from the header; with
-    --reverted-group, the reverted rollout's card with its OpAMP group and its agent after the revert."""
+    status, error and effective configuration (opened: its file); filtered; opened and closed from
+    the header; with --reverted-group, the reverted rollout's card with its OpAMP group and what
+    its agent reports after the revert."""
     loaded(driver, a.url + "#/opamp")
     driver.wait_for(lambda: shown(driver, "opamp-view"), 10, "#/opamp does not open the OpAMP view")
     applied, failed = f'#opamp-agents tr[data-uid="{a.applied_uid}"]', f'#opamp-agents tr[data-uid="{a.failed_uid}"]'
@@ -780,6 +781,11 @@ def run_opamp(a, driver):
     driver.wait_for(lambda: len(driver.find("#opamp-agents tr[data-uid]")) == 1 and driver.find(failed), 5, "the filter by uid")
     clear(driver, "opamp-filter")
     driver.wait_for(lambda: len(driver.find("#opamp-agents tr[data-uid]")) == total, 5, "clearing the filter")
+    # The applied agent's effective configuration, opened: its file and contents.
+    driver.click(f"{applied} td.effective summary")
+    effective_file = f'{applied} td.effective [data-file="sampling.json"] pre'
+    driver.wait_for(lambda: driver.find(effective_file) and a.effective_body in driver.text(driver.find(effective_file)[0]), 10,
+                    "opening the effective configuration does not show its file")
     driver.click("#opamp-close")
     driver.wait_for(lambda: not shown(driver, "opamp-view"), 5, "close does not hide the view")
     driver.click("#opamp-link")
@@ -1116,6 +1122,7 @@ def main():
     ap.add_argument("--failed-uid", help="opamp: the uid of the agent whose configuration failed")
     ap.add_argument("--error", help="opamp: the failed agent's error message (also its health's last error)")
     ap.add_argument("--unmatched", help="opamp: the group the view says no agent is in")
+    ap.add_argument("--effective-body", help="opamp: what the applied agent's effective sampling.json holds")
     ap.add_argument("--reverted-group", help="opamp: the OpAMP group of the reverted rollout the Rollouts view shows")
     ap.add_argument("--reverted-instance", help="opamp: the reached agent that rollout shows after its revert")
     ap.add_argument("--host")

@@ -21,6 +21,7 @@ use skyconf_opamp::{
 };
 use utoipa::ToSchema;
 
+use super::effective::{Budget, EffectiveConfig, Kept, MAX_EFFECTIVE_BYTES};
 use crate::ServedTable;
 use crate::unix_time::now_ms;
 
@@ -75,6 +76,8 @@ pub(super) struct Row {
     health: Option<HealthView>,
     pub(super) status: Option<ConfigStatusView>,
     pub(super) effective_config_hash: Option<String>,
+    /// The contents of that configuration, when the budget keeps them.
+    effective: Option<Arc<Kept>>,
     connected_ms: u64,
     pub(super) last_report_ms: u64,
 }
@@ -166,6 +169,17 @@ pub struct OpampFleet {
     /// The configurations of the rollout candidate's section last asked for.
     candidate: ArcSwapOption<Built>,
     rows: Mutex<HashMap<InstanceUid, Row>>,
+    /// What the agents' effective configurations kept take together.
+    budget: Budget,
+}
+
+/// An agent's effective configuration as `GET /api/v1/opamp/agents/{uid}/effective` shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct Effective {
+    /// Its hash, as `config_hash` is computed; `None` when it reported none.
+    pub(crate) hash: Option<String>,
+    /// Its contents, when kept.
+    pub(crate) config: Option<EffectiveConfig>,
 }
 
 impl OpampFleet {
@@ -176,6 +190,7 @@ impl OpampFleet {
             built: ArcSwap::from_pointee(Built::default()),
             candidate: ArcSwapOption::empty(),
             rows: Mutex::default(),
+            budget: Budget::default(),
         }
     }
 
@@ -241,6 +256,17 @@ impl OpampFleet {
             .collect();
         out.sort_by(|a, b| a.uid.cmp(&b.uid));
         out
+    }
+
+    /// The effective configuration of the live agent whose uid is `uid` (hex); `None` when no
+    /// agent here has it.
+    pub(crate) fn effective(&self, uid: &str) -> Option<Effective> {
+        let rows = self.rows();
+        let (_, row) = rows.iter().find(|(key, _)| hex(key.as_bytes()).eq_ignore_ascii_case(uid))?;
+        Some(Effective {
+            hash: row.effective_config_hash.clone(),
+            config: row.effective.as_ref().map(|kept| kept.config.clone()),
+        })
     }
 
     /// Live agents by the status of their last `RemoteConfigStatus` (`none`: not reported).
@@ -320,6 +346,11 @@ impl Backend for OpampFleet {
 
     fn report(&self, agent: &Agent, report: Report<'_>) {
         let now = now_ms();
+        // Cut before the lock: a copy of at most MAX_EFFECTIVE_BYTES.
+        let contents = match &report {
+            Report::EffectiveConfig(effective) => Some(EffectiveConfig::of(effective, MAX_EFFECTIVE_BYTES)),
+            _ => None,
+        };
         let mut rows = self.rows();
         if matches!(report, Report::Holding(false)) && !rows.contains_key(&agent.uid) {
             // The end of a hold whose session ended first: no row to bring back.
@@ -331,6 +362,7 @@ impl Backend for OpampFleet {
             health: None,
             status: None,
             effective_config_hash: None,
+            effective: None,
             capabilities: agent.capabilities,
             holding: 0,
             connected_ms: now,
@@ -354,6 +386,9 @@ impl Backend for OpampFleet {
                     (name.clone(), ConfigFile { content_type: file.content_type.clone(), body: file.body.clone() })
                 });
                 row.effective_config_hash = Some(RemoteConfig::new(files).hash().to_string());
+                // The previous contents give their bytes back before the new ones are counted.
+                row.effective = None;
+                row.effective = contents.and_then(|c| self.budget.keep(c)).map(Arc::new);
             }
             Report::RemoteConfigStatus(status) => row.status = Some(view(status)),
             Report::Holding(true) => row.holding = row.holding.saturating_add(1),

@@ -1,8 +1,9 @@
 //! OpAMP agents across replicas on a real etcd: an agent of replica A's OpAMP port is listed by
 //! replica B's `GET /api/v1/opamp/agents` (B serves no OpAMP itself) labelled with A and the time
 //! of A's summary, with what it reported, and the groups no agent is in are those it is not in;
-//! when A stops, its record goes with it; a rollout driven by A judges B's agents. The summaries
-//! are published every 100 ms here (10 s by default).
+//! its effective configuration's contents are shown by A; when A stops, its record goes with it;
+//! a rollout driven by A judges B's agents. The summaries are published every 100 ms here (10 s
+//! by default).
 
 use std::time::Duration;
 
@@ -73,9 +74,21 @@ async fn an_opamp_agent_of_one_replica_is_listed_by_the_other_until_it_leaves() 
     assert_eq!(row["health"]["healthy"], true);
     assert!(row["effective_config_hash"].is_string());
 
-    // A lists it too, as its own (live, no as_of_ms).
+    // A lists it too, as its own (live, no as_of_ms), and shows its effective configuration's
+    // contents; B, whose agent it is not, says where to look.
     let own = listed(&a.admin()).await;
     assert_eq!((&own["agents"][0]["replica"], &own["agents"][0]["as_of_ms"]), (&"replica-a".into(), &Value::Null));
+    let path = format!("/api/v1/opamp/agents/{}/effective", hex(&uid));
+    let effective = a.admin().get_json(&path).await;
+    assert_eq!(effective["effective_config_hash"], row["effective_config_hash"], "{effective:#}");
+    let file = &effective["effective_config"]["files"][0];
+    assert_eq!(
+        (&file["name"], &file["body"], &file["truncated"]),
+        (&json!("sampling.json"), &json!(r#"{"ratio": 0.5}"#), &json!(false))
+    );
+    let elsewhere = admin_b.get(&path).await;
+    assert_eq!(elsewhere.status, 404, "{}", elsewhere.body);
+    assert!(elsewhere.body.contains("another replica's agent is shown by that replica"), "{}", elsewhere.body);
 
     // A second agent whose configuration failed: B shows the failure.
     let failed = [0x5b; 16];

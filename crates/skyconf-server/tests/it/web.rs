@@ -763,7 +763,7 @@ async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
 /// The OpAMP view: two OpenTelemetry agents of the OpAMP port, one that applied its group's files
 /// and reports itself healthy with its effective configuration, one whose configuration failed
 /// and that reports itself unhealthy; the page shows their description, group, status, error and
-/// effective configuration, names the group no agent is in, filters them, and opens from the
+/// effective configuration (its file, opened), names the group no agent is in, filters them, and opens from the
 /// header; a rollout of another group that its agent fails shows that group and what the agent
 /// reports after the revert on the rollout's card.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -818,6 +818,8 @@ async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
             "node-1",
             "--unmatched",
             "others",
+            "--effective-body",
+            r#"{"ratio": 0.5}"#,
             "--reverted-group",
             "collectors",
             "--reverted-instance",
