@@ -748,7 +748,9 @@ def run_replicas(a, driver):
 def run_opamp(a, driver):
     """The OpAMP view: an agent that applied its group's files and reports itself healthy, and one
     whose configuration failed and that reports itself unhealthy, with their description, group,
-    status, error and effective configuration; filtered; opened and closed from the header."""
+    status, error and effective configuration (opened: its file); filtered; opened and closed from
+    the header; with --reverted-group, the reverted rollout's card with its OpAMP group and what
+    its agent reports after the revert."""
     loaded(driver, a.url + "#/opamp")
     driver.wait_for(lambda: shown(driver, "opamp-view"), 10, "#/opamp does not open the OpAMP view")
     applied, failed = f'#opamp-agents tr[data-uid="{a.applied_uid}"]', f'#opamp-agents tr[data-uid="{a.failed_uid}"]'
@@ -779,16 +781,36 @@ def run_opamp(a, driver):
     no_horizontal_scroll(driver, "with the OpAMP view open")
     shoot(a, driver, "page-opamp.png")
 
+    total = len(driver.find("#opamp-agents tr[data-uid]"))
     driver.click("#opamp-filter")
     driver.send_keys("#opamp-filter", a.failed_uid[:12])
     driver.wait_for(lambda: len(driver.find("#opamp-agents tr[data-uid]")) == 1 and driver.find(failed), 5, "the filter by uid")
     clear(driver, "opamp-filter")
-    driver.wait_for(lambda: len(driver.find("#opamp-agents tr[data-uid]")) == 2, 5, "clearing the filter")
+    driver.wait_for(lambda: len(driver.find("#opamp-agents tr[data-uid]")) == total, 5, "clearing the filter")
+    # The applied agent's effective configuration, opened: its file and contents.
+    driver.click(f"{applied} td.effective summary")
+    effective_file = f'{applied} td.effective [data-file="sampling.json"] pre'
+    driver.wait_for(lambda: driver.find(effective_file) and a.effective_body in driver.text(driver.find(effective_file)[0]), 10,
+                    "opening the effective configuration does not show its file")
     driver.click("#opamp-close")
     driver.wait_for(lambda: not shown(driver, "opamp-view"), 5, "close does not hide the view")
     driver.click("#opamp-link")
     driver.wait_for(lambda: shown(driver, "opamp-view") and driver.find(applied), 5, "the header's link does not open the view")
-    return {"ok": True, "cells": seen, "unmatched": unmatched}
+    reverted = None
+    if a.reverted_group:
+        # The reverted rollout's card: its OpAMP group, and what its reached agent reports since.
+        driver.click("#rollouts-link")
+        back = f'#rollout-after-revert-list tr[data-instance="{a.reverted_instance}"][data-status-of="previous"][data-status="applied"]'
+        driver.wait_for(lambda: shown(driver, "rollout-opamp") and driver.find(f'#rollout-opamp-groups [data-group="{a.reverted_group}"]')
+                        and shown(driver, "rollout-after-revert") and driver.find(back), 10,
+                        "the reverted rollout's card does not show its OpAMP group and what its agent went back to")
+        reverted = driver.text(driver.find(back)[0])
+        if "had before" not in reverted:
+            raise Failure(f"the row after the revert: {reverted!r}")
+        if a.reverted_group not in driver.text(driver.find("#rollout-meta")[0]):
+            raise Failure("the rollout's line does not name its OpAMP group")
+        shoot(a, driver, "page-rollout-opamp.png")
+    return {"ok": True, "cells": seen, "unmatched": unmatched, "after_revert": reverted}
 
 
 def run_service_view(a, driver):
@@ -1106,6 +1128,9 @@ def main():
     ap.add_argument("--failed-uid", help="opamp: the uid of the agent whose configuration failed")
     ap.add_argument("--error", help="opamp: the failed agent's error message (also its health's last error)")
     ap.add_argument("--unmatched", help="opamp: the group the view says no agent is in")
+    ap.add_argument("--effective-body", help="opamp: what the applied agent's effective sampling.json holds")
+    ap.add_argument("--reverted-group", help="opamp: the OpAMP group of the reverted rollout the Rollouts view shows")
+    ap.add_argument("--reverted-instance", help="opamp: the reached agent that rollout shows after its revert")
     ap.add_argument("--host")
     ap.add_argument("--ip", action="append", default=[])
     ap.add_argument("--language")

@@ -308,7 +308,6 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     if let Some(port) = &opamp {
         admin = admin.with_opamp(Arc::clone(&port.fleet));
         opamp_gauge.count(&port.fleet, &port.opamp);
-        rollouts.judge_opamp(Arc::clone(&port.fleet));
     }
     // Every replica reads the others' OpAMP agents; those with the port publish theirs.
     let opamp_peers = Arc::new(crate::opamp::replicas::OpampReplicas::new(
@@ -316,6 +315,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         opamp_records,
         config.replicas.publish_every,
     ));
+    rollouts.judge_opamp(opamp.as_ref().map(|port| Arc::clone(&port.fleet)), Arc::clone(&opamp_peers));
     admin = admin.with_opamp_peers(Arc::clone(&opamp_peers));
     let publishing =
         opamp_peers.run(opamp.as_ref().map(|port| Arc::clone(&port.fleet)), Arc::clone(&served), shutdown.clone());

@@ -6,7 +6,10 @@
 //!
 //! A summary that says what the last one written said (its times aside) is not written again
 //! until [`REWRITE_EVERY`] periods passed: the store keeps the session record alive meanwhile (a
-//! lease, an ephemeral znode, a renewed expiry), and its time says how fresh it is.
+//! lease, an ephemeral znode, a renewed expiry), and its time says how fresh it is. While a
+//! rollout is served the summaries are written every period: its driver reads when each agent was
+//! last seen, and a row that stood still for [`REWRITE_EVERY`] periods (60 s by default) would
+//! look like an agent gone past the rollout's `lost_after_s` (45 s by default).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,9 +61,12 @@ impl<S: Published> Board<S> {
     }
 
     /// Writes `summary`, unless it says what the last one written said and that one is fresh.
-    pub(crate) async fn publish(&mut self, mut summary: S) {
-        let fresh = self
-            .written
+    /// With `every_period` (a rollout's driver, on any replica, judges the rows by when each agent
+    /// was last seen) it is written on every call: an unchanged summary's times still move.
+    pub(crate) async fn publish(&mut self, mut summary: S, every_period: bool) {
+        let fresh = !every_period
+            && self
+                .written
             .as_ref()
             .is_some_and(|(last, at)| summary.unchanged_from(last) && at.elapsed() < self.rewrite_after);
         if fresh {

@@ -227,6 +227,7 @@ impl Admin {
             .route("/api/v1/configurations", get(read::configurations))
             .route("/api/v1/rollouts", get(rollouts::current))
             .route("/api/v1/opamp/agents", get(opamp::agents))
+            .route("/api/v1/opamp/agents/{uid}/effective", get(opamp::effective))
             .route("/api/v1/openapi.json", get(openapi::serve))
             .with_state(self.clone())
     }

@@ -1,15 +1,19 @@
 //! `GET /api/v1/opamp/agents`: the live OpAMP agents of this replica and, as they last published
-//! them, of the others (see [`crate::opamp`] and [`crate::opamp::replicas`]).
+//! them, of the others (see [`crate::opamp`] and [`crate::opamp::replicas`]); and
+//! `GET /api/v1/opamp/agents/{uid}/effective`: the contents of one agent's effective
+//! configuration, from the replica it talks to ([`crate::opamp::effective`]).
 
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::Admin;
+use super::error::ErrorBody;
 use super::read::ReadFailures;
+use super::{Admin, AppError};
+use crate::opamp::effective::EffectiveConfig;
 use crate::opamp::replicas::OpampReplicas;
 use crate::opamp::{OpampAgentRow, OpampFleet};
 
@@ -100,4 +104,49 @@ pub(super) async fn agents(State(admin): State<Admin>) -> Json<OpampAgents> {
         agents.iter().filter_map(|a| a.agent.group.as_deref()),
     );
     Json(OpampAgents { enabled: admin.opamp.is_some(), replica: own, agents, partial_replicas, unmatched_groups })
+}
+
+/// The answer of `GET /api/v1/opamp/agents/{uid}/effective`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct OpampEffective {
+    /// The agent's instance uid, hex.
+    uid: String,
+    /// The hash of the effective configuration it reported last (as `config_hash` is computed).
+    effective_config_hash: String,
+    /// Its files with their bodies, together cut at 16 KiB (a cut body is marked `truncated`);
+    /// `null` when its contents are not kept (all agents' kept contents are bounded to 64 MiB).
+    #[schema(required = true)]
+    effective_config: Option<EffectiveConfig>,
+}
+
+/// `GET /api/v1/opamp/agents/{uid}/effective`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/opamp/agents/{uid}/effective",
+    tag = "read",
+    security(("bearer" = [])),
+    params(("uid" = String, Path, description = "The agent's instance uid, hex, as `GET /api/v1/opamp/agents` lists it.")),
+    responses(
+        (status = 200, description = "The effective configuration the agent reported last, with its files' contents (16 KiB per agent at most).", body = OpampEffective),
+        (status = 404, description = "No live agent of this replica has this uid (another replica's agent is shown by that replica), or it has reported no effective configuration.", body = ErrorBody),
+        ReadFailures,
+    ),
+)]
+pub(super) async fn effective(
+    State(admin): State<Admin>,
+    Path(uid): Path<String>,
+) -> Result<Json<OpampEffective>, AppError> {
+    let found = admin.opamp.as_deref().and_then(|fleet| fleet.effective(&uid)).ok_or_else(|| {
+        AppError::NotFound(format!(
+            "no live OpAMP agent `{uid}` talks to this replica (another replica's agent is shown by that replica)"
+        ))
+    })?;
+    let hash = found.hash.ok_or_else(|| {
+        AppError::NotFound(format!("the OpAMP agent `{uid}` has reported no effective configuration"))
+    })?;
+    Ok(Json(OpampEffective {
+        uid: uid.to_ascii_lowercase(),
+        effective_config_hash: hash,
+        effective_config: found.config,
+    }))
 }

@@ -68,6 +68,7 @@ use crate::store_view::StoreStatus;
         super::rollouts::promote,
         super::rollouts::abort,
         super::opamp::agents,
+        super::opamp::effective,
     ),
     components(schemas(
         ChangeKind,

@@ -262,7 +262,10 @@ impl Replicas {
                 () = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            board.publish(Summary::of(&fleet, &served, &self.id, self.admin_addr.as_deref())).await;
+            // While a rollout is served its driver, on any replica, reads when each agent was last seen:
+            // the summary is written every period then.
+            let rollout = served.overlay().is_some();
+            board.publish(Summary::of(&fleet, &served, &self.id, self.admin_addr.as_deref()), rollout).await;
             if let Some(others) = board.others().await {
                 self.peers.store(Arc::new(others));
             }

@@ -21,6 +21,7 @@ use skyconf_opamp::{
 };
 use utoipa::ToSchema;
 
+use super::effective::{Budget, EffectiveConfig, Kept, MAX_EFFECTIVE_BYTES};
 use crate::ServedTable;
 use crate::unix_time::now_ms;
 
@@ -51,7 +52,15 @@ impl Built {
 
     /// The group and configuration of an agent described by `description`.
     pub(super) fn of(&self, description: &skyconf_opamp::Description) -> Option<(&str, &Arc<RemoteConfig>)> {
-        let (index, group) = self.section.group_of(|key| description.get_str(key))?;
+        self.of_attributes(|key| description.get_str(key))
+    }
+
+    /// The group and configuration of an agent whose string attributes `attribute` reads.
+    pub(super) fn of_attributes<'a>(
+        &self,
+        attribute: impl Fn(&str) -> Option<&'a str> + Copy,
+    ) -> Option<(&str, &Arc<RemoteConfig>)> {
+        let (index, group) = self.section.group_of(attribute)?;
         Some((group.name.as_str(), &self.configs[index]))
     }
 }
@@ -67,6 +76,8 @@ pub(super) struct Row {
     health: Option<HealthView>,
     pub(super) status: Option<ConfigStatusView>,
     pub(super) effective_config_hash: Option<String>,
+    /// The contents of that configuration, when the budget keeps them.
+    effective: Option<Arc<Kept>>,
     connected_ms: u64,
     pub(super) last_report_ms: u64,
 }
@@ -103,6 +114,13 @@ pub struct AttributeView {
     pub value: String,
     /// Whether it is an identifying attribute.
     pub identifying: bool,
+    /// Whether its value is a string (another is shown as text, and no group's `match` reads it).
+    #[serde(default = "string_by_default")]
+    pub string: bool,
+}
+
+fn string_by_default() -> bool {
+    true
 }
 
 /// One row of `GET /api/v1/opamp/agents`.
@@ -115,6 +133,12 @@ pub struct OpampAgentRow {
     pub transport: Cow<'static, str>,
     /// Its description, identifying attributes first.
     pub attributes: Vec<AttributeView>,
+    /// Its key in a rollout's waves: its `service.instance.id` attribute, else its uid.
+    #[serde(default)]
+    pub instance: String,
+    /// Whether it accepts remote configuration (only such an agent is judged by a rollout).
+    #[serde(default)]
+    pub accepts_remote_config: bool,
     /// Its health, if it reports it.
     pub health: Option<HealthView>,
     /// The status of the remote configuration it last received, if it reported one.
@@ -131,6 +155,10 @@ pub struct OpampAgentRow {
     pub connected_ms: u64,
     /// When it last reported (Unix ms).
     pub last_report_ms: u64,
+    /// When it was last seen (Unix ms): now while its WebSocket is open or one of its polls is
+    /// held, else when it last reported.
+    #[serde(default)]
+    pub last_seen_ms: u64,
 }
 
 /// The [`Backend`] over the served table, and the live OpAMP agents.
@@ -141,6 +169,17 @@ pub struct OpampFleet {
     /// The configurations of the rollout candidate's section last asked for.
     candidate: ArcSwapOption<Built>,
     rows: Mutex<HashMap<InstanceUid, Row>>,
+    /// What the agents' effective configurations kept take together.
+    budget: Budget,
+}
+
+/// An agent's effective configuration as `GET /api/v1/opamp/agents/{uid}/effective` shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct Effective {
+    /// Its hash, as `config_hash` is computed; `None` when it reported none.
+    pub(crate) hash: Option<String>,
+    /// Its contents, when kept.
+    pub(crate) config: Option<EffectiveConfig>,
 }
 
 impl OpampFleet {
@@ -151,6 +190,7 @@ impl OpampFleet {
             built: ArcSwap::from_pointee(Built::default()),
             candidate: ArcSwapOption::empty(),
             rows: Mutex::default(),
+            budget: Budget::default(),
         }
     }
 
@@ -183,7 +223,7 @@ impl OpampFleet {
 
     /// The live agents, by uid.
     pub fn agents(&self) -> Vec<OpampAgentRow> {
-        let built = self.built();
+        let (built, now) = (self.built(), now_ms());
         let rows: Vec<(InstanceUid, Row)> = self.rows().iter().map(|(uid, row)| (*uid, row.clone())).collect();
         let mut out: Vec<OpampAgentRow> = rows
             .into_iter()
@@ -191,8 +231,13 @@ impl OpampFleet {
                 let offered = built.of(&row.description);
                 let offered_hash = offered.map(|(_, config)| config.hash().to_string());
                 let current = matches!((&row.status, &offered_hash), (Some(s), Some(h)) if s.config_hash == *h);
+                let uid = hex(uid.as_bytes());
+                let live = row.transport == Transport::WebSocket || row.holding > 0;
                 OpampAgentRow {
-                    uid: hex(uid.as_bytes()),
+                    instance: super::rollout::key(&uid, &row.description),
+                    accepts_remote_config: row.capabilities.has(skyconf_opamp::bits::agent::ACCEPTS_REMOTE_CONFIG),
+                    last_seen_ms: if live { now } else { row.last_report_ms },
+                    uid,
                     transport: Cow::Borrowed(match row.transport {
                         Transport::Http => "http",
                         Transport::WebSocket => "websocket",
@@ -211,6 +256,17 @@ impl OpampFleet {
             .collect();
         out.sort_by(|a, b| a.uid.cmp(&b.uid));
         out
+    }
+
+    /// The effective configuration of the live agent whose uid is `uid` (hex); `None` when no
+    /// agent here has it.
+    pub(crate) fn effective(&self, uid: &str) -> Option<Effective> {
+        let rows = self.rows();
+        let (_, row) = rows.iter().find(|(key, _)| hex(key.as_bytes()).eq_ignore_ascii_case(uid))?;
+        Some(Effective {
+            hash: row.effective_config_hash.clone(),
+            config: row.effective.as_ref().map(|kept| kept.config.clone()),
+        })
     }
 
     /// Live agents by the status of their last `RemoteConfigStatus` (`none`: not reported).
@@ -261,7 +317,12 @@ fn attributes(description: &skyconf_opamp::Description) -> Vec<AttributeView> {
     let other = d.non_identifying_attributes.iter().map(|kv| (kv, false));
     identifying
         .chain(other)
-        .map(|(kv, identifying)| AttributeView { key: kv.key.clone(), value: text(kv.value.as_ref()), identifying })
+        .map(|(kv, identifying)| AttributeView {
+            key: kv.key.clone(),
+            value: text(kv.value.as_ref()),
+            identifying,
+            string: matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()), Some(Value::StringValue(_))),
+        })
         .collect()
 }
 
@@ -285,6 +346,11 @@ impl Backend for OpampFleet {
 
     fn report(&self, agent: &Agent, report: Report<'_>) {
         let now = now_ms();
+        // Cut before the lock: a copy of at most MAX_EFFECTIVE_BYTES.
+        let contents = match &report {
+            Report::EffectiveConfig(effective) => Some(EffectiveConfig::of(effective, MAX_EFFECTIVE_BYTES)),
+            _ => None,
+        };
         let mut rows = self.rows();
         if matches!(report, Report::Holding(false)) && !rows.contains_key(&agent.uid) {
             // The end of a hold whose session ended first: no row to bring back.
@@ -296,6 +362,7 @@ impl Backend for OpampFleet {
             health: None,
             status: None,
             effective_config_hash: None,
+            effective: None,
             capabilities: agent.capabilities,
             holding: 0,
             connected_ms: now,
@@ -319,6 +386,9 @@ impl Backend for OpampFleet {
                     (name.clone(), ConfigFile { content_type: file.content_type.clone(), body: file.body.clone() })
                 });
                 row.effective_config_hash = Some(RemoteConfig::new(files).hash().to_string());
+                // The previous contents give their bytes back before the new ones are counted.
+                row.effective = None;
+                row.effective = contents.and_then(|c| self.budget.keep(c)).map(Arc::new);
             }
             Report::RemoteConfigStatus(status) => row.status = Some(view(status)),
             Report::Holding(true) => row.holding = row.holding.saturating_add(1),

@@ -4,6 +4,7 @@
 //!
 //! - [`backend`]: [`OpampFleet`], the [`skyconf_opamp::Backend`] over the served table, which
 //!   also keeps the live agents for the fleet view (`GET /api/v1/opamp/agents`).
+//! - [`effective`]: the contents of the agents' effective configurations, bounded.
 //! - [`metrics`]: the `skyconf_opamp_agents{status}` gauge.
 //! - [`replicas`]: the agents of the other replicas, through the shared store.
 //! - [`security`]: the agent token and TLS on the port, as on the other ports.
@@ -12,6 +13,7 @@
 //!   what the gates read of them).
 
 pub(crate) mod backend;
+pub(crate) mod effective;
 pub(crate) mod metrics;
 pub(crate) mod replicas;
 pub(crate) mod rollout;

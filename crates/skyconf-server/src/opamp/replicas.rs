@@ -8,8 +8,11 @@
 //!   an [`OpampSummary`]: the replica, when it was computed, and its first
 //!   [`MAX_PUBLISHED_AGENTS`] agent rows by uid, as `GET /api/v1/opamp/agents` lists them (no
 //!   more than [`MAX_SUMMARY_BYTES`]: rows are dropped to fit). A summary that changed only in
-//!   its report times is not written again for a while ([`crate::summaries`]). At shutdown
-//!   the record is deleted; a replica that dies leaves it to the store's session expiry.
+//!   its report times is not written again for a while ([`crate::summaries`]), except while a
+//!   rollout of `opamp:` groups is served: the driver, on any replica, judges these rows
+//!   ([`super::rollout`]: the instance key, the `RemoteConfigStatus`, when each was last seen),
+//!   so they are written every period then. At shutdown the record is deleted; a replica that
+//!   dies leaves it to the store's session expiry.
 //! - **Read**: on the same tick, from every replica (one without an OpAMP port too, so its page
 //!   lists the others' agents). A peer's rows are as of its last publish (`as_of_ms`).
 //!
@@ -63,6 +66,7 @@ impl OpampSummary {
             for row in rows.as_array_mut().into_iter().flatten() {
                 if let Some(row) = row.as_object_mut() {
                     row.remove("last_report_ms");
+                    row.remove("last_seen_ms");
                 }
             }
             rows
@@ -153,7 +157,10 @@ impl OpampReplicas {
                 _ = tick.tick() => {}
             }
             if let Some(fleet) = &fleet {
-                board.publish(OpampSummary::of(fleet, &self.id)).await;
+                // While a rollout of `opamp:` groups is served, its driver judges these rows (when
+                // each agent was last seen too): written every period.
+                let judged = served.overlay().is_some_and(|o| o.opamp.is_some());
+                board.publish(OpampSummary::of(fleet, &self.id), judged).await;
             }
             if let Some(others) = board.others().await {
                 self.peers.store(Arc::new(others));
@@ -195,7 +202,10 @@ mod tests {
                 key: "service.name".into(),
                 value: format!("checkout-{n}"),
                 identifying: true,
+                string: true,
             }],
+            instance: format!("{n:032x}"),
+            accepts_remote_config: true,
             health: None,
             remote_config_status: Some(ConfigStatusView {
                 status: "applied".into(),
@@ -208,6 +218,7 @@ mod tests {
             current: true,
             connected_ms: 1,
             last_report_ms: 2,
+            last_seen_ms: 2,
         }
     }
 
@@ -228,6 +239,7 @@ mod tests {
         let mut later = big.clone();
         later.updated_ms = 10_000;
         later.agents[0].last_report_ms = 10_000;
+        later.agents[0].last_seen_ms = 10_000;
         assert!(big.same(&later));
         later.agents[0].current = false;
         assert!(!big.same(&later));

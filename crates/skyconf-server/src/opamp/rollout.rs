@@ -15,7 +15,9 @@
 //! it); it has **failed** when that status says FAILED for it, and its `error_message` is the
 //! reason the wave is reverted with. An agent connected by WebSocket is live while its
 //! connection is open; an HTTP agent while one of its polls is held, and when its messages move
-//! on (a heartbeat too). After a revert every concerned
+//! on (a heartbeat too). The other replicas' agents are judged alike from the rows they publish
+//! ([`super::replicas`]: seen as of their replica's last summary), so the replica that drives a
+//! rollout judges every agent. After a revert every concerned
 //! agent is offered the served files again, and what it reports of them is shown beside the
 //! rollout (opamp-spec #397).
 
@@ -24,7 +26,8 @@ use std::sync::Arc;
 use skyconf_core::opamp::OpampSection;
 use skyconf_opamp::{Agent, RemoteConfig, Transport, bits};
 
-use super::backend::{ConfigStatusView, OpampFleet, hex};
+use super::backend::{Built, ConfigStatusView, OpampFleet, hex};
+use super::replicas::OpampSummary;
 use crate::served::{Observed, WaveMembers};
 
 /// The prefix of the rollout unit of an OpAMP group.
@@ -54,7 +57,7 @@ pub enum StatusOf {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Judged {
     /// The agent: its unit (`opamp:<group>`) as its service, its key as its instance; `held` when
-    /// a WebSocket connection is open now, or a poll held.
+    /// a WebSocket connection is open now, or a poll held (never for another replica's row).
     pub agent: Observed,
     /// Its last `RemoteConfigStatus`, if it reported one.
     pub status: Option<ConfigStatusView>,
@@ -62,8 +65,74 @@ pub struct Judged {
     pub status_of: StatusOf,
 }
 
-fn key(agent_uid: &str, description: &skyconf_opamp::Description) -> String {
+/// An agent's key in a rollout's waves: its `service.instance.id`, else its uid (hex).
+pub(super) fn key(agent_uid: &str, description: &skyconf_opamp::Description) -> String {
     description.get_str(INSTANCE_ATTRIBUTE).map_or_else(|| agent_uid.to_owned(), str::to_owned)
+}
+
+/// What the gates read of one agent: a live row of this replica, or one another replica published.
+struct Facts<'r, F> {
+    /// Reads its string attributes.
+    attribute: F,
+    /// Its key ([`key`]).
+    instance: String,
+    status: Option<&'r ConfigStatusView>,
+    effective_config_hash: Option<&'r str>,
+    last_seen_ms: u64,
+    held: bool,
+}
+
+/// The configurations a rollout's look offers: the served table's and the candidate's.
+struct Offers {
+    served: Arc<Built>,
+    candidate: Arc<Built>,
+}
+
+impl Offers {
+    /// `agent` judged with `members` reached, when the candidate offers it other files than the
+    /// served table.
+    fn judge<'a>(
+        &self,
+        members: &WaveMembers,
+        agent: Facts<'_, impl Fn(&str) -> Option<&'a str> + Copy>,
+    ) -> Option<Judged> {
+        let (served, offered) =
+            (self.served.of_attributes(agent.attribute), self.candidate.of_attributes(agent.attribute));
+        let hash = |o: Option<(&str, &Arc<RemoteConfig>)>| o.map(|(_, c)| c.hash().to_string());
+        let (previous, next) = (hash(served), hash(offered));
+        if previous == next {
+            return None;
+        }
+        let group = offered.or(served).map(|(group, _)| group)?;
+        let unit = unit(group);
+        let reached = members.holds(&unit, &agent.instance);
+        let now = if reached { &next } else { &previous };
+        let about = |hash: &str| now.as_deref() == Some(hash);
+        let status = agent.status.cloned();
+        let applied = now.is_none()
+            || status.as_ref().is_some_and(|s| s.status == "applied" && about(&s.config_hash))
+            || agent.effective_config_hash.is_some_and(about);
+        let failed =
+            status.as_ref().filter(|s| s.status == "failed" && about(&s.config_hash)).map(|s| s.error_message.clone());
+        let status_of = match status.as_ref().map(|s| Some(s.config_hash.clone())) {
+            Some(hash) if hash == next => StatusOf::Candidate,
+            Some(hash) if hash == previous => StatusOf::Previous,
+            _ => StatusOf::Other,
+        };
+        Some(Judged {
+            agent: Observed {
+                service: unit,
+                instance: agent.instance,
+                reached,
+                applied,
+                failed,
+                last_seen_ms: agent.last_seen_ms,
+                held: agent.held,
+            },
+            status,
+            status_of,
+        })
+    }
 }
 
 impl OpampFleet {
@@ -90,53 +159,43 @@ impl OpampFleet {
             .then(|| offered.map(|(_, config)| Arc::clone(config)))
     }
 
-    /// The live agents the `candidate` section offers other files than the served one, judged
-    /// against what they are offered with `members` reached.
-    pub fn judged(&self, candidate: &OpampSection, members: &WaveMembers) -> Vec<Judged> {
-        let (built, candidate) = (self.built(), self.candidate(candidate));
+    /// The agents the `candidate` section offers other files than the served one, judged against
+    /// what they are offered with `members` reached: this replica's live agents, and those
+    /// `peers` published (seen when their rows say, never held at this look).
+    pub fn judged(&self, candidate: &OpampSection, members: &WaveMembers, peers: &[OpampSummary]) -> Vec<Judged> {
+        let offers = Offers { served: self.built(), candidate: self.candidate(candidate) };
         let rows: Vec<_> = self.rows().iter().map(|(uid, row)| (hex(uid.as_bytes()), row.clone())).collect();
         let mut out = Vec::new();
-        for (uid, row) in rows {
+        for (uid, row) in &rows {
             if row.description.is_empty() || !row.capabilities.has(bits::agent::ACCEPTS_REMOTE_CONFIG) {
                 continue;
             }
-            let (served, offered) = (built.of(&row.description), candidate.of(&row.description));
-            let hash = |o: Option<(&str, &Arc<RemoteConfig>)>| o.map(|(_, c)| c.hash().to_string());
-            let (previous, next) = (hash(served), hash(offered));
-            if previous == next {
+            let facts = Facts {
+                attribute: |key: &str| row.description.get_str(key),
+                instance: key(uid, &row.description),
+                status: row.status.as_ref(),
+                effective_config_hash: row.effective_config_hash.as_deref(),
+                last_seen_ms: row.last_report_ms,
+                held: row.transport == Transport::WebSocket || row.holding > 0,
+            };
+            out.extend(offers.judge(members, facts));
+        }
+        for row in peers.iter().flat_map(|peer| &peer.agents) {
+            if row.attributes.is_empty() || !row.accepts_remote_config {
                 continue;
             }
-            let Some(group) = offered.or(served).map(|(group, _)| group) else { continue };
-            let (unit, instance) = (unit(group), key(&uid, &row.description));
-            let reached = members.holds(&unit, &instance);
-            let now = if reached { &next } else { &previous };
-            let about = |hash: &str| now.as_deref() == Some(hash);
-            let status = row.status.clone();
-            let applied = now.is_none()
-                || status.as_ref().is_some_and(|s| s.status == "applied" && about(&s.config_hash))
-                || row.effective_config_hash.as_deref().is_some_and(about);
-            let failed = status
-                .as_ref()
-                .filter(|s| s.status == "failed" && about(&s.config_hash))
-                .map(|s| s.error_message.clone());
-            let status_of = match status.as_ref().map(|s| Some(s.config_hash.clone())) {
-                Some(hash) if hash == next => StatusOf::Candidate,
-                Some(hash) if hash == previous => StatusOf::Previous,
-                _ => StatusOf::Other,
-            };
-            out.push(Judged {
-                agent: Observed {
-                    service: unit,
-                    instance,
-                    reached,
-                    applied,
-                    failed,
-                    last_seen_ms: row.last_report_ms,
-                    held: row.transport == Transport::WebSocket || row.holding > 0,
+            let facts = Facts {
+                attribute: |key: &str| {
+                    let found = row.attributes.iter().find(|a| a.key == key)?;
+                    found.string.then_some(found.value.as_str())
                 },
-                status,
-                status_of,
-            });
+                instance: row.instance.clone(),
+                status: row.remote_config_status.as_ref(),
+                effective_config_hash: row.effective_config_hash.as_deref(),
+                last_seen_ms: row.last_seen_ms,
+                held: false,
+            };
+            out.extend(offers.judge(members, facts));
         }
         out
     }
@@ -223,7 +282,7 @@ mod tests {
 
         fleet.report(&agents[0], Report::RemoteConfigStatus(&status(&v1, ApplyStatus::Applied, "")));
         fleet.report(&agents[1], Report::RemoteConfigStatus(&status(&v2, ApplyStatus::Failed, "ratio 2")));
-        let judged = fleet.judged(candidate.opamp(), &members);
+        let judged = fleet.judged(candidate.opamp(), &members, &[]);
         let of = |name: &str| judged.iter().find(|j| j.agent.instance == name).cloned();
         assert!(of("otel-3").is_none(), "an agent that does not accept remote configuration is not judged");
         let reached = of("otel-1").unwrap();
@@ -245,9 +304,38 @@ mod tests {
         served.set_overlay(None);
         assert_eq!(offered(&fleet, &agents[1]).hash(), v1.hash());
         fleet.report(&agents[1], Report::RemoteConfigStatus(&status(&v1, ApplyStatus::Applied, "")));
-        let after = fleet.judged(candidate.opamp(), &WaveMembers::default());
+        let after = fleet.judged(candidate.opamp(), &WaveMembers::default(), &[]);
         let back = after.iter().find(|j| j.agent.instance == "otel-1").unwrap();
         assert_eq!((back.agent.applied, back.status_of), (true, StatusOf::Previous));
+    }
+
+    #[test]
+    fn another_replicas_published_agent_is_judged_as_its_own_replica_judges_it() {
+        let served = Arc::new(ServedTable::new(table("0.5")));
+        let (here, there) = (OpampFleet::new(Arc::clone(&served)), OpampFleet::new(Arc::clone(&served)));
+        let candidate = table("2");
+        let members = WaveMembers {
+            share: Some(skyconf_core::targeting::Share::read("100%").unwrap()),
+            named: Default::default(),
+        };
+        let (agent, v2) = (agent(0, true), candidate.opamp().clone());
+        there.report(&agent, Report::Connected);
+        let offered = Built::new(0, &v2).of(&agent.description).map(|(_, c)| Arc::clone(c)).unwrap();
+        there.report(&agent, Report::RemoteConfigStatus(&status(&offered, ApplyStatus::Failed, "ratio 2")));
+        let peer = OpampSummary { replica: "b".into(), updated_ms: 5, agents: there.agents(), total: 1 };
+        let published = here.judged(&v2, &members, std::slice::from_ref(&peer));
+        let own = there.judged(&v2, &members, &[]);
+        assert_eq!(published.len(), 1);
+        let (published, own) = (&published[0], &own[0]);
+        assert_eq!((published.agent.service.as_str(), published.agent.instance.as_str()), ("opamp:collectors", "otel-0"));
+        assert_eq!((published.agent.reached, published.agent.applied), (own.agent.reached, own.agent.applied));
+        assert_eq!((published.agent.failed.as_deref(), published.status_of), (Some("ratio 2"), StatusOf::Candidate));
+        assert!(!published.agent.held, "another replica's row is never held at this look");
+
+        // A non-string attribute is not read by a `match`, there or here.
+        let mut typed = peer.clone();
+        typed.agents[0].attributes[0].string = false;
+        assert!(here.judged(&v2, &members, &[typed]).is_empty());
     }
 
     #[test]
@@ -259,7 +347,7 @@ mod tests {
             share: Some(skyconf_core::targeting::Share::read("100%").unwrap()),
             named: Default::default(),
         };
-        assert!(fleet.judged(table("0.5").opamp(), &members).is_empty());
-        assert_eq!(fleet.judged(table("0.7").opamp(), &members).len(), 1);
+        assert!(fleet.judged(table("0.5").opamp(), &members, &[]).is_empty());
+        assert_eq!(fleet.judged(table("0.7").opamp(), &members, &[]).len(), 1);
     }
 }

@@ -6,7 +6,8 @@
 //! agents together; releases, diffs and rollback name and restore OpAMP-only changes.
 //!
 //! Agents: OpAMP HTTP clients written here from the spec (they poll every 100 ms, apply
-//! `sampling.json` unless its ratio is above 1, and can be killed), skyconf's Rust agent library
+//! `sampling.json` unless its ratio is above 1, and can be killed), a WebSocket client written
+//! here from the spec (no OpAMP WebSocket client is installable here), skyconf's Rust agent library
 //! for the SkyWalking side, and the PyPI client `opentelemetry-opamp-client` for one end-to-end
 //! case (see `opamp.rs` for how it is found).
 
@@ -29,7 +30,7 @@ use crate::rollouts::{TestAgent, post, rollout, stop_all, until, until_state};
 
 /// A document: the SkyWalking service `svc` samples `rate`; the `opamp:` group `collectors`
 /// gives agents of `otel` a `sampling.json` of `ratio`.
-fn document(rate: u32, ratio: &str) -> String {
+pub(crate) fn document(rate: u32, ratio: &str) -> String {
     format!(
         "configurations:\n  svc:\n    agent.sample_n_per_3_secs: {rate}\nopamp:\n  - group: collectors\n    match:\n      service.name: otel\n    files:\n      sampling.json:\n        body: '{{\"ratio\": {ratio}}}'\n"
     )
@@ -45,24 +46,24 @@ fn url(server: &Server) -> String {
 
 /// What one agent went through.
 #[derive(Debug, Default, Clone)]
-struct Seen {
+pub(crate) struct Seen {
     /// Every `sampling.json` body offered, in order.
-    offered: Vec<String>,
+    pub(crate) offered: Vec<String>,
     /// The body it applied last.
-    applied: Option<String>,
+    pub(crate) applied: Option<String>,
 }
 
 /// An OpAMP agent over plain HTTP, from the spec: a full report first (and whenever asked), then
 /// a heartbeat every 100 ms; each offered configuration is applied, unless its ratio is above 1
 /// (FAILED, with why), and the status is reported once.
-struct OtelAgent {
-    instance: String,
+pub(crate) struct OtelAgent {
+    pub(crate) instance: String,
     seen: Arc<Mutex<Seen>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl OtelAgent {
-    fn spawn(url: &str, index: u8) -> Self {
+    pub(crate) fn spawn(url: &str, index: u8) -> Self {
         Self::spawn_holding(url, index, None)
     }
 
@@ -85,47 +86,108 @@ impl OtelAgent {
                 let Some(answer) = send(&http, &url, &msg, hold.filter(|_| bare)).await else { continue };
                 full = answer.flags & bits::REPORT_FULL_STATE != 0;
                 let Some(remote) = answer.remote_config else { continue };
-                let body = remote
-                    .config
-                    .as_ref()
-                    .and_then(|c| c.config_map.get("sampling.json"))
-                    .map(|f| String::from_utf8_lossy(&f.body).into_owned())
-                    .unwrap_or_default();
-                let ratio: f64 =
-                    serde_json::from_str::<Value>(&body).ok().and_then(|v| v["ratio"].as_f64()).unwrap_or(0.0);
-                let (code, error) = if ratio > 1.0 {
-                    (wire::RemoteConfigStatuses::Failed, format!("ratio {ratio} is out of range"))
-                } else {
-                    (wire::RemoteConfigStatuses::Applied, String::new())
-                };
-                {
-                    let mut seen = memory.lock().unwrap();
-                    seen.offered.push(body.clone());
-                    if error.is_empty() {
-                        seen.applied = Some(body);
-                    }
-                }
-                status = Some(wire::RemoteConfigStatus {
-                    last_remote_config_hash: remote.config_hash,
-                    status: code as i32,
-                    error_message: error,
-                });
+                status = Some(apply(&memory, remote));
                 last_status.clone_from(&status);
             }
         });
         Self { instance, seen, task }
     }
 
-    fn seen(&self) -> Seen {
+    pub(crate) fn seen(&self) -> Seen {
         self.seen.lock().unwrap().clone()
     }
 
-    fn applied_ratio(&self, ratio: &str) -> bool {
+    pub(crate) fn applied_ratio(&self, ratio: &str) -> bool {
         self.seen().applied.is_some_and(|b| b == format!("{{\"ratio\": {ratio}}}"))
     }
 }
 
 impl Drop for OtelAgent {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Applies an offered configuration as the agents here do: its `sampling.json`, unless its ratio
+/// is above 1 (FAILED, with why); what `seen` remembers, and the status to report.
+fn apply(seen: &Mutex<Seen>, remote: wire::AgentRemoteConfig) -> wire::RemoteConfigStatus {
+    let body = remote
+        .config
+        .as_ref()
+        .and_then(|c| c.config_map.get("sampling.json"))
+        .map(|f| String::from_utf8_lossy(&f.body).into_owned())
+        .unwrap_or_default();
+    let ratio: f64 = serde_json::from_str::<Value>(&body).ok().and_then(|v| v["ratio"].as_f64()).unwrap_or(0.0);
+    let (code, error) = if ratio > 1.0 {
+        (wire::RemoteConfigStatuses::Failed, format!("ratio {ratio} is out of range"))
+    } else {
+        (wire::RemoteConfigStatuses::Applied, String::new())
+    };
+    let mut seen = seen.lock().unwrap();
+    seen.offered.push(body.clone());
+    if error.is_empty() {
+        seen.applied = Some(body);
+    }
+    wire::RemoteConfigStatus { last_remote_config_hash: remote.config_hash, status: code as i32, error_message: error }
+}
+
+/// An OpAMP agent over WebSocket, written from the spec (no OpAMP WebSocket client is installable
+/// here): one connection, each message after the spec's header (a varint, 0); a full report
+/// first and whenever asked, then the status of each configuration it is pushed, applied as
+/// [`apply`] does. It sends no heartbeat: its open connection is what makes it live.
+pub(crate) struct WsAgent {
+    seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WsAgent {
+    pub(crate) async fn connect(addr: std::net::SocketAddr, index: u8) -> Self {
+        use futures_util::{SinkExt as _, StreamExt as _};
+        use tokio_tungstenite::tungstenite::Message as Frame;
+        let (socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/opamp")).await.unwrap();
+        let (mut out, mut incoming) = socket.split();
+        let frame = |msg: &wire::AgentToServer| {
+            let mut bytes = vec![0u8];
+            msg.encode(&mut bytes).unwrap();
+            Frame::Binary(bytes.into())
+        };
+        let (name, seen) = (format!("otel-{index}"), Arc::new(Mutex::new(Seen::default())));
+        let memory = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            let mut seq = 1;
+            let mut last_status = None::<wire::RemoteConfigStatus>;
+            if out.send(frame(&message(index, &name, seq, true))).await.is_err() {
+                return;
+            }
+            while let Some(Ok(received)) = incoming.next().await {
+                let Frame::Binary(bytes) = received else { continue };
+                assert_eq!(bytes.first(), Some(&0), "the spec's header");
+                let answer = wire::ServerToAgent::decode(&bytes[1..]).unwrap();
+                let full = answer.flags & bits::REPORT_FULL_STATE != 0;
+                let status = answer.remote_config.map(|remote| apply(&memory, remote));
+                if status.is_none() && !full {
+                    continue;
+                }
+                if status.is_some() {
+                    last_status.clone_from(&status);
+                }
+                seq += 1;
+                let mut msg = message(index, &name, seq, full);
+                msg.remote_config_status = status.or_else(|| last_status.clone());
+                if out.send(frame(&msg)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for WsAgent {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -177,14 +239,14 @@ async fn applied(admin: &AdminClient, count: usize) {
     .await;
 }
 
-fn start(document: &str, waves: Value, gates: Value) -> Value {
+pub(crate) fn start(document: &str, waves: Value, gates: Value) -> Value {
     let mut body = json!({"document": document, "advance": "auto", "author": "ops"});
     body["waves"] = waves;
     body["gates"] = gates;
     body
 }
 
-fn last_event(rollout: &Value) -> String {
+pub(crate) fn last_event(rollout: &Value) -> String {
     rollout["events"].as_array().unwrap().last().unwrap()["message"].as_str().unwrap().to_owned()
 }
 
@@ -234,6 +296,47 @@ async fn a_failed_status_reverts_the_wave_at_once_and_the_reached_agent_goes_bac
     for other in agents.iter().filter(|a| a.instance != picked) {
         assert_eq!(other.seen().offered.len(), 1, "{} is not in wave 1: {:?}", other.instance, other.seen());
     }
+    server.stop().await.unwrap();
+}
+
+/// A WebSocket agent over its one connection: a wave of a file it fails is reverted and the
+/// server pushes it its file back; a wave it applies completes, and nothing is pushed again when
+/// the candidate becomes the document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_agent_fails_a_wave_is_pushed_its_file_back_and_completes_the_next() {
+    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    let agent = WsAgent::connect(server.opamp_addr.unwrap(), 0).await;
+    applied(&admin, 1).await;
+    assert_eq!(agents(&admin).await[0]["transport"], "websocket");
+
+    let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
+    let waves = json!([{"share": "100%"}]);
+    let (status, body) =
+        post(&admin, "/api/v1/rollouts", &start(&document(10, "2"), waves.clone(), gates.clone())).await;
+    assert_eq!(status, 201, "{body}");
+    let reverted = until_state(&admin, "reverted").await;
+    assert_eq!(
+        last_event(&reverted),
+        "Wave 1: 1 reached agent(s) reported FAILED: otel-0 (opamp:collectors): ratio 2 is out of range"
+    );
+    until("the server pushes it its file back", async || agent.seen().applied.as_deref() == Some("{\"ratio\": 0.5}"))
+        .await;
+    until("the rollout shows it went back", async || {
+        let back = rollout(&admin).await["after_revert"].clone();
+        back[0]["status_of"] == "previous" && back[0]["remote_config_status"]["status"] == "applied"
+    })
+    .await;
+
+    let (status, body) = post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), waves, gates)).await;
+    assert_eq!(status, 201, "{body}");
+    until_state(&admin, "completed").await;
+    applied(&admin, 1).await;
+    let offered = agent.seen().offered;
+    let ratios: Vec<&str> = ["0.5", "2", "0.5", "0.25"].into();
+    let want: Vec<String> = ratios.iter().map(|r| format!("{{\"ratio\": {r}}}")).collect();
+    assert_eq!(offered, want, "v1, the failed candidate, v1 again, the next candidate, and nothing more");
     server.stop().await.unwrap();
 }
 

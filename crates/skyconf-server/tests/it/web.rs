@@ -765,22 +765,44 @@ async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
 /// The OpAMP view: two OpenTelemetry agents of the OpAMP port, one that applied its group's files
 /// and reports itself healthy with its effective configuration, one whose configuration failed
 /// and that reports itself unhealthy; the page shows their description, group, status, error and
-/// effective configuration, names the group no agent is in, filters them, and opens from the
-/// header.
+/// effective configuration (its file, opened), names the group no agent is in, filters them, and opens from the
+/// header; a rollout of another group that its agent fails shows that group and what the agent
+/// reports after the revert on the rollout's card.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
     use skyconf_opamp::wire::RemoteConfigStatuses;
+
+    use crate::opamp_rollout::{OtelAgent, start};
+    use crate::rollouts::{post, rollout, until};
     if !browser_available() {
         return;
     }
-    let document = crate::opamp::document("checkout", &crate::opamp::json_file("0.5"), 10);
-    let (_dir, path) = temp_file("agents.yaml", &document);
+    let base = crate::opamp::document("checkout", &crate::opamp::json_file("0.5"), 10);
+    let with = |ratio: &str| {
+        format!(
+            "{base}  - group: collectors\n    match:\n      service.name: otel\n    files:\n      sampling.json:\n        body: '{{\"ratio\": {ratio}}}'\n"
+        )
+    };
+    let (_dir, path) = temp_file("agents.yaml", &with("0.5"));
     let running = Server::start(FileSource::new(&path), crate::opamp::config()).await;
     let url = crate::opamp::url(&running);
     let (applied, failed) = ([0xa1; 16], [0xf0; 16]);
     crate::opamp::reporting_agent(&url, applied, "checkout", "node-1", RemoteConfigStatuses::Applied, "").await;
     crate::opamp::reporting_agent(&url, failed, "checkout", "node-2", RemoteConfigStatuses::Failed, "bad ratio").await;
     let (applied, failed) = (crate::opamp::hex(&applied), crate::opamp::hex(&failed));
+    // A rollout of `collectors` its one agent fails: reverted, and the agent goes back.
+    let otel = OtelAgent::spawn(&url, 0);
+    until("the collector applied its file", async || otel.applied_ratio("0.5")).await;
+    let admin = running.admin();
+    let gates = serde_json::json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
+    let plan = start(&with("2"), serde_json::json!([{"share": "100%"}]), gates);
+    let (status, body) = post(&admin, "/api/v1/rollouts", &plan).await;
+    assert_eq!(status, 201, "{body}");
+    until("the rollout is reverted and its agent went back", async || {
+        let back = rollout(&admin).await["after_revert"].clone();
+        back[0]["status_of"] == "previous" && back[0]["remote_config_status"]["status"] == "applied"
+    })
+    .await;
     let out = page_test(
         &running,
         strings(&[
@@ -798,6 +820,12 @@ async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
             "node-1",
             "--unmatched",
             "others",
+            "--effective-body",
+            r#"{"ratio": 0.5}"#,
+            "--reverted-group",
+            "collectors",
+            "--reverted-instance",
+            "otel-0",
         ]),
     )
     .await;

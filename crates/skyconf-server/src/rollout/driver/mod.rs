@@ -11,8 +11,9 @@
 //! every [`HEARTBEAT`]; when it has not for [`DRIVER_TIMEOUT`] (it stopped, or lost the store),
 //! the next replica to look takes over. A promote or an abort on any replica makes that replica the
 //! driver. The driver judges the agents it sees and those the other replicas publish in their
-//! fleet summaries (see [`crate::fleet::replicas`]), so a gate sees the whole fleet, a summary
-//! interval late for the others'. It remembers when it last saw each reached instance live
+//! fleet summaries (see [`crate::fleet::replicas`]) and OpAMP summaries (see
+//! [`crate::opamp::replicas`]), so a gate sees the whole fleet, a summary interval late for the
+//! others'. It remembers when it last saw each reached instance live
 //! ([`Sightings`], beside the record); a replica that takes over starts from its own first look.
 //!
 //! **Start.** A plan is checked whole before anything is served: its bounds
@@ -47,6 +48,7 @@ use super::plan::{
 use crate::fleet::{AgentState, Fleet};
 use crate::opamp::OpampFleet;
 use crate::opamp::backend::ConfigStatusView;
+use crate::opamp::replicas::OpampReplicas;
 use crate::opamp::rollout::{StatusOf, UNIT_PREFIX};
 use crate::publish::Publisher;
 use crate::served::{Overlay, ServedTable};
@@ -263,8 +265,18 @@ pub struct Rollouts {
     sightings: std::sync::Mutex<Sightings>,
     /// The clock the gates and the record's times are read from (it never steps).
     clock: SteadyClock,
-    /// The OpAMP agents, once the OpAMP port runs: a change of `opamp:` groups is judged on them.
-    opamp: std::sync::OnceLock<Arc<OpampFleet>>,
+    /// The OpAMP agents a change of `opamp:` groups is judged on: the OpAMP port's, and the
+    /// other replicas'.
+    opamp: std::sync::OnceLock<OpampJudging>,
+}
+
+/// The OpAMP agents a rollout's gates read.
+#[derive(Debug)]
+struct OpampJudging {
+    /// This replica's (without agents when it runs no OpAMP port).
+    fleet: Arc<OpampFleet>,
+    /// The other replicas' rows, as last read.
+    peers: Arc<OpampReplicas>,
 }
 
 /// Which bake a Prometheus reading was taken in, and when (Unix milliseconds).
@@ -298,9 +310,12 @@ impl Rollouts {
         }
     }
 
-    /// Judges rollouts that change `opamp:` groups on `fleet`'s agents (the OpAMP port's).
-    pub fn judge_opamp(&self, fleet: Arc<OpampFleet>) {
-        let _ = self.opamp.set(fleet);
+    /// Judges rollouts that change `opamp:` groups on `fleet`'s agents (the OpAMP port's, when
+    /// it runs here) and on those the other replicas publish through `peers`.
+    pub fn judge_opamp(&self, fleet: Option<Arc<OpampFleet>>, peers: Arc<OpampReplicas>) {
+        // Without a port of its own, an OpAMP fleet without agents builds the offers judged.
+        let fleet = fleet.unwrap_or_else(|| Arc::new(OpampFleet::new(Arc::clone(&self.served))));
+        let _ = self.opamp.set(OpampJudging { fleet, peers });
     }
 
     /// Logs and counts events through `events` (`skyconf_rollout_events_total`).
@@ -659,15 +674,17 @@ impl Rollouts {
 
     /// The OpAMP agents of `rollout`'s changed `opamp:` groups, judged with `members` reached.
     fn judged(&self, rollout: &Rollout, members: &crate::served::WaveMembers) -> Vec<crate::opamp::rollout::Judged> {
-        let Some(fleet) = self.opamp.get().filter(|_| !rollout.opamp_groups.is_empty()) else { return Vec::new() };
+        let Some(opamp) = self.opamp.get().filter(|_| !rollout.opamp_groups.is_empty()) else { return Vec::new() };
         let Some(candidate) = self.candidate_of(rollout) else { return Vec::new() };
         let units: HashSet<String> = rollout.units().into_iter().collect();
-        fleet.judged(candidate.opamp(), members).into_iter().filter(|j| units.contains(&j.agent.service)).collect()
+        let judged = opamp.fleet.judged(candidate.opamp(), members, &opamp.peers.peers());
+        judged.into_iter().filter(|j| units.contains(&j.agent.service)).collect()
     }
 
     /// The agents of `rollout`'s services, here and on the other replicas (another replica's agent
     /// counts as applied only by a summary computed after `fresh_after_ms`), and the OpAMP agents
-    /// of its `opamp:` groups here.
+    /// of its `opamp:` groups, here and on the other replicas (judged by the `config_hash` they
+    /// report, which names what they applied whenever they said it).
     fn observe_with(
         &self,
         rollout: &Rollout,
