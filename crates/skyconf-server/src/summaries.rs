@@ -67,8 +67,8 @@ impl<S: Published> Board<S> {
         let fresh = !every_period
             && self
                 .written
-            .as_ref()
-            .is_some_and(|(last, at)| summary.unchanged_from(last) && at.elapsed() < self.rewrite_after);
+                .as_ref()
+                .is_some_and(|(last, at)| summary.unchanged_from(last) && at.elapsed() < self.rewrite_after);
         if fresh {
             return;
         }
@@ -127,5 +127,79 @@ impl<S: Published> Board<S> {
                 tracing::debug!(replica = %self.id, "Deleting the {} timed out; it expires with the session.", S::WHAT);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde::Deserialize;
+    use skyconf_sources::StoreFuture;
+    use skyconf_sources::shared::Listed;
+
+    use super::*;
+
+    /// A store that counts the summaries written.
+    #[derive(Debug, Default)]
+    struct Counted(AtomicUsize);
+
+    impl SharedRecords for Counted {
+        fn describe(&self) -> String {
+            "counted".into()
+        }
+        fn create<'a>(&'a self, _: &'a str, _: &'a str, _: &'a [u8]) -> StoreFuture<'a, bool> {
+            Box::pin(async { Ok(true) })
+        }
+        fn put<'a>(&'a self, _: &'a str, _: &'a str, _: &'a [u8], _: Lifetime) -> StoreFuture<'a, ()> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(()) })
+        }
+        fn get<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn list<'a>(&'a self, _: &'a str) -> StoreFuture<'a, Listed> {
+            Box::pin(async { Ok(Listed::default()) })
+        }
+        fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> StoreFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// A summary whose only content is a time (which `unchanged_from` sets aside).
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Seen {
+        replica: String,
+        last_seen_ms: u64,
+    }
+
+    impl Published for Seen {
+        const KIND: &'static str = "seen";
+        const WHAT: &'static str = "test summary";
+        fn replica(&self) -> &str {
+            &self.replica
+        }
+        fn unchanged_from(&self, _: &Self) -> bool {
+            true
+        }
+        fn to_record(&mut self) -> Vec<u8> {
+            serde_json::to_vec(self).unwrap()
+        }
+    }
+
+    /// A rollout's driver on another replica reads when each agent was last seen: while one is
+    /// served, a summary that changed only in its times is written on every period, where
+    /// otherwise it waits [`REWRITE_EVERY`] periods (longer than a rollout's default `lost_after_s`).
+    #[tokio::test]
+    async fn an_unchanged_summary_is_written_every_period_only_while_a_rollout_is_served() {
+        let store = Arc::new(Counted::default());
+        let mut board = Board::new("a", Arc::clone(&store) as Arc<dyn SharedRecords>, Duration::from_secs(10));
+        let seen = |ms| Seen { replica: "a".into(), last_seen_ms: ms };
+        board.publish(seen(1), false).await;
+        board.publish(seen(2), false).await;
+        assert_eq!(store.0.load(Ordering::SeqCst), 1, "without a rollout the unchanged summary waits");
+        board.publish(seen(3), true).await;
+        board.publish(seen(4), true).await;
+        assert_eq!(store.0.load(Ordering::SeqCst), 3, "with a rollout every period writes it");
     }
 }

@@ -209,7 +209,7 @@ impl ConfigurationDiscoveryService for CdsService {
         Self: 'async_trait,
     {
         let Some(hold_for) = self.hold.hold_for(request.metadata()) else {
-            return Box::pin(std::future::ready(Ok(Response::new(EncodedCommands(self.answer_now(request))))));
+            return Box::pin(std::future::ready(Ok(Response::new(EncodedCommands(self.answer_now(&request))))));
         };
         match self.fetch(request, hold_for) {
             Fetched::Now(bytes) => Box::pin(std::future::ready(Ok(Response::new(EncodedCommands(bytes))))),
@@ -226,7 +226,7 @@ enum Fetched<'a> {
 
 impl CdsService {
     /// Answers `request`, a poll that is not to be held ([`HoldOptions::hold_for`] said so), now.
-    fn answer_now(&self, request: Request<ConfigurationSyncRequest>) -> Bytes {
+    fn answer_now(&self, request: &Request<ConfigurationSyncRequest>) -> Bytes {
         let started = self.metrics.start();
         let caller = Caller::of(request.extensions());
         let Some((bytes, outcome)) = self.lookup(request.get_ref(), caller.as_ref(), true) else {

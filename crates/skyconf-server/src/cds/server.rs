@@ -88,7 +88,7 @@ impl UnaryService<ConfigurationSyncRequest> for Fetch {
 
     fn call(&mut self, request: Request<ConfigurationSyncRequest>) -> Self::Future {
         let Some(hold_for) = self.0.hold.hold_for(request.metadata()) else {
-            return Either::Left(ready(Ok(Response::new(EncodedCommands(self.0.answer_now(request))))));
+            return Either::Left(ready(Ok(Response::new(EncodedCommands(self.0.answer_now(&request))))));
         };
         let service = Arc::clone(&self.0);
         Either::Right(Box::pin(async move {

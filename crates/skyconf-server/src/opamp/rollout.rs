@@ -327,7 +327,10 @@ mod tests {
         let own = there.judged(&v2, &members, &[]);
         assert_eq!(published.len(), 1);
         let (published, own) = (&published[0], &own[0]);
-        assert_eq!((published.agent.service.as_str(), published.agent.instance.as_str()), ("opamp:collectors", "otel-0"));
+        assert_eq!(
+            (published.agent.service.as_str(), published.agent.instance.as_str()),
+            ("opamp:collectors", "otel-0")
+        );
         assert_eq!((published.agent.reached, published.agent.applied), (own.agent.reached, own.agent.applied));
         assert_eq!((published.agent.failed.as_deref(), published.status_of), (Some("ratio 2"), StatusOf::Candidate));
         assert!(!published.agent.held, "another replica's row is never held at this look");

@@ -49,7 +49,9 @@ async fn an_opamp_agent_of_one_replica_is_listed_by_the_other_until_it_leaves() 
     eventually_async("B lists A's OpAMP agent, labelled with A, with its status", async || {
         let body = listed(&admin_b).await;
         row = body["agents"].as_array().and_then(|a| a.first()).cloned().unwrap_or(Value::Null);
-        body["replica"] == "replica-b" && row["replica"] == "replica-a" && row["remote_config_status"]["status"] == "applied"
+        body["replica"] == "replica-b"
+            && row["replica"] == "replica-a"
+            && row["remote_config_status"]["status"] == "applied"
     })
     .await;
     let body = listed(&admin_b).await;
