@@ -23,6 +23,12 @@ fn config() -> ServeConfig {
     ServeConfig { reset_guard: Guard::OFF, ..loopback() }
 }
 
+/// The etcd store, retrying quickly once the refused document is in.
+fn etcd_source(etcd: &EtcdServer) -> EtcdSource {
+    let settings = EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() };
+    EtcdSource::new(settings).unwrap().with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
+}
+
 /// Refuses `REFUSED` (put into the store by `put_refused`), then repairs `svc` with a
 /// per-service write: the answer, once served.
 async fn repair(running: &Server) -> Value {
@@ -66,11 +72,7 @@ async fn a_per_service_write_replaces_a_document_refused_in_etcd() {
     let Some(etcd) = EtcdServer::start().await else { return };
     let admin = etcd.admin().await;
     admin.put(AGENT_KEY, V1).await;
-    let settings = EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() };
-    let source = EtcdSource::new(settings)
-        .unwrap()
-        .with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)));
-    let running = Server::start(source, config()).await;
+    let running = Server::start(etcd_source(&etcd), config()).await;
     let refused_at = admin.put(AGENT_KEY, REFUSED).await;
     let answer = repair(&running).await;
     assert_eq!(answer["replaced_refused"]["revision"], refused_at, "the refused document's revision: {answer}");
@@ -115,11 +117,7 @@ async fn writing_the_served_text_replaces_a_document_refused_in_etcd() {
     let Some(etcd) = EtcdServer::start().await else { return };
     let admin = etcd.admin().await;
     admin.put(AGENT_KEY, V1).await;
-    let settings = EtcdSettings { endpoints: etcd.url(), ..EtcdSettings::default() };
-    let source = EtcdSource::new(settings)
-        .unwrap()
-        .with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)));
-    let running = Server::start(source, config()).await;
+    let running = Server::start(etcd_source(&etcd), config()).await;
     let refused_at = admin.put(AGENT_KEY, REFUSED).await;
     let answer = write_served_text(&running).await;
     assert_eq!(answer["replaced_refused"]["revision"], refused_at, "{answer}");
