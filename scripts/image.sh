@@ -48,6 +48,11 @@ if [ "$TARGET/release/skyconf" != "$ROOT/target/release/skyconf" ]; then
   # The build context is the repository: the Containerfile copies target/release/skyconf.
   mkdir -p target/release && cp "$TARGET/release/skyconf" target/release/skyconf
 fi
+# The release profile ships no debug info (docs/deploy.md says how to get symbols): a binary over
+# 30 MB means it crept back in.
+BYTES=$(stat -c %s target/release/skyconf)
+[ "$BYTES" -le $((30 * 1024 * 1024)) ] || { echo "image.sh: the release binary is $BYTES bytes, over 30 MiB" >&2; exit 1; }
+log "release binary: $((BYTES / 1024 / 1024)) MiB"
 
 # --- 2. the base -----------------------------------------------------------------------------
 if [ -n "${SKYCONF_BASE:-}" ]; then
