@@ -202,9 +202,20 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_slots(agent_slots(upstreams.is_some()));
     let first_message = limits.layer(upstreams.is_some(), &edge_metrics, &drain);
     let http2 = crate::agent_port::http2::builder(&limits);
+    // CDS is called straight from the port, before the routes (`agent_port::Direct`).
+    let cds = match (cds, cds_guarded) {
+        (Some(cds), _) => tower::util::Either::Left(cds),
+        (None, Some(guarded)) => {
+            tower::util::Either::Right(tower::ServiceExt::<http::Request<tonic::body::Body>>::map_response(
+                guarded,
+                |answer: http::Response<tonic::service::interceptor::ResponseBody<tonic::body::Body>>| {
+                    answer.map(tonic::body::Body::new)
+                },
+            ))
+        }
+        (None, None) => unreachable!("guard returns the service, guarded or not"),
+    };
     let mut routes = tonic::service::Routes::builder();
-    add_some(&mut routes, cds);
-    add_some(&mut routes, cds_guarded);
     add_some(&mut routes, management);
     add_some(&mut routes, management_guarded);
     add_some(&mut routes, dcs);
@@ -223,6 +234,10 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     let stop = shutdown.clone();
     tasks.spawn(async move {
         let routes = tower::Layer::layer(&first_message, routes.prepare());
+        let direct = crate::agent_port::Direct {
+            name: <crate::cds::CdsServer as tonic::server::NamedService>::NAME,
+            service: tower::Layer::layer(&first_message, cds),
+        };
         // TLS is terminated here, not by hyper: the preface deadline then counts bytes above TLS.
         let timeout = connections.handshake_timeout;
         // The connections see the shutdown begin before they are asked to finish.
@@ -237,11 +252,11 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
             match grpc_tls {
                 Some(tls) => {
                     let incoming = limits.incoming_tls(grpc_acceptor, tls, timeout);
-                    crate::agent_port::serve(incoming, routes, http2, signal).await;
+                    crate::agent_port::serve(incoming, routes, Some(direct), http2, signal).await;
                 }
                 None => {
                     let incoming = limits.incoming(grpc_acceptor, timeout);
-                    crate::agent_port::serve(incoming, routes, http2, signal).await;
+                    crate::agent_port::serve(incoming, routes, Some(direct), http2, signal).await;
                 }
             }
         };

@@ -1,5 +1,5 @@
-//! The agent port: the gRPC routes (CDS, `ManagementService`, DCS, and in gateway mode the
-//! forwarding of every other call) served on hyper's HTTP/2 server with settings of skyconf's own
+//! The agent port: the gRPC routes (CDS, called directly ([`Direct`]), `ManagementService`, DCS,
+//! and in gateway mode the forwarding of every other call) served on hyper's HTTP/2 server with settings of skyconf's own
 //! ([`http2`]), over the sockets `crate::security` hands out (capped, shared by source, with
 //! handshake deadlines, drained when closed).
 //!
@@ -30,11 +30,31 @@ use tonic::transport::server::Connected;
 /// What a call on the agent port is answered with.
 type Answer = Result<Response<Body>, Infallible>;
 
-/// Serves `routes` on every connection `incoming` yields, with `builder`'s HTTP/2 settings, until
-/// `stop` completes and the open connections have ended (see the module docs).
-pub async fn serve<I, IO, S>(
+/// One gRPC service called straight from the port, before the routes: the one every agent calls
+/// every 20 s (CDS), which tonic's router (axum's path matching) would cost about 2,000
+/// instructions per call.
+#[derive(Debug, Clone)]
+pub struct Direct<D> {
+    /// The service's gRPC name (`package.Service`): it answers every path `/<name>/…`.
+    pub name: &'static str,
+    /// The service.
+    pub service: D,
+}
+
+impl<D> Direct<D> {
+    /// Whether a call to `path` is this service's.
+    fn serves(&self, path: &str) -> bool {
+        path.strip_prefix('/').and_then(|p| p.strip_prefix(self.name)).is_some_and(|rest| rest.starts_with('/'))
+    }
+}
+
+/// Serves `routes` (and `direct`'s service before them) on every connection `incoming` yields,
+/// with `builder`'s HTTP/2 settings, until `stop` completes and the open connections have ended
+/// (see the module docs).
+pub async fn serve<I, IO, S, D>(
     incoming: I,
     routes: S,
+    direct: Option<Direct<D>>,
     builder: hyper::server::conn::http2::Builder<TokioExecutor>,
     stop: impl Future<Output = ()>,
 ) where
@@ -43,8 +63,11 @@ pub async fn serve<I, IO, S>(
     IO::ConnectInfo: Sync,
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
+    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
+    D::Future: Send + 'static,
 {
     let routes = Arc::new(routes);
+    let direct = direct.map(Arc::new);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     {
         // Dropped when the loop ends: the listener closes at once, and a client connecting
@@ -63,7 +86,7 @@ pub async fn serve<I, IO, S>(
                     None => break,
                 },
             };
-            let calls = Calls { routes: Arc::clone(&routes), connection: io.connect_info() };
+            let calls = Calls { routes: Arc::clone(&routes), direct: direct.clone(), connection: io.connect_info() };
             let connection = graceful.watch(builder.serve_connection(TokioIo::new(io), calls));
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
@@ -76,17 +99,20 @@ pub async fn serve<I, IO, S>(
     graceful.shutdown().await;
 }
 
-/// One connection's calls: the routes, shared by every connection, and the connection's info,
-/// given to each call.
-struct Calls<S, C> {
+/// One connection's calls: the routes and the direct service, shared by every connection, and
+/// the connection's info, given to each call.
+struct Calls<S, D, C> {
     routes: Arc<S>,
+    direct: Option<Arc<Direct<D>>>,
     connection: C,
 }
 
-impl<S, C> hyper::service::Service<Request<Incoming>> for Calls<S, C>
+impl<S, D, C> hyper::service::Service<Request<Incoming>> for Calls<S, D, C>
 where
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    D::Future: Send + 'static,
     C: Clone + Send + Sync + 'static,
 {
     type Response = Response<Body>;
@@ -103,6 +129,10 @@ where
         // The call is made when its task first runs, not as the stream is accepted: its message,
         // which arrives with its headers, is read at once then, so a burst of new streams is not
         // counted as calls waiting for their message (`grpcMaxPendingStreamsPerSource`).
+        if let Some(direct) = self.direct.as_deref().filter(|d| d.serves(request.uri().path())) {
+            let service = D::clone(&direct.service);
+            return Box::pin(within(deadline, tower::ServiceExt::oneshot(service, request)));
+        }
         let routes = S::clone(&self.routes);
         Box::pin(within(deadline, tower::ServiceExt::oneshot(routes, request)))
     }
@@ -114,4 +144,20 @@ async fn within(deadline: Option<Duration>, call: impl Future<Output = Answer>) 
     tokio::time::timeout(deadline, call)
         .await
         .unwrap_or_else(|_| Ok(tonic::Status::cancelled("Timeout expired").into_http()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Direct;
+
+    #[test]
+    fn a_direct_service_serves_its_own_paths_only() {
+        let cds = Direct { name: "skywalking.v3.ConfigurationDiscoveryService", service: () };
+        assert!(cds.serves("/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations"));
+        assert!(cds.serves("/skywalking.v3.ConfigurationDiscoveryService/other"), "the service answers UNIMPLEMENTED");
+        assert!(!cds.serves("/skywalking.v3.ConfigurationDiscoveryServiceX/fetchConfigurations"));
+        assert!(!cds.serves("/skywalking.v3.ManagementService/keepAlive"));
+        assert!(!cds.serves("skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations"));
+        assert!(!cds.serves("/skywalking.v3.ConfigurationDiscoveryService"));
+    }
 }
