@@ -178,7 +178,19 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
     use security::auth::guard;
     let (agent_token, dcs_token, events) =
         (config.security.agent_token.as_ref(), config.security.dcs_token.as_ref(), metrics.events());
-    let (cds, cds_guarded) = guard(cds, agent_token, metrics::GuardedService::Cds, &events);
+    // CDS is called straight from the port, before the routes (`agent_port::Direct`): one type
+    // whether or not it is guarded.
+    let cds = match security::auth::guard_either(cds, agent_token, metrics::GuardedService::Cds, &events) {
+        tower::util::Either::Left(cds) => tower::util::Either::Left(cds),
+        tower::util::Either::Right(guarded) => {
+            tower::util::Either::Right(tower::ServiceExt::<http::Request<tonic::body::Body>>::map_response(
+                guarded,
+                |answer: http::Response<tonic::service::interceptor::ResponseBody<tonic::body::Body>>| {
+                    answer.map(tonic::body::Body::new)
+                },
+            ))
+        }
+    };
     let (management, management_guarded) = match management {
         Some(management) => guard(management, agent_token, metrics::GuardedService::Management, &events),
         None => (None, None),
@@ -202,19 +214,6 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_slots(agent_slots(upstreams.is_some()));
     let first_message = limits.layer(upstreams.is_some(), &edge_metrics, &drain);
     let http2 = crate::agent_port::http2::builder(&limits);
-    // CDS is called straight from the port, before the routes (`agent_port::Direct`).
-    let cds = match (cds, cds_guarded) {
-        (Some(cds), _) => tower::util::Either::Left(cds),
-        (None, Some(guarded)) => {
-            tower::util::Either::Right(tower::ServiceExt::<http::Request<tonic::body::Body>>::map_response(
-                guarded,
-                |answer: http::Response<tonic::service::interceptor::ResponseBody<tonic::body::Body>>| {
-                    answer.map(tonic::body::Body::new)
-                },
-            ))
-        }
-        (None, None) => unreachable!("guard returns the service, guarded or not"),
-    };
     let mut routes = tonic::service::Routes::builder();
     add_some(&mut routes, management);
     add_some(&mut routes, management_guarded);

@@ -150,11 +150,24 @@ pub fn guard<S>(
     which: GuardedService,
     events: &Events,
 ) -> (Option<S>, Option<tonic::service::interceptor::InterceptedService<S, TokenCheck>>) {
+    match guard_either(service, token, which, events) {
+        tower::util::Either::Left(service) => (Some(service), None),
+        tower::util::Either::Right(guarded) => (None, Some(guarded)),
+    }
+}
+
+/// [`guard`]'s two outcomes as one service type, for a service called without tonic's routes.
+pub fn guard_either<S>(
+    service: S,
+    token: Option<&Secret>,
+    which: GuardedService,
+    events: &Events,
+) -> tower::util::Either<S, tonic::service::interceptor::InterceptedService<S, TokenCheck>> {
     match token.filter(|token| !token.is_empty()) {
-        None => (Some(service), None),
+        None => tower::util::Either::Left(service),
         Some(token) => {
             let check = TokenCheck::new(token.clone(), which, events.clone());
-            (None, Some(tonic::service::interceptor::InterceptedService::new(service, check)))
+            tower::util::Either::Right(tonic::service::interceptor::InterceptedService::new(service, check))
         }
     }
 }
