@@ -46,6 +46,7 @@ mod startup;
 pub(crate) mod store_task;
 pub(crate) mod store_view;
 pub(crate) mod summaries;
+mod text;
 mod unix_time;
 
 use std::net::SocketAddr;

@@ -248,10 +248,7 @@ impl Rejection {
     /// `text` from `origin`, refused now for `error`.
     pub fn new(origin: impl Into<String>, error: impl Into<String>, text: Option<&str>) -> Self {
         let kept = text.map(|text| {
-            let mut end = text.len().min(MAX_REJECTED_TEXT_BYTES);
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = crate::text::floor_char_boundary(text, MAX_REJECTED_TEXT_BYTES);
             (Arc::<str>::from(&text[..end]), end < text.len())
         });
         Self {

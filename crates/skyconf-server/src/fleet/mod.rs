@@ -447,11 +447,7 @@ fn cut(text: &str) -> &str {
     if text.len() <= MAX_KEPT_TEXT_BYTES {
         return text;
     }
-    let mut end = MAX_KEPT_TEXT_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    &text[..crate::text::floor_char_boundary(text, MAX_KEPT_TEXT_BYTES)]
 }
 
 /// Spreads connections over shards: a multiplicative hash of the connection id, or of the

@@ -55,7 +55,7 @@ impl EffectiveConfig {
             .into_iter()
             .map(|(name, file)| {
                 let text = String::from_utf8_lossy(&file.body);
-                let cut = floor_char_boundary(&text, room);
+                let cut = crate::text::floor_char_boundary(&text, room);
                 room -= cut;
                 EffectiveFile {
                     name: name.clone(),
@@ -73,15 +73,6 @@ impl EffectiveConfig {
     pub(crate) fn bytes(&self) -> usize {
         self.files.iter().map(|f| f.name.len() + f.content_type.len() + f.body.len()).sum()
     }
-}
-
-/// The largest index at most `at` that is a character boundary of `text`.
-fn floor_char_boundary(text: &str, at: usize) -> usize {
-    let mut at = at.min(text.len());
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
 
 /// What every agent's kept configuration takes together. Cheap to clone.

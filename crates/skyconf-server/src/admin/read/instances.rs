@@ -298,11 +298,7 @@ fn explain_targeting(view: &crate::served::View<'_>, instance: &mut InstanceStat
             reason = format!("reached by rollout {rollout}; {reason}");
         }
         if reason.len() > MAX_REASON_BYTES {
-            let mut end = MAX_REASON_BYTES - 3;
-            while !reason.is_char_boundary(end) {
-                end -= 1;
-            }
-            reason.truncate(end);
+            reason.truncate(crate::text::floor_char_boundary(&reason, MAX_REASON_BYTES - 3));
             reason.push_str("...");
         }
         polled.group = choice.chosen.group.map(|g| g.name.clone());

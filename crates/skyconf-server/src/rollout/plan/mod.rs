@@ -298,11 +298,7 @@ fn cut(mut text: String, max: usize) -> String {
     if text.len() <= max {
         return text;
     }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
+    text.truncate(crate::text::floor_char_boundary(&text, max.saturating_sub('…'.len_utf8())));
     text.push('…');
     text
 }
