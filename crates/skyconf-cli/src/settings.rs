@@ -230,6 +230,8 @@ pub(crate) struct LimitsSection {
     pub(crate) grpc_max_pending_streams_per_source: Option<usize>,
     /// Concurrent connections on the admin port.
     pub(crate) admin_max_connections: Option<usize>,
+    /// The gRPC port's HTTP/2 server, `hyper` or `own` (default: `SKYCONF_AGENT_HTTP2`, else hyper).
+    pub(crate) grpc_http2_server: Option<skyconf_server::agent_port::Http2Server>,
 }
 
 impl LimitsSection {
@@ -252,6 +254,7 @@ impl LimitsSection {
             max_pending_streams_per_source: self
                 .grpc_max_pending_streams_per_source
                 .or(defaults.max_pending_streams_per_source),
+            http2_server: self.grpc_http2_server.unwrap_or(defaults.http2_server),
             ..defaults
         }
     }
@@ -592,6 +595,7 @@ skyconf:
     grpcMaxConnectionsPerSource: 300
     grpcMaxPendingStreams: 2000
     grpcMaxPendingStreamsPerSource: 700
+    grpcHttp2Server: own
 "#;
         let file = ConfigFile::parse(text, "application.yml", &env(&[("SW_AUTHENTICATION", "agent-s3cret")])).unwrap();
         let sharing: SharingServerSection = file.section("receiver-sharing-server.default").unwrap().unwrap();
@@ -608,6 +612,7 @@ skyconf:
         assert_eq!((limits.max_concurrent_streams, limits.keepalive_interval), (8, None));
         assert_eq!(limits.request_message_timeout, Duration::from_secs(3));
         assert_eq!((limits.max_pending_streams, limits.max_pending_streams_per_source), (2000, Some(700)));
+        assert_eq!(limits.http2_server, skyconf_server::agent_port::Http2Server::Own);
         let connections = own.limits.connections();
         assert_eq!(connections.handshake_timeout, Duration::from_millis(2500));
         assert_eq!(connections.max_grpc_connections, Some(900));

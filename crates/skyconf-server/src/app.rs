@@ -213,7 +213,7 @@ pub async fn start_with<S: Source>(source: S, config: ServeConfig) -> Result<Run
         .with_drain(drain.clone())
         .with_slots(agent_slots(upstreams.is_some()));
     let first_message = limits.layer(upstreams.is_some(), &edge_metrics, &drain);
-    let http2 = crate::agent_port::http2::builder(&limits);
+    let http2 = crate::agent_port::http2::server(&limits);
     let mut routes = tonic::service::Routes::builder();
     add_some(&mut routes, management);
     add_some(&mut routes, management_guarded);

@@ -11,6 +11,8 @@
 //! The limits an operator may change (header list size, concurrent streams, keep-alive pings)
 //! are [`GrpcLimits`]; the rest are the constants below.
 
+use std::sync::Arc;
+
 use hyper::server::conn::http2::Builder;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
@@ -56,6 +58,47 @@ pub const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
 /// before the connection is closed with `ENHANCE_YOUR_CALM` (the same attack made through
 /// stream errors). An agent breaks no stream.
 pub const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
+
+/// The agent port's HTTP/2 server, as `limits` chooses it ([`GrpcLimits::http2_server`]).
+#[derive(Debug)]
+pub enum Server {
+    /// hyper's ([`builder`]).
+    Hyper(Builder<TokioExecutor>),
+    /// skyconf's own ([`own_settings`], `super::own`).
+    Own(Arc<skyconf_h2::Settings>),
+}
+
+/// The server `limits` chooses, with its settings.
+pub fn server(limits: &GrpcLimits) -> Server {
+    match limits.http2_server {
+        super::Http2Server::Hyper => Server::Hyper(builder(limits)),
+        super::Http2Server::Own => Server::Own(Arc::new(own_settings(limits))),
+    }
+}
+
+/// The own server's bound on a connection's output the socket has not taken (over all its
+/// streams): past it the connection reads nothing more and polls no response body until the
+/// client reads. The socket's send buffer takes a streaming answer's bytes first, so this is
+/// what a client that stops reading can make the server hold, beyond one body chunk per stream.
+pub const OWN_MAX_UNSENT_BYTES: usize = 64 * 1024;
+
+/// The own server's settings: the constants above and the limits of `limits`, as [`builder`]
+/// sets them for hyper; SETTINGS must be acknowledged within the keep-alive timeout.
+pub fn own_settings(limits: &GrpcLimits) -> skyconf_h2::Settings {
+    skyconf_h2::Settings {
+        header_table_size: HEADER_TABLE_SIZE,
+        max_concurrent_streams: limits.max_concurrent_streams,
+        max_header_list_bytes: limits.max_header_list_bytes,
+        initial_stream_window: STREAM_WINDOW_BYTES,
+        connection_window: CONNECTION_WINDOW_BYTES,
+        keepalive_interval: limits.keepalive_interval,
+        keepalive_timeout: limits.keepalive_timeout,
+        settings_ack_timeout: limits.keepalive_timeout,
+        max_pending_accept_reset_streams: MAX_PENDING_ACCEPT_RESET_STREAMS,
+        max_local_error_reset_streams: MAX_LOCAL_ERROR_RESET_STREAMS,
+        max_send_buffer_bytes: OWN_MAX_UNSENT_BYTES,
+    }
+}
 
 /// The agent port's HTTP/2 server: the constants above and the limits of `limits`, keep-alive
 /// pings timed by tokio.

@@ -12,6 +12,9 @@
 //! (`crate::security::drain` bounds how long that takes).
 
 pub mod http2;
+pub mod own;
+
+pub use own::Http2Server;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,9 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::body::Body;
 use tonic::transport::server::Connected;
@@ -49,13 +52,13 @@ impl<D> Direct<D> {
 }
 
 /// Serves `routes` (and `direct`'s service before them) on every connection `incoming` yields,
-/// with `builder`'s HTTP/2 settings, until `stop` completes and the open connections have ended
-/// (see the module docs).
+/// with `http2`'s server and settings, until `stop` completes and the open connections have
+/// ended (see the module docs).
 pub async fn serve<I, IO, S, D>(
     incoming: I,
     routes: S,
     direct: Option<Direct<D>>,
-    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
+    http2: http2::Server,
     stop: impl Future<Output = ()>,
 ) where
     I: Stream<Item = std::io::Result<IO>>,
@@ -68,6 +71,10 @@ pub async fn serve<I, IO, S, D>(
 {
     let routes = Arc::new(routes);
     let direct = direct.map(Arc::new);
+    let builder = match http2 {
+        http2::Server::Hyper(builder) => builder,
+        http2::Server::Own(settings) => return own::serve(incoming, routes, direct, settings, stop).await,
+    };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     {
         // Dropped when the loop ends: the listener closes at once, and a client connecting
@@ -107,8 +114,9 @@ struct Calls<S, D, C> {
     connection: C,
 }
 
-impl<S, D, C> hyper::service::Service<Request<Incoming>> for Calls<S, D, C>
+impl<S, D, C, B> hyper::service::Service<Request<B>> for Calls<S, D, C>
 where
+    B: http_body::Body<Data = Bytes, Error: Into<tonic::codegen::StdError>> + Send + 'static,
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
     D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
@@ -119,7 +127,7 @@ where
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<B>) -> Self::Future {
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(self.connection.clone());
         let deadline = request

@@ -65,6 +65,8 @@ pub struct GrpcLimits {
     /// The same from one source address ([`super::sources`]); `None`: a quarter of
     /// [`Self::max_pending_streams`].
     pub max_pending_streams_per_source: Option<usize>,
+    /// Which HTTP/2 server serves the port's connections (`crate::agent_port::Http2Server`).
+    pub http2_server: crate::agent_port::Http2Server,
 }
 
 impl Default for GrpcLimits {
@@ -80,6 +82,7 @@ impl Default for GrpcLimits {
             request_message_timeout: Duration::from_secs(10),
             max_pending_streams: 10_000,
             max_pending_streams_per_source: None,
+            http2_server: crate::agent_port::Http2Server::from_env(),
         }
     }
 }

@@ -1,0 +1,139 @@
+//! The agent port on skyconf's own HTTP/2 server (`skyconf_h2`), chosen by
+//! [`GrpcLimits::http2_server`](crate::security::GrpcLimits::http2_server); hyper's is the
+//! default.
+//!
+//! The calls are the same [`Calls`] hyper's path serves (the direct CDS service, the routes, the
+//! connection's info in each call's extensions, the `grpc-timeout` deadline); only the connection
+//! underneath differs. That connection keeps no read or write buffer while idle (`skyconf_h2`'s
+//! docs say how, and which bounds it applies), so an idle agent costs its socket, its task and
+//! the connection's small state.
+//!
+//! Shutdown is hyper's path's: when `stop` completes the listener closes, every connection sends
+//! GOAWAY and finishes its open calls, and [`serve`] returns once all have ended.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::{Stream, StreamExt};
+use http::{Request, Response};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::body::Body;
+use tonic::transport::server::Connected;
+
+use super::{Answer, Calls, Direct};
+
+/// The environment variable that chooses the agent port's default HTTP/2 server (`hyper` or
+/// `own`), so that a whole test run can be served by either without a settings change.
+pub const SERVER_ENV: &str = "SKYCONF_AGENT_HTTP2";
+
+/// Which HTTP/2 server serves the agent port (`hyper` or `own` in a settings file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Http2Server {
+    /// hyper and h2 (`super::http2::builder`).
+    #[default]
+    Hyper,
+    /// skyconf's own (`skyconf_h2`).
+    Own,
+}
+
+impl Http2Server {
+    /// The server [`SERVER_ENV`] names; hyper's when it names none (or one not known, logged).
+    pub fn from_env() -> Self {
+        match std::env::var(SERVER_ENV) {
+            Ok(value) => value.parse().unwrap_or_else(|error| {
+                tracing::warn!(%error, "Ignoring {SERVER_ENV}.");
+                Self::default()
+            }),
+            Err(_) => Self::default(),
+        }
+    }
+}
+
+impl std::str::FromStr for Http2Server {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "hyper" => Ok(Self::Hyper),
+            "own" => Ok(Self::Own),
+            other => Err(format!("unknown HTTP/2 server `{other}` (hyper or own)")),
+        }
+    }
+}
+
+/// One connection's calls, as `skyconf_h2` calls them.
+struct OwnCalls<S, D, C>(Calls<S, D, C>);
+
+impl<S, D, C> skyconf_h2::Service for OwnCalls<S, D, C>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    D::Future: Send + 'static,
+    C: Clone + Send + Sync + 'static,
+{
+    type Body = Body;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+    fn call(&self, request: Request<skyconf_h2::RecvBody>) -> <Self as skyconf_h2::Service>::Future {
+        hyper::service::Service::call(&self.0, request)
+    }
+}
+
+/// [`super::serve`] on the own server.
+pub(super) async fn serve<I, IO, S, D>(
+    incoming: I,
+    routes: Arc<S>,
+    direct: Option<Arc<Direct<D>>>,
+    settings: Arc<skyconf_h2::Settings>,
+    stop: impl Future<Output = ()>,
+) where
+    I: Stream<Item = std::io::Result<IO>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IO::ConnectInfo: Sync,
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
+    D::Future: Send + 'static,
+{
+    // Every connection holds a receiver: the sender's `closed` completes when all have ended.
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    {
+        let mut incoming = std::pin::pin!(incoming);
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let io = tokio::select! {
+                () = &mut stop => break,
+                next = incoming.next() => match next {
+                    Some(Ok(io)) => io,
+                    Some(Err(error)) => {
+                        tracing::debug!(%error, "An agent connection could not be taken up.");
+                        continue;
+                    }
+                    None => break,
+                },
+            };
+            let calls =
+                OwnCalls(Calls { routes: Arc::clone(&routes), direct: direct.clone(), connection: io.connect_info() });
+            let settings = Arc::clone(&settings);
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                let shutdown = async move {
+                    // An error: the sender is gone, which happens only once every connection ended.
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                };
+                if let Err(error) = skyconf_h2::serve_connection(io, calls, &settings, shutdown).await {
+                    // Debug only: resets, pings unanswered and cuts at shutdown are routine.
+                    tracing::debug!(%error, "An agent connection ended with an error.");
+                }
+            });
+        }
+    }
+    let _ = stopping.send(true);
+    drop(stopped);
+    stopping.closed().await;
+}
