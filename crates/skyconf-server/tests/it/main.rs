@@ -16,6 +16,7 @@ mod failover;
 mod fleet;
 mod gateway;
 mod global;
+mod h2conformance;
 mod held;
 mod metrics;
 mod nacos;
