@@ -300,7 +300,6 @@ impl<S: Service> Connection<S> {
             out,
             &[
                 (setting::HEADER_TABLE_SIZE, s.header_table_size),
-                (setting::ENABLE_PUSH, 0),
                 (setting::MAX_CONCURRENT_STREAMS, s.max_concurrent_streams),
                 (setting::INITIAL_WINDOW_SIZE, s.initial_stream_window),
                 (setting::MAX_FRAME_SIZE, frame::MIN_MAX_FRAME_SIZE),
@@ -421,7 +420,11 @@ impl<S: Service> Connection<S> {
                 return Err(conn_error(Reason::PROTOCOL_ERROR, "a frame inside a header block"));
             }
         }
-        if !self.got_settings && (head.kind != kind::SETTINGS || head.has(flag::ACK)) {
+        // RFC 9113 §3.4: the preface is followed by SETTINGS. A WINDOW_UPDATE or PING before it
+        // is taken as h2 takes it (a client's flow control may send one as soon as it reads the
+        // server's SETTINGS); anything else is a connection error.
+        let early = matches!(head.kind, kind::WINDOW_UPDATE | kind::PING);
+        if !self.got_settings && !early && (head.kind != kind::SETTINGS || head.has(flag::ACK)) {
             return Err(conn_error(Reason::PROTOCOL_ERROR, "the first frame is not SETTINGS"));
         }
         match head.kind {

@@ -17,7 +17,7 @@
 //! their answer (rapid reset), stream errors, queued output for a client that does not read,
 //! keep-alive pings and the SETTINGS acknowledgement.
 //!
-//! Not supported, safely: server push (never sent; `SETTINGS_ENABLE_PUSH` 0), priority
+//! Not supported, safely: server push (never sent), priority
 //! scheduling (PRIORITY and the HEADERS priority fields are validated and ignored; streams are
 //! served in turn), extended CONNECT (`:protocol` is a malformed request), HTTP/1.1 upgrade
 //! (a connection must start with the HTTP/2 preface).

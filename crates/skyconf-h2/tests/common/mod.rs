@@ -2,6 +2,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod raw;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -80,7 +80,34 @@ where
     type Future = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
     fn call(&self, request: Request<skyconf_h2::RecvBody>) -> <Self as skyconf_h2::Service>::Future {
-        hyper::service::Service::call(&self.0, request)
+        hyper::service::Service::call(&self.0, request.map(ResetAsH2))
+    }
+}
+
+/// A request body whose reset reads as an h2 error with the stream's code, as hyper's request
+/// bodies do: the gateway's forwarding (hyper's client) then resets the OAP's stream with the
+/// same code (an agent cancelling its call cancels the OAP's).
+struct ResetAsH2(skyconf_h2::RecvBody);
+
+impl http_body::Body for ResetAsH2 {
+    type Data = bytes::Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, h2::Error>>> {
+        Pin::new(&mut self.0)
+            .poll_frame(cx)
+            .map(|frame| frame.map(|frame| frame.map_err(|reset| h2::Error::from(h2::Reason::from(reset.0.0)))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.0.size_hint()
     }
 }
 
@@ -120,13 +147,17 @@ pub(super) async fn serve<I, IO, S, D>(
             let calls =
                 OwnCalls(Calls { routes: Arc::clone(&routes), direct: direct.clone(), connection: io.connect_info() });
             let settings = Arc::clone(&settings);
-            let mut stopped = stopped.clone();
+            // Held until the connection ends (not only until its shutdown begins).
+            let running = stopped.clone();
             tokio::spawn(async move {
+                let mut stopped = running.clone();
                 let shutdown = async move {
-                    // An error: the sender is gone, which happens only once every connection ended.
+                    // Never an error: the sender waits for this receiver's end.
                     let _ = stopped.wait_for(|stop| *stop).await;
                 };
-                if let Err(error) = skyconf_h2::serve_connection(io, calls, &settings, shutdown).await {
+                let ended = skyconf_h2::serve_connection(io, calls, &settings, shutdown).await;
+                drop(running);
+                if let Err(error) = ended {
                     // Debug only: resets, pings unanswered and cuts at shutdown are routine.
                     tracing::debug!(%error, "An agent connection ended with an error.");
                 }
