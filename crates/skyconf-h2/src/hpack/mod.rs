@@ -320,6 +320,45 @@ mod tests {
         assert!(decode_all(&mut d, &[0x00, 0x81, 0x00, 0x00]).is_err(), "huffman with zero padding");
     }
 
+    fn unhex(text: &str) -> Vec<u8> {
+        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
+    }
+
+    /// The decoder against Python's hpack encoder (`tests/h2/hpack_vectors.py`): 300 blocks from
+    /// one encoder (indexing, size updates, Huffman on and off, never-indexed fields), each
+    /// decoded to the fields it encodes; and the Huffman table against hpack's. Skipped when the
+    /// interpreter has no hpack, unless `SKYCONF_REQUIRE_INTEROP` is set.
+    #[test]
+    fn python_hpack_blocks_decode_to_their_fields() {
+        let python = std::env::var_os("SKYCONF_TEST_PYTHON").unwrap_or_else(|| "python3".into());
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/h2/hpack_vectors.py");
+        let output = std::process::Command::new(&python).arg(script).output();
+        let Some(output) = output.ok().filter(|o| o.status.success()) else {
+            assert!(std::env::var_os("SKYCONF_REQUIRE_INTEROP").is_none(), "{python:?} with hpack is required");
+            eprintln!("skipped: {python:?} has no hpack (tests/requirements.txt)");
+            return;
+        };
+        let vectors: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let codes = huffman::codes();
+        for (symbol, code) in vectors["codes"].as_array().unwrap().iter().enumerate() {
+            let expected = (code[0].as_u64().unwrap() as u32, code[1].as_u64().unwrap() as u8);
+            assert_eq!(codes[symbol], expected, "symbol {symbol}");
+        }
+        let mut decoder = Decoder::new(DEFAULT_TABLE_SIZE);
+        for (i, vector) in vectors["blocks"].as_array().unwrap().iter().enumerate() {
+            let block = unhex(vector["block"].as_str().unwrap());
+            let expected: Vec<(Vec<u8>, Vec<u8>)> = vector["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| (unhex(f[0].as_str().unwrap()), unhex(f[1].as_str().unwrap())))
+                .collect();
+            let mut fields = Vec::new();
+            decoder.decode(&block, |n, v| fields.push((n.to_vec(), v.to_vec()))).unwrap_or_else(|e| panic!("block {i}: {e}"));
+            assert_eq!(fields, expected, "block {i}");
+        }
+    }
+
     #[test]
     fn the_encoder_output_decodes() {
         let mut out = Vec::new();
