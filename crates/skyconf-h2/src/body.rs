@@ -78,10 +78,10 @@ impl Body for RecvBody {
             state.buffered -= chunk.len();
             let was = state.consumed;
             state.consumed += chunk.len();
-            if was == 0 {
-                if let Some(waker) = &state.connection {
-                    waker.wake_by_ref();
-                }
+            if was == 0
+                && let Some(waker) = &state.connection
+            {
+                waker.wake_by_ref();
             }
             return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }

@@ -415,10 +415,10 @@ impl<S: Service> Connection<S> {
         if self.error.is_some() {
             return Ok(());
         }
-        if let Some(block) = &self.block {
-            if head.kind != kind::CONTINUATION || head.stream != block.stream {
-                return Err(conn_error(Reason::PROTOCOL_ERROR, "a frame inside a header block"));
-            }
+        if let Some(block) = &self.block
+            && (head.kind != kind::CONTINUATION || head.stream != block.stream)
+        {
+            return Err(conn_error(Reason::PROTOCOL_ERROR, "a frame inside a header block"));
         }
         // RFC 9113 §3.4: the preface is followed by SETTINGS. A WINDOW_UPDATE or PING before it
         // is taken as h2 takes it (a client's flow control may send one as soon as it reads the
@@ -518,16 +518,15 @@ impl<S: Service> Connection<S> {
             self_dependent = dependency == head.stream;
             fragment = &fragment[5..];
         }
-        if head.stream % 2 == 0 {
+        if head.stream.is_multiple_of(2) {
             return Err(conn_error(Reason::PROTOCOL_ERROR, "HEADERS on an even stream id"));
         }
         let end_stream = head.has(flag::END_STREAM);
         let kind = if let Some(i) = self.find(head.stream) {
             if self.streams[i].recv_closed {
                 BlockKind::Reset(Reason::STREAM_CLOSED, true)
-            } else if !end_stream {
-                BlockKind::Reset(Reason::PROTOCOL_ERROR, true)
-            } else if self_dependent {
+            } else if !end_stream || self_dependent {
+                // Trailers end the stream; a stream cannot depend on itself.
                 BlockKind::Reset(Reason::PROTOCOL_ERROR, true)
             } else {
                 BlockKind::Trailers
@@ -716,7 +715,7 @@ impl<S: Service> Connection<S> {
             }
             return Ok(());
         }
-        if payload.len() % 6 != 0 {
+        if !payload.len().is_multiple_of(6) {
             return Err(conn_error(Reason::FRAME_SIZE_ERROR, "SETTINGS not a multiple of 6 bytes"));
         }
         for entry in payload.chunks_exact(6) {

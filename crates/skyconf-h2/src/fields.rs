@@ -77,10 +77,10 @@ impl Fields {
             self.headers = HeaderMap::new();
             return;
         }
-        if self.malformed.is_none() {
-            if let Err(why) = self.check(name, value) {
-                self.malformed = Some(why);
-            }
+        if self.malformed.is_none()
+            && let Err(why) = self.check(name, value)
+        {
+            self.malformed = Some(why);
         }
     }
 

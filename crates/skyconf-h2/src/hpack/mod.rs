@@ -35,11 +35,14 @@ const MAX_SIZE_UPDATES: usize = 2;
 #[error("header block does not decode: {0}")]
 pub struct DecodeError(pub &'static str);
 
+/// A dynamic table entry: name and value.
+type Entry = (Box<[u8]>, Box<[u8]>);
+
 /// The request side's HPACK state.
 #[derive(Debug)]
 pub(crate) struct Decoder {
     /// Newest first.
-    table: VecDeque<(Box<[u8]>, Box<[u8]>)>,
+    table: VecDeque<Entry>,
     size: usize,
     max_size: usize,
     /// The largest size an update may set.

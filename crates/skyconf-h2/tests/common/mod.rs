@@ -71,9 +71,8 @@ async fn echo(request: Request<RecvBody>, open: Arc<AtomicUsize>) -> Result<Resp
         let n: usize = n.parse().unwrap();
         return Ok(Response::new(Full::new(Bytes::from(vec![b'x'; n])).boxed_unsync()));
     }
-    let collected = match request.into_body().collect().await {
-        Ok(collected) => collected,
-        Err(_) => return Ok(Response::new(Full::new(Bytes::new()).boxed_unsync())),
+    let Ok(collected) = request.into_body().collect().await else {
+        return Ok(Response::new(Full::new(Bytes::new()).boxed_unsync()));
     };
     let trailers_in = collected.trailers().cloned();
     let bytes = collected.to_bytes();
