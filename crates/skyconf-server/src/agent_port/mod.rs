@@ -1,6 +1,6 @@
 //! The agent port: the gRPC routes (CDS, called directly ([`Direct`]), `ManagementService`, DCS,
 //! and in gateway mode the forwarding of every other call) served on hyper's HTTP/2 server with settings of skyconf's own
-//! ([`http2`]), over the sockets `crate::security` hands out (capped, shared by source, with
+//! ([`http2`]), or on skyconf's own HTTP/2 server when the limits choose it ([`own`]), over the sockets `crate::security` hands out (capped, shared by source, with
 //! handshake deadlines, drained when closed).
 //!
 //! Each accepted connection is served in a task of its own. Its calls carry the connection's info
