@@ -357,7 +357,9 @@ mod tests {
                 .map(|f| (unhex(f[0].as_str().unwrap()), unhex(f[1].as_str().unwrap())))
                 .collect();
             let mut fields = Vec::new();
-            decoder.decode(&block, |n, v| fields.push((n.to_vec(), v.to_vec()))).unwrap_or_else(|e| panic!("block {i}: {e}"));
+            decoder
+                .decode(&block, |n, v| fields.push((n.to_vec(), v.to_vec())))
+                .unwrap_or_else(|e| panic!("block {i}: {e}"));
             assert_eq!(fields, expected, "block {i}");
         }
     }

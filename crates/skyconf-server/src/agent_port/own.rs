@@ -168,3 +168,16 @@ pub(super) async fn serve<I, IO, S, D>(
     drop(stopped);
     stopping.closed().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Http2Server;
+
+    #[test]
+    fn the_server_is_named_hyper_or_own() {
+        assert_eq!("hyper".parse::<Http2Server>(), Ok(Http2Server::Hyper));
+        assert_eq!("own".parse::<Http2Server>(), Ok(Http2Server::Own));
+        assert!("h2".parse::<Http2Server>().is_err());
+        assert_eq!(Http2Server::default(), Http2Server::Hyper, "hyper stays the default");
+    }
+}
