@@ -171,7 +171,23 @@ pub(super) async fn serve<I, IO, S, D>(
 
 #[cfg(test)]
 mod tests {
-    use super::Http2Server;
+    use super::{Http2Server, OwnCalls};
+    use http::{Request, Response};
+    use std::convert::Infallible;
+    use tonic::body::Body;
+
+    type Answering = tower::util::ServiceFn<fn(Request<Body>) -> std::future::Ready<Result<Response<Body>, Infallible>>>;
+
+    /// What an agent connection's state and each of its open calls' stream keep in the connection
+    /// task, beside the socket and the calls' own futures: bounded here so that it stays small.
+    #[test]
+    fn an_agent_connections_state_and_its_streams_are_small() {
+        let (connection, stream) =
+            skyconf_h2::state_sizes::<OwnCalls<Answering, Answering, crate::socket::AgentConnection>>();
+        eprintln!("connection state: {connection} B, per open stream: {stream} B");
+        assert!(connection <= 640, "{connection} B");
+        assert!(stream <= 160, "{stream} B");
+    }
 
     #[test]
     fn the_server_is_named_hyper_or_own() {
