@@ -33,6 +33,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
@@ -138,7 +139,8 @@ enum Outcome {
 /// One server connection's state (see the module docs).
 pub(crate) struct Connection<S: Service> {
     service: S,
-    settings: Settings,
+    /// Shared by every connection of a server: a copy would cost each idle connection its size.
+    settings: Arc<Settings>,
     streams: Vec<Stream<S::Future, S::Body>>,
     decoder: Decoder,
     /// An incomplete frame's bytes (or the preface's, at the start).
@@ -185,12 +187,12 @@ impl<S: Service> std::fmt::Debug for Connection<S> {
 }
 
 impl<S: Service> Connection<S> {
-    pub(crate) fn new(service: S, settings: &Settings) -> Self {
+    pub(crate) fn new(service: S, settings: Arc<Settings>) -> Self {
         Self {
             service,
-            settings: settings.clone(),
             streams: Vec::new(),
             decoder: Decoder::new(settings.header_table_size as usize),
+            settings,
             partial: Vec::new(),
             unsent: Vec::new(),
             unsent_from: 0,

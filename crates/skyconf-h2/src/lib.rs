@@ -31,6 +31,7 @@ mod hpack;
 
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -149,13 +150,13 @@ pub enum Error {
     KeepAliveTimeout,
 }
 
-/// Serves one connection until it closes: the client closes it, a protocol error or bound closes
+/// Serves one connection with `settings` (shared by a server's connections) until it closes: the client closes it, a protocol error or bound closes
 /// it, or `shutdown` completes and its open streams have finished (graceful shutdown: GOAWAY with
 /// the last stream id, the open streams end, then the connection closes).
 pub async fn serve_connection<IO, S>(
     io: IO,
     service: S,
-    settings: &Settings,
+    settings: Arc<Settings>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error>
 where

@@ -45,7 +45,9 @@ fn server(io: DuplexStream, settings: Settings, polled: Arc<AtomicUsize>) -> Joi
             }
         }
     });
-    tokio::spawn(async move { skyconf_h2::serve_connection(io, service, &settings, std::future::pending()).await })
+    tokio::spawn(
+        async move { skyconf_h2::serve_connection(io, service, Arc::new(settings), std::future::pending()).await },
+    )
 }
 
 fn quiet() -> Settings {

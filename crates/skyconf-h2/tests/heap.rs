@@ -93,7 +93,13 @@ async fn heap_per_idle_connection_and_per_held_call() {
                     Ok::<_, Infallible>(Response::new(http_body_util::Empty::<Bytes>::new()))
                 });
                 let settings = Settings { keepalive_interval: None, ..Settings::default() };
-                let _ = skyconf_h2::serve_connection(socket, service, &settings, std::future::pending()).await;
+                let _ = skyconf_h2::serve_connection(
+                    socket,
+                    service,
+                    std::sync::Arc::new(settings),
+                    std::future::pending(),
+                )
+                .await;
             });
         }
     });

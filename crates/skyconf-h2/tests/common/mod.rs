@@ -107,7 +107,7 @@ pub async fn serve(settings: Settings) -> Server {
                 let shutdown = async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 };
-                let result = skyconf_h2::serve_connection(socket, service, &settings, shutdown).await;
+                let result = skyconf_h2::serve_connection(socket, service, Arc::new(settings), shutdown).await;
                 if let Some(tx) = ended_tx {
                     let _ = tx.send(result);
                 }
