@@ -26,7 +26,7 @@ use skyconf_testkit::fixtures::temp_file;
 use skyconf_testkit::server::{AdminClient, Server, loopback};
 
 use crate::opamp::{agents, put};
-use crate::rollouts::{TestAgent, post, rollout, stop_all, until, until_state};
+use crate::rollouts::{TestAgent, rollout, start_rollout, stop_all, until, until_state};
 
 /// A document: the SkyWalking service `svc` samples `rate`; the `opamp:` group `collectors`
 /// gives agents of `otel` a `sampling.json` of `ratio`.
@@ -260,13 +260,8 @@ async fn a_failed_status_reverts_the_wave_at_once_and_the_reached_agent_goes_bac
 
     // Only the `opamp:` group changes: the rollout judges its agents.
     let gates = json!({"apply_within_s": 30, "bake_s": 60, "lost_after_s": 20});
-    let (status, body) = post(
-        &admin,
-        "/api/v1/rollouts",
-        &start(&document(10, "2"), json!([{"instances": 1}, {"share": "100%"}]), gates),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
+    let body =
+        start_rollout(&admin, &start(&document(10, "2"), json!([{"instances": 1}, {"share": "100%"}]), gates)).await;
     assert_eq!(body["rollout"]["services"], json!([]));
     assert_eq!(body["rollout"]["opamp_groups"], json!(["collectors"]));
     let picked = body["rollout"]["named"]["opamp:collectors"][0].as_str().unwrap().to_owned();
@@ -313,9 +308,7 @@ async fn a_websocket_agent_fails_a_wave_is_pushed_its_file_back_and_completes_th
 
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
     let waves = json!([{"share": "100%"}]);
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&document(10, "2"), waves.clone(), gates.clone())).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&document(10, "2"), waves.clone(), gates.clone())).await;
     let reverted = until_state(&admin, "reverted").await;
     assert_eq!(
         last_event(&reverted),
@@ -329,8 +322,7 @@ async fn a_websocket_agent_fails_a_wave_is_pushed_its_file_back_and_completes_th
     })
     .await;
 
-    let (status, body) = post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), waves, gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&document(10, "0.25"), waves, gates)).await;
     until_state(&admin, "completed").await;
     applied(&admin, 1).await;
     let offered = agent.seen().offered;
@@ -357,9 +349,7 @@ async fn a_mixed_rollout_completes_when_skywalking_instances_and_opamp_agents_ap
     .await;
 
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&document(20, "0.25"), json!([{"share": "100%"}]), gates)).await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start(&document(20, "0.25"), json!([{"share": "100%"}]), gates)).await;
     assert_eq!(
         (&body["rollout"]["services"], &body["rollout"]["opamp_groups"]),
         (&json!(["svc"]), &json!(["collectors"]))
@@ -400,9 +390,7 @@ async fn a_killed_opamp_agent_reverts_the_wave_after_lost_after() {
     applied(&admin, 2).await;
 
     let gates = json!({"apply_within_s": 30, "bake_s": 600, "lost_after_s": 5});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
     until("both agents applied the candidate", async || {
         rollout(&admin).await["events"].as_array().unwrap().iter().any(|e| e["kind"] == "applied")
     })
@@ -435,9 +423,7 @@ async fn an_agent_whose_poll_is_held_longer_than_lost_after_has_not_disappeared(
     .await;
 
     let gates = json!({"apply_within_s": 30, "bake_s": 6, "lost_after_s": 2});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
     let mut done = Value::Null;
     until("the rollout ends", async || {
         done = rollout(&admin).await;
@@ -518,9 +504,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
     let v1 = agents(&admin).await[0]["offered_hash"].clone();
 
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&doc(failing), json!([{"share": "100%"}]), gates.clone())).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&doc(failing), json!([{"share": "100%"}]), gates.clone())).await;
     let reverted = until_state(&admin, "reverted").await;
     let said = last_event(&reverted);
     assert!(said.starts_with("Wave 1: 1 reached agent(s) reported FAILED: ") && said.contains(says), "{said}");
@@ -532,8 +516,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
     .await;
     assert_eq!(back[0]["remote_config_status"]["config_hash"], v1, "{back:#}");
 
-    let (status, body) = post(&admin, "/api/v1/rollouts", &start(&doc(good), json!([{"share": "100%"}]), gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&doc(good), json!([{"share": "100%"}]), gates)).await;
     until_state(&admin, "completed").await;
     let row = agents(&admin).await[0].clone();
     assert_eq!((&row["remote_config_status"]["status"], &row["current"]), (&json!("applied"), &json!(true)), "{row:#}");

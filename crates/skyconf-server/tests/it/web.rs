@@ -684,7 +684,7 @@ async fn the_page_starts_promotes_and_aborts_staged_rollouts() {
 /// replica; an empty table's row spans its columns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
-    use crate::rollouts::{TestAgent, post, until, until_state};
+    use crate::rollouts::{TestAgent, start_rollout, until, until_state};
     if !browser_available() {
         return;
     }
@@ -709,8 +709,7 @@ async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
         "advance": "manual",
         "author": "ops",
     });
-    let (status, body) = post(&admin, "/api/v1/rollouts", &start).await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start).await;
     let id = body["rollout"]["id"].as_str().unwrap().to_owned();
     until_state(&admin, "waiting for a promote").await;
     let groups = admin.get_json("/api/v1/services/svc").await["groups"].clone();
@@ -773,7 +772,7 @@ async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
     use skyconf_opamp::wire::RemoteConfigStatuses;
 
     use crate::opamp_rollout::{OtelAgent, start};
-    use crate::rollouts::{post, rollout, until};
+    use crate::rollouts::{rollout, start_rollout, until};
     if !browser_available() {
         return;
     }
@@ -796,8 +795,7 @@ async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
     let admin = running.admin();
     let gates = serde_json::json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
     let plan = start(&with("2"), serde_json::json!([{"share": "100%"}]), gates);
-    let (status, body) = post(&admin, "/api/v1/rollouts", &plan).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &plan).await;
     until("the rollout is reverted and its agent went back", async || {
         let back = rollout(&admin).await["after_revert"].clone();
         back[0]["status_of"] == "previous" && back[0]["remote_config_status"]["status"] == "applied"
