@@ -239,6 +239,15 @@ async fn applied(admin: &AdminClient, count: usize) {
     .await;
 }
 
+/// A server with OpAMP on a file holding `text`: the file's directory and path, the server and
+/// its admin client.
+async fn serving(text: &str) -> (tempfile::TempDir, PathBuf, Server, AdminClient) {
+    let (dir, path) = temp_file("agents.yaml", text);
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    (dir, path, server, admin)
+}
+
 pub(crate) fn start(document: &str, waves: Value, gates: Value) -> Value {
     let mut body = json!({"document": document, "advance": "auto", "author": "ops"});
     body["waves"] = waves;
@@ -252,9 +261,7 @@ pub(crate) fn last_event(rollout: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_status_reverts_the_wave_at_once_and_the_reached_agent_goes_back() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document(10, "0.5")).await;
     let agents: Vec<OtelAgent> = (0..3).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
     applied(&admin, 3).await;
 
@@ -299,9 +306,7 @@ async fn a_failed_status_reverts_the_wave_at_once_and_the_reached_agent_goes_bac
 /// the candidate becomes the document.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_agent_fails_a_wave_is_pushed_its_file_back_and_completes_the_next() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document(10, "0.5")).await;
     let agent = WsAgent::connect(server.opamp_addr.unwrap(), 0).await;
     applied(&admin, 1).await;
     assert_eq!(agents(&admin).await[0]["transport"], "websocket");
@@ -334,9 +339,7 @@ async fn a_websocket_agent_fails_a_wave_is_pushed_its_file_back_and_completes_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_rollout_completes_when_skywalking_instances_and_opamp_agents_apply() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, path, server, admin) = serving(&document(10, "0.5")).await;
     let otel: Vec<OtelAgent> = (0..2).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
     let skywalking: Vec<TestAgent> =
         (0..2).map(|i| TestAgent::spawn(server.grpc_addr, &format!("pod-{i}"), &[])).collect();
@@ -383,9 +386,7 @@ async fn a_mixed_rollout_completes_when_skywalking_instances_and_opamp_agents_ap
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_opamp_agent_reverts_the_wave_after_lost_after() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document(10, "0.5")).await;
     let mut agents: Vec<OtelAgent> = (0..2).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
     applied(&admin, 2).await;
 
@@ -412,9 +413,7 @@ async fn a_killed_opamp_agent_reverts_the_wave_after_lost_after() {
 /// `lost_after_s` is no disappearance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_whose_poll_is_held_longer_than_lost_after_has_not_disappeared() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document(10, "0.5")).await;
     let agent = OtelAgent::spawn_holding(&url(&server), 0, Some(30));
     applied(&admin, 1).await;
     until("its poll is held", async || {
@@ -437,9 +436,7 @@ async fn an_agent_whose_poll_is_held_longer_than_lost_after_has_not_disappeared(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_opamp_only_change_is_named_by_its_release_and_the_diff_and_a_rollback_restores_it() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, path, server, admin) = serving(&document(10, "0.5")).await;
     let agent = OtelAgent::spawn(&url(&server), 0);
     applied(&admin, 1).await;
     let first = admin.get_json("/api/v1/releases").await["releases"][0]["id"].as_u64().unwrap();
@@ -494,9 +491,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
             "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\nopamp:\n  - group: {group}\n    match:\n      service.name: {service}\n    files:\n      {files}\n"
         )
     };
-    let (_dir, path) = temp_file("agents.yaml", &doc(first));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&doc(first)).await;
     let (program, script, args) = client;
     let url = url(&server);
     let child = crate::opamp::spawn(&program, script, &[&[url.as_str(), service][..], args].concat(), &[]);
