@@ -663,13 +663,7 @@ mod tests {
     #[cfg(unix)]
     #[tokio::test]
     async fn a_symlinked_file_is_watched_in_its_targets_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("git")).unwrap();
-        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
-        let target = dir.path().join("git/agent.yaml");
-        std::fs::write(&target, "a").unwrap();
-        let link = dir.path().join("etc/agent.yaml");
-        std::os::unix::fs::symlink("../git/agent.yaml", &link).unwrap();
+        let (dir, target, link) = crate::fs::linked_file("a");
         // No periodic re-read to fall back on: only a watch on git/ can see the edit.
         let (mut rx, stop, task) = spawn(FileSource::new(&link).with_rehash_every(Duration::from_secs(3600)));
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
