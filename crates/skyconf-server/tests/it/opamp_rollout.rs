@@ -20,12 +20,9 @@ use prost::Message as _;
 use serde_json::{Value, json};
 use skyconf_opamp::wire::{self, any_value::Value as AnyValue};
 use skyconf_opamp::{bits, codec};
-use skyconf_server::ServeConfig;
-use skyconf_sources::file::FileSource;
-use skyconf_testkit::fixtures::temp_file;
-use skyconf_testkit::server::{AdminClient, Server, loopback};
+use skyconf_testkit::server::AdminClient;
 
-use crate::opamp::{agents, put};
+use crate::opamp::{agents, put, serving, url};
 use crate::rollouts::{TestAgent, rollout, start_rollout, stop_all, until, until_state};
 
 /// A document: the SkyWalking service `svc` samples `rate`; the `opamp:` group `collectors`
@@ -34,14 +31,6 @@ pub(crate) fn document(rate: u32, ratio: &str) -> String {
     format!(
         "configurations:\n  svc:\n    agent.sample_n_per_3_secs: {rate}\nopamp:\n  - group: collectors\n    match:\n      service.name: otel\n    files:\n      sampling.json:\n        body: '{{\"ratio\": {ratio}}}'\n"
     )
-}
-
-fn config() -> ServeConfig {
-    ServeConfig { opamp_addr: Some("127.0.0.1:0".parse().unwrap()), ..loopback() }
-}
-
-fn url(server: &Server) -> String {
-    format!("http://{}/v1/opamp", server.opamp_addr.expect("the OpAMP port runs"))
 }
 
 /// What one agent went through.
@@ -237,15 +226,6 @@ async fn applied(admin: &AdminClient, count: usize) {
             && agents.iter().all(|a| a["remote_config_status"]["status"] == "applied" && a["current"] == true)
     })
     .await;
-}
-
-/// A server with OpAMP on a file holding `text`: the file's directory and path, the server and
-/// its admin client.
-async fn serving(text: &str) -> (tempfile::TempDir, PathBuf, Server, AdminClient) {
-    let (dir, path) = temp_file("agents.yaml", text);
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
-    (dir, path, server, admin)
 }
 
 pub(crate) fn start(document: &str, waves: Value, gates: Value) -> Value {

@@ -764,17 +764,13 @@ async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
 
     use crate::opamp_rollout::{OtelAgent, start};
     use crate::rollouts::{rollout, start_rollout, until};
-    if !browser_available() {
-        return;
-    }
     let base = crate::opamp::document("checkout", &crate::opamp::json_file("0.5"), 10);
     let with = |ratio: &str| {
         format!(
             "{base}  - group: collectors\n    match:\n      service.name: otel\n    files:\n      sampling.json:\n        body: '{{\"ratio\": {ratio}}}'\n"
         )
     };
-    let (_dir, path) = temp_file("agents.yaml", &with("0.5"));
-    let running = Server::start(FileSource::new(&path), crate::opamp::config()).await;
+    let Some((_dir, _, running)) = page_server(&with("0.5"), crate::opamp::config()).await else { return };
     let url = crate::opamp::url(&running);
     let (applied, failed) = ([0xa1; 16], [0xf0; 16]);
     crate::opamp::reporting_agent(&url, applied, "checkout", "node-1", RemoteConfigStatuses::Applied, "").await;
