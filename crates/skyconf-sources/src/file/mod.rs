@@ -527,6 +527,14 @@ mod tests {
         }
     }
 
+    /// `agent.yaml` holding `text`, in a temporary directory.
+    fn agent_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
     fn spawn(source: FileSource) -> (mpsc::Receiver<Update>, CancellationToken, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(8);
         let stop = CancellationToken::new();
@@ -537,9 +545,7 @@ mod tests {
 
     #[tokio::test]
     async fn single_file_reports_in_place_writes_and_rename_replacements() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, "a").unwrap();
+        let (_dir, path) = agent_file("a");
         let (mut rx, stop, task) = spawn(FileSource::new(&path));
         // The first report is the current content, sent once the watch is in place.
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
@@ -556,9 +562,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_file_is_a_failure_then_recovers() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, "a").unwrap();
+        let (_dir, path) = agent_file("a");
         let (mut rx, stop, task) = spawn(FileSource::new(&path));
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
 
@@ -625,9 +629,7 @@ mod tests {
 
     #[tokio::test]
     async fn single_file_put_replaces_the_file_atomically() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, "a").unwrap();
+        let (dir, path) = agent_file("a");
         let source = FileSource::new(&path);
         source.put(AGENT_CONFIGURATIONS_KEY, Some("b"), crate::Expect::Seen).await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "b");
@@ -714,9 +716,7 @@ mod tests {
 
     impl Watched {
         async fn good_file() -> Self {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("agent.yaml");
-            std::fs::write(&path, GOOD).unwrap();
+            let (dir, path) = agent_file(GOOD);
             let (mut rx, events, task) = watch_by_hand(FileSource::new(&path));
             assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
             Self { _dir: dir, path, rx, events, task }
@@ -847,9 +847,7 @@ mod tests {
 
     #[test]
     fn refuses_oversized_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, "x".repeat(100)).unwrap();
+        let (_dir, path) = agent_file(&"x".repeat(100));
         let source = FileSource::new(&path).with_limits(Limits { max_value_bytes: 10 });
         assert!(matches!(source.read(), Err(SourceError::TooLarge { size: 100, .. })));
     }
