@@ -545,14 +545,11 @@ struct Admin {
 
 impl Admin {
     fn new(addr: &str) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
-        Ok(Self { http, url: format!("http://{addr}/metrics") })
+        Ok(Self { http: crate::http::client()?, url: format!("http://{addr}/metrics") })
     }
 
     async fn metrics(&self) -> anyhow::Result<String> {
-        let reply = self.http.get(&self.url).send().await.with_context(|| format!("GET {}", self.url))?;
-        ensure!(reply.status().is_success(), "GET {}: {}", self.url, reply.status());
-        Ok(reply.text().await?)
+        Ok(crate::http::get_ok(&self.http, &self.url).await?.text().await?)
     }
 
     /// `skyconf_held_polls` now.

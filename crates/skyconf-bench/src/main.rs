@@ -45,6 +45,7 @@ mod args;
 mod document;
 mod floor;
 mod held;
+mod http;
 mod load;
 mod propagation;
 mod raw;

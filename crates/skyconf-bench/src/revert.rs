@@ -240,8 +240,7 @@ struct RolloutApi {
 
 impl RolloutApi {
     fn new(addr: &str) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
-        Ok(Self { http, base: format!("http://{addr}/api/v1/rollouts") })
+        Ok(Self { http: crate::http::client()?, base: format!("http://{addr}/api/v1/rollouts") })
     }
 
     /// Starts a rollout of `plan`; its id.
@@ -256,8 +255,7 @@ impl RolloutApi {
 
     /// The current rollout, which must be `id`.
     async fn current(&self, id: &str) -> anyhow::Result<Value> {
-        let reply = self.http.get(&self.base).send().await.with_context(|| format!("GET {}", self.base))?;
-        ensure!(reply.status().is_success(), "GET {}: {}", self.base, reply.status());
+        let reply = crate::http::get_ok(&self.http, &self.base).await?;
         let mut body: Value = reply.json().await.context("the rollout answer is not JSON")?;
         let rollout = body["rollout"].take();
         ensure!(rollout["id"] == id, "the current rollout is not {id}: {rollout}");

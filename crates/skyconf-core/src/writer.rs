@@ -155,14 +155,7 @@ pub fn render_targeting(targeting: &Targeting, out: &mut String) {
                 }
             };
             list("instances", &selector.instances, out);
-            if !selector.properties.is_empty() {
-                out.push_str("\n      properties:");
-                for (key, patterns) in &selector.properties {
-                    out.push_str("\n        ");
-                    mapping_key(key, "        ", out);
-                    flow_list(patterns, out);
-                }
-            }
+            pattern_mapping("properties", "      ", &selector.properties, out);
             list("agent_versions", &selector.agent_versions, out);
             if let Some(share) = selector.share {
                 let _ = write!(out, "\n      share: \"{share}\"");
@@ -197,14 +190,7 @@ pub fn render_opamp(opamp: &crate::opamp::OpampSection, out: &mut String) {
     for group in opamp.groups() {
         out.push_str("\n  - group: ");
         quoted(&group.name, out);
-        if !group.conditions.is_empty() {
-            out.push_str("\n    match:");
-            for (key, patterns) in &group.conditions {
-                out.push_str("\n      ");
-                mapping_key(key, "      ", out);
-                flow_list(patterns, out);
-            }
-        }
+        pattern_mapping("match", "    ", &group.conditions, out);
         out.push_str("\n    files:");
         if group.files.is_empty() {
             out.push_str(" {}");
@@ -222,6 +208,22 @@ pub fn render_opamp(opamp: &crate::opamp::OpampSection, out: &mut String) {
 }
 
 /// Appends ` [p1, p2]`, each pattern double-quoted.
+/// Appends `name:` at `indent` and under it, one level deeper, each entry's key with its patterns
+/// as a flow list; nothing when there are no entries.
+fn pattern_mapping(name: &str, indent: &str, entries: &[(String, Vec<Pattern>)], out: &mut String) {
+    if entries.is_empty() {
+        return;
+    }
+    let _ = write!(out, "\n{indent}{name}:");
+    let inner = format!("{indent}  ");
+    for (key, patterns) in entries {
+        out.push('\n');
+        out.push_str(&inner);
+        mapping_key(key, &inner, out);
+        flow_list(patterns, out);
+    }
+}
+
 fn flow_list(patterns: &[Pattern], out: &mut String) {
     out.push_str(" [");
     for (i, pattern) in patterns.iter().enumerate() {
@@ -261,6 +263,17 @@ pub fn merge_entries(entries: &[(String, String)], patch: &[(String, Option<Stri
 #[cfg(all(test, feature = "reader"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_per_service_write_keeps_the_targeting_properties_and_the_opamp_match() {
+        let text = "configurations:\n  a: {k: v}\ntargeting:\n  a:\n    - group: eu\n      instances: [a-1]\n      properties: {zone: [eu-west-1a, 'eu-*'], ipv4: '10.0.*'}\n      settings: {k: x}\nopamp:\n  - group: collectors\n    match:\n      service.name: [otel, 'otel-*']\n      host.name: h1\n    files:\n      sampling.json:\n        content_type: application/json\n        body: '{}'\n";
+        let table = crate::read(text).unwrap();
+        let written = with_service(&table, "a", Some(vec![("k".into(), "w".into())]));
+        let again = crate::read(&written).unwrap_or_else(|e| panic!("{e}\n{written}"));
+        assert_eq!(again.targeting(), table.targeting(), "{written}");
+        assert_eq!(again.opamp(), table.opamp(), "{written}");
+        assert_eq!(again.get("a").unwrap().get("k"), Some("w"));
+    }
 
     #[test]
     fn a_merge_patch_sets_in_place_appends_new_keys_and_removes_nulls() {

@@ -190,12 +190,11 @@ pub const READ_AHEAD: usize = 64 * 1024;
 #[derive(Debug)]
 pub struct BatchedWrites {
     stream: TcpStream,
-    /// Read but not yet handed out: `ahead[start..end]` (`ahead` holds exactly the bytes read, in
+    /// Read but not yet handed out: `ahead[start..]` (`ahead` holds exactly the bytes read, in
     /// a [`READ_AHEAD`] allocation). Kept, drained, while the client streams (the next read ahead
     /// fills it again without a fresh allocation); `None` otherwise.
     ahead: Option<BytesMut>,
     start: usize,
-    end: usize,
     /// Whether the last read filled the caller's buffer: more is likely waiting.
     streaming: bool,
     /// Where the HTTP/2 frames are, in plaintext (`None` under TLS: this sees ciphertext).
@@ -205,7 +204,7 @@ pub struct BatchedWrites {
 impl BatchedWrites {
     /// Wraps an accepted stream.
     pub fn new(stream: TcpStream) -> Self {
-        Self { stream, ahead: None, start: 0, end: 0, streaming: false, frames: None }
+        Self { stream, ahead: None, start: 0, streaming: false, frames: None }
     }
 
     /// The socket.
@@ -224,18 +223,23 @@ impl BatchedWrites {
         self
     }
 
+    /// Where the bytes read ahead end: `ahead`'s length, 0 without it.
+    fn end(&self) -> usize {
+        self.ahead.as_ref().map_or(0, BytesMut::len)
+    }
+
     /// Hands out what was read ahead; frees the buffer once it is drained, unless the client is
     /// still streaming (the next read ahead reuses it).
     fn hand_out(&mut self, buf: &mut ReadBuf<'_>) {
         let Some(ahead) = &self.ahead else { return };
-        let mut n = (self.end - self.start).min(buf.remaining());
+        let mut n = (self.end() - self.start).min(buf.remaining());
         if let Some(frames) = &mut self.frames {
             n = n.min(frames.until_boundary());
             frames.pass(&ahead[self.start..self.start + n]);
         }
         buf.put_slice(&ahead[self.start..self.start + n]);
         self.start += n;
-        if self.start == self.end && !self.streaming {
+        if self.start == self.end() && !self.streaming {
             self.ahead = None;
         }
     }
@@ -317,7 +321,7 @@ impl Connected for BatchedWrites {
 impl AsyncRead for BatchedWrites {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.start < this.end {
+        if this.start < this.end() {
             this.hand_out(buf);
             return Poll::Ready(Ok(()));
         }
@@ -343,7 +347,7 @@ impl AsyncRead for BatchedWrites {
                 // A short read drained the socket: back to reading straight into h2's buffer.
                 this.streaming = n == ahead.capacity();
                 if n > 0 {
-                    (this.ahead, this.start, this.end) = (Some(ahead), 0, n);
+                    (this.ahead, this.start) = (Some(ahead), 0);
                     this.hand_out(buf);
                 }
                 Poll::Ready(Ok(()))
@@ -444,7 +448,7 @@ mod tests {
             assert!(n > 0);
             got.extend_from_slice(&chunk[..n]);
             reads += 1;
-            if server.end > 8 * 1024 {
+            if server.end() > 8 * 1024 {
                 large += 1;
             }
         }
@@ -509,11 +513,11 @@ mod tests {
         let (mut got, mut sizes) = (Vec::new(), Vec::new());
         while got.len() < sent.len() {
             let mut chunk = vec![0; 0x4000 + 9];
-            let before = (server.start, server.end);
+            let before = (server.start, server.end());
             let n = server.read(&mut chunk).await.unwrap();
             got.extend_from_slice(&chunk[..n]);
             // A read straight into the caller's buffer (not streaming) takes what the socket has.
-            sizes.push((n, (server.start, server.end) != before));
+            sizes.push((n, (server.start, server.end()) != before));
         }
         writer.await.unwrap();
         assert_eq!(got, sent, "every byte, in order");

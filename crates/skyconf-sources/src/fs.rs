@@ -84,6 +84,21 @@ fn keep_owner(file: &std::fs::File, existing: &std::fs::Metadata, path: &Path) {
 #[cfg(not(unix))]
 fn keep_owner(_file: &std::fs::File, _existing: &std::fs::Metadata, _path: &Path) {}
 
+/// A temporary directory with `git/agent.yaml` holding `text` and `etc/agent.yaml` a relative
+/// link to it, as a checkout or a mounted volume links a file: the directory, the target and the
+/// link.
+#[cfg(all(test, unix))]
+pub(crate) fn linked_file(text: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("git")).unwrap();
+    std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+    let target = dir.path().join("git/agent.yaml");
+    std::fs::write(&target, text).unwrap();
+    let link = dir.path().join("etc/agent.yaml");
+    std::os::unix::fs::symlink("../git/agent.yaml", &link).unwrap();
+    (dir, target, link)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,18 +119,12 @@ mod tests {
     #[test]
     fn a_symlink_is_written_through_to_its_target_which_keeps_its_mode_and_owner() {
         use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("git")).unwrap();
-        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
-        let target = dir.path().join("git/agent.yaml");
-        std::fs::write(&target, "old").unwrap();
+        let (dir, target, link) = linked_file("old");
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o444)).unwrap();
         // Owned by someone else, where this process may give files away (root, as in CI images).
         let foreign = std::os::unix::fs::chown(&target, Some(65534), Some(65534)).is_ok();
         let before = std::fs::metadata(&target).unwrap();
         // A relative link, then a link to that link.
-        let link = dir.path().join("etc/agent.yaml");
-        std::os::unix::fs::symlink("../git/agent.yaml", &link).unwrap();
         let outer = dir.path().join("outer.yaml");
         std::os::unix::fs::symlink(&link, &outer).unwrap();
 

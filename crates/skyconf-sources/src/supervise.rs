@@ -281,6 +281,15 @@ mod tests {
         kind(&rx.recv().await.expect("supervise is running"))
     }
 
+    /// `end` (a shutdown, the receiver dropped) ends `task` at once: no time passes on the paused
+    /// clock.
+    async fn ended_at_once(task: tokio::task::JoinHandle<()>, end: impl FnOnce(), when: &str) {
+        let before = Instant::now();
+        end();
+        task.await.unwrap();
+        assert_eq!(before.elapsed(), Duration::ZERO, "{when}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_outage_is_one_failure_and_the_waits_grow_within_the_backoff() {
         let store =
@@ -343,18 +352,12 @@ mod tests {
         let store = std::sync::Arc::new(Scripted::new(&[Step::Fail]));
         let (mut rx, stop, task) = spawn(&store);
         assert_eq!(next(&mut rx).await, "failed");
-        let before = Instant::now();
-        stop.cancel();
-        task.await.unwrap();
-        assert_eq!(before.elapsed(), Duration::ZERO, "no part of the wait is sat out");
+        ended_at_once(task, || stop.cancel(), "no part of the wait is sat out").await;
 
         let store = std::sync::Arc::new(Scripted::new(&[Step::Establish]));
         let (mut rx, stop, task) = spawn(&store);
         assert_eq!(next(&mut rx).await, "snapshot");
-        let before = Instant::now();
-        stop.cancel();
-        task.await.unwrap();
-        assert_eq!(before.elapsed(), Duration::ZERO);
+        ended_at_once(task, || stop.cancel(), "while the session watches").await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -362,18 +365,12 @@ mod tests {
         let store = std::sync::Arc::new(Scripted::new(&[Step::Fail]));
         let (mut rx, _stop, task) = spawn(&store);
         assert_eq!(next(&mut rx).await, "failed");
-        let before = Instant::now();
-        drop(rx);
-        task.await.unwrap();
-        assert_eq!(before.elapsed(), Duration::ZERO, "while waiting");
+        ended_at_once(task, || drop(rx), "while waiting").await;
 
         let store = std::sync::Arc::new(Scripted::new(&[Step::Establish]));
         let (mut rx, _stop, task) = spawn(&store);
         assert_eq!(next(&mut rx).await, "snapshot");
-        let before = Instant::now();
-        drop(rx);
-        task.await.unwrap();
-        assert_eq!(before.elapsed(), Duration::ZERO, "while the session watches");
+        ended_at_once(task, || drop(rx), "while the session watches").await;
         assert_eq!(store.waits(), [], "and no new session is started");
     }
 }

@@ -341,7 +341,7 @@ struct View {
 }
 
 async fn read_view(admin: &str) -> anyhow::Result<View> {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let http = crate::http::client()?;
     let get = async |path: &str| -> anyhow::Result<reqwest::Response> {
         Ok(http.get(format!("{}{path}", admin.trim_end_matches('/'))).send().await?.error_for_status()?)
     };

@@ -5,7 +5,7 @@
 use std::net::TcpListener;
 use std::process::Stdio;
 
-use crate::util::{Served, skyconf_bench};
+use crate::util::{served_document, skyconf_bench};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -32,12 +32,7 @@ fn assert_all_right(report: &serde_json::Value) {
 
 #[test]
 fn bench_smoke_every_call_succeeds_and_every_answer_is_right() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("agent-configurations.yaml");
-    let document = skyconf_bench().args(["document", "--services", "50", "--keys", "6"]).output().unwrap();
-    assert!(document.status.success());
-    std::fs::write(&file, &document.stdout).unwrap();
-    let server = Served::file(&file);
+    let (_dir, file, server) = served_document("50", "6");
     let addr = server.addr.as_str();
 
     for scenario in ["unchanged", "changed", "mixed"] {
@@ -114,11 +109,7 @@ fn bench_fails_when_calls_fail() {
 fn bench_counts_measured_calls_only_prints_plain_values_and_plain_progress_when_piped() {
     // Usability finding 8: `outcome.ok` larger than `calls` (warm-up answers were counted), `mode
     // "load"` quoted in the table, and no progress at all when stderr is not a terminal.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("agent-configurations.yaml");
-    let document = skyconf_bench().args(["document", "--services", "5", "--keys", "2"]).output().unwrap();
-    std::fs::write(&file, &document.stdout).unwrap();
-    let server = Served::file(&file);
+    let (_dir, _, server) = served_document("5", "2");
     let report =
         bench(&["--addr", &server.addr, "--services", "5", "-n", "100", "-c", "1", "-m", "2", "--warmup", "300ms"]);
     assert_all_right(&report);

@@ -1,15 +1,11 @@
 //! `skyconf-bench`'s command line: the address spellings `skyconf`'s client commands take, and
 //! `--help` documenting the exit statuses.
 
-use crate::util::{Served, skyconf_bench};
+use crate::util::{served_document, skyconf_bench};
 
 #[test]
 fn addresses_take_the_spellings_skyconf_takes() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("agent-configurations.yaml");
-    let document = skyconf_bench().args(["document", "--services", "1", "--keys", "2"]).output().unwrap();
-    std::fs::write(&file, &document.stdout).unwrap();
-    let served = Served::file(&file);
+    let (_dir, _, served) = served_document("1", "2");
     let uri = format!("http://{}", served.addr);
     let bench = skyconf_bench()
         .args(["--addr", &uri, "-n", "20", "-c", "1", "-m", "2", "--warmup", "0s", "--json", "--quiet"])

@@ -1,7 +1,7 @@
 //! What the test modules share: the `skyconf-bench` binary, and a skyconf server on a file store
 //! that keeps serving while a test runs the binary ([`Served`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use skyconf_sources::file::FileSource;
@@ -28,6 +28,18 @@ impl Served {
         let server = runtime.block_on(Server::start(FileSource::new(file), loopback()));
         Self { addr: server.grpc_addr.to_string(), server: Some(server), runtime }
     }
+}
+
+/// A synthetic document of `services` services × `keys` keys (`skyconf-bench document`) in a
+/// temporary directory, and a server serving it: the directory, the file and the server.
+pub(crate) fn served_document(services: &str, keys: &str) -> (tempfile::TempDir, PathBuf, Served) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agent-configurations.yaml");
+    let document = skyconf_bench().args(["document", "--services", services, "--keys", keys]).output().unwrap();
+    assert!(document.status.success());
+    std::fs::write(&file, &document.stdout).unwrap();
+    let served = Served::file(&file);
+    (dir, file, served)
 }
 
 impl Drop for Served {

@@ -432,54 +432,50 @@ fn the_checks_hold_for_a_direct_connection() {
     if !grpcio_available() {
         return;
     }
-    let upstream = Upstream::start("direct", &json!({}));
-    check_agent_calls(&upstream.addr(), &upstream);
-    let upstream = Upstream::start("direct", &status_scenario());
-    check_statuses(&upstream.addr(), &upstream);
-    let upstream = Upstream::start("direct", &json!({}));
-    check_deadline(&upstream.addr(), &upstream);
-    let upstream = Upstream::start("direct", &json!({}));
-    check_cancel(&upstream.addr(), &upstream);
+    let checks: [(Value, Check); 4] = [
+        (json!({}), check_agent_calls),
+        (status_scenario(), check_statuses),
+        (json!({}), check_deadline),
+        (json!({}), check_cancel),
+    ];
+    for (scenario, check) in checks {
+        let upstream = Upstream::start("direct", &scenario);
+        check(&upstream.addr(), &upstream);
+    }
+}
+
+/// A check of the pass-through: the client at `target`, the OAP `upstream`.
+type Check = fn(&str, &Upstream);
+
+/// Runs `check` with the client talking through a gateway in front of one OAP playing `scenario`
+/// (when grpcio is installed).
+fn through_a_gateway(scenario: &Value, check: Check) {
+    if !grpcio_available() {
+        return;
+    }
+    let upstream = Upstream::start("oap-1", scenario);
+    let server = gateway(&[upstream.addr()]);
+    check(&server.grpc_addr, &upstream);
 }
 
 #[test]
 fn agent_calls_reach_the_oap_byte_for_byte_and_its_answers_come_back() {
-    if !grpcio_available() {
-        return;
-    }
-    let upstream = Upstream::start("oap-1", &json!({}));
-    let server = gateway(&[upstream.addr()]);
-    check_agent_calls(&server.grpc_addr, &upstream);
+    through_a_gateway(&json!({}), check_agent_calls);
 }
 
 #[test]
 fn statuses_messages_and_trailers_come_back_exactly_on_any_path() {
-    if !grpcio_available() {
-        return;
-    }
-    let upstream = Upstream::start("oap-1", &status_scenario());
-    let server = gateway(&[upstream.addr()]);
-    check_statuses(&server.grpc_addr, &upstream);
+    through_a_gateway(&status_scenario(), check_statuses);
 }
 
 #[test]
 fn a_deadline_reaches_the_oap() {
-    if !grpcio_available() {
-        return;
-    }
-    let upstream = Upstream::start("oap-1", &json!({}));
-    let server = gateway(&[upstream.addr()]);
-    check_deadline(&server.grpc_addr, &upstream);
+    through_a_gateway(&json!({}), check_deadline);
 }
 
 #[test]
 fn a_cancelled_stream_is_cancelled_at_the_oap() {
-    if !grpcio_available() {
-        return;
-    }
-    let upstream = Upstream::start("oap-1", &json!({}));
-    let server = gateway(&[upstream.addr()]);
-    check_cancel(&server.grpc_addr, &upstream);
+    through_a_gateway(&json!({}), check_cancel);
 }
 
 /// Segments larger than an HTTP/2 frame and than the default flow-control windows arrive whole

@@ -96,6 +96,18 @@ pub(crate) fn served_copy() -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// A server on a [`served_copy`], with its admin client, when grpcio is installed for the
+/// independent client.
+fn served_for_grpcio() -> Option<(tempfile::TempDir, PathBuf, Server, AdminClient)> {
+    if !grpcio_available() {
+        return None;
+    }
+    let (dir, path) = served_copy();
+    let server = Server::start(&path);
+    let admin = AdminClient::new(&server.admin_addr);
+    Some((dir, path, server, admin))
+}
+
 /// Replaces `path` by rename, as editors and ConfigMap mounts do.
 pub(crate) fn replace(path: &Path, text: &str) {
     let staged = path.with_extension("yaml.tmp");
@@ -151,12 +163,7 @@ pub(crate) fn epoch_seconds(at: SystemTime) -> f64 {
 /// p99 write → receipt ≤ 1 s, no call fails; then SIGTERM answers the held poll "unchanged".
 #[test]
 fn a_grpcio_poller_with_the_java_timing_gets_every_write_within_a_second_and_an_ok_answer_at_shutdown() {
-    if !grpcio_available() {
-        return;
-    }
-    let (_dir, path) = served_copy();
-    let server = Server::start(&path);
-    let admin = AdminClient::new(&server.admin_addr);
+    let Some((_dir, path, server, admin)) = served_for_grpcio() else { return };
     // A short interval so the next poll follows a command quickly; each call still carries the
     // Java agent's 30 s deadline, which is what gets it held.
     let grpcio = Grpcio::java_poll(&server, "0.5");
@@ -201,12 +208,7 @@ fn a_grpcio_poller_with_the_java_timing_gets_every_write_within_a_second_and_an_
 /// tenth (never DEADLINE_EXCEEDED), and the Java agent's next poll, due since, is held at once.
 #[test]
 fn an_unchanged_grpcio_poll_ends_ok_before_its_30s_deadline_and_the_next_one_is_held() {
-    if !grpcio_available() {
-        return;
-    }
-    let (_dir, path) = served_copy();
-    let server = Server::start(&path);
-    let admin = AdminClient::new(&server.admin_addr);
+    let Some((_dir, _, server, admin)) = served_for_grpcio() else { return };
     let grpcio = Grpcio::java_poll(&server, "20");
     let first = grpcio.next_answer("the first poll", Duration::from_secs(30));
     assert!(first["uuid"].is_string(), "{first}");
@@ -226,12 +228,7 @@ fn an_unchanged_grpcio_poll_ends_ok_before_its_30s_deadline_and_the_next_one_is_
 /// answered at once, as h2load and grpcurl are; the same call with a 30 s deadline is held.
 #[test]
 fn a_grpcio_call_without_a_deadline_is_answered_at_once() {
-    if !grpcio_available() {
-        return;
-    }
-    let (_dir, path) = served_copy();
-    let server = Server::start(&path);
-    let admin = AdminClient::new(&server.admin_addr);
+    let Some((_dir, _, server, admin)) = served_for_grpcio() else { return };
     let digest = digest_of(&edited(10));
 
     let started = Instant::now();

@@ -38,26 +38,31 @@ fn admin_get(admin_addr: &str, path: &str) -> Option<serde_json::Value> {
     runtime.block_on(AdminClient::new(admin_addr).try_send("GET", path, &[], "")).ok().map(|reply| reply.json())
 }
 
-/// A server process, killed when dropped (a failed test leaves none behind).
-struct Running(Child);
+/// A server process on its admin address, killed when dropped (a failed test leaves none behind).
+struct Running {
+    child: Child,
+    admin_addr: String,
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// `skyconf serve --file file` in text format with its stderr on `stderr` and `SKYCONF_LOG=log`.
-fn spawn_serve(file: &Path, log: &str, stderr: Stdio, grpc_addr: &str, admin_addr: &str) -> Running {
+/// `skyconf serve --file file` on free ports, in text format with its stderr on `stderr` and
+/// `SKYCONF_LOG=log`.
+fn spawn_serve(file: &Path, log: &str, stderr: Stdio) -> Running {
+    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
     let mut command: Command = skyconf();
     command
-        .args(["serve", "--grpc-addr", grpc_addr, "--admin-addr", admin_addr, "--file"])
+        .args(["serve", "--grpc-addr", &grpc_addr, "--admin-addr", &admin_addr, "--file"])
         .arg(file)
         .env("SKYCONF_LOG", log)
         .stdout(Stdio::null())
         .stderr(stderr);
-    Running(command.spawn().unwrap())
+    Running { child: command.spawn().unwrap(), admin_addr }
 }
 
 /// Ready with `services` services, per `/readyz`.
@@ -67,65 +72,62 @@ fn ready_with(admin_addr: &str, services: u64) -> bool {
 
 /// Waits for the server to serve `file`, edits the file and waits for the reload, then stops the
 /// server with SIGTERM and expects a clean exit.
-fn serves_reloads_and_stops(mut server: Running, file: &Path, admin_addr: &str) {
-    eventually("the server is ready with 1 service", || ready_with(admin_addr, 1));
+fn serves_reloads_and_stops(mut server: Running, file: &Path) {
+    eventually("the server is ready with 1 service", || ready_with(&server.admin_addr, 1));
     std::fs::write(
         file,
         "configurations:\n  svc-a:\n    agent.sample_rate: 0.5\n  svc-b:\n    agent.sample_rate: 0.25\n",
     )
     .unwrap();
-    eventually("the edited file is loaded", || ready_with(admin_addr, 2));
-    let status = Command::new("kill").args(["-TERM", &server.0.id().to_string()]).status().unwrap();
+    eventually("the edited file is loaded", || ready_with(&server.admin_addr, 2));
+    let status = Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().unwrap();
     assert!(status.success());
     let mut exit = None;
     eventually("the server exits on SIGTERM", || {
-        exit = server.0.try_wait().unwrap();
+        exit = server.child.try_wait().unwrap();
         exit.is_some()
     });
     assert!(exit.unwrap().success(), "SIGTERM is a clean exit: {exit:?}");
 }
 
-fn one_service_file(dir: &tempfile::TempDir) -> std::path::PathBuf {
+/// `agent.yaml` with one service, in a temporary directory.
+fn one_service_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.yaml");
     std::fs::write(&path, "configurations:\n  svc-a:\n    agent.sample_rate: 0.5\n").unwrap();
-    path
+    (dir, path)
 }
 
 #[test]
 fn serve_keeps_serving_when_stderr_is_closed_before_start_up() {
     // Finding: exit status 101 (a panic in tracing's error path) before the port was open.
-    let dir = tempfile::tempdir().unwrap();
-    let file = one_service_file(&dir);
+    let (_dir, file) = one_service_file();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
-    let server = spawn_serve(&file, "debug", writer.into(), &grpc_addr, &admin_addr);
-    serves_reloads_and_stops(server, &file, &admin_addr);
+    let server = spawn_serve(&file, "debug", writer.into());
+    serves_reloads_and_stops(server, &file);
 }
 
 #[test]
 fn serve_keeps_serving_when_stderr_closes_after_the_first_line() {
     // `2> fifo` whose reader reads a line and leaves: a logger that blocks on the full pipe would
     // stop reloads while /readyz says ready, and SIGTERM would not stop the server.
-    let dir = tempfile::tempdir().unwrap();
-    let file = one_service_file(&dir);
+    let (_dir, file) = one_service_file();
     let (reader, writer) = std::io::pipe().unwrap();
-    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
-    let server = spawn_serve(&file, "debug", writer.into(), &grpc_addr, &admin_addr);
+    let server = spawn_serve(&file, "debug", writer.into());
     let mut reader = BufReader::new(reader);
     let mut first = String::new();
     reader.read_line(&mut first).unwrap();
     assert!(!first.is_empty(), "the server logs a line");
     drop(reader);
-    serves_reloads_and_stops(server, &file, &admin_addr);
+    serves_reloads_and_stops(server, &file);
 }
 
 #[test]
 fn serve_keeps_serving_when_stderr_is_a_full_pipe() {
     // A pipe nobody reads: a thread of this test fills it and stays blocked on it, and the server
     // logs at trace level into it.
-    let dir = tempfile::tempdir().unwrap();
-    let file = one_service_file(&dir);
+    let (_dir, file) = one_service_file();
     let (reader, writer) = std::io::pipe().unwrap();
     let mut filler = writer.try_clone().unwrap();
     let written = Arc::new(AtomicUsize::new(0));
@@ -143,9 +145,8 @@ fn serve_keeps_serving_when_stderr_is_a_full_pipe() {
         })
     };
     eventually("the pipe holds something", || written.load(Ordering::Relaxed) > 0);
-    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
-    let server = spawn_serve(&file, "trace", writer.into(), &grpc_addr, &admin_addr);
-    serves_reloads_and_stops(server, &file, &admin_addr);
+    let server = spawn_serve(&file, "trace", writer.into());
+    serves_reloads_and_stops(server, &file);
     assert!(!filling.is_finished(), "the pipe was full throughout: the filler is still blocked on it");
     // Unblocks the filler (EPIPE).
     drop(reader);
@@ -154,12 +155,10 @@ fn serve_keeps_serving_when_stderr_is_a_full_pipe() {
 
 #[test]
 fn piped_logs_have_no_colour_codes() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = one_service_file(&dir);
+    let (_dir, file) = one_service_file();
     let (reader, writer) = std::io::pipe().unwrap();
-    let (grpc_addr, admin_addr) = (free_addr(), free_addr());
-    let server = spawn_serve(&file, "debug", writer.into(), &grpc_addr, &admin_addr);
-    eventually("the server is ready", || ready_with(&admin_addr, 1));
+    let server = spawn_serve(&file, "debug", writer.into());
+    eventually("the server is ready", || ready_with(&server.admin_addr, 1));
     drop(server);
     let mut log = Vec::new();
     BufReader::new(reader).read_to_end(&mut log).unwrap();

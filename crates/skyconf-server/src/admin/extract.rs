@@ -84,6 +84,28 @@ impl FromRequestParts<Admin> for ReleaseId {
     }
 }
 
+/// A query string parsed into `T`; one that does not parse is refused by [`query_refused`].
+#[derive(Debug)]
+pub(super) struct ParsedQuery<T>(pub(super) T);
+
+impl<T: serde::de::DeserializeOwned + Send> FromRequestParts<Admin> for ParsedQuery<T> {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Admin) -> Result<Self, AppError> {
+        let Query(query) = Query::<T>::from_request_parts(parts, state).await.map_err(|e| query_refused(&e))?;
+        Ok(Self(query))
+    }
+}
+
+/// A page's size: the `limit` asked, or `default`; refused outside 1 to `max`.
+pub(super) fn page_limit(asked: Option<usize>, default: usize, max: usize) -> Result<usize, AppError> {
+    let limit = asked.unwrap_or(default);
+    if !(1..=max).contains(&limit) {
+        return Err(AppError::BadRequest(format!("limit must be between 1 and {max}")));
+    }
+    Ok(limit)
+}
+
 /// Everything a write handler reads from its request: the options (`?dry_run`, `?wait`,
 /// `If-Match`), the headers (author, message, content type) and the body, within the limit.
 pub(super) struct WriteRequest {
@@ -331,7 +353,7 @@ fn body_bytes(admin: &Admin, body: Result<Bytes, BytesRejection>) -> Result<Byte
 
 /// A query string that does not parse, refused in the API's words: the parameter and why
 /// (`limit: invalid digit found in string`), without the HTTP framework's own prefix.
-pub(crate) fn query_refused(rejection: &QueryRejection) -> AppError {
+fn query_refused(rejection: &QueryRejection) -> AppError {
     let text = rejection.body_text();
     let why = text.strip_prefix("Failed to deserialize query string: ").unwrap_or(&text);
     AppError::BadRequest(format!("the query string does not parse: {why}"))

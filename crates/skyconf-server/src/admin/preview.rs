@@ -12,8 +12,8 @@
 //! Both change nothing: they are reads (a read token), the preview a `POST` only to carry its body.
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 use skyconf_core::AgentConfigurations;
@@ -27,7 +27,7 @@ use skyconf_core::targeting::InstanceRef;
 use skyconf_proto::v3::Commands;
 use utoipa::ToSchema;
 
-use super::extract::AnyServiceName;
+use super::extract::{AnyServiceName, ParsedQuery};
 use super::openapi::ErrorBody;
 use super::read::ReadFailures;
 use super::{Admin, AppError};
@@ -164,9 +164,8 @@ impl Asked {
 pub(super) async fn layers(
     State(admin): State<Admin>,
     AnyServiceName(service): AnyServiceName,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    ParsedQuery(pairs): ParsedQuery<Vec<(String, String)>>,
 ) -> Result<Json<Layers>, AppError> {
-    let Query(pairs) = query.map_err(|e| crate::admin::extract::query_refused(&e))?;
     let mut asked = Asked { service, instance: None, properties: Vec::new(), agent_version: None };
     for (name, value) in pairs {
         match name.as_str() {

@@ -241,11 +241,17 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
+    /// A connection over loopback: its client end and its server end.
+    async fn connected() -> (TcpStream, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, server)
+    }
+
     #[tokio::test]
     async fn a_closing_socket_reads_until_the_peer_closes_and_then_no_reset_comes() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let (mut client, server) = connected().await;
         let drain = Drain::new(Duration::from_secs(10));
         let open = drain.open();
         let mut server = server;
@@ -266,9 +272,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_peer_that_keeps_sending_is_read_until_the_drain_bound() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let (mut client, server) = connected().await;
         let drain = Drain::new(Duration::from_secs(10));
         let open = drain.open();
         let lingering = tokio::spawn(async move {
@@ -287,9 +291,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_peer_that_never_closes_is_waited_for_at_most_the_linger() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let _client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let (_client, server) = connected().await;
         let drain = Drain::new(Duration::from_secs(10));
         let started = Instant::now();
         linger(server, drain.open(), ()).await;

@@ -152,6 +152,11 @@ fn get(path: &str) -> Request<Body> {
     Request::get(path).body(Body::empty()).unwrap()
 }
 
+/// `PUT /api/v1/configurations` of `text`, without a content type.
+fn put_document(text: impl Into<Body>) -> Request<Body> {
+    Request::put("/api/v1/configurations").body(text.into()).unwrap()
+}
+
 fn json_request(method: &str, path: &str, body: &Value) -> Request<Body> {
     Request::builder()
         .method(method)
@@ -904,7 +909,7 @@ async fn a_rollback_restores_the_exact_document_and_digests() {
     let s = setup();
     let before = s.digests();
     let v2 = "configurations:\n  order: {agent.sample_n_per_3_secs: 99}\n";
-    assert_eq!(call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await.0, 200);
+    assert_eq!(call(&s.router, put_document(v2)).await.0, 200);
     let body = s
         .ok(Request::post("/api/v1/releases/1/rollback")
             .header("x-skyconf-author", "dana")
@@ -1080,11 +1085,11 @@ async fn store_failures_map_to_503_and_409() {
     let s = setup();
     let v2 = "configurations:\n  order: {k: v}\n";
     s.mode.store(1, Ordering::SeqCst);
-    let (status, body) = call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await;
+    let (status, body) = call(&s.router, put_document(v2)).await;
     assert_eq!(status, 503, "{body}");
     assert!(body["error"].as_str().unwrap().contains("down"));
     s.mode.store(2, Ordering::SeqCst);
-    assert_eq!(call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await.0, 409);
+    assert_eq!(call(&s.router, put_document(v2)).await.0, 409);
     assert_eq!(s.releases.list().len(), 1);
     assert_eq!(s.served.snapshot().version, 1);
 }
@@ -1094,7 +1099,7 @@ async fn a_store_write_that_finds_the_key_changed_is_a_409_to_read_again() {
     let s = setup();
     let v2 = "configurations:\n  order: {k: v}\n";
     s.mode.store(3, Ordering::SeqCst);
-    let (status, body) = call(&s.router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await;
+    let (status, body) = call(&s.router, put_document(v2)).await;
     assert_eq!(status, 409, "{body}");
     let error = body["error"].as_str().unwrap();
     assert!(error.starts_with("the store changed under this write; read it again"), "{error}");
@@ -1104,7 +1109,7 @@ async fn a_store_write_that_finds_the_key_changed_is_a_409_to_read_again() {
     assert_eq!(s.releases.list().len(), 1, "no release for a write that did not happen");
     assert_eq!(s.served.snapshot().version, 1);
     s.mode.store(0, Ordering::SeqCst);
-    let body = s.ok(Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await;
+    let body = s.ok(put_document(v2)).await;
     assert_eq!(body["written"], true, "once read again, the write goes through: {body}");
 }
 
@@ -1115,7 +1120,7 @@ async fn bodies_over_the_limit_are_refused() {
     let store = Arc::new(StoreView::new("memory".into(), StoreContent::default(), true, false));
     let router = Admin::new(Arc::clone(&s.served), store).with_options(options).router();
     let big = format!("configurations:\n  a: {{k: '{}'}}\n", "x".repeat(2000));
-    let (status, body) = call(&router, Request::put("/api/v1/configurations").body(Body::from(big)).unwrap()).await;
+    let (status, body) = call(&router, put_document(big)).await;
     assert_eq!(status, 413, "{body}");
 }
 
@@ -1125,7 +1130,7 @@ async fn a_write_without_a_store_is_a_conflict() {
     let store = Arc::new(StoreView::new("memory".into(), StoreContent::default(), true, false));
     let router = Admin::new(Arc::clone(&s.served), store).router();
     let v2 = "configurations:\n  order: {k: v}\n";
-    assert_eq!(call(&router, Request::put("/api/v1/configurations").body(Body::from(v2)).unwrap()).await.0, 409);
+    assert_eq!(call(&router, put_document(v2)).await.0, 409);
 }
 
 #[tokio::test]
@@ -1134,7 +1139,7 @@ async fn read_and_write_routes_are_separate_groups() {
     let store = Arc::new(StoreView::new("memory".into(), StoreContent::default(), true, false));
     let admin = Admin::new(Arc::clone(&s.served), store);
     let reads = admin.read_routes();
-    let (status, _) = call(&reads, Request::put("/api/v1/configurations").body(Body::from(V1)).unwrap()).await;
+    let (status, _) = call(&reads, put_document(V1)).await;
     assert_eq!(status, 405, "the read group has no writes");
     let writes = admin.write_routes();
     assert_eq!(call(&writes, get("/api/v1/services")).await.0, 404, "the write group has no reads");

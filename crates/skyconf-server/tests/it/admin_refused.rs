@@ -3,6 +3,7 @@
 //! write then replaces the refused document, built on the served table, and its answer says
 //! which refused document it replaced; it is not a 409, since no concurrent write is lost.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -29,7 +30,28 @@ fn etcd_source(etcd: &EtcdServer) -> EtcdSource {
     EtcdSource::new(settings).unwrap().with_backoff(Backoff::new(Duration::from_millis(50), Duration::from_millis(500)))
 }
 
-/// Refuses `REFUSED` (put into the store by `put_refused`), then repairs `svc` with a
+/// A server on a file that held `V1` when it started and holds `REFUSED` now.
+async fn refused_in_the_file() -> (tempfile::TempDir, PathBuf, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.yaml");
+    std::fs::write(&path, V1).unwrap();
+    let running = Server::start(FileSource::new(&path), config()).await;
+    std::fs::write(&path, REFUSED).unwrap();
+    (dir, path, running)
+}
+
+/// A server on an etcd that held `V1` when it started and holds `REFUSED` now, with the revision
+/// `REFUSED` was put at; `None` without etcd.
+async fn refused_in_etcd() -> Option<(EtcdServer, Server, i64)> {
+    let etcd = EtcdServer::start().await?;
+    let admin = etcd.admin().await;
+    admin.put(AGENT_KEY, V1).await;
+    let running = Server::start(etcd_source(&etcd), config()).await;
+    let refused_at = admin.put(AGENT_KEY, REFUSED).await;
+    Some((etcd, running, refused_at))
+}
+
+/// Refuses `REFUSED` (in the store of `refused_in_the_file` or `refused_in_etcd`), then repairs `svc` with a
 /// per-service write: the answer, once served.
 async fn repair(running: &Server) -> Value {
     eventually("the document put into the store is refused", || running.served.last_rejection().is_some()).await;
@@ -56,11 +78,7 @@ async fn repair(running: &Server) -> Value {
 
 #[tokio::test]
 async fn a_per_service_write_replaces_a_document_refused_in_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agents.yaml");
-    std::fs::write(&path, V1).unwrap();
-    let running = Server::start(FileSource::new(&path), config()).await;
-    std::fs::write(&path, REFUSED).unwrap();
+    let (_dir, path, running) = refused_in_the_file().await;
     let answer = repair(&running).await;
     assert_eq!(answer["replaced_refused"]["revision"], Value::Null, "a file has no revisions: {answer}");
     assert!(std::fs::read_to_string(&path).unwrap().contains("\"20\""), "written through to the file");
@@ -69,11 +87,7 @@ async fn a_per_service_write_replaces_a_document_refused_in_the_file() {
 
 #[tokio::test]
 async fn a_per_service_write_replaces_a_document_refused_in_etcd() {
-    let Some(etcd) = EtcdServer::start().await else { return };
-    let admin = etcd.admin().await;
-    admin.put(AGENT_KEY, V1).await;
-    let running = Server::start(etcd_source(&etcd), config()).await;
-    let refused_at = admin.put(AGENT_KEY, REFUSED).await;
+    let Some((_etcd, running, refused_at)) = refused_in_etcd().await else { return };
     let answer = repair(&running).await;
     assert_eq!(answer["replaced_refused"]["revision"], refused_at, "the refused document's revision: {answer}");
     running.stop().await.unwrap();
@@ -101,11 +115,7 @@ async fn write_served_text(running: &Server) -> Value {
 /// The served text written back over a document refused in the file (usability finding 16).
 #[tokio::test]
 async fn writing_the_served_text_replaces_a_document_refused_in_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("agents.yaml");
-    std::fs::write(&path, V1).unwrap();
-    let running = Server::start(FileSource::new(&path), config()).await;
-    std::fs::write(&path, REFUSED).unwrap();
+    let (_dir, path, running) = refused_in_the_file().await;
     write_served_text(&running).await;
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "the file holds the served text again");
     running.stop().await.unwrap();
@@ -114,11 +124,7 @@ async fn writing_the_served_text_replaces_a_document_refused_in_the_file() {
 /// The same in etcd: the key holds the served text again, at a newer revision.
 #[tokio::test]
 async fn writing_the_served_text_replaces_a_document_refused_in_etcd() {
-    let Some(etcd) = EtcdServer::start().await else { return };
-    let admin = etcd.admin().await;
-    admin.put(AGENT_KEY, V1).await;
-    let running = Server::start(etcd_source(&etcd), config()).await;
-    let refused_at = admin.put(AGENT_KEY, REFUSED).await;
+    let Some((_etcd, running, refused_at)) = refused_in_etcd().await else { return };
     let answer = write_served_text(&running).await;
     assert_eq!(answer["replaced_refused"]["revision"], refused_at, "{answer}");
     running.wait_for_store("the served text", |c| c.agent_configurations() == Some(V1)).await;

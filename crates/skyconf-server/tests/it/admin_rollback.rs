@@ -2,7 +2,7 @@
 //! atomic rename and is served; the release history survives a restart; a rollback restores
 //! exactly the values (and digest) a tonic client fetched before.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use skyconf_server::ServeConfig;
 use skyconf_sources::file::FileSource;
@@ -14,11 +14,18 @@ fn config(data: &Path) -> ServeConfig {
     ServeConfig { data_dir: Some(data.to_owned()), ..loopback() }
 }
 
-#[tokio::test]
-async fn a_rollback_after_a_restart_restores_what_agents_fetched_before() {
+/// A temporary directory with `agents.yaml` holding `V1`, and the path of a data directory beside
+/// it (not made).
+fn v1_file_and_data() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let (path, data) = (dir.path().join("agents.yaml"), dir.path().join("data"));
     std::fs::write(&path, V1).unwrap();
+    (dir, path, data)
+}
+
+#[tokio::test]
+async fn a_rollback_after_a_restart_restores_what_agents_fetched_before() {
+    let (_dir, path, data) = v1_file_and_data();
     let running = Server::start(FileSource::new(&path), config(&data)).await;
     let cds = running.cds().await;
     let before = cds.fetch("svc", "").await.unwrap();
@@ -73,9 +80,7 @@ async fn a_rollback_after_a_restart_restores_what_agents_fetched_before() {
 /// again, not even after a restart.
 #[tokio::test]
 async fn a_write_whose_release_cannot_be_written_is_a_503_and_its_id_is_never_reissued() {
-    let dir = tempfile::tempdir().unwrap();
-    let (path, data) = (dir.path().join("agents.yaml"), dir.path().join("data"));
-    std::fs::write(&path, V1).unwrap();
+    let (_dir, path, data) = v1_file_and_data();
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("releases"), "in the way").unwrap();
     let running = Server::start(FileSource::new(&path), config(&data)).await;
@@ -140,9 +145,7 @@ async fn a_write_the_store_cannot_make_says_it_could_not_write() {
 /// and why; once it can be written again, writes are durable again.
 #[tokio::test]
 async fn a_write_whose_last_good_copy_cannot_be_written_is_not_durable_and_says_why() {
-    let dir = tempfile::tempdir().unwrap();
-    let (path, data) = (dir.path().join("agents.yaml"), dir.path().join("data"));
-    std::fs::write(&path, V1).unwrap();
+    let (_dir, path, data) = v1_file_and_data();
     std::fs::create_dir_all(data.join("last-good.json").join("inside")).unwrap();
     let running = Server::start(FileSource::new(&path), config(&data)).await;
     let cds = running.cds().await;

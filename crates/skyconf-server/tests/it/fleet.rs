@@ -341,14 +341,6 @@ mod raw {
         frozen: Arc<AtomicBool>,
     }
 
-    fn frame(message: &impl prost::Message) -> Bytes {
-        let encoded = message.encode_to_vec();
-        let mut frame = vec![0u8];
-        frame.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
-        frame.extend_from_slice(&encoded);
-        frame.into()
-    }
-
     impl Client {
         pub(super) async fn connect(addr: SocketAddr) -> Self {
             let frozen = Arc::new(AtomicBool::new(false));
@@ -376,12 +368,16 @@ mod raw {
         pub(super) async fn hold(&self, instance: &str, digest: &str) -> h2::client::ResponseFuture {
             let ping =
                 InstancePingPkg { service: "svc".into(), service_instance: instance.into(), layer: String::new() };
-            let answer = self.call("/skywalking.v3.ManagementService/keepAlive", frame(&ping), None).await;
+            let answer = self.call("/skywalking.v3.ManagementService/keepAlive", crate::grpc_frame(&ping), None).await;
             let mut body = answer.await.unwrap().into_body();
             while body.data().await.is_some() {}
             let poll = ConfigurationSyncRequest { service: "svc".into(), uuid: digest.into() };
-            self.call("/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations", frame(&poll), Some("30S"))
-                .await
+            self.call(
+                "/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations",
+                crate::grpc_frame(&poll),
+                Some("30S"),
+            )
+            .await
         }
 
         /// From now on, nothing is read or written.

@@ -27,6 +27,13 @@ async fn gateway(upstreams: &[&Upstream]) -> (tempfile::TempDir, Server) {
     gateway_with(upstreams, ServeConfig { gateway: Some(config), ..loopback() }).await
 }
 
+/// One OAP (`oap-a`) and a skyconf gateway in front of it, connected to it.
+async fn one_oap() -> (Upstream, tempfile::TempDir, Server) {
+    let upstream = Upstream::start("oap-a").await;
+    let (dir, server) = gateway(&[&upstream]).await;
+    (upstream, dir, server)
+}
+
 /// A skyconf server with `config` (gateway mode), once it is connected to every one of `upstreams`.
 async fn gateway_with(upstreams: &[&Upstream], config: ServeConfig) -> (tempfile::TempDir, Server) {
     let (dir, path) = temp_file("agent-configurations.yaml", DOC);
@@ -137,8 +144,7 @@ async fn read(response: h2::client::ResponseFuture) -> Outcome {
 
 #[tokio::test]
 async fn a_call_is_forwarded_byte_for_byte_with_its_metadata_and_the_answer_comes_back_unchanged() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (upstream, _dir, server) = one_oap().await;
     let mut client = connect(server.grpc_addr).await;
     let segments: Vec<u8> =
         [framed(b"segment one"), framed(&[0u8, 1, 2, 255, 254]), framed(&vec![7u8; 70_000])].concat();
@@ -170,8 +176,7 @@ async fn a_call_is_forwarded_byte_for_byte_with_its_metadata_and_the_answer_come
 
 #[tokio::test]
 async fn statuses_resets_and_paths_skyconf_never_heard_of_pass_through() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (upstream, _dir, server) = one_oap().await;
     let mut client = connect(server.grpc_addr).await;
 
     let outcome = call(&mut client, "/skywalking.v3.JVMMetricReportService/status", &[], &framed(b"jvm")).await;
@@ -192,8 +197,7 @@ async fn statuses_resets_and_paths_skyconf_never_heard_of_pass_through() {
 
 #[tokio::test]
 async fn configuration_discovery_is_answered_here_and_never_forwarded() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (upstream, _dir, server) = one_oap().await;
     let command = server.cds().await.fetch("order", "").await.expect("the command");
     assert_eq!(command.config, [("agent.sample_n_per_3_secs".to_owned(), "10".to_owned())]);
     assert!(upstream.calls().is_empty(), "{:?}", upstream.calls());
@@ -201,8 +205,7 @@ async fn configuration_discovery_is_answered_here_and_never_forwarded() {
 
 #[tokio::test]
 async fn an_agent_cancelling_its_call_cancels_the_oaps_stream() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (upstream, _dir, server) = one_oap().await;
     let client = connect(server.grpc_addr).await;
     let (_response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/echo", &[]).await;
     send.send_data(Bytes::from(framed(b"first segment")), false).unwrap();
@@ -269,8 +272,7 @@ async fn with_every_oap_down_forwarded_calls_are_unavailable_and_configuration_d
 
 #[tokio::test]
 async fn a_stalled_oap_stops_the_agent_within_the_flow_control_windows() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (upstream, _dir, server) = one_oap().await;
     let client = connect(server.grpc_addr).await;
     let (_response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
     upstream.wait_for("the stream", |calls| !calls.is_empty()).await;
@@ -302,8 +304,7 @@ async fn a_stalled_oap_stops_the_agent_within_the_flow_control_windows() {
 
 #[tokio::test]
 async fn management_calls_are_forwarded_and_tell_the_fleet_which_instance_a_connection_is() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (upstream, _dir, server) = one_oap().await;
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.grpc_addr))
         .unwrap()
         .connect()
@@ -405,8 +406,7 @@ async fn the_agent_token_guards_configuration_discovery_only_and_dcs_is_answered
 
 #[tokio::test]
 async fn shutdown_closes_forwarded_streams_that_do_not_end_within_the_drain() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (upstream, _dir, server) = one_oap().await;
     let client = connect(server.grpc_addr).await;
     let (_response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
     send.send_data(Bytes::from(framed(b"segment")), false).unwrap();
@@ -498,8 +498,7 @@ async fn an_oversized_oap_answer_fails_that_call_only_and_the_shared_connection_
 /// 431 on that stream); the connection and other calls on it go on.
 #[tokio::test]
 async fn request_headers_over_the_limit_fail_that_call_only() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (upstream, _dir, server) = one_oap().await;
     let held = agents_holding_calls(&server, &upstream, 3).await;
     let mut client = connect(server.grpc_addr).await;
     let big = "h".repeat(17 * 1024);
@@ -619,8 +618,7 @@ async fn an_oap_that_never_speaks_http2_is_down_and_calls_go_elsewhere_or_fail_f
 /// status when the OAP had not answered yet, and as the same reset once its answer has begun.
 #[tokio::test]
 async fn an_oap_reset_with_internal_error_reaches_the_agent_as_internal() {
-    let upstream = Upstream::start("oap-a").await;
-    let (_dir, server) = gateway(&[&upstream]).await;
+    let (_upstream, _dir, server) = one_oap().await;
     let mut client = connect(server.grpc_addr).await;
     let outcome = call(&mut client, "/skywalking.v3.LogReportService/resetinternal", &[], &framed(b"log")).await;
     assert_eq!(outcome.grpc_status().as_deref(), Some("13"), "{outcome:?}");

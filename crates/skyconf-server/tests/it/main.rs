@@ -36,6 +36,15 @@ mod tls;
 mod web;
 mod zookeeper;
 
+/// `message` encoded with its gRPC header (uncompressed, its length), as one DATA frame carries it.
+pub(crate) fn grpc_frame(message: &impl prost::Message) -> bytes::Bytes {
+    let encoded = message.encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(&encoded);
+    frame.into()
+}
+
 /// The `(a, b)` string fields of each object in the JSON array `rows`, in order.
 pub(crate) fn pairs<'v>(rows: &'v serde_json::Value, a: &str, b: &str) -> Vec<(&'v str, &'v str)> {
     rows.as_array().unwrap().iter().map(|row| (row[a].as_str().unwrap(), row[b].as_str().unwrap())).collect()

@@ -42,6 +42,15 @@ pub(crate) fn url(server: &Server) -> String {
     format!("http://{}/v1/opamp", server.opamp_addr.expect("the OpAMP port runs"))
 }
 
+/// A server with OpAMP on a file holding `text`: the file's directory and path, the server and
+/// its admin client.
+pub(crate) async fn serving(text: &str) -> (tempfile::TempDir, PathBuf, Server, AdminClient) {
+    let (dir, path) = temp_file("agents.yaml", text);
+    let server = Server::start(FileSource::new(&path), config()).await;
+    let admin = server.admin();
+    (dir, path, server, admin)
+}
+
 /// Writes `document` through the admin API; its answer.
 pub(crate) async fn put(admin: &AdminClient, document: &str) -> Value {
     let reply = admin.send("PUT", "/api/v1/configurations", &[("content-type", "application/yaml")], document).await;
@@ -119,9 +128,8 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_gets_its_group_files_changes_only_when_they_change_and_is_listed_until_it_leaves() {
-    let (_dir, path) = temp_file("agents.yaml", &document("checkout", &json_file("0.5"), 10));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let (admin, http, url) = (server.admin(), reqwest::Client::builder().no_gzip().build().unwrap(), url(&server));
+    let (_dir, _, server, admin) = serving(&document("checkout", &json_file("0.5"), 10)).await;
+    let (http, url) = (reqwest::Client::builder().no_gzip().build().unwrap(), url(&server));
 
     let first = post(&http, &url, &message(1, Some("checkout"))).await;
     let remote = first.remote_config.expect("its group's files are offered");
@@ -180,9 +188,8 @@ async fn an_agent_gets_its_group_files_changes_only_when_they_change_and_is_list
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_poll_is_answered_by_the_document_change_that_changes_its_files() {
-    let (_dir, path) = temp_file("agents.yaml", &document("checkout", &json_file("0.5"), 10));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let (admin, http, url) = (server.admin(), reqwest::Client::builder().no_gzip().build().unwrap(), url(&server));
+    let (_dir, _, server, admin) = serving(&document("checkout", &json_file("0.5"), 10)).await;
+    let (http, url) = (reqwest::Client::builder().no_gzip().build().unwrap(), url(&server));
     let v1 = post(&http, &url, &message(1, Some("checkout"))).await.remote_config.unwrap().config_hash;
     post(&http, &url, &with_status(message(2, None), &v1, wire::RemoteConfigStatuses::Applied)).await;
 
@@ -219,9 +226,7 @@ async fn a_held_poll_is_answered_by_the_document_change_that_changes_its_files()
 async fn a_websocket_agent_is_pushed_the_document_change_and_its_row_ends_with_the_connection() {
     use futures_util::SinkExt as _;
     use tokio_tungstenite::tungstenite::Message;
-    let (_dir, path) = temp_file("agents.yaml", &document("checkout", &json_file("0.5"), 10));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document("checkout", &json_file("0.5"), 10)).await;
     let ws_url = format!("ws://{}/v1/opamp", server.opamp_addr.unwrap());
     let (mut socket, _) = tokio_tungstenite::connect_async(ws_url).await.unwrap();
     // The spec's framing: a varint header, 0, then the message.
@@ -375,9 +380,7 @@ pub(crate) async fn applies_the_next_change_and_lists_a_failure(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pypi_client_applies_its_group_gets_a_document_change_and_its_failure_is_listed() {
     let Some(python) = python() else { return };
-    let (_dir, path) = temp_file("agents.yaml", &document("py-svc", &json_file("0.5"), 10));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document("py-svc", &json_file("0.5"), 10)).await;
     let child = spawn(&python, "python_agent.py", &[&url(&server), "py-svc", "0.5"], &[]);
 
     let uid = first_applied(&admin).await;

@@ -14,7 +14,7 @@ use skyconf_testkit::servers::etcd::EtcdServer;
 use crate::opamp::{document, hex, json_file, reporting_agent};
 use crate::opamp_rollout::{OtelAgent, document as rollout_document, last_event, start};
 use crate::replicas::etcd_source;
-use crate::rollouts::{post, rollout, until, until_state};
+use crate::rollouts::{rollout, start_rollout, until, until_state};
 use crate::shared_writes::ETCD_AGENT_KEY;
 
 /// A replica named `name` (see [`crate::replicas::config`]), with an OpAMP port when `opamp`.
@@ -126,9 +126,7 @@ async fn a_rollout_driven_on_one_replica_is_judged_on_the_other_replicas_opamp_a
 
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
     let waves = json!([{"share": "100%"}]);
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&rollout_document(10, "2"), waves.clone(), gates.clone())).await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start(&rollout_document(10, "2"), waves.clone(), gates.clone())).await;
     assert_eq!(body["rollout"]["driver"], "replica-a");
     let reverted = until_state(&admin, "reverted").await;
     assert_eq!(
@@ -142,8 +140,7 @@ async fn a_rollout_driven_on_one_replica_is_judged_on_the_other_replicas_opamp_a
     })
     .await;
 
-    let (status, body) = post(&admin, "/api/v1/rollouts", &start(&rollout_document(10, "0.25"), waves, gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&rollout_document(10, "0.25"), waves, gates)).await;
     let done = until_state(&admin, "completed").await;
     let messages: Vec<&str> =
         done["events"].as_array().unwrap().iter().map(|e| e["message"].as_str().unwrap()).collect();

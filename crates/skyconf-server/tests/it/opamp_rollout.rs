@@ -20,13 +20,10 @@ use prost::Message as _;
 use serde_json::{Value, json};
 use skyconf_opamp::wire::{self, any_value::Value as AnyValue};
 use skyconf_opamp::{bits, codec};
-use skyconf_server::ServeConfig;
-use skyconf_sources::file::FileSource;
-use skyconf_testkit::fixtures::temp_file;
-use skyconf_testkit::server::{AdminClient, Server, loopback};
+use skyconf_testkit::server::AdminClient;
 
-use crate::opamp::{agents, put};
-use crate::rollouts::{TestAgent, post, rollout, stop_all, until, until_state};
+use crate::opamp::{agents, put, serving, url};
+use crate::rollouts::{TestAgent, rollout, start_rollout, stop_all, until, until_state};
 
 /// A document: the SkyWalking service `svc` samples `rate`; the `opamp:` group `collectors`
 /// gives agents of `otel` a `sampling.json` of `ratio`.
@@ -34,14 +31,6 @@ pub(crate) fn document(rate: u32, ratio: &str) -> String {
     format!(
         "configurations:\n  svc:\n    agent.sample_n_per_3_secs: {rate}\nopamp:\n  - group: collectors\n    match:\n      service.name: otel\n    files:\n      sampling.json:\n        body: '{{\"ratio\": {ratio}}}'\n"
     )
-}
-
-fn config() -> ServeConfig {
-    ServeConfig { opamp_addr: Some("127.0.0.1:0".parse().unwrap()), ..loopback() }
-}
-
-fn url(server: &Server) -> String {
-    format!("http://{}/v1/opamp", server.opamp_addr.expect("the OpAMP port runs"))
 }
 
 /// What one agent went through.
@@ -252,21 +241,14 @@ pub(crate) fn last_event(rollout: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_status_reverts_the_wave_at_once_and_the_reached_agent_goes_back() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document(10, "0.5")).await;
     let agents: Vec<OtelAgent> = (0..3).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
     applied(&admin, 3).await;
 
     // Only the `opamp:` group changes: the rollout judges its agents.
     let gates = json!({"apply_within_s": 30, "bake_s": 60, "lost_after_s": 20});
-    let (status, body) = post(
-        &admin,
-        "/api/v1/rollouts",
-        &start(&document(10, "2"), json!([{"instances": 1}, {"share": "100%"}]), gates),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
+    let body =
+        start_rollout(&admin, &start(&document(10, "2"), json!([{"instances": 1}, {"share": "100%"}]), gates)).await;
     assert_eq!(body["rollout"]["services"], json!([]));
     assert_eq!(body["rollout"]["opamp_groups"], json!(["collectors"]));
     let picked = body["rollout"]["named"]["opamp:collectors"][0].as_str().unwrap().to_owned();
@@ -304,18 +286,14 @@ async fn a_failed_status_reverts_the_wave_at_once_and_the_reached_agent_goes_bac
 /// the candidate becomes the document.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_agent_fails_a_wave_is_pushed_its_file_back_and_completes_the_next() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document(10, "0.5")).await;
     let agent = WsAgent::connect(server.opamp_addr.unwrap(), 0).await;
     applied(&admin, 1).await;
     assert_eq!(agents(&admin).await[0]["transport"], "websocket");
 
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
     let waves = json!([{"share": "100%"}]);
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&document(10, "2"), waves.clone(), gates.clone())).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&document(10, "2"), waves.clone(), gates.clone())).await;
     let reverted = until_state(&admin, "reverted").await;
     assert_eq!(
         last_event(&reverted),
@@ -329,8 +307,7 @@ async fn a_websocket_agent_fails_a_wave_is_pushed_its_file_back_and_completes_th
     })
     .await;
 
-    let (status, body) = post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), waves, gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&document(10, "0.25"), waves, gates)).await;
     until_state(&admin, "completed").await;
     applied(&admin, 1).await;
     let offered = agent.seen().offered;
@@ -342,9 +319,7 @@ async fn a_websocket_agent_fails_a_wave_is_pushed_its_file_back_and_completes_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_rollout_completes_when_skywalking_instances_and_opamp_agents_apply() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, path, server, admin) = serving(&document(10, "0.5")).await;
     let otel: Vec<OtelAgent> = (0..2).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
     let skywalking: Vec<TestAgent> =
         (0..2).map(|i| TestAgent::spawn(server.grpc_addr, &format!("pod-{i}"), &[])).collect();
@@ -357,9 +332,7 @@ async fn a_mixed_rollout_completes_when_skywalking_instances_and_opamp_agents_ap
     .await;
 
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&document(20, "0.25"), json!([{"share": "100%"}]), gates)).await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start(&document(20, "0.25"), json!([{"share": "100%"}]), gates)).await;
     assert_eq!(
         (&body["rollout"]["services"], &body["rollout"]["opamp_groups"]),
         (&json!(["svc"]), &json!(["collectors"]))
@@ -393,16 +366,12 @@ async fn a_mixed_rollout_completes_when_skywalking_instances_and_opamp_agents_ap
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_opamp_agent_reverts_the_wave_after_lost_after() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document(10, "0.5")).await;
     let mut agents: Vec<OtelAgent> = (0..2).map(|i| OtelAgent::spawn(&url(&server), i)).collect();
     applied(&admin, 2).await;
 
     let gates = json!({"apply_within_s": 30, "bake_s": 600, "lost_after_s": 5});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
     until("both agents applied the candidate", async || {
         rollout(&admin).await["events"].as_array().unwrap().iter().any(|e| e["kind"] == "applied")
     })
@@ -424,9 +393,7 @@ async fn a_killed_opamp_agent_reverts_the_wave_after_lost_after() {
 /// `lost_after_s` is no disappearance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_whose_poll_is_held_longer_than_lost_after_has_not_disappeared() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document(10, "0.5")).await;
     let agent = OtelAgent::spawn_holding(&url(&server), 0, Some(30));
     applied(&admin, 1).await;
     until("its poll is held", async || {
@@ -435,9 +402,7 @@ async fn an_agent_whose_poll_is_held_longer_than_lost_after_has_not_disappeared(
     .await;
 
     let gates = json!({"apply_within_s": 30, "bake_s": 6, "lost_after_s": 2});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&document(10, "0.25"), json!([{"share": "100%"}]), gates)).await;
     let mut done = Value::Null;
     until("the rollout ends", async || {
         done = rollout(&admin).await;
@@ -451,9 +416,7 @@ async fn an_agent_whose_poll_is_held_longer_than_lost_after_has_not_disappeared(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_opamp_only_change_is_named_by_its_release_and_the_diff_and_a_rollback_restores_it() {
-    let (_dir, path) = temp_file("agents.yaml", &document(10, "0.5"));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, path, server, admin) = serving(&document(10, "0.5")).await;
     let agent = OtelAgent::spawn(&url(&server), 0);
     applied(&admin, 1).await;
     let first = admin.get_json("/api/v1/releases").await["releases"][0]["id"].as_u64().unwrap();
@@ -508,9 +471,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
             "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\nopamp:\n  - group: {group}\n    match:\n      service.name: {service}\n    files:\n      {files}\n"
         )
     };
-    let (_dir, path) = temp_file("agents.yaml", &doc(first));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&doc(first)).await;
     let (program, script, args) = client;
     let url = url(&server);
     let child = crate::opamp::spawn(&program, script, &[&[url.as_str(), service][..], args].concat(), &[]);
@@ -518,9 +479,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
     let v1 = agents(&admin).await[0]["offered_hash"].clone();
 
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start(&doc(failing), json!([{"share": "100%"}]), gates.clone())).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&doc(failing), json!([{"share": "100%"}]), gates.clone())).await;
     let reverted = until_state(&admin, "reverted").await;
     let said = last_event(&reverted);
     assert!(said.starts_with("Wave 1: 1 reached agent(s) reported FAILED: ") && said.contains(says), "{said}");
@@ -532,8 +491,7 @@ async fn a_real_client_fails_a_wave_goes_back_and_then_completes_one(
     .await;
     assert_eq!(back[0]["remote_config_status"]["config_hash"], v1, "{back:#}");
 
-    let (status, body) = post(&admin, "/api/v1/rollouts", &start(&doc(good), json!([{"share": "100%"}]), gates)).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start(&doc(good), json!([{"share": "100%"}]), gates)).await;
     until_state(&admin, "completed").await;
     let row = agents(&admin).await[0].clone();
     assert_eq!((&row["remote_config_status"]["status"], &row["current"]), (&json!("applied"), &json!(true)), "{row:#}");

@@ -25,7 +25,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName}
 
 use crate::opamp::{
     agents, applied, applies_the_next_change_and_lists_a_failure, config, document, first_applied, interop_dir,
-    json_file, python, row, spawn, stop,
+    json_file, python, row, serving, spawn, stop,
 };
 use crate::tls::Pki;
 
@@ -242,9 +242,7 @@ async fn the_pypi_and_npm_clients_apply_their_groups_over_mutual_tls_with_the_ag
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_npm_client_applies_its_group_gets_a_document_change_and_its_failure_is_listed() {
     let Some(node) = node() else { return };
-    let (_dir, path) = temp_file("agents.yaml", &document("js-svc", &json_file("0.5"), 10));
-    let server = Server::start(FileSource::new(&path), config()).await;
-    let admin = server.admin();
+    let (_dir, _, server, admin) = serving(&document("js-svc", &json_file("0.5"), 10)).await;
     let url = crate::opamp::url(&server);
     let child = spawn(&node, "node_agent.js", &[&url, "js-svc", "1"], &[]);
 

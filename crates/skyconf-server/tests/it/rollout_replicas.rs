@@ -8,7 +8,9 @@ use skyconf_testkit::server::{AdminClient, Server};
 use skyconf_testkit::servers::etcd::EtcdServer;
 
 use crate::replicas::config;
-use crate::rollouts::{TestAgent, V1, V2, post, rollout, start_body, stop_all, until, until_state, values};
+use crate::rollouts::{
+    TestAgent, V1, V2, post, rollout, start_body, start_rollout, stop_all, until, until_state, values,
+};
 use crate::shared_writes::{ETCD_AGENT_KEY, etcd_source};
 
 /// How many instances `admin`'s merged fleet view lists as applied on `svc`, its own and the
@@ -48,8 +50,7 @@ async fn a_rollout_on_one_etcd_is_served_promoted_and_aborted_through_either_rep
     // Started on A: a wave of two instances, picked among both replicas' agents.
     let gates = json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 30});
     let body = start_body(json!([{"instances": 2}, {"share": "100%"}]), gates.clone(), "manual");
-    let (status, started) = post(&admin_a, "/api/v1/rollouts", &body).await;
-    assert_eq!(status, 201, "{started}");
+    let started = start_rollout(&admin_a, &body).await;
     let id = started["rollout"]["id"].as_str().unwrap().to_owned();
     let picked: Vec<String> = serde_json::from_value(started["rollout"]["named"]["svc"].clone()).unwrap();
     assert_eq!(picked.len(), 2);
@@ -91,8 +92,7 @@ async fn a_rollout_on_one_etcd_is_served_promoted_and_aborted_through_either_rep
     let baking = json!({"apply_within_s": 30, "bake_s": 600, "lost_after_s": 30});
     let mut body = start_body(json!([{"share": "100%"}]), baking, "manual");
     body["document"] = Value::from(v3.as_str());
-    let (status, started) = post(&admin_b, "/api/v1/rollouts", &body).await;
-    assert_eq!(status, 201, "{started}");
+    let started = start_rollout(&admin_b, &body).await;
     let second = started["rollout"]["id"].as_str().unwrap().to_owned();
     until("every agent holds the second candidate", async || {
         values(&agents).iter().all(|v| v.as_deref() == Some("30"))

@@ -87,9 +87,37 @@ async fn settled(admin: &AdminClient, agents: &[TestAgent], value: &str) {
     .await;
 }
 
+/// A server on the `V1` file and `count` agents that all applied it: where most rollouts here
+/// begin.
+struct Settled {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    server: Server,
+    admin: AdminClient,
+    agents: Vec<TestAgent>,
+}
+
+impl Settled {
+    async fn start(count: usize) -> Self {
+        let (_dir, path) = temp_file("agents.yaml", V1);
+        let server = Server::start(FileSource::new(&path), loopback()).await;
+        let admin = server.admin();
+        let agents = fleet(server.grpc_addr, count);
+        settled(&admin, &agents, "10").await;
+        Self { _dir, path, server, admin, agents }
+    }
+}
+
 pub(crate) async fn post(admin: &AdminClient, path: &str, body: &Value) -> (u16, Value) {
     let reply = admin.send("POST", path, &[("content-type", "application/json")], &body.to_string()).await;
     (reply.status, reply.json())
+}
+
+/// Starts the rollout `body` asks for: its answer, a 201.
+pub(crate) async fn start_rollout(admin: &AdminClient, body: &Value) -> Value {
+    let (status, answer) = post(admin, "/api/v1/rollouts", body).await;
+    assert_eq!(status, 201, "{answer}");
+    answer
 }
 
 pub(crate) async fn rollout(admin: &AdminClient) -> Value {
@@ -172,17 +200,10 @@ async fn targeting_groups_reach_only_their_instances_and_say_why() {
 
 #[tokio::test]
 async fn a_wave_reaches_only_its_instances_and_the_last_one_writes_the_candidate() {
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let server = Server::start(FileSource::new(&path), loopback()).await;
-    let admin = server.admin();
-    let agents = fleet(server.grpc_addr, 4);
-    settled(&admin, &agents, "10").await;
+    let Settled { _dir, path, server, admin, agents } = Settled::start(4).await;
 
     let gates = json!({"apply_within_s": 20, "bake_s": 1, "lost_after_s": 10});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual"))
-            .await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual")).await;
     let id = body["rollout"]["id"].as_str().unwrap().to_owned();
     assert_eq!(body["rollout"]["services"], json!(["svc"]));
     // A second rollout waits for this one.
@@ -229,17 +250,10 @@ async fn a_wave_reaches_only_its_instances_and_the_last_one_writes_the_candidate
 
 #[tokio::test]
 async fn a_reached_agent_that_stops_polling_reverts_the_wave_within_a_second_for_the_others() {
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let server = Server::start(FileSource::new(&path), loopback()).await;
-    let admin = server.admin();
-    let mut agents = fleet(server.grpc_addr, 5);
-    settled(&admin, &agents, "10").await;
+    let Settled { _dir, path, server, admin, mut agents } = Settled::start(5).await;
 
     let gates = json!({"apply_within_s": 20, "bake_s": 60, "lost_after_s": 1});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start_body(json!([{"instances": 2}, {"share": "100%"}]), gates, "auto"))
-            .await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start_body(json!([{"instances": 2}, {"share": "100%"}]), gates, "auto")).await;
     let picked: Vec<String> = serde_json::from_value(body["rollout"]["named"]["svc"].clone()).unwrap();
     assert_eq!(picked.len(), 2);
     // One reached agent crashes the moment it holds the candidate, before the driver's next look
@@ -290,13 +304,9 @@ async fn a_restart_mid_rollout_resumes_it() {
     let agents = fleet(grpc, 3);
     settled(&server.admin(), &agents, "10").await;
     let gates = json!({"apply_within_s": 20, "bake_s": 1, "lost_after_s": 30});
-    let (status, body) = post(
-        &server.admin(),
-        "/api/v1/rollouts",
-        &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual"),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
+    let body =
+        start_rollout(&server.admin(), &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual"))
+            .await;
     let id = body["rollout"]["id"].as_str().unwrap().to_owned();
     until_state(&server.admin(), "waiting for a promote").await;
     server.stop().await.unwrap();
@@ -362,19 +372,12 @@ async fn the_prometheus_gate_reverts_a_wave_when_the_error_ratio_rises() {
     use skyconf_testkit::servers::prometheus::PrometheusServer;
     let exporter = Exporter::start(0.01).await;
     let Some(prometheus) = PrometheusServer::start(exporter.addr).await else { return };
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let server = Server::start(FileSource::new(&path), loopback()).await;
-    let admin = server.admin();
-    let agents = fleet(server.grpc_addr, 3);
-    settled(&admin, &agents, "10").await;
+    let Settled { _dir, path, server, admin, agents } = Settled::start(3).await;
     let gates = json!({
         "apply_within_s": 20, "bake_s": 6, "lost_after_s": 30,
         "prometheus": {"url": prometheus.url(), "query": GAUGE, "max": 0.05},
     });
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual"))
-            .await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "manual")).await;
     // Wave 1 passes its gates while the ratio is 1 %.
     until_state(&admin, "waiting for a promote").await;
     let id = body["rollout"]["id"].as_str().unwrap().to_owned();
@@ -413,11 +416,7 @@ async fn listed(admin: &AdminClient, name: &str) -> Option<Value> {
 /// revert the rollout for having disappeared (it reverted every rollout at its first tick).
 #[tokio::test]
 async fn a_stale_instance_that_left_before_the_start_does_not_revert_the_rollout() {
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let server = Server::start(FileSource::new(&path), loopback()).await;
-    let admin = server.admin();
-    let agents = fleet(server.grpc_addr, 3);
-    settled(&admin, &agents, "10").await;
+    let Settled { _dir, path, server, admin, agents } = Settled::start(3).await;
     poll_once_and_leave(server.grpc_addr, "gone-1").await;
     // It left more than `lost_after_s` (2 s) before the start: the fleet view either forgot it
     // (its connection closed) or shows it last seen then.
@@ -427,8 +426,7 @@ async fn a_stale_instance_that_left_before_the_start_does_not_revert_the_rollout
     .await;
 
     let gates = json!({"apply_within_s": 20, "bake_s": 3, "lost_after_s": 2});
-    let (status, body) = post(&admin, "/api/v1/rollouts", &start_body(json!([{"share": "100%"}]), gates, "auto")).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &start_body(json!([{"share": "100%"}]), gates, "auto")).await;
     let done = until_state(&admin, "completed").await;
     assert!(!done["events"].to_string().contains("gone-1"), "{done:#}");
     until("every agent holds the candidate", async || agents.iter().all(|a| a.value().as_deref() == Some("20"))).await;
@@ -442,16 +440,9 @@ async fn a_stale_instance_that_left_before_the_start_does_not_revert_the_rollout
 /// after the kill, within the driver's 500 ms tick.
 #[tokio::test]
 async fn an_agent_killed_during_the_bake_reverts_the_rollout_within_lost_after() {
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let server = Server::start(FileSource::new(&path), loopback()).await;
-    let admin = server.admin();
-    let mut agents = fleet(server.grpc_addr, 3);
-    settled(&admin, &agents, "10").await;
+    let Settled { _dir, path, server, admin, mut agents } = Settled::start(3).await;
     let gates = json!({"apply_within_s": 20, "bake_s": 60, "lost_after_s": 3});
-    let (status, body) =
-        post(&admin, "/api/v1/rollouts", &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "auto"))
-            .await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start_body(json!([{"instances": 1}, {"share": "100%"}]), gates, "auto")).await;
     let picked = body["rollout"]["named"]["svc"][0].as_str().unwrap().to_owned();
     // Baking: it applied, and its next poll is held.
     until("wave 1 bakes", async || rollout(&admin).await["applied_ms"].is_u64()).await;
@@ -524,8 +515,7 @@ async fn anonymous_pollers_only_refuse_the_start_and_ungated_is_a_write_in_steps
 
     let mut body = start_body(waves, gates, "auto");
     body["ungated"] = json!(true);
-    let (status, started) = post(&admin, "/api/v1/rollouts", &body).await;
-    assert_eq!(status, 201, "{started}");
+    let started = start_rollout(&admin, &body).await;
     assert_eq!(started["rollout"]["ungated"], true);
     let done = until_state(&admin, "completed").await;
     let kinds: Vec<&str> = done["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
@@ -543,11 +533,7 @@ async fn anonymous_pollers_only_refuse_the_start_and_ungated_is_a_write_in_steps
 /// refusal a 400 with a JSON error, and nothing started.
 #[tokio::test]
 async fn out_of_bounds_plans_are_refused_with_a_json_error() {
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let server = Server::start(FileSource::new(&path), loopback()).await;
-    let admin = server.admin();
-    let agents = fleet(server.grpc_addr, 2);
-    settled(&admin, &agents, "10").await;
+    let Settled { _dir, path: _, server, admin, agents } = Settled::start(2).await;
     let share = |text: &str| json!([{"share": text}]);
     let gates =
         |apply: u64, bake: u64, lost: u64| json!({"apply_within_s": apply, "bake_s": bake, "lost_after_s": lost});
@@ -583,13 +569,8 @@ async fn out_of_bounds_plans_are_refused_with_a_json_error() {
         assert_eq!(rollout(&admin).await, Value::Null, "{change} started a rollout");
     }
     // A promote or an abort names its author within the same bound.
-    let (status, body) = post(
-        &admin,
-        "/api/v1/rollouts",
-        &start_body(json!([{"instances": 1}, {"share": "100%"}]), json!({}), "manual"),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
+    let body =
+        start_rollout(&admin, &start_body(json!([{"instances": 1}, {"share": "100%"}]), json!({}), "manual")).await;
     let id = body["rollout"]["id"].as_str().unwrap().to_owned();
     for action in ["promote", "abort"] {
         let (status, answer) =

@@ -296,6 +296,7 @@ pub(crate) mod connections {
     use tokio::net::TcpStream;
 
     use super::GOOD;
+    use crate::grpc_frame;
 
     /// The bound of every wait for something that must happen.
     const BOUND: Duration = Duration::from_secs(5);
@@ -402,14 +403,6 @@ pub(crate) mod connections {
             .header("te", "trailers")
             .body(())
             .unwrap()
-    }
-
-    fn grpc_frame(message: &impl prost::Message) -> bytes::Bytes {
-        let encoded = message.encode_to_vec();
-        let mut frame = vec![0u8];
-        frame.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
-        frame.extend_from_slice(&encoded);
-        frame.into()
     }
 
     /// The `grpc-status` of a response: from its headers (trailers-only) or its trailers.

@@ -26,6 +26,8 @@ use skyconf_testkit::server::{Server, eventually, loopback};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpSocket, TcpStream};
 
+use crate::grpc_frame;
+
 /// The bound of every wait for something that must happen.
 const BOUND: Duration = Duration::from_secs(10);
 
@@ -52,14 +54,6 @@ fn request(addr: SocketAddr, agent: Agent) -> http::Request<()> {
         Agent::Go => request.header("user-agent", "grpc-go/1.71.0"),
     };
     request.body(()).unwrap()
-}
-
-fn grpc_frame(message: &impl prost::Message) -> Bytes {
-    let encoded = message.encode_to_vec();
-    let mut frame = vec![0u8];
-    frame.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
-    frame.extend_from_slice(&encoded);
-    frame.into()
 }
 
 /// How a call ended: its `grpc-status` and the bytes of its answer, or the error that ended it.

@@ -56,11 +56,7 @@ async fn with_admin_tokens_the_page_asks_for_a_read_then_a_write_token() {
 /// installs it now, and an agent then gets EMPTY.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_confirms_a_held_change_in_a_real_browser() {
-    if !browser_available() {
-        return;
-    }
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let Some((_dir, path, running)) = page_server(V1, loopback()).await else { return };
     let cds = running.cds().await;
     assert!(cds.fetch(SERVICE, "").await.is_some());
     std::fs::write(&path, "configurations: {}\n").unwrap();
@@ -71,6 +67,17 @@ async fn the_page_confirms_a_held_change_in_a_real_browser() {
     assert!(running.served.held().is_none());
     assert!(running.served.snapshot().table.is_empty(), "the held change is installed");
     running.stop().await.unwrap();
+}
+
+/// A server on a file holding `text`, for a test in the browser: `None` when the browser is not
+/// there (see [`browser_available`]).
+async fn page_server(text: &str, config: ServeConfig) -> Option<(tempfile::TempDir, PathBuf, Server)> {
+    if !browser_available() {
+        return None;
+    }
+    let (dir, path) = temp_file("agents.yaml", text);
+    let running = Server::start(FileSource::new(&path), config).await;
+    Some((dir, path, running))
 }
 
 /// Whether chromium, chromedriver and python3 run; fails instead when SKYCONF_REQUIRE_BROWSER is
@@ -225,11 +232,7 @@ async fn the_page_keeps_unsaved_edits_through_refreshes_and_saves_what_was_typed
 /// polled by one agent reads "1 agent".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_header_says_when_the_store_document_is_refused() {
-    if !browser_available() {
-        return;
-    }
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let Some((_dir, path, running)) = page_server(V1, loopback()).await else { return };
     let cds = running.cds().await;
     // Two polls over one connection: an agent, not a one-off poll.
     cds.fetch("ghost-service", "").await;
@@ -336,12 +339,8 @@ async fn the_page_pages_sorts_filters_links_and_compares_releases() {
 /// without ever saying which instance it is, listed apart as anonymous.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_the_instances_and_the_anonymous_pollers() {
-    if !browser_available() {
-        return;
-    }
-    let (_dir, path) = temp_file("agents.yaml", V1);
     let fleet = FleetOptions { expect_identity: true, ..FleetOptions::default() };
-    let running = Server::start(FileSource::new(&path), ServeConfig { fleet, ..loopback() }).await;
+    let Some((_dir, _, running)) = page_server(V1, ServeConfig { fleet, ..loopback() }).await else { return };
     // A poller that never says who it is: two polls over one connection.
     let cds = running.cds().await;
     cds.fetch(SERVICE, "").await;
@@ -403,11 +402,7 @@ async fn the_page_shows_the_instances_and_the_anonymous_pollers() {
 /// one instance name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_instances_view_pages_and_flags_a_name_claimed_twice() {
-    if !browser_available() {
-        return;
-    }
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let Some((_dir, _, running)) = page_server(V1, loopback()).await else { return };
     let current = running.served.snapshot().answer(SERVICE).digest.clone();
     // 101 names, the first claimed by two connections: 102 rows.
     for port in 0..=101u16 {
@@ -582,11 +577,7 @@ impl Drop for Steps {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_starts_promotes_and_aborts_staged_rollouts() {
     use crate::rollouts::{KEY, TestAgent, V1, V2, rollout, stop_all, until, values};
-    if !browser_available() {
-        return;
-    }
-    let (_dir, path) = temp_file("agents.yaml", V1);
-    let running = Server::start(FileSource::new(&path), loopback()).await;
+    let Some((_dir, path, running)) = page_server(V1, loopback()).await else { return };
     let admin = running.admin();
     let agents: Vec<TestAgent> =
         (0..3).map(|i| TestAgent::spawn(running.grpc_addr, &format!("pod-{i}"), &[])).collect();
@@ -684,7 +675,7 @@ async fn the_page_starts_promotes_and_aborts_staged_rollouts() {
 /// replica; an empty table's row spans its columns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
-    use crate::rollouts::{TestAgent, post, until, until_state};
+    use crate::rollouts::{TestAgent, start_rollout, until, until_state};
     if !browser_available() {
         return;
     }
@@ -709,8 +700,7 @@ async fn the_service_view_shows_its_groups_its_rollout_and_a_preview() {
         "advance": "manual",
         "author": "ops",
     });
-    let (status, body) = post(&admin, "/api/v1/rollouts", &start).await;
-    assert_eq!(status, 201, "{body}");
+    let body = start_rollout(&admin, &start).await;
     let id = body["rollout"]["id"].as_str().unwrap().to_owned();
     until_state(&admin, "waiting for a promote").await;
     let groups = admin.get_json("/api/v1/services/svc").await["groups"].clone();
@@ -773,18 +763,14 @@ async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
     use skyconf_opamp::wire::RemoteConfigStatuses;
 
     use crate::opamp_rollout::{OtelAgent, start};
-    use crate::rollouts::{post, rollout, until};
-    if !browser_available() {
-        return;
-    }
+    use crate::rollouts::{rollout, start_rollout, until};
     let base = crate::opamp::document("checkout", &crate::opamp::json_file("0.5"), 10);
     let with = |ratio: &str| {
         format!(
             "{base}  - group: collectors\n    match:\n      service.name: otel\n    files:\n      sampling.json:\n        body: '{{\"ratio\": {ratio}}}'\n"
         )
     };
-    let (_dir, path) = temp_file("agents.yaml", &with("0.5"));
-    let running = Server::start(FileSource::new(&path), crate::opamp::config()).await;
+    let Some((_dir, _, running)) = page_server(&with("0.5"), crate::opamp::config()).await else { return };
     let url = crate::opamp::url(&running);
     let (applied, failed) = ([0xa1; 16], [0xf0; 16]);
     crate::opamp::reporting_agent(&url, applied, "checkout", "node-1", RemoteConfigStatuses::Applied, "").await;
@@ -796,8 +782,7 @@ async fn the_page_shows_the_opamp_agents_with_their_health_group_and_status() {
     let admin = running.admin();
     let gates = serde_json::json!({"apply_within_s": 30, "bake_s": 1, "lost_after_s": 20});
     let plan = start(&with("2"), serde_json::json!([{"share": "100%"}]), gates);
-    let (status, body) = post(&admin, "/api/v1/rollouts", &plan).await;
-    assert_eq!(status, 201, "{body}");
+    start_rollout(&admin, &plan).await;
     until("the rollout is reverted and its agent went back", async || {
         let back = rollout(&admin).await["after_revert"].clone();
         back[0]["status_of"] == "previous" && back[0]["remote_config_status"]["status"] == "applied"

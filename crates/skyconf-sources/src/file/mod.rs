@@ -527,6 +527,14 @@ mod tests {
         }
     }
 
+    /// `agent.yaml` holding `text`, in a temporary directory.
+    fn agent_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.yaml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
     fn spawn(source: FileSource) -> (mpsc::Receiver<Update>, CancellationToken, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(8);
         let stop = CancellationToken::new();
@@ -537,9 +545,7 @@ mod tests {
 
     #[tokio::test]
     async fn single_file_reports_in_place_writes_and_rename_replacements() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, "a").unwrap();
+        let (_dir, path) = agent_file("a");
         let (mut rx, stop, task) = spawn(FileSource::new(&path));
         // The first report is the current content, sent once the watch is in place.
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
@@ -556,9 +562,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_file_is_a_failure_then_recovers() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, "a").unwrap();
+        let (_dir, path) = agent_file("a");
         let (mut rx, stop, task) = spawn(FileSource::new(&path));
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
 
@@ -625,9 +629,7 @@ mod tests {
 
     #[tokio::test]
     async fn single_file_put_replaces_the_file_atomically() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, "a").unwrap();
+        let (dir, path) = agent_file("a");
         let source = FileSource::new(&path);
         source.put(AGENT_CONFIGURATIONS_KEY, Some("b"), crate::Expect::Seen).await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "b");
@@ -663,13 +665,7 @@ mod tests {
     #[cfg(unix)]
     #[tokio::test]
     async fn a_symlinked_file_is_watched_in_its_targets_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("git")).unwrap();
-        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
-        let target = dir.path().join("git/agent.yaml");
-        std::fs::write(&target, "a").unwrap();
-        let link = dir.path().join("etc/agent.yaml");
-        std::os::unix::fs::symlink("../git/agent.yaml", &link).unwrap();
+        let (dir, target, link) = crate::fs::linked_file("a");
         // No periodic re-read to fall back on: only a watch on git/ can see the edit.
         let (mut rx, stop, task) = spawn(FileSource::new(&link).with_rehash_every(Duration::from_secs(3600)));
         assert_eq!(next_value(&mut rx).await.as_deref(), Some("a"));
@@ -687,8 +683,6 @@ mod tests {
     const NEW: &str =
         "configurations:\n  svc-a:\n    k: 1\n  svc-b:\n    agent.sample_n_per_3_secs: 30\n  svc-c:\n    k: 4\n";
 
-    /// The watch loop on `path` with events sent by hand (`events.notify_one()` after a file state
-    /// is written, as the watcher would), so a test on paused time decides what the loop sees.
     /// Replaces `path` the safe way: a temporary file beside it, renamed over it.
     fn replace_by_rename(path: &Path, text: &str) {
         let staged = path.with_file_name(".agent.yaml.tmp");
@@ -696,8 +690,11 @@ mod tests {
         std::fs::rename(&staged, path).unwrap();
     }
 
-    fn watch_by_hand(path: &Path) -> (mpsc::Receiver<Update>, Arc<Notify>, tokio::task::JoinHandle<()>) {
-        let source = FileSource::new(path).with_rehash_every(Duration::from_secs(3600));
+    /// The watch loop of `source` with events sent by hand (`events.notify_one()` after a file
+    /// state is written, as the watcher would), so a test on paused time decides what the loop
+    /// sees.
+    fn watch_by_hand(source: FileSource) -> (mpsc::Receiver<Update>, Arc<Notify>, tokio::task::JoinHandle<()>) {
+        let source = source.with_rehash_every(Duration::from_secs(3600));
         let events = Arc::new(Notify::new());
         let (tx, rx) = mpsc::channel(8);
         let loop_events = Arc::clone(&events);
@@ -706,6 +703,24 @@ mod tests {
             let _ = source.watch_loop(&loop_events, &mut reporter).await;
         });
         (rx, events, task)
+    }
+
+    /// `agent.yaml` holding `GOOD`, watched by hand, its first value read.
+    struct Watched {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        rx: mpsc::Receiver<Update>,
+        events: Arc<Notify>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Watched {
+        async fn good_file() -> Self {
+            let (dir, path) = agent_file(GOOD);
+            let (mut rx, events, task) = watch_by_hand(FileSource::new(&path));
+            assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+            Self { _dir: dir, path, rx, events, task }
+        }
     }
 
     /// Writes `text` into the open file, in place, and reports the event.
@@ -732,11 +747,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_truncate_then_a_late_write_in_place_never_reports_the_empty_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, GOOD).unwrap();
-        let (mut rx, events, task) = watch_by_hand(&path);
-        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+        let Watched { _dir, path, mut rx, events, task } = Watched::good_file().await;
 
         // (a) of F2: `>` truncates, the writer pauses for 500 ms, then writes the whole text.
         let mut file = truncate(&path, &events);
@@ -754,11 +765,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_half_written_file_is_never_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, GOOD).unwrap();
-        let (mut rx, events, task) = watch_by_hand(&path);
-        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+        let Watched { _dir, path, mut rx, events, task } = Watched::good_file().await;
 
         // (b) and (c) of F2: cut between services, and inside a value (`2` of `30`).
         for cut in [NEW.find("  svc-b:").unwrap(), NEW.find("30").unwrap() + 1] {
@@ -781,11 +788,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_rename_is_reported_at_once_and_an_in_place_write_after_it_settles() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, GOOD).unwrap();
-        let (mut rx, events, task) = watch_by_hand(&path);
-        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+        let Watched { _dir, path, mut rx, events, task } = Watched::good_file().await;
 
         replace_by_rename(&path, NEW);
         events.notify_one();
@@ -807,11 +810,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_file_that_stays_empty_is_reported_after_the_confirming_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, GOOD).unwrap();
-        let (mut rx, events, task) = watch_by_hand(&path);
-        assert_eq!(next_value(&mut rx).await.as_deref(), Some(GOOD));
+        let Watched { _dir, path, mut rx, events, task } = Watched::good_file().await;
 
         // Even by rename: whitespace only is kept back until it is confirmed.
         replace_by_rename(&path, " \n\n");
@@ -834,14 +833,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("alarm.default.alarm-settings");
         std::fs::write(&key, "rules: {}").unwrap();
-        let source = FileSource::directory(dir.path()).with_rehash_every(Duration::from_secs(3600));
-        let events = Arc::new(Notify::new());
-        let (tx, mut rx) = mpsc::channel(8);
-        let loop_events = Arc::clone(&events);
-        let task = tokio::spawn(async move {
-            let mut reporter = Reporter::new(&tx, "test");
-            let _ = source.watch_loop(&loop_events, &mut reporter).await;
-        });
+        let (mut rx, events, task) = watch_by_hand(FileSource::directory(dir.path()));
         assert!(matches!(next(&mut rx).await, Update::Snapshot(_)));
         let mut file = truncate(&key, &events);
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -855,9 +847,7 @@ mod tests {
 
     #[test]
     fn refuses_oversized_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agent.yaml");
-        std::fs::write(&path, "x".repeat(100)).unwrap();
+        let (_dir, path) = agent_file(&"x".repeat(100));
         let source = FileSource::new(&path).with_limits(Limits { max_value_bytes: 10 });
         assert!(matches!(source.read(), Err(SourceError::TooLarge { size: 100, .. })));
     }

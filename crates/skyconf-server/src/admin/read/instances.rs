@@ -5,14 +5,14 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::{Admin, ReadFailures, own_id, peers};
 use crate::admin::AppError;
 use crate::admin::error::ErrorBody;
+use crate::admin::extract::{ParsedQuery, page_limit};
 use crate::fleet::replicas::Summary;
 use crate::fleet::{AnonymousPoller, InstanceService, InstanceStatus};
 
@@ -171,13 +171,9 @@ impl Listed {
 )]
 pub(crate) async fn instances(
     State(admin): State<Admin>,
-    query: Result<Query<InstanceParams>, QueryRejection>,
+    ParsedQuery(query): ParsedQuery<InstanceParams>,
 ) -> Result<Json<InstanceList>, AppError> {
-    let Query(query) = query.map_err(|e| crate::admin::extract::query_refused(&e))?;
-    let limit = query.limit.unwrap_or(DEFAULT_INSTANCES_PAGE);
-    if !(1..=MAX_INSTANCES_PAGE).contains(&limit) {
-        return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_INSTANCES_PAGE}")));
-    }
+    let limit = page_limit(query.limit, DEFAULT_INSTANCES_PAGE, MAX_INSTANCES_PAGE)?;
     let after = query.cursor.as_deref().filter(|c| !c.is_empty()).map(Place::from_cursor).transpose()?;
     let serving = admin.served.serving();
     let own_name = admin.replicas.as_ref().map_or("", |r| r.id()).to_owned();

@@ -2,8 +2,7 @@
 //! history, and the current document.
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use serde::Serialize;
 use skyconf_core::diff::ServiceChange;
@@ -12,7 +11,7 @@ use utoipa::ToSchema;
 use super::{Admin, ReadFailures, etag};
 use crate::admin::AppError;
 use crate::admin::error::ErrorBody;
-use crate::admin::extract::{AnyServiceName, ReleaseId};
+use crate::admin::extract::{AnyServiceName, ParsedQuery, ReleaseId, page_limit};
 use crate::releases::{MAX_SUMMARY_CHANGES, Release, ReleaseLog, ReleaseSummary};
 
 /// How many release summaries a page holds by default, and at most.
@@ -168,13 +167,9 @@ pub(crate) struct Configurations {
 )]
 pub(crate) async fn releases(
     State(admin): State<Admin>,
-    query: Result<Query<ListParams>, QueryRejection>,
+    ParsedQuery(query): ParsedQuery<ListParams>,
 ) -> Result<Json<ReleasePage>, AppError> {
-    let Query(query) = query.map_err(|e| crate::admin::extract::query_refused(&e))?;
-    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_PAGE}")));
-    }
+    let limit = page_limit(query.limit, DEFAULT_PAGE, MAX_PAGE)?;
     // One more than asked, to know whether there is a next page.
     let (mut page, total) = admin.releases.page(query.before, limit + 1);
     let more = page.len() > limit;
@@ -307,13 +302,9 @@ pub(crate) async fn compare(
 pub(crate) async fn history(
     State(admin): State<Admin>,
     AnyServiceName(name): AnyServiceName,
-    query: Result<Query<HistoryParams>, QueryRejection>,
+    ParsedQuery(query): ParsedQuery<HistoryParams>,
 ) -> Result<Json<History>, AppError> {
-    let Query(query) = query.map_err(|e| crate::admin::extract::query_refused(&e))?;
-    let limit = query.limit.unwrap_or(DEFAULT_HISTORY_PAGE);
-    if !(1..=MAX_HISTORY_PAGE).contains(&limit) {
-        return Err(AppError::BadRequest(format!("limit must be between 1 and {MAX_HISTORY_PAGE}")));
-    }
+    let limit = page_limit(query.limit, DEFAULT_HISTORY_PAGE, MAX_HISTORY_PAGE)?;
     let releases = std::sync::Arc::clone(&admin.releases);
     let (page, total) = admin.releases.page(query.before, usize::MAX);
     let service = name.clone();

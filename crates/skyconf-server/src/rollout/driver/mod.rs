@@ -877,12 +877,8 @@ impl Rollouts {
         if changed {
             // Served at once, kept after: a revert reaches the wave's agents now, also while the
             // store is away; the record is then saved on a later tick, before any is read.
-            self.announce(rollout, before.as_ref());
-            self.remember(rollout);
-            self.serve(Some(rollout));
-            if let Err(error) = self.keeper.save(rollout).await {
+            if let Err(error) = self.take_up(rollout, before.as_ref()).await {
                 tracing::warn!(rollout = %rollout.id, %error, "Cannot save the rollout record; serving it and retrying.");
-                self.unsaved.store(true, Ordering::Relaxed);
                 return;
             }
         }
@@ -915,13 +911,23 @@ impl Rollouts {
                 rollout.revert(now, Phase::Reverted, why);
             }
         }
-        self.announce(rollout, before.as_ref());
+        if let Err(error) = self.take_up(rollout, before.as_ref()).await {
+            tracing::warn!(rollout = %rollout.id, %error, "Cannot save the ended rollout's record; retrying.");
+        }
+    }
+
+    /// Takes up the changed `rollout`: announces its events after `before`, adds it to the
+    /// history once it has ended and serves it at once; then saves its record. A record that
+    /// cannot be saved is marked unsaved, for a later tick to save before any record is read.
+    async fn take_up(&self, rollout: &Rollout, before: Option<&Event>) -> Result<(), String> {
+        self.announce(rollout, before);
         self.remember(rollout);
         self.serve(Some(rollout));
-        if let Err(error) = self.keeper.save(rollout).await {
-            tracing::warn!(rollout = %rollout.id, %error, "Cannot save the ended rollout's record; retrying.");
+        let saved = self.keeper.save(rollout).await;
+        if saved.is_err() {
             self.unsaved.store(true, Ordering::Relaxed);
         }
+        saved
     }
 }
 
