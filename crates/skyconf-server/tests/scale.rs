@@ -287,7 +287,7 @@ const COST_POLLS_PER_CONNECTION: usize = 32;
 
 /// The most heap one held poll may keep beside its connection, in bytes: its h2 stream, hyper's
 /// task, the parked call (its waiter, its timer, the few fields it answers with, its guards).
-/// Measured on x86-64: 2.7–3.0 KB; 5.4–5.7 KB while the request, its decoding and a future per
+/// Measured on x86-64: 2.6–3.0 KB; 5.4–5.7 KB while the request, its decoding and a future per
 /// layer were kept with the hold.
 const HELD_POLL_BYTES: f64 = 4_000.0;
 
