@@ -35,7 +35,8 @@ type Answer = Result<Response<Body>, Infallible>;
 
 /// One gRPC service called straight from the port, before the routes: the one every agent calls
 /// every 20 s (CDS), which tonic's router (axum's path matching) would cost about 2,000
-/// instructions per call.
+/// instructions per call. It honours the client's `grpc-timeout` itself (CDS merges it with its
+/// held poll's timer), where the routes' calls get [`within`]'s.
 #[derive(Debug, Clone)]
 pub struct Direct<D> {
     /// The service's gRPC name (`package.Service`): it answers every path `/<name>/…`.
@@ -130,17 +131,25 @@ where
     fn call(&self, request: Request<B>) -> Self::Future {
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(self.connection.clone());
-        let deadline = request
-            .headers()
-            .get("grpc-timeout")
-            .and_then(|value| crate::cds::hold::parse_grpc_timeout(value.as_bytes()));
         // The call is made when its task first runs, not as the stream is accepted: its message,
         // which arrives with its headers, is read at once then, so a burst of new streams is not
         // counted as calls waiting for their message (`grpcMaxPendingStreamsPerSource`).
         if let Some(direct) = self.direct.as_deref().filter(|d| d.serves(request.uri().path())) {
-            let service = D::clone(&direct.service);
-            return Box::pin(within(deadline, tower::ServiceExt::oneshot(service, request)));
+            // Boxed until then, so that once called the future keeps the call's future alone.
+            let mut waiting = Box::new((D::clone(&direct.service), request));
+            return Box::pin(async move {
+                let Ok(()) = std::future::poll_fn(|cx| waiting.0.poll_ready(cx)).await;
+                let call = {
+                    let (mut service, request) = *waiting;
+                    service.call(request)
+                };
+                call.await
+            });
         }
+        let deadline = request
+            .headers()
+            .get("grpc-timeout")
+            .and_then(|value| crate::cds::hold::parse_grpc_timeout(value.as_bytes()));
         let routes = S::clone(&self.routes);
         Box::pin(within(deadline, tower::ServiceExt::oneshot(routes, request)))
     }

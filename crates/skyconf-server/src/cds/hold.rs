@@ -83,8 +83,8 @@ pub struct HoldOptions {
     /// How long a call is held at most, whatever its deadline: holds must end before a proxy's
     /// read timeout (nginx: 60 s) would cut them.
     pub cap: Duration,
-    /// Held calls at once, in all: a memory bound (a held call costs about 5 KB beside its
-    /// connection, BENCHMARKS.md "Scale"). Twice the largest fleet skyconf is sized for
+    /// Held calls at once, in all: a memory bound (a held call keeps about 3 KB of heap
+    /// beside its connection, `tests/scale.rs`). Twice the largest fleet skyconf is sized for
     /// (100,000 agents, one held call each), so that such a fleet is held whole even while some
     /// agents briefly have a second call (a reconnect before the old connection is found dead).
     pub max_held: usize,

@@ -17,33 +17,26 @@ pub mod codec;
 mod histogram;
 pub mod hold;
 pub mod metrics;
-mod server;
-
-mod generated {
-    #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
-    include!(concat!(env!("OUT_DIR"), "/skywalking.v3.ConfigurationDiscoveryService.rs"));
-}
+pub(crate) mod server;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use skyconf_core::answer::{Answers, FetchOutcome, ReplyOptions, reply_to, reply_with};
 use skyconf_proto::v3::ConfigurationSyncRequest;
-use tonic::{Request, Response, Status};
+use tokio::time::Instant;
+use tonic::Request;
 
 use crate::fleet::{Caller, Choice, Fleet};
 use crate::served::ServedTable;
 use crate::served::View;
-use codec::EncodedCommands;
-pub use generated::configuration_discovery_service_server::{
-    ConfigurationDiscoveryService, ConfigurationDiscoveryServiceServer,
-};
 use hold::{HeldCount, HoldOptions, Release, Slot};
 use metrics::CdsMetrics;
-pub use server::CdsServer;
+pub use server::{CdsCall, CdsServer};
 use tokio_util::sync::CancellationToken;
 
 /// The largest request accepted. A real one is a service name and a 128-character digest; a
@@ -193,36 +186,8 @@ fn answers_of<'a>(view: &View<'a>, choice: Choice) -> &'a Answers {
     }
 }
 
-/// The future tonic boxes for one call.
-type CallFuture<'a> = Pin<Box<dyn Future<Output = Result<Response<EncodedCommands>, Status>> + Send + 'a>>;
-
-impl ConfigurationDiscoveryService for CdsService {
-    // Written out instead of through `async_trait`, whose future keeps the whole request
-    // (metadata and extensions) and every local of the lookup for as long as a poll is held: the
-    // lookup runs here, and the future is the answer, or a held poll's [`Held`] state.
-    fn fetch_configurations<'life0, 'async_trait>(
-        &'life0 self,
-        request: Request<ConfigurationSyncRequest>,
-    ) -> CallFuture<'async_trait>
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        let Some(hold_for) = self.hold.hold_for(request.metadata()) else {
-            return Box::pin(std::future::ready(Ok(Response::new(EncodedCommands(self.answer_now(&request))))));
-        };
-        match self.fetch(request, hold_for) {
-            Fetched::Now(bytes) => Box::pin(std::future::ready(Ok(Response::new(EncodedCommands(bytes))))),
-            Fetched::Held(held) => Box::pin(held.answer()),
-        }
-    }
-}
-
-/// What a call gets at once: its answer, or a place among the held polls.
-enum Fetched<'a> {
-    Now(Bytes),
-    Held(Held<'a>),
-}
+/// A poll that may be held, once its request is read and decided: all it keeps while it waits.
+pub(crate) type Parked = Pin<Box<dyn Future<Output = http::Response<tonic::body::Body>> + Send>>;
 
 impl CdsService {
     /// Answers `request`, a poll that is not to be held ([`HoldOptions::hold_for`] said so), now.
@@ -236,35 +201,76 @@ impl CdsService {
         bytes
     }
 
-    /// Answers `request` now, or holds it up to `hold_for` (see [`hold`]).
-    fn fetch(&self, request: Request<ConfigurationSyncRequest>, hold_for: std::time::Duration) -> Fetched<'_> {
-        let started = self.metrics.start();
+    /// Answers `request` at its first poll, or holds it up to `hold_for` (see [`hold`]) and the
+    /// client's `deadline`, whichever ends first.
+    ///
+    /// The request's metadata and extensions end here: the future keeps the message (the service
+    /// and the echoed digest, for the lookup each change brings), the caller, and once held the
+    /// watch of answer changes, one timer, the shutdown's waiter and its guards (its place among
+    /// the held polls, its fleet row's hold), in one flat state: no future inside it keeps a copy.
+    fn parked(
+        self: Arc<Self>,
+        request: Request<ConfigurationSyncRequest>,
+        hold_for: Duration,
+        deadline: Option<Instant>,
+    ) -> Parked {
         let caller = Caller::of(request.extensions());
-        // The metadata and extensions end here: a held poll keeps its message alone.
         let request = request.into_inner();
-        // Subscribed before the lookup: a change between the two is not missed.
-        let changes = self.served.subscribe_answers();
-        let Some((bytes, outcome)) = self.lookup(&request, caller.as_ref(), true) else {
-            return Fetched::Now(Bytes::new());
-        };
-        let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
-        if holdable && let Some(slot) = self.take_slot(caller.as_ref()) {
-            // The row is seen now while this guard lives: it ends with the hold, however the
-            // hold ends (the call's future dropped at its `await` included).
+        // One timer: the hold's end, or the client's deadline when that comes first (its request
+        // was slow to arrive).
+        let hold_end = Instant::now() + hold::jittered(hold_for);
+        let client_first = deadline.is_some_and(|deadline| deadline <= hold_end);
+        let ends = if client_first { deadline.unwrap_or(hold_end) } else { hold_end };
+        // What the block captures, and each local of it that lives across the wait, is part of
+        // every held poll: the lookup's state is not (`started`, the answer's bytes).
+        Box::pin(async move {
+            let started = self.metrics.start();
+            // Subscribed before the lookup: a change between the two is not missed.
+            let mut changes = self.served.subscribe_answers();
+            let Some((bytes, outcome)) = self.lookup(&request, caller.as_ref(), true) else {
+                return server::answer(Bytes::new());
+            };
+            let holdable = matches!(outcome, FetchOutcome::Unchanged | FetchOutcome::NotReady);
+            let Some(slot) = holdable.then(|| self.take_slot(caller.as_ref())).flatten() else {
+                self.metrics.record(outcome, started);
+                return server::answer(bytes);
+            };
+            drop(bytes);
+            // The row is seen now while this guard lives: it ends with the hold, however the hold
+            // ends (this future dropped at its `await` included).
             let holding = self.fleet.as_ref().zip(caller.as_ref()).map(|(f, c)| f.hold(c.key(), &request.service));
-            return Fetched::Held(Held {
-                service: self,
-                request,
-                caller,
-                changes,
-                hold_for: hold::jittered(hold_for),
-                unchanged: outcome,
-                slot,
-                holding,
-            });
-        }
-        self.metrics.record(outcome, started);
-        Fetched::Now(bytes)
+            let expired = tokio::time::sleep_until(ends);
+            tokio::pin!(expired);
+            // Counts the release however the hold ends, a cancelled call (this future dropped) too.
+            let mut released = ReleaseCount { metrics: &self.metrics, release: Release::Cancelled };
+            let (release, answer) = loop {
+                tokio::select! {
+                    () = &mut expired => break (if client_first { Release::Cancelled } else { Release::Expired }, None),
+                    () = self.shutdown.cancelled() => break (Release::Shutdown, None),
+                    changed = changes.changed() => {
+                        if changed.is_err() {
+                            break (Release::Shutdown, None);
+                        }
+                        // The poll was recorded in the fleet when it arrived; this is the same poll.
+                        match self.lookup(&request, caller.as_ref(), false) {
+                            Some((_, FetchOutcome::Unchanged | FetchOutcome::NotReady)) => {}
+                            Some(answer) => break (Release::Changed, Some(answer)),
+                            None => break (Release::Expired, None),
+                        }
+                    }
+                }
+            };
+            drop(slot);
+            drop(holding);
+            released.release = release;
+            if client_first && release == Release::Cancelled {
+                // The client has given up on the call by now.
+                return server::cancelled();
+            }
+            let (bytes, outcome) = answer.unwrap_or((Bytes::new(), outcome));
+            self.metrics.record(outcome, None);
+            server::answer(bytes)
+        })
     }
 
     /// [`Self::answer_to`], with a panic answered "no change" (`None`).
@@ -290,67 +296,6 @@ impl CdsService {
         };
         let taken = Slot::take(&self.held, &self.hold, connection);
         taken.map_err(|refusal| self.metrics.hold_refused(refusal)).ok()
-    }
-}
-
-/// One held poll while it waits, and all it keeps: its message (the service and the echoed
-/// digest, for the lookup each change brings), its caller, the watch of answer changes, how
-/// long it may wait, the kind of answer it gets if nothing changes, and its guards (its place
-/// among the held polls, its fleet row's hold). The request's metadata, extensions and the rest
-/// of the call are gone by then.
-struct Held<'a> {
-    service: &'a CdsService,
-    request: ConfigurationSyncRequest,
-    caller: Option<Caller>,
-    changes: tokio::sync::watch::Receiver<u64>,
-    hold_for: std::time::Duration,
-    /// Unchanged or not ready: either is an empty `Commands`, zero bytes.
-    unchanged: FetchOutcome,
-    slot: Slot<'a>,
-    /// The fleet's mark of the held row: ends when the hold does (the future dropped included).
-    holding: Option<crate::fleet::Holding<'a>>,
-}
-
-impl<'a> Held<'a> {
-    /// Waits up to the hold for the answer to change: the new answer, or the unchanged one when
-    /// the hold ends first (or the server shuts down).
-    #[allow(
-        clippy::manual_async_fn,
-        reason = "an `async fn` keeps its argument twice, as the future's capture and as the body's local; the block uses its capture in place"
-    )]
-    fn answer(mut self) -> impl Future<Output = Result<Response<EncodedCommands>, Status>> + Send + 'a {
-        async move {
-            let service = self.service;
-            let expired = tokio::time::sleep(self.hold_for);
-            tokio::pin!(expired);
-            // Counts the release however the hold ends, a cancelled call (this future dropped) too.
-            let mut released = ReleaseCount { metrics: &service.metrics, release: Release::Cancelled };
-            let (release, answer) = loop {
-                tokio::select! {
-                    () = &mut expired => break (Release::Expired, None),
-                    () = service.shutdown.cancelled() => break (Release::Shutdown, None),
-                    changed = self.changes.changed() => {
-                        if changed.is_err() {
-                            break (Release::Shutdown, None);
-                        }
-                        // The poll was recorded in the fleet when it arrived; this is the same poll.
-                        match service.lookup(&self.request, self.caller.as_ref(), false) {
-                            Some((_, FetchOutcome::Unchanged | FetchOutcome::NotReady)) => {}
-                            Some(answer) => break (Release::Changed, Some(answer)),
-                            None => break (Release::Expired, None),
-                        }
-                    }
-                }
-            };
-            // Named, so that the block owns them (it captures only the fields it names): the slot
-            // and the fleet's mark live as long as the hold, and end with it.
-            drop(self.slot);
-            drop(self.holding);
-            released.release = release;
-            let (bytes, outcome) = answer.unwrap_or((Bytes::new(), self.unchanged));
-            service.metrics.record(outcome, None);
-            Ok(Response::new(EncodedCommands(bytes)))
-        }
     }
 }
 
@@ -497,7 +442,7 @@ mod tests {
             let before = svc.held().get();
             let svc2 = Arc::clone(svc);
             let call = tokio::spawn(async move {
-                let bytes = svc2.fetch_configurations(request).await.unwrap().into_inner().0;
+                let bytes = server::testing::fetch(&svc2, request).await.unwrap();
                 let commands = Commands::decode(bytes).unwrap();
                 commands.commands.first().map(|c| DiscoveryCommand::from_command(c).unwrap())
             });
@@ -569,13 +514,13 @@ mod tests {
                 let call = Arc::clone(&svc);
                 let mut req = Request::new(ConfigurationSyncRequest { service: "svc".into(), uuid: uuid.clone() });
                 req.metadata_mut().insert("grpc-timeout", timeout.parse().unwrap());
-                let answer = tokio::spawn(async move { call.fetch_configurations(req).await });
+                let answer = tokio::spawn(async move { server::testing::fetch(&call, req).await });
                 // The store changes while calls are in flight.
                 let mut answer = std::pin::pin!(answer);
                 let bytes = loop {
                     let at = changes.peek().map(|s| origin + Duration::from_secs(**s));
                     tokio::select! {
-                        done = &mut answer => break done.unwrap().unwrap().into_inner().0,
+                        done = &mut answer => break done.unwrap().unwrap(),
                         () = async { tokio::time::sleep_until(at.unwrap()).await }, if at.is_some() => {
                             let value = 100 + changes.next().unwrap();
                             let doc = format!("configurations:\n  svc:\n    agent.sample_n_per_3_secs: {value}\n");
@@ -718,15 +663,16 @@ mod tests {
             assert!(call.await.unwrap().is_some(), "the first table reaches the held agent");
         }
 
-        /// The most one held poll's handler keeps while it waits, in bytes (the future tonic
-        /// boxes): 512 on x86-64 with tokio 1.54, with room for a dependency's growth but not for
-        /// the request (the `async_trait` future that kept it was 1,080).
-        const HELD_FUTURE_BYTES: usize = 576;
+        /// The most one held poll keeps parked, in bytes (its [`Parked`] future): 568 on x86-64
+        /// with tokio 1.54, with room for a dependency's growth but not for the request (whose
+        /// headers alone are 96 bytes, its `tonic::Request` over 200).
+        const PARKED_BYTES: usize = 640;
 
-        /// A held poll keeps, beside its HTTP/2 stream, the handler's future: what it waits with
-        /// (the service name and echoed digest, the caller, the watch receiver, the deadline's
-        /// timer, the shutdown's waiter and the guards), not the request's metadata or the state
-        /// of the lookup before it. A change that keeps more across the wait shows here.
+        /// A held poll keeps, beside its HTTP/2 stream, the route's call ([`server::CdsCall`], two
+        /// pointers and a step) and its parked future: what it waits with (the service name and
+        /// echoed digest, the caller, the watch receiver, one timer for the hold and the client's
+        /// deadline, the shutdown's waiter and the guards), not the request, its headers, its
+        /// decoding or the state of the lookup before it. A change that keeps more shows here.
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_keeps_no_more_than_its_waiter_and_deadline() {
             let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
@@ -734,6 +680,7 @@ mod tests {
             let svc = CdsService::new(Arc::clone(&served), CdsOptions::default())
                 .with_holding(HoldOptions::default(), CancellationToken::new())
                 .with_fleet(Arc::clone(&fleet));
+            let svc = Arc::new(svc);
             let connection = AgentConnection {
                 tcp: tonic::transport::server::TcpConnectInfo {
                     local_addr: None,
@@ -742,12 +689,14 @@ mod tests {
                 state: Arc::new(agent_state()),
             };
             let held = [("grpc-timeout", "30S"), ("user-agent", "grpc-java-netty/1.68.1")];
-            let mut call = svc.fetch_configurations(request(&current(&served), &held, Some(&connection)));
+            let request = server::testing::http_request(request(&current(&served), &held, Some(&connection)));
+            let mut call = tower::Service::call(&mut CdsServer::shared(&svc), request);
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(call.as_mut().poll(&mut cx).is_pending());
+            assert!(std::pin::Pin::new(&mut call).poll(&mut cx).is_pending());
             assert_eq!(svc.held().get(), 1, "held");
-            let size = std::mem::size_of_val(&*call);
-            assert!(size <= HELD_FUTURE_BYTES, "a held poll's future is {size} bytes, over {HELD_FUTURE_BYTES}");
+            assert!(std::mem::size_of_val(&call) <= 24, "the call is its step: {call:?}");
+            let parked = call.parked_bytes().expect("parked");
+            assert!(parked <= PARKED_BYTES, "a held poll's parked future is {parked} bytes, over {PARKED_BYTES}");
             drop(call);
             assert_eq!(svc.held().get(), 0, "its slot is given back with it");
         }

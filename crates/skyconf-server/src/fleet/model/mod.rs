@@ -52,7 +52,7 @@ use tower::ServiceExt;
 use super::replicas::{FLEET_KIND, ReplicaOptions, Replicas, Summary};
 use super::{AgentState, Fleet, FleetOptions, Link, StateCounts};
 use crate::cds::hold::HoldOptions;
-use crate::cds::{CdsOptions, CdsService, ConfigurationDiscoveryService};
+use crate::cds::{CdsOptions, CdsService};
 use crate::management::Management;
 use crate::metrics::Metrics;
 use crate::security::limits::{PING_INTERVAL, PING_TIMEOUT};
@@ -735,7 +735,8 @@ impl Sim {
                 let held = world.models[r].arrive(id, &service, &uuid, &current, now);
                 (current, held)
             };
-            let call = cds.fetch_configurations(request);
+            // The served route, as the agent port calls it.
+            let call = crate::cds::server::testing::fetch(&cds, request);
             tokio::pin!(call);
             let answered = tokio::select! {
                 biased;
@@ -753,7 +754,7 @@ impl Sim {
                     None
                 }
                 Some(answer) => {
-                    let bytes = answer.unwrap().into_inner().0;
+                    let bytes = answer.unwrap();
                     let commands = Commands::decode(bytes).unwrap();
                     let command = commands.commands.first().map(|c| DiscoveryCommand::from_command(c).unwrap());
                     let received = command.as_ref().and_then(|c| c.uuid.clone());
