@@ -23,6 +23,9 @@ cargo test --workspace --doc --no-fail-fast || status=1
 # ...then those alone, one at a time: they assert p99 bounds over 50 writes, and a parallel test
 # stealing the CPU for one write would decide them.
 cargo test -p skyconf-server --test it --no-fail-fast propagation_ -- --test-threads=1 || status=1
+# The agent port's own suites once more on hyper's HTTP/2 server, the fallback to the default own
+# server (`grpcHttp2Server: hyper`); about a minute.
+SKYCONF_AGENT_HTTP2=hyper cargo test -p skyconf-server --test it --no-fail-fast -- security:: held:: gateway:: shutdown:: fleet:: || status=1
 # The admin API against its OpenAPI description: schemathesis on a real server (under 3 minutes).
 tests/contract/run.sh || status=1
 exit "$status"

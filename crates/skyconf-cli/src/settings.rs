@@ -230,7 +230,7 @@ pub(crate) struct LimitsSection {
     pub(crate) grpc_max_pending_streams_per_source: Option<usize>,
     /// Concurrent connections on the admin port.
     pub(crate) admin_max_connections: Option<usize>,
-    /// The gRPC port's HTTP/2 server, `hyper` or `own` (default: `SKYCONF_AGENT_HTTP2`, else hyper).
+    /// The gRPC port's HTTP/2 server, `hyper` or `own` (default: `SKYCONF_AGENT_HTTP2`, else own).
     pub(crate) grpc_http2_server: Option<skyconf_server::agent_port::Http2Server>,
 }
 

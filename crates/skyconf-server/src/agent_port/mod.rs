@@ -1,6 +1,7 @@
 //! The agent port: the gRPC routes (CDS, called directly ([`Direct`]), `ManagementService`, DCS,
-//! and in gateway mode the forwarding of every other call) served on hyper's HTTP/2 server with settings of skyconf's own
-//! ([`http2`]), or on skyconf's own HTTP/2 server when the limits choose it ([`own`]), over the sockets `crate::security` hands out (capped, shared by source, with
+//! and in gateway mode the forwarding of every other call) served on skyconf's own HTTP/2 server
+//! ([`own`], the default), or on hyper's with settings of skyconf's own ([`http2`]) when the limits
+//! choose it, over the sockets `crate::security` hands out (capped, shared by source, with
 //! handshake deadlines, drained when closed).
 //!
 //! Each accepted connection is served in a task of its own. Its calls carry the connection's info

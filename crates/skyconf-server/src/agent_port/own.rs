@@ -1,6 +1,5 @@
-//! The agent port on skyconf's own HTTP/2 server (`skyconf_h2`), chosen by
-//! [`GrpcLimits::http2_server`](crate::security::GrpcLimits::http2_server); hyper's is the
-//! default.
+//! The agent port on skyconf's own HTTP/2 server (`skyconf_h2`), the default; hyper's stays
+//! selectable through [`GrpcLimits::http2_server`](crate::security::GrpcLimits::http2_server).
 //!
 //! The calls are the same [`Calls`] hyper's path serves (the direct CDS service, the routes, the
 //! connection's info in each call's extensions, the `grpc-timeout` deadline); only the connection
@@ -33,14 +32,14 @@ pub const SERVER_ENV: &str = "SKYCONF_AGENT_HTTP2";
 #[serde(rename_all = "lowercase")]
 pub enum Http2Server {
     /// hyper and h2 (`super::http2::builder`).
-    #[default]
     Hyper,
-    /// skyconf's own (`skyconf_h2`).
+    /// skyconf's own (`skyconf_h2`): no buffer kept per idle connection.
+    #[default]
     Own,
 }
 
 impl Http2Server {
-    /// The server [`SERVER_ENV`] names; hyper's when it names none (or one not known, logged).
+    /// The server [`SERVER_ENV`] names; the own server when it names none (or one not known, logged).
     pub fn from_env() -> Self {
         match std::env::var(SERVER_ENV) {
             Ok(value) => value.parse().unwrap_or_else(|error| {
@@ -195,6 +194,6 @@ mod tests {
         assert_eq!("hyper".parse::<Http2Server>(), Ok(Http2Server::Hyper));
         assert_eq!("own".parse::<Http2Server>(), Ok(Http2Server::Own));
         assert!("h2".parse::<Http2Server>().is_err());
-        assert_eq!(Http2Server::default(), Http2Server::Hyper, "hyper stays the default");
+        assert_eq!(Http2Server::default(), Http2Server::Own, "the own server is the default");
     }
 }
