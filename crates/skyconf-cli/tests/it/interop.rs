@@ -6,6 +6,9 @@
 //!   configuration, a change made while its poll is held reaches it within a second, a hold that
 //!   sees no change ends OK and "unchanged" before the deadline (never DEADLINE_EXCEEDED), and
 //!   SIGTERM of skyconf answers the held poll OK and "unchanged" (never UNAVAILABLE);
+//! - grpc-java over Netty (Debian's `libgrpc-java`, the Java agent's stack;
+//!   `tests/interop/grpc-java/src/CdsPoller.java`) does the same, after a `keepAlive` on the same
+//!   channel that lists its instance with its `agent-version`;
 //! - the SkyWalking Python agent (PyPI `apache-skywalking`; `tests/interop/swpython/traced_app.py`)
 //!   reports to skyconf in gateway mode in front of a recording grpcio OAP stand-in
 //!   (`tests/gateway/upstream.py`): its `ManagementService` calls and its trace segments reach the
@@ -13,7 +16,7 @@
 //!   and leaves the listing within a second of a `kill -9` (an identity lives as long as its
 //!   connection).
 //!
-//! `scripts/deps/interop.sh` installs both clients inside the repository (git-ignored) and sets
+//! `scripts/deps/interop.sh` installs the clients inside the repository (git-ignored) and sets
 //! SKYCONF_REQUIRE_INTEROP=1, so a missing client fails instead of skipping.
 
 use std::path::PathBuf;
@@ -50,6 +53,10 @@ fn grpc_js_dir() -> PathBuf {
     repo_root().join("tests/interop/grpc-js")
 }
 
+fn grpc_java_dir() -> PathBuf {
+    repo_root().join("tests/interop/grpc-java")
+}
+
 fn swpython_dir() -> PathBuf {
     repo_root().join("tests/interop/swpython")
 }
@@ -64,11 +71,30 @@ impl Drop for Reaped {
     }
 }
 
-/// `cds_poller.js` as a child process; its JSON lines are collected as they come.
-struct GrpcJs {
+/// A CDS poller written by others as a child process; its JSON lines are collected as they come.
+struct Poller {
     _child: Reaped,
     lines: mpsc::Receiver<Value>,
 }
+
+impl Poller {
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+        let lines = read_lines(child.stdout.take().unwrap(), |line| json_line(&line));
+        Self { _child: Reaped(child), lines }
+    }
+
+    /// The next line, which must come within `within` and be an OK answer (never an error).
+    fn next_answer(&self, what: &str, within: Duration) -> Value {
+        let line = self.lines.recv_timeout(within).unwrap_or_else(|e| panic!("{what}: no line from the poller ({e})"));
+        assert!(line.get("error").is_none(), "{what}: the call failed: {line}");
+        assert!(line.get("status").is_none_or(|s| s == "OK"), "{what}: the call failed: {line}");
+        line
+    }
+}
+
+/// `tests/interop/grpc-js/cds_poller.js`.
+struct GrpcJs;
 
 impl GrpcJs {
     fn available() -> bool {
@@ -83,45 +109,83 @@ impl GrpcJs {
 
     /// Polls `server` as the Java agent times it: a 30 s deadline per call, a fixed rate of
     /// `interval` seconds.
-    fn java_poll(server: &Server, interval: &str) -> Self {
-        let mut child = Command::new("node")
-            .arg(grpc_js_dir().join("cds_poller.js"))
-            .args(["--addr", &server.grpc_addr, "--service", SERVICE, "--interval", interval, "--timeout", "30"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let lines = read_lines(child.stdout.take().unwrap(), |line| json_line(&line));
-        Self { _child: Reaped(child), lines }
-    }
-
-    /// The next line, which must come within `within` and be an OK answer (never an error).
-    fn next_answer(&self, what: &str, within: Duration) -> Value {
-        let line = self.lines.recv_timeout(within).unwrap_or_else(|e| panic!("{what}: no line from grpc-js ({e})"));
-        assert!(line.get("error").is_none(), "{what}: the call failed: {line}");
-        line
+    fn java_poll(server: &Server, interval: &str) -> Poller {
+        let mut command = Command::new("node");
+        command.arg(grpc_js_dir().join("cds_poller.js")).args([
+            "--addr",
+            &server.grpc_addr,
+            "--service",
+            SERVICE,
+            "--interval",
+            interval,
+            "--timeout",
+            "30",
+        ]);
+        Poller::spawn(command)
     }
 }
 
-/// grpc-js with the Java agent's 30 s deadline: the configuration at once, a change within a
+/// `tests/interop/grpc-java/src/CdsPoller.java`, compiled by `tests/interop/grpc-java/build.sh`.
+struct GrpcJava;
+
+/// The instance name `CdsPoller` sends in its `keepAlive`, and the `agent-version` it sends.
+const JAVA_INSTANCE: &str = "grpc-java-poller";
+
+impl GrpcJava {
+    fn classpath() -> PathBuf {
+        grpc_java_dir().join("build/classpath")
+    }
+
+    fn available() -> bool {
+        let java = Command::new("java").arg("-version").stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        required(
+            java && Self::classpath().is_file(),
+            "java with CdsPoller compiled against grpc-java in tests/interop/grpc-java/build is not installed",
+        )
+    }
+
+    /// A `keepAlive`, then polls of `server` as the Java agent times them (a 30 s deadline per
+    /// call, a fixed rate of `interval` seconds), all on one channel.
+    fn java_poll(server: &Server, interval: &str) -> Poller {
+        let classpath = std::fs::read_to_string(Self::classpath()).unwrap();
+        let mut command = Command::new("java");
+        command.args(["-cp", classpath.trim(), "CdsPoller"]).args([
+            "--addr",
+            &server.grpc_addr,
+            "--service",
+            SERVICE,
+            "--instance",
+            JAVA_INSTANCE,
+            "--interval",
+            interval,
+            "--timeout",
+            "30",
+        ]);
+        Poller::spawn(command)
+    }
+}
+
+/// A poller with the Java agent's 30 s deadline: the configuration at once, a change within a
 /// second while the poll is held, an "unchanged" answer 2 s (less jitter) before the deadline for
-/// the echoed digest, and an OK "unchanged" answer when skyconf gets SIGTERM.
+/// the echoed digest, and an OK "unchanged" answer when skyconf gets SIGTERM. `before` sees the
+/// server's admin API and the poller first; the poller's next line after it answers the first poll.
 ///
 /// The poll interval is 2 s, not the Java agent's 20 s: the interval only sets when the next poll
 /// starts after an answer, while what gets a poll held is its 30 s deadline, which is kept. 20 s
 /// would add 20 s of idle waiting after the first answer and after the change, and nothing more.
 /// After the unchanged answer (25-28 s, longer than either interval) the next poll starts at once,
 /// as the Java agent's does.
-#[test]
-fn grpc_js_with_the_java_timing_gets_changes_within_a_second_unchanged_for_its_digest_and_ok_at_shutdown() {
-    if !GrpcJs::available() {
-        return;
-    }
+fn java_timing_gets_changes_within_a_second_unchanged_for_its_digest_and_ok_at_shutdown(
+    client: &str,
+    start: impl Fn(&Server, &str) -> Poller,
+    before: impl Fn(&AdminClient, &Poller),
+) {
     let started = Instant::now();
     let (_dir, path) = served_copy();
     let server = Server::start(&path);
     let admin = AdminClient::new(&server.admin_addr);
-    let poller = GrpcJs::java_poll(&server, "2");
+    let poller = start(&server, "2");
+    before(&admin, &poller);
 
     // The first poll (no digest) gets the configuration at once.
     let first = poller.next_answer("the first poll", PATIENCE);
@@ -140,7 +204,7 @@ fn grpc_js_with_the_java_timing_gets_changes_within_a_second_unchanged_for_its_d
     assert_eq!(changed["uuid"].as_str(), Some(digest.as_str()), "{changed}");
     assert_eq!(changed["config"]["agent.sample_n_per_3_secs"], "77", "{changed}");
     let delay = changed["t"].as_f64().unwrap() - epoch_seconds(written);
-    eprintln!("file write → command at grpc-js: {delay:.3} s");
+    eprintln!("file write → command at {client}: {delay:.3} s");
     assert!(delay <= 1.0, "the change reached the held poll {delay} s after the write");
 
     // The poll that echoes the new digest is held and, nothing changing, answered "unchanged"
@@ -158,7 +222,49 @@ fn grpc_js_with_the_java_timing_gets_changes_within_a_second_unchanged_for_its_d
     let last = poller.next_answer("the held poll at shutdown", Duration::from_secs(10));
     assert_eq!(last["unchanged"], true, "the held poll is answered \"unchanged\", not UNAVAILABLE: {last}");
     assert!(took < Duration::from_secs(1), "the stop with a held poll took {took:?}");
-    eprintln!("grpc-js interop test: {:?}", started.elapsed());
+    eprintln!("{client} interop test: {:?}", started.elapsed());
+}
+
+/// grpc-js with the Java agent's timing (see
+/// [`java_timing_gets_changes_within_a_second_unchanged_for_its_digest_and_ok_at_shutdown`]).
+#[test]
+fn grpc_js_with_the_java_timing_gets_changes_within_a_second_unchanged_for_its_digest_and_ok_at_shutdown() {
+    if !GrpcJs::available() {
+        return;
+    }
+    java_timing_gets_changes_within_a_second_unchanged_for_its_digest_and_ok_at_shutdown(
+        "grpc-js",
+        GrpcJs::java_poll,
+        |_, _| {},
+    );
+}
+
+/// grpc-java over Netty with the Java agent's timing (see
+/// [`java_timing_gets_changes_within_a_second_unchanged_for_its_digest_and_ok_at_shutdown`]), after
+/// a `keepAlive` on the same channel: it is answered OK, and the instance it names is listed with
+/// the `agent-version` its metadata carries.
+#[test]
+fn grpc_java_with_the_java_timing_gets_changes_within_a_second_unchanged_for_its_digest_and_ok_at_shutdown() {
+    if !GrpcJava::available() {
+        return;
+    }
+    java_timing_gets_changes_within_a_second_unchanged_for_its_digest_and_ok_at_shutdown(
+        "grpc-java",
+        GrpcJava::java_poll,
+        |admin, poller| {
+            let ping = poller.next_answer("the keepAlive", PATIENCE);
+            assert_eq!(ping["call"], "keepAlive", "{ping}");
+            let give_up = Instant::now() + PATIENCE;
+            let instance = loop {
+                if let [instance] = listed(admin, SERVICE, JAVA_INSTANCE).as_slice() {
+                    break instance.clone();
+                }
+                assert!(Instant::now() < give_up, "the grpc-java poller's instance is never listed");
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            assert_eq!(instance["agent_version"], JAVA_INSTANCE, "{instance}");
+        },
+    );
 }
 
 /// The SkyWalking Python agent instrumenting `traced_app.py`, killed when dropped.
@@ -232,13 +338,13 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
-/// The listed instances named (PY_SERVICE, PY_INSTANCE).
-fn listed(admin: &AdminClient) -> Vec<Value> {
+/// The listed instances named (`service`, `instance`).
+fn listed(admin: &AdminClient, service: &str, instance: &str) -> Vec<Value> {
     let reply = admin.send_blocking("GET", "/api/v1/instances");
     assert_eq!(reply.status, 200, "{}", reply.body);
     let body = reply.json();
     let instances = body["instances"].as_array().unwrap_or_else(|| panic!("{body}"));
-    instances.iter().filter(|i| i["service"] == PY_SERVICE && i["instance"] == PY_INSTANCE).cloned().collect()
+    instances.iter().filter(|i| i["service"] == service && i["instance"] == instance).cloned().collect()
 }
 
 /// Whether the listed instance's properties hold `key` = `value`.
@@ -293,7 +399,7 @@ fn the_python_agent_through_the_gateway_reaches_the_oap_and_is_listed_exactly_wh
     // Listed while it runs, with the properties it reported.
     let give_up = Instant::now() + PATIENCE;
     let instance = loop {
-        if let [instance] = listed(&admin).as_slice() {
+        if let [instance] = listed(&admin, PY_SERVICE, PY_INSTANCE).as_slice() {
             break instance.clone();
         }
         assert!(Instant::now() < give_up, "the Python agent's instance is never listed");
@@ -310,7 +416,7 @@ fn the_python_agent_through_the_gateway_reaches_the_oap_and_is_listed_exactly_wh
     // kill -9: the kernel closes the connection; the instance leaves the listing within a second.
     agent.kill_9();
     let killed = Instant::now();
-    while !listed(&admin).is_empty() {
+    while !listed(&admin, PY_SERVICE, PY_INSTANCE).is_empty() {
         assert!(killed.elapsed() < Duration::from_secs(1), "still listed {:?} after kill -9", killed.elapsed());
         std::thread::sleep(Duration::from_millis(10));
     }
