@@ -15,7 +15,7 @@
 pub mod http2;
 pub mod own;
 
-pub use own::Http2Server;
+pub use crate::security::Http2Server;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -23,46 +23,6 @@ use tonic::transport::server::Connected;
 
 use super::{Answer, Calls, Direct};
 
-/// The environment variable that chooses the agent port's default HTTP/2 server (`hyper` or
-/// `own`), so that a whole test run can be served by either without a settings change.
-pub const SERVER_ENV: &str = "SKYCONF_AGENT_HTTP2";
-
-/// Which HTTP/2 server serves the agent port (`hyper` or `own` in a settings file).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Http2Server {
-    /// hyper and h2 (`super::http2::builder`).
-    Hyper,
-    /// skyconf's own (`skyconf_h2`): no buffer kept per idle connection.
-    #[default]
-    Own,
-}
-
-impl Http2Server {
-    /// The server [`SERVER_ENV`] names; the own server when it names none (or one not known, logged).
-    pub fn from_env() -> Self {
-        match std::env::var(SERVER_ENV) {
-            Ok(value) => value.parse().unwrap_or_else(|error| {
-                tracing::warn!(%error, "Ignoring {SERVER_ENV}.");
-                Self::default()
-            }),
-            Err(_) => Self::default(),
-        }
-    }
-}
-
-impl std::str::FromStr for Http2Server {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "hyper" => Ok(Self::Hyper),
-            "own" => Ok(Self::Own),
-            other => Err(format!("unknown HTTP/2 server `{other}` (hyper or own)")),
-        }
-    }
-}
-
 /// One connection's calls, as `skyconf_h2` calls them.
 struct OwnCalls<S, D, C>(Calls<S, D, C>);
 
@@ -170,7 +130,7 @@ pub(super) async fn serve<I, IO, S, D>(
 
 #[cfg(test)]
 mod tests {
-    use super::{Http2Server, OwnCalls};
+    use super::OwnCalls;
     use http::{Request, Response};
     use std::convert::Infallible;
     use tonic::body::Body;
@@ -187,13 +147,5 @@ mod tests {
         eprintln!("connection state: {connection} B, per open stream: {stream} B");
         assert!(connection <= 512, "{connection} B");
         assert!(stream <= 160, "{stream} B");
-    }
-
-    #[test]
-    fn the_server_is_named_hyper_or_own() {
-        assert_eq!("hyper".parse::<Http2Server>(), Ok(Http2Server::Hyper));
-        assert_eq!("own".parse::<Http2Server>(), Ok(Http2Server::Own));
-        assert!("h2".parse::<Http2Server>().is_err());
-        assert_eq!(Http2Server::default(), Http2Server::Own, "the own server is the default");
     }
 }

@@ -65,8 +65,8 @@ pub struct GrpcLimits {
     /// The same from one source address ([`super::sources`]); `None`: a quarter of
     /// [`Self::max_pending_streams`].
     pub max_pending_streams_per_source: Option<usize>,
-    /// Which HTTP/2 server serves the port's connections (`crate::agent_port::Http2Server`).
-    pub http2_server: crate::agent_port::Http2Server,
+    /// Which HTTP/2 server serves the port's connections.
+    pub http2_server: Http2Server,
 }
 
 impl Default for GrpcLimits {
@@ -82,7 +82,7 @@ impl Default for GrpcLimits {
             request_message_timeout: Duration::from_secs(10),
             max_pending_streams: 10_000,
             max_pending_streams_per_source: None,
-            http2_server: crate::agent_port::Http2Server::from_env(),
+            http2_server: Http2Server::from_env(),
         }
     }
 }
@@ -405,9 +405,57 @@ pub fn limit_body(router: Router, bytes: usize) -> Router {
     router.layer(RequestBodyLimitLayer::new(bytes))
 }
 
+/// The environment variable that chooses the agent port's default HTTP/2 server (`hyper` or
+/// `own`), so that a whole test run can be served by either without a settings change.
+pub const SERVER_ENV: &str = "SKYCONF_AGENT_HTTP2";
+
+/// Which HTTP/2 server serves the agent port (`hyper` or `own` in a settings file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Http2Server {
+    /// hyper and h2 (`crate::agent_port::http2::builder`).
+    Hyper,
+    /// skyconf's own (`skyconf_h2`): no buffer kept per idle connection.
+    #[default]
+    Own,
+}
+
+impl Http2Server {
+    /// The server [`SERVER_ENV`] names; the own server when it names none (or one not known, logged).
+    pub fn from_env() -> Self {
+        match std::env::var(SERVER_ENV) {
+            Ok(value) => value.parse().unwrap_or_else(|error| {
+                tracing::warn!(%error, "Ignoring {SERVER_ENV}.");
+                Self::default()
+            }),
+            Err(_) => Self::default(),
+        }
+    }
+}
+
+impl std::str::FromStr for Http2Server {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "hyper" => Ok(Self::Hyper),
+            "own" => Ok(Self::Own),
+            other => Err(format!("unknown HTTP/2 server `{other}` (hyper or own)")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_server_is_named_hyper_or_own() {
+        assert_eq!("hyper".parse::<Http2Server>(), Ok(Http2Server::Hyper));
+        assert_eq!("own".parse::<Http2Server>(), Ok(Http2Server::Own));
+        assert!("h2".parse::<Http2Server>().is_err());
+        assert_eq!(Http2Server::default(), Http2Server::Own, "the own server is the default");
+    }
 
     /// The fleet view's bound for a partitioned agent (PING_INTERVAL + PING_TIMEOUT, 30 s) rests
     /// on these defaults.

@@ -34,7 +34,7 @@ use tokio_rustls::rustls::ServerConfig;
 pub use auth::{AdminTokens, Role, Secret};
 pub use browser::AllowedHosts;
 pub use connections::ConnectionLimits;
-pub use limits::GrpcLimits;
+pub use limits::{GrpcLimits, Http2Server, SERVER_ENV};
 pub use tls::{ClientAuth, ClientCerts, TlsFiles};
 
 /// The security settings of one server; [`Default`] is everything off.
