@@ -81,20 +81,8 @@ pub async fn serve<I, IO, S, D>(
     {
         // Dropped when the loop ends: the listener closes at once, and a client connecting
         // during the shutdown is refused instead of left waiting.
-        let mut incoming = std::pin::pin!(incoming);
-        let mut stop = std::pin::pin!(stop);
-        loop {
-            let io = tokio::select! {
-                () = &mut stop => break,
-                next = incoming.next() => match next {
-                    Some(Ok(io)) => io,
-                    Some(Err(error)) => {
-                        tracing::debug!(%error, "An agent connection could not be taken up.");
-                        continue;
-                    }
-                    None => break,
-                },
-            };
+        let mut accepted = std::pin::pin!(accepted(incoming, stop));
+        while let Some(io) = accepted.next().await {
             let calls = Calls { routes: Arc::clone(&routes), direct: direct.clone(), connection: io.connect_info() };
             let connection = graceful.watch(builder.serve_connection(TokioIo::new(io), calls));
             tokio::spawn(async move {
@@ -106,6 +94,23 @@ pub async fn serve<I, IO, S, D>(
         }
     }
     graceful.shutdown().await;
+}
+
+/// The connections `incoming` yields until `stop` completes; one that could not be taken up is
+/// logged and skipped. Dropping the stream closes the listener.
+fn accepted<I, IO>(incoming: I, stop: impl Future<Output = ()>) -> impl Stream<Item = IO>
+where
+    I: Stream<Item = std::io::Result<IO>>,
+{
+    incoming.take_until(stop).filter_map(|next| {
+        std::future::ready(match next {
+            Ok(io) => Some(io),
+            Err(error) => {
+                tracing::debug!(%error, "An agent connection could not be taken up.");
+                None
+            }
+        })
+    })
 }
 
 /// One connection's calls: the routes and the direct service, shared by every connection, and

@@ -89,20 +89,8 @@ pub(super) async fn serve<I, IO, S, D>(
     // Every connection holds a receiver: the sender's `closed` completes when all have ended.
     let (stopping, stopped) = tokio::sync::watch::channel(false);
     {
-        let mut incoming = std::pin::pin!(incoming);
-        let mut stop = std::pin::pin!(stop);
-        loop {
-            let io = tokio::select! {
-                () = &mut stop => break,
-                next = incoming.next() => match next {
-                    Some(Ok(io)) => io,
-                    Some(Err(error)) => {
-                        tracing::debug!(%error, "An agent connection could not be taken up.");
-                        continue;
-                    }
-                    None => break,
-                },
-            };
+        let mut accepted = std::pin::pin!(super::accepted(incoming, stop));
+        while let Some(io) = accepted.next().await {
             let calls =
                 OwnCalls(Calls { routes: Arc::clone(&routes), direct: direct.clone(), connection: io.connect_info() });
             let settings = Arc::clone(&settings);
