@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing with AFL++ (cargo-afl, stable Rust) of the places untrusted bytes
 # enter skyconf: the agent-configurations reader, the admin API's write routes, the CDS
-# request, and OpAMP messages (HTTP bodies, gzip or not, and WebSocket messages). Each target runs for a bounded time from its committed corpus (fuzz/corpus/<target>);
+# request, OpAMP messages (HTTP bodies, gzip or not, and WebSocket messages), and the bytes a client sends
+# on the agent port's HTTP/2 connection (skyconf-h2). Each target runs for a bounded time from its committed corpus (fuzz/corpus/<target>);
 # any crash fails the run and is left in fuzz/out/<target>/default/crashes: copy it into the
 # corpus, where `cargo test` in fuzz/ replays every input, so it stays a regression test.
 #
@@ -30,7 +31,7 @@ cargo afl build --release --quiet
 export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_QUIET=1
 status=0
 mkdir -p out
-for target in reader admin cds opamp; do
+for target in reader admin cds opamp h2; do
   rm -rf "out/$target"
   echo "== fuzz: $target for ${seconds}s"
   cargo afl fuzz -V "$seconds" -i "corpus/$target" -o "out/$target" "target/release/$target" >"out-$target.log" 2>&1 || {

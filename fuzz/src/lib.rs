@@ -124,17 +124,55 @@ pub fn opamp_message(data: &[u8]) {
     }
 }
 
+/// Any bytes from a client after a valid connection preface, on skyconf's own HTTP/2 server (the
+/// agent port's): the connection answers them or ends with an error, never panics, and ends once
+/// the client has sent everything and closed. Its calls read their request body and answer with
+/// a body and trailers, so DATA, flow control and trailers are reached too.
+pub fn h2_connection(data: &[u8]) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let runtime =
+        RUNTIME.get_or_init(|| tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime"));
+    runtime.block_on(async {
+        let (client, server) = tokio::io::duplex(64 << 10);
+        let (mut from_server, mut to_server) = tokio::io::split(client);
+        let service = skyconf_h2::ServiceFn(|request: Request<skyconf_h2::RecvBody>| async move {
+            use http_body_util::BodyExt as _;
+            let mut body = request.into_body();
+            while let Some(Ok(_)) = body.frame().await {}
+            let mut trailers = axum::http::HeaderMap::new();
+            trailers.insert("grpc-status", axum::http::HeaderValue::from_static("0"));
+            let answer = http_body_util::Full::new(bytes::Bytes::from_static(b"\0\0\0\0\0"))
+                .with_trailers(std::future::ready(Some(Ok::<_, std::convert::Infallible>(trailers))));
+            Ok::<_, std::convert::Infallible>(axum::http::Response::new(answer))
+        });
+        let settings = skyconf_h2::Settings { keepalive_interval: None, ..skyconf_h2::Settings::default() };
+        let serving = skyconf_h2::serve_connection(server, service, Arc::new(settings), std::future::pending());
+        let sending = async move {
+            let _ = to_server.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+            let _ = to_server.write_all(data).await;
+            let _ = to_server.shutdown().await;
+        };
+        let reading = async move {
+            let mut sink = Vec::new();
+            let _ = from_server.read_to_end(&mut sink).await;
+        };
+        let (_, (), ()) = tokio::join!(serving, sending, reading);
+    });
+}
+
 #[cfg(test)]
 mod tests {
     /// Replays every committed corpus input through its target.
     #[test]
     fn every_committed_input_passes() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-        let targets: [(&str, fn(&[u8])); 4] = [
+        let targets: [(&str, fn(&[u8])); 5] = [
             ("reader", super::reader),
             ("cds", super::cds_request),
             ("admin", super::admin_write),
             ("opamp", super::opamp_message),
+            ("h2", super::h2_connection),
         ];
         for (name, target) in targets {
             let mut inputs = 0;
