@@ -154,6 +154,18 @@ def case(fn):
     return fn
 
 
+def after_handshake(name, error, frames):
+    """A case that sends `frames(conn)` after the handshake and expects a connection error."""
+
+    def run(addr):
+        c = Conn(addr)
+        c.handshake()
+        c.send(*frames(c))
+        return expect(c.outcome(), *conn_error(error))
+
+    CASES[name] = run
+
+
 # --- Preface and SETTINGS (RFC 9113 §3.4, §6.5) ---
 
 @case
@@ -170,60 +182,13 @@ def first_frame_not_settings(addr):
     return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
 
 
-@case
-def settings_ack_with_payload(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(4, 1, 0, b"\x00\x01\x00\x00\x00\x00"))
-    return expect(c.outcome(), *conn_error(FRAME_SIZE_ERROR))
-
-
-@case
-def settings_length_not_a_multiple_of_6(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(4, 0, 0, b"\x00\x01\x00\x00\x00"))
-    return expect(c.outcome(), *conn_error(FRAME_SIZE_ERROR))
-
-
-@case
-def settings_on_a_stream(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(4, 0, 1, b""))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def settings_enable_push_2(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(4, 0, 0, struct.pack(">HI", 2, 2)))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def settings_initial_window_over_2_31(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(4, 0, 0, struct.pack(">HI", 4, 1 << 31)))
-    return expect(c.outcome(), *conn_error(FLOW_CONTROL_ERROR))
-
-
-@case
-def settings_max_frame_size_too_small(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(4, 0, 0, struct.pack(">HI", 5, 16383)))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def settings_max_frame_size_too_large(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(4, 0, 0, struct.pack(">HI", 5, 1 << 24)))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
+after_handshake("settings_ack_with_payload", FRAME_SIZE_ERROR, lambda _: [raw(4, 1, 0, b"\x00\x01\x00\x00\x00\x00")])
+after_handshake("settings_length_not_a_multiple_of_6", FRAME_SIZE_ERROR, lambda _: [raw(4, 0, 0, b"\x00\x01\x00\x00\x00")])
+after_handshake("settings_on_a_stream", PROTOCOL_ERROR, lambda _: [raw(4, 0, 1, b"")])
+after_handshake("settings_enable_push_2", PROTOCOL_ERROR, lambda _: [raw(4, 0, 0, struct.pack(">HI", 2, 2))])
+after_handshake("settings_initial_window_over_2_31", FLOW_CONTROL_ERROR, lambda _: [raw(4, 0, 0, struct.pack(">HI", 4, 1 << 31))])
+after_handshake("settings_max_frame_size_too_small", PROTOCOL_ERROR, lambda _: [raw(4, 0, 0, struct.pack(">HI", 5, 16383))])
+after_handshake("settings_max_frame_size_too_large", PROTOCOL_ERROR, lambda _: [raw(4, 0, 0, struct.pack(">HI", 5, 1 << 24))])
 
 
 @case
@@ -256,30 +221,13 @@ def server_settings_advertise_table_size_0(addr):
 
 # --- Frame size (§4.2) ---
 
-@case
-def data_over_max_frame_size(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(c.headers(1), raw(0, 0, 1, b"\x00" * 16385))
-    return expect(c.outcome(), *conn_error(FRAME_SIZE_ERROR))
-
-
-@case
-def headers_over_max_frame_size(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(1, 4, 1, b"\x00" * 16385))
-    return expect(c.outcome(), *conn_error(FRAME_SIZE_ERROR))
+after_handshake("data_over_max_frame_size", FRAME_SIZE_ERROR, lambda c: [c.headers(1), raw(0, 0, 1, b"\x00" * 16385)])
+after_handshake("headers_over_max_frame_size", FRAME_SIZE_ERROR, lambda _: [raw(1, 4, 1, b"\x00" * 16385)])
 
 
 # --- Stream identifiers and states (§5.1) ---
 
-@case
-def headers_on_an_even_stream(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(c.headers(2))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
+after_handshake("headers_on_an_even_stream", PROTOCOL_ERROR, lambda c: [c.headers(2)])
 
 
 @case
@@ -290,52 +238,12 @@ def headers_on_a_lower_stream_id(addr):
     return expect(c.outcome(), ("goaway", PROTOCOL_ERROR), ("goaway", STREAM_CLOSED))
 
 
-@case
-def data_on_an_idle_stream(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(0, 0, 1, b"x"))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def rst_stream_on_an_idle_stream(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(hf.RstStreamFrame(1, error_code=CANCEL))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def window_update_on_an_idle_stream(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(hf.WindowUpdateFrame(1, window_increment=1))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def data_on_stream_0(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(0, 0, 0, b"x"))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def headers_on_stream_0(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(1, 5, 0, c.block(request_fields())))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def rst_stream_on_stream_0(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(3, 0, 0, struct.pack(">I", 0)))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
+after_handshake("data_on_an_idle_stream", PROTOCOL_ERROR, lambda _: [raw(0, 0, 1, b"x")])
+after_handshake("rst_stream_on_an_idle_stream", PROTOCOL_ERROR, lambda _: [hf.RstStreamFrame(1, error_code=CANCEL)])
+after_handshake("window_update_on_an_idle_stream", PROTOCOL_ERROR, lambda _: [hf.WindowUpdateFrame(1, window_increment=1)])
+after_handshake("data_on_stream_0", PROTOCOL_ERROR, lambda _: [raw(0, 0, 0, b"x")])
+after_handshake("headers_on_stream_0", PROTOCOL_ERROR, lambda c: [raw(1, 5, 0, c.block(request_fields()))])
+after_handshake("rst_stream_on_stream_0", PROTOCOL_ERROR, lambda _: [raw(3, 0, 0, struct.pack(">I", 0))])
 
 
 @case
@@ -346,22 +254,12 @@ def data_after_end_stream(addr):
     return expect(c.outcome(1), ("rst", STREAM_CLOSED), ("goaway", STREAM_CLOSED), ("headers", None))
 
 
-@case
-def rst_stream_wrong_length(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(c.headers(1), raw(3, 0, 1, b"\x00\x00\x00"))
-    return expect(c.outcome(), *conn_error(FRAME_SIZE_ERROR))
+after_handshake("rst_stream_wrong_length", FRAME_SIZE_ERROR, lambda c: [c.headers(1), raw(3, 0, 1, b"\x00\x00\x00")])
 
 
 # --- CONTINUATION (§6.10) ---
 
-@case
-def continuation_without_headers(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(9, 4, 1, c.block(request_fields())))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
+after_handshake("continuation_without_headers", PROTOCOL_ERROR, lambda c: [raw(9, 4, 1, c.block(request_fields()))])
 
 
 @case
@@ -393,12 +291,7 @@ def a_request_split_into_continuations_is_answered(addr):
 
 # --- Flow control (§6.9) ---
 
-@case
-def window_update_of_0_on_the_connection(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(8, 0, 0, struct.pack(">I", 0)))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
+after_handshake("window_update_of_0_on_the_connection", PROTOCOL_ERROR, lambda _: [raw(8, 0, 0, struct.pack(">I", 0))])
 
 
 @case
@@ -409,12 +302,7 @@ def window_update_of_0_on_a_stream(addr):
     return expect(c.outcome(1), ("rst", PROTOCOL_ERROR), ("goaway", PROTOCOL_ERROR))
 
 
-@case
-def connection_window_overflow(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(hf.WindowUpdateFrame(0, window_increment=(1 << 31) - 1))
-    return expect(c.outcome(), *conn_error(FLOW_CONTROL_ERROR))
+after_handshake("connection_window_overflow", FLOW_CONTROL_ERROR, lambda _: [hf.WindowUpdateFrame(0, window_increment=(1 << 31) - 1)])
 
 
 @case
@@ -425,20 +313,8 @@ def stream_window_overflow(addr):
     return expect(c.outcome(1), ("rst", FLOW_CONTROL_ERROR), ("goaway", FLOW_CONTROL_ERROR))
 
 
-@case
-def window_update_wrong_length(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(8, 0, 0, b"\x00\x00\x00\x01\x00"))
-    return expect(c.outcome(), *conn_error(FRAME_SIZE_ERROR))
-
-
-@case
-def padding_as_long_as_the_frame(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(c.headers(1), raw(0, 0x8, 1, b"\x05abcd"))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
+after_handshake("window_update_wrong_length", FRAME_SIZE_ERROR, lambda _: [raw(8, 0, 0, b"\x00\x00\x00\x01\x00")])
+after_handshake("padding_as_long_as_the_frame", PROTOCOL_ERROR, lambda c: [c.headers(1), raw(0, 0x8, 1, b"\x05abcd")])
 
 
 # --- PING and GOAWAY (§6.7, §6.8) ---
@@ -457,36 +333,10 @@ def ping_is_acknowledged_with_its_payload(addr):
         return f"closed: {e}"
 
 
-@case
-def ping_on_a_stream(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(6, 0, 1, b"12345678"))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def ping_wrong_length(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(6, 0, 0, b"1234567"))
-    return expect(c.outcome(), *conn_error(FRAME_SIZE_ERROR))
-
-
-@case
-def goaway_on_a_stream(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(7, 0, 1, struct.pack(">II", 0, 0)))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
-
-
-@case
-def push_promise_from_a_client(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(raw(5, 4, 1, struct.pack(">I", 2) + c.block(request_fields())))
-    return expect(c.outcome(), *conn_error(PROTOCOL_ERROR))
+after_handshake("ping_on_a_stream", PROTOCOL_ERROR, lambda _: [raw(6, 0, 1, b"12345678")])
+after_handshake("ping_wrong_length", FRAME_SIZE_ERROR, lambda _: [raw(6, 0, 0, b"1234567")])
+after_handshake("goaway_on_a_stream", PROTOCOL_ERROR, lambda _: [raw(7, 0, 1, struct.pack(">II", 0, 0))])
+after_handshake("push_promise_from_a_client", PROTOCOL_ERROR, lambda c: [raw(5, 4, 1, struct.pack(">I", 2) + c.block(request_fields()))])
 
 
 @case
@@ -613,36 +463,10 @@ def an_unknown_service_is_answered_trailers_only(addr):
 
 # --- HPACK (RFC 7541) ---
 
-@case
-def hpack_index_0(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(c.headers(1, block=b"\x80", end_stream=True))
-    return expect(c.outcome(), *conn_error(COMPRESSION_ERROR))
-
-
-@case
-def hpack_index_beyond_the_tables(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(c.headers(1, block=b"\xff\x7f", end_stream=True))
-    return expect(c.outcome(), *conn_error(COMPRESSION_ERROR))
-
-
-@case
-def hpack_huffman_padding_of_zeros(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(c.headers(1, block=b"\x82\x86\x00\x81\x00\x81\x00", end_stream=True))
-    return expect(c.outcome(), *conn_error(COMPRESSION_ERROR))
-
-
-@case
-def hpack_table_size_update_over_the_bound(addr):
-    c = Conn(addr)
-    c.handshake()
-    c.send(c.headers(1, block=hpack_int(8192, 5, 0x20) + c.block(request_fields()), end_stream=True))
-    return expect(c.outcome(), *conn_error(COMPRESSION_ERROR))
+after_handshake("hpack_index_0", COMPRESSION_ERROR, lambda c: [c.headers(1, block=b"\x80", end_stream=True)])
+after_handshake("hpack_index_beyond_the_tables", COMPRESSION_ERROR, lambda c: [c.headers(1, block=b"\xff\x7f", end_stream=True)])
+after_handshake("hpack_huffman_padding_of_zeros", COMPRESSION_ERROR, lambda c: [c.headers(1, block=b"\x82\x86\x00\x81\x00\x81\x00", end_stream=True)])
+after_handshake("hpack_table_size_update_over_the_bound", COMPRESSION_ERROR, lambda c: [c.headers(1, block=hpack_int(8192, 5, 0x20) + c.block(request_fields()), end_stream=True)])
 
 
 @case
