@@ -3,40 +3,13 @@
 //! connection state), the clients on a thread of their own that allocates nothing per
 //! connection. Prints the figures; fails if they grow several times past today's.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::convert::Infallible;
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use bytes::Bytes;
 use http::{Request, Response};
 use skyconf_h2::{RecvBody, ServiceFn, Settings};
-
-struct Counting;
-
-static IN_USE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged; only a counter is added.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        IN_USE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        IN_USE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        IN_USE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use skyconf_heapcount::{Counting, in_use};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -119,9 +92,9 @@ async fn heap_per_idle_connection_and_per_held_call() {
     };
     // One connection first: the worker's buffers and the runtime's first slab pages.
     let warm = tokio::task::spawn_blocking(move || open(1)).await.unwrap();
-    let before = IN_USE.load(Ordering::SeqCst);
+    let before = in_use();
     let mut sockets = tokio::task::spawn_blocking(move || open(CONNECTIONS)).await.unwrap();
-    let idle = IN_USE.load(Ordering::SeqCst);
+    let idle = in_use();
     let sockets = tokio::task::spawn_blocking(move || {
         for socket in &mut sockets {
             socket.write_all(&frame(1, 5, 1, &block("/hold"))).unwrap();
@@ -131,7 +104,7 @@ async fn heap_per_idle_connection_and_per_held_call() {
     })
     .await
     .unwrap();
-    let held = IN_USE.load(Ordering::SeqCst);
+    let held = in_use();
     let per_idle = (idle - before) / CONNECTIONS as isize;
     let per_held = (held - idle) / CONNECTIONS as isize;
     let (connection, stream) = skyconf_h2::state_sizes::<

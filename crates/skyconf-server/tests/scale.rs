@@ -10,14 +10,14 @@
 //! was measured) so that they hold on any platform, and tight enough that a per-agent cost
 //! several times larger fails them.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use prost::Message as _;
 use skyconf_core::codec::DiscoveryCommand;
+use skyconf_heapcount::{Counting, in_use};
 use skyconf_proto::v3::{Commands, ConfigurationSyncRequest};
 use skyconf_server::cds::CdsServer;
 use skyconf_server::socket::{AgentConnection, ConnectionState};
@@ -25,39 +25,8 @@ use skyconf_server::{CdsOptions, CdsService, Fleet, FleetOptions, HoldOptions, S
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// The system allocator, counting the bytes in use.
-struct Counting;
-
-static IN_USE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is passed on to the system allocator unchanged; only a counter is added.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        IN_USE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        IN_USE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        IN_USE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn in_use() -> isize {
-    IN_USE.load(Ordering::Relaxed)
-}
 
 /// One test at a time: the heap count is process-wide.
 fn serial() -> MutexGuard<'static, ()> {
