@@ -9,6 +9,17 @@ use bytes::Bytes;
 use common::{h2_client, serve};
 use http::{HeaderMap, Request};
 
+/// Reads `body` to its end, giving each chunk's bytes back to the windows as it is read.
+async fn read_body(body: &mut h2::RecvStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        got.extend_from_slice(&chunk);
+    }
+    got
+}
+
 #[tokio::test]
 async fn a_unary_call_with_a_body_and_trailers() {
     let server = serve(skyconf_h2::Settings::default()).await;
@@ -22,13 +33,7 @@ async fn a_unary_call_with_a_body_and_trailers() {
     let response = response.await.unwrap();
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
-    let mut got = Vec::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.unwrap();
-        body.flow_control().release_capacity(chunk.len()).unwrap();
-        got.extend_from_slice(&chunk);
-    }
-    assert_eq!(got, b"hello");
+    assert_eq!(read_body(&mut body).await, b"hello");
     let trailers = body.trailers().await.unwrap().unwrap();
     assert_eq!(trailers["x-n"], "5");
     assert_eq!(trailers["x-in"], "t");
@@ -57,24 +62,12 @@ async fn large_bodies_flow_within_the_windows_both_ways() {
     send.send_data(payload.clone(), true).unwrap();
     let response = response.await.unwrap();
     let mut body = response.into_body();
-    let mut got = 0;
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.unwrap();
-        got += chunk.len();
-        body.flow_control().release_capacity(chunk.len()).unwrap();
-    }
-    assert_eq!(got, 1 << 20);
+    assert_eq!(read_body(&mut body).await.len(), 1 << 20);
     assert_eq!(body.trailers().await.unwrap().unwrap()["x-n"], (1 << 20).to_string().as_str());
     // 3 MiB down: more than the client's 64 KiB windows.
     let (response, _) = client.send_request(Request::get("http://test/big/3145728").body(()).unwrap(), true).unwrap();
     let mut body = response.await.unwrap().into_body();
-    let mut got = 0;
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.unwrap();
-        got += chunk.len();
-        body.flow_control().release_capacity(chunk.len()).unwrap();
-    }
-    assert_eq!(got, 3 << 20);
+    assert_eq!(read_body(&mut body).await.len(), 3 << 20);
 }
 
 #[tokio::test]
