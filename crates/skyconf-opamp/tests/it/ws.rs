@@ -27,6 +27,15 @@ async fn connect(server: &Server) -> Socket {
     socket
 }
 
+/// A connection whose agent `uid` of `service` has sent its first, full message and read the
+/// answer: its session is open.
+async fn session(server: &Server, uid: [u8; 16], service: &str) -> Socket {
+    let mut socket = connect(server).await;
+    send(&mut socket, &full(uid, 1, service)).await;
+    let _ = receive(&mut socket).await;
+    socket
+}
+
 /// Sends one message in the spec's framing: header 0, then the message.
 async fn send(socket: &mut Socket, msg: &wire::AgentToServer) {
     let mut frame = vec![0u8];
@@ -102,9 +111,7 @@ async fn the_server_pushes_a_change_and_the_session_ends_with_the_connection() {
 #[tokio::test]
 async fn agent_disconnect_ends_the_session_once() {
     let server = Server::start().await;
-    let mut socket = connect(&server).await;
-    send(&mut socket, &full(UID, 1, "collector")).await;
-    let _ = receive(&mut socket).await;
+    let mut socket = session(&server, UID, "collector").await;
     let mut bye = heartbeat(UID, 2);
     bye.agent_disconnect = Some(wire::AgentDisconnect {});
     send(&mut socket, &bye).await;
@@ -153,9 +160,7 @@ async fn throttling_is_unavailable_with_retry_info_or_503_at_the_upgrade() {
         c.limits.max_websockets = 2;
     })
     .await;
-    let mut first = connect(&server).await;
-    send(&mut first, &full(UID, 1, "a")).await;
-    let _ = receive(&mut first).await;
+    let _first = session(&server, UID, "a").await;
     let mut second = connect(&server).await;
     send(&mut second, &full([3; 16], 1, "b")).await;
     let error = receive(&mut second).await.error_response.unwrap();
@@ -181,12 +186,8 @@ async fn throttling_is_unavailable_with_retry_info_or_503_at_the_upgrade() {
 #[tokio::test]
 async fn a_newer_connection_of_the_agent_closes_the_older_one() {
     let server = Server::start().await;
-    let mut old = connect(&server).await;
-    send(&mut old, &full(UID, 1, "a")).await;
-    let _ = receive(&mut old).await;
-    let mut new = connect(&server).await;
-    send(&mut new, &full(UID, 1, "a")).await;
-    let _ = receive(&mut new).await;
+    let mut old = session(&server, UID, "a").await;
+    let _new = session(&server, UID, "a").await;
     closed(&mut old).await;
     server.wait_stats(|s| s.websockets == 1 && s.sessions == 1).await;
     assert!(!server.backend.events().iter().any(|(_, e)| matches!(e, Event::Disconnected(_))), "the session goes on");
@@ -196,9 +197,7 @@ async fn a_newer_connection_of_the_agent_closes_the_older_one() {
 #[tokio::test]
 async fn shutdown_closes_websockets_going_away() {
     let server = Server::start().await;
-    let mut socket = connect(&server).await;
-    send(&mut socket, &full(UID, 1, "a")).await;
-    let _ = receive(&mut socket).await;
+    let mut socket = session(&server, UID, "a").await;
     let backend = server.backend.clone();
     server.stop().await;
     assert_eq!(closed(&mut socket).await, Some(CloseCode::Away));
