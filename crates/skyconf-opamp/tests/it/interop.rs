@@ -152,6 +152,30 @@ async fn status(
         .unwrap()
 }
 
+/// A server whose default configuration is `{"ratio": 0.5}`, and the npm client of service
+/// `node-svc` on it (`hold`: the held poll it asks for, in seconds, if any), once it has
+/// reported that configuration applied: the server, the client and its uid.
+async fn npm_client_applied(node: &Path, hold: Option<&str>) -> (Server, Agent, InstanceUid) {
+    let server = Server::start().await;
+    let v1 = json(r#"{"ratio": 0.5}"#);
+    server.backend.set_default(Some(v1.clone()));
+    let url = server.url();
+    let mut args = vec!["node_agent.js", &url, "node-svc", "0.5"];
+    args.extend(hold);
+    let agent = Agent::spawn(node, &args);
+    let uid = agent.uid().await;
+    status(&server, uid, &v1, ApplyStatus::Applied).await;
+    (server, agent, uid)
+}
+
+/// Stops the npm client, which must not have failed a send, then the server.
+async fn stop_npm_client(server: Server, agent: Agent) {
+    let lines = agent.stop().await;
+    let failures: Vec<_> = lines.iter().filter(|l| l["event"] == "send_failed").collect();
+    assert!(failures.is_empty(), "{failures:?}");
+    server.stop().await;
+}
+
 fn capabilities_of(server: &Server, uid: InstanceUid) -> Option<u64> {
     server.backend.events().into_iter().find_map(|(u, e)| match e {
         Event::Capabilities(c) if u == uid => Some(c),
@@ -224,13 +248,7 @@ async fn the_pypi_client_applies_a_configuration_its_changes_and_reports_a_failu
 #[tokio::test]
 async fn the_npm_client_applies_a_configuration_its_changes_and_reports_a_failure() {
     let Some(node) = node() else { return };
-    let server = Server::start().await;
-    let v1 = json(r#"{"ratio": 0.5}"#);
-    server.backend.set_default(Some(v1.clone()));
-    let agent = Agent::spawn(&node, &["node_agent.js", &server.url(), "node-svc", "0.5"]);
-    let uid = agent.uid().await;
-
-    status(&server, uid, &v1, ApplyStatus::Applied).await;
+    let (server, agent, uid) = npm_client_applied(&node, None).await;
     assert_eq!(
         capabilities_of(&server, uid),
         Some(
@@ -251,21 +269,13 @@ async fn the_npm_client_applies_a_configuration_its_changes_and_reports_a_failur
     let seen = server.opamp.stats().messages;
     server.wait_stats(|s| s.messages >= seen + 2).await;
     assert_eq!(server.opamp.stats().held_polls, 0, "a client that does not ask is never held");
-    let lines = agent.stop().await;
-    let failures: Vec<_> = lines.iter().filter(|l| l["event"] == "send_failed").collect();
-    assert!(failures.is_empty(), "{failures:?}");
-    server.stop().await;
+    stop_npm_client(server, agent).await;
 }
 
 #[tokio::test]
 async fn the_npm_client_that_asks_for_held_polls_gets_a_change_while_held() {
     let Some(node) = node() else { return };
-    let server = Server::start().await;
-    let v1 = json(r#"{"ratio": 0.5}"#);
-    server.backend.set_default(Some(v1.clone()));
-    let agent = Agent::spawn(&node, &["node_agent.js", &server.url(), "node-svc", "0.5", "20"]);
-    let uid = agent.uid().await;
-    status(&server, uid, &v1, ApplyStatus::Applied).await;
+    let (server, agent, uid) = npm_client_applied(&node, Some("20")).await;
 
     // Its next heartbeat is held: change the configuration while it waits.
     server.wait_stats(|s| s.held_polls == 1).await;
@@ -279,8 +289,5 @@ async fn the_npm_client_that_asks_for_held_polls_gets_a_change_while_held() {
 
     // Held again, and a poll ends plainly at the end of its hold without failing the client.
     server.wait_stats(|s| s.held_polls == 1).await;
-    let lines = agent.stop().await;
-    let failures: Vec<_> = lines.iter().filter(|l| l["event"] == "send_failed").collect();
-    assert!(failures.is_empty(), "{failures:?}");
-    server.stop().await;
+    stop_npm_client(server, agent).await;
 }
