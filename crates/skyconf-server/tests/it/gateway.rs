@@ -112,6 +112,18 @@ async fn open(
     client.send_request(request(path, metadata), false).unwrap()
 }
 
+/// Opens a call on the connection of `client` and sends `message` as its first, leaving the
+/// request open: a call the upstream sees begun, which ends only when it or the test ends it.
+async fn begin(
+    client: &h2::client::SendRequest<Bytes>,
+    path: &str,
+    message: &[u8],
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let (response, mut send) = open(client, path, &[]).await;
+    send.send_data(Bytes::from(framed(message)), false).unwrap();
+    (response, send)
+}
+
 async fn read(response: h2::client::ResponseFuture) -> Outcome {
     let mut outcome = Outcome::default();
     let response = match response.await {
@@ -207,8 +219,7 @@ async fn configuration_discovery_is_answered_here_and_never_forwarded() {
 async fn an_agent_cancelling_its_call_cancels_the_oaps_stream() {
     let (upstream, _dir, server) = one_oap().await;
     let client = connect(server.grpc_addr).await;
-    let (_response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/echo", &[]).await;
-    send.send_data(Bytes::from(framed(b"first segment")), false).unwrap();
+    let (_response, mut send) = begin(&client, "/skywalking.v3.TraceSegmentReportService/echo", b"first segment").await;
     upstream.wait_for("the first segment", |calls| calls.first().is_some_and(|c| !c.body.is_empty())).await;
     send.send_reset(Reason::CANCEL);
     let calls = upstream.wait_for("the call's end", |calls| calls[0].ended.is_some()).await;
@@ -226,8 +237,7 @@ async fn an_oap_that_dies_mid_stream_ends_the_call_unavailable_and_the_next_call
     let outcome = call(&mut client, "/skywalking.v3.JVMMetricReportService/echo", &[], &framed(b"jvm")).await;
     assert_eq!(outcome.headers["x-upstream"], "oap-a");
     // A stream the OAP holds open...
-    let (response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
-    send.send_data(Bytes::from(framed(b"segment")), false).unwrap();
+    let (response, _send) = begin(&client, "/skywalking.v3.TraceSegmentReportService/stall", b"segment").await;
     first.wait_for("the stream", |calls| calls.iter().any(|c| c.path.ends_with("/stall"))).await;
     // ...when the OAP dies.
     first.kill();
@@ -408,8 +418,7 @@ async fn the_agent_token_guards_configuration_discovery_only_and_dcs_is_answered
 async fn shutdown_closes_forwarded_streams_that_do_not_end_within_the_drain() {
     let (upstream, _dir, server) = one_oap().await;
     let client = connect(server.grpc_addr).await;
-    let (_response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
-    send.send_data(Bytes::from(framed(b"segment")), false).unwrap();
+    let (_response, _send) = begin(&client, "/skywalking.v3.TraceSegmentReportService/stall", b"segment").await;
     upstream.wait_for("the stream", |calls| !calls.is_empty()).await;
     let started = std::time::Instant::now();
     tokio::time::timeout(Duration::from_secs(30), server.stop()).await.expect("the server stops").unwrap();
@@ -432,9 +441,9 @@ async fn agents_holding_calls(
     let mut held = Vec::new();
     for i in 0..agents {
         let client = connect(server.grpc_addr).await;
-        let (response, mut send) = open(&client, "/skywalking.v3.TraceSegmentReportService/echo", &[]).await;
-        send.send_data(Bytes::from(framed(format!("held {i}").as_bytes())), false).unwrap();
-        held.push((response, send));
+        held.push(
+            begin(&client, "/skywalking.v3.TraceSegmentReportService/echo", format!("held {i}").as_bytes()).await,
+        );
     }
     upstream
         .wait_for("every held call's first message", |calls| {
@@ -528,9 +537,7 @@ async fn an_oaps_stream_limit_is_not_the_fleets() {
     for _ in 0..4 {
         let hog = connect(server.grpc_addr).await;
         for _ in 0..64 {
-            let (response, mut send) = open(&hog, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
-            send.send_data(Bytes::from(framed(b"held")), false).unwrap();
-            hog_calls.push((response, send));
+            hog_calls.push(begin(&hog, "/skywalking.v3.TraceSegmentReportService/stall", b"held").await);
         }
         hogs.push(hog);
     }
@@ -624,8 +631,7 @@ async fn an_oap_reset_with_internal_error_reaches_the_agent_as_internal() {
     assert_eq!(outcome.grpc_status().as_deref(), Some("13"), "{outcome:?}");
     assert_eq!(outcome.reset, None);
     // The answer has begun (headers and a message have reached the agent) when the OAP resets.
-    let (response, mut send) = open(&client, "/skywalking.v3.LogReportService/resetlater", &[]).await;
-    send.send_data(Bytes::from(framed(b"log")), false).unwrap();
+    let (response, mut send) = begin(&client, "/skywalking.v3.LogReportService/resetlater", b"log").await;
     let (parts, mut body) = response.await.expect("the response headers").into_parts();
     assert_eq!(parts.headers["content-type"], "application/grpc");
     let first = body.data().await.expect("a message").expect("the message");
@@ -661,9 +667,7 @@ async fn hold_streams(
     let hog = connect(server.grpc_addr).await;
     let mut held = Vec::new();
     for _ in 0..n {
-        let (response, mut send) = open(&hog, "/skywalking.v3.TraceSegmentReportService/stall", &[]).await;
-        send.send_data(Bytes::from(framed(b"held")), false).unwrap();
-        held.push((response, send));
+        held.push(begin(&hog, "/skywalking.v3.TraceSegmentReportService/stall", b"held").await);
     }
     upstream
         .wait_for("the held streams", |calls| calls.iter().filter(|c| c.path.ends_with("/stall")).count() >= n)
