@@ -23,6 +23,18 @@ async fn post(client: &reqwest::Client, server: &Server, msg: &wire::AgentToServ
     client.post(server.url()).header("content-type", codec::CONTENT_TYPE).body(encode(msg)).send().await.unwrap()
 }
 
+/// Posts `msg` asking to be held up to `hold` seconds (the `OpAMP-Hold` header) when nothing changes.
+async fn post_holding(client: &reqwest::Client, url: &str, hold: &str, msg: &wire::AgentToServer) -> reqwest::Response {
+    client
+        .post(url)
+        .header("content-type", codec::CONTENT_TYPE)
+        .header("opamp-hold", hold)
+        .body(encode(msg))
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn decode(response: reqwest::Response) -> wire::ServerToAgent {
     assert_eq!(response.headers()["content-type"], codec::CONTENT_TYPE);
     let gzipped = response.headers().get("content-encoding").is_some_and(|v| v == "gzip");
@@ -224,14 +236,7 @@ async fn a_held_poll_is_answered_when_the_configuration_changes() {
         let url = server.url();
         async move {
             let started = Instant::now();
-            let response = http
-                .post(url)
-                .header("content-type", codec::CONTENT_TYPE)
-                .header("opamp-hold", "20")
-                .body(encode(&heartbeat(UID, 4)))
-                .send()
-                .await
-                .unwrap();
+            let response = post_holding(&http, &url, "20", &heartbeat(UID, 4)).await;
             (response, started)
         }
     });
@@ -257,14 +262,7 @@ async fn a_hold_ends_plain_at_its_end_and_at_shutdown() {
     let _ = post(&http, &server, &full(UID, 1, "checkout")).await;
 
     let started = Instant::now();
-    let response = http
-        .post(server.url())
-        .header("content-type", codec::CONTENT_TYPE)
-        .header("opamp-hold", "30")
-        .body(encode(&heartbeat(UID, 2)))
-        .send()
-        .await
-        .unwrap();
+    let response = post_holding(&http, &server.url(), "30", &heartbeat(UID, 2)).await;
     assert_eq!(response.headers()["opamp-hold"], "1", "granted within the server's maximum");
     let answer = decode(response).await;
     assert!(answer.remote_config.is_none() && answer.error_response.is_none());
@@ -274,14 +272,7 @@ async fn a_hold_ends_plain_at_its_end_and_at_shutdown() {
     // A report (not a bare heartbeat) is never held.
     let started = Instant::now();
     let report = with_status(heartbeat(UID, 3), &Bytes::from_static(b"h"), RemoteConfigStatuses::Applied);
-    let _ = http
-        .post(server.url())
-        .header("content-type", codec::CONTENT_TYPE)
-        .header("opamp-hold", "30")
-        .body(encode(&report))
-        .send()
-        .await
-        .unwrap();
+    let _ = post_holding(&http, &server.url(), "30", &report).await;
     assert!(started.elapsed() < Duration::from_millis(900));
 
     // Shutdown answers a held poll at once.
@@ -290,15 +281,7 @@ async fn a_hold_ends_plain_at_its_end_and_at_shutdown() {
     let held = tokio::spawn({
         let http = http.clone();
         let url = server.url();
-        async move {
-            http.post(url)
-                .header("content-type", codec::CONTENT_TYPE)
-                .header("opamp-hold", "60")
-                .body(encode(&heartbeat(UID, 2)))
-                .send()
-                .await
-                .unwrap()
-        }
+        async move { post_holding(&http, &url, "60", &heartbeat(UID, 2)).await }
     });
     server.wait_stats(|s| s.held_polls == 1).await;
     let backend = server.backend.clone();
