@@ -19,6 +19,8 @@ use skyconf_testkit::server::{Server, eventually_async, loopback};
 use skyconf_testkit::upstream::Upstream;
 use tokio::net::TcpStream;
 
+use crate::metrics::value;
+
 const DOC: &str = "configurations:\n  order:\n    agent.sample_n_per_3_secs: 10\n";
 
 /// A skyconf gateway in front of `upstreams`, once it is connected to all of them.
@@ -426,11 +428,6 @@ async fn shutdown_closes_forwarded_streams_that_do_not_end_within_the_drain() {
     assert!(took >= Duration::from_secs(9), "the stream had its drain: {took:?}");
 }
 
-/// The value of the metric line starting with `series` (name and labels), if any.
-fn metric(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// A gateway with one connection to `upstream`, and `agents` agent connections each holding
 /// an `echo` call open on it (one message sent, the request not ended).
 async fn agents_holding_calls(
@@ -568,9 +565,9 @@ async fn an_oaps_stream_limit_is_not_the_fleets() {
     assert_eq!(status["stream_limit"], 32);
     assert_eq!(status["queued_calls"], 0);
     let series = |name: &str| format!("{name}{{upstream=\"{}\"}}", upstream.addr);
-    assert_eq!(metric(&metrics, &series("skyconf_gateway_calls_in_flight")), Some(256.0), "{metrics}");
+    assert_eq!(value(&metrics, &series("skyconf_gateway_calls_in_flight")), Some(256.0), "{metrics}");
     assert_eq!(
-        metric(&metrics, &series("skyconf_gateway_upstream_connections")),
+        value(&metrics, &series("skyconf_gateway_upstream_connections")),
         status["connections"].as_f64(),
         "{metrics}"
     );
@@ -593,7 +590,7 @@ async fn an_oap_that_never_speaks_http2_is_down_and_calls_go_elsewhere_or_fail_f
     let admin = server.admin();
     let metrics = admin.get("/metrics").await.body;
     let up = |addr: SocketAddr| format!("skyconf_gateway_upstream_up{{upstream=\"{addr}\"}}");
-    assert_eq!(metric(&metrics, &up(silent.addr)), Some(0.0), "{metrics}");
+    assert_eq!(value(&metrics, &up(silent.addr)), Some(0.0), "{metrics}");
     let status = admin.get_json("/api/v1/status").await;
     assert_eq!(status["gateway"]["upstreams"][0]["up"], false, "{status}");
     for _ in 0..3 {
@@ -721,14 +718,14 @@ async fn with_every_stream_in_use_calls_wait_in_a_bounded_queue_with_a_deadline(
     let waiters: Vec<_> = (0..3).map(|_| waiting(None)).collect();
     eventually_async("three calls waiting", async || {
         let (status, metrics) = gateway_numbers(&server, &upstream).await;
-        status["queued_calls"] == 3 && metric(&metrics, &series("skyconf_gateway_queued_calls")) == Some(3.0)
+        status["queued_calls"] == 3 && value(&metrics, &series("skyconf_gateway_queued_calls")) == Some(3.0)
     })
     .await;
     let (status, metrics) = gateway_numbers(&server, &upstream).await;
     assert_eq!(status["calls_in_flight"], 4, "{status}");
-    assert_eq!(metric(&metrics, &series("skyconf_gateway_calls_in_flight")), Some(4.0));
+    assert_eq!(value(&metrics, &series("skyconf_gateway_calls_in_flight")), Some(4.0));
     assert_eq!(status["connections"], 1);
-    assert_eq!(metric(&metrics, &series("skyconf_gateway_upstream_connections")), Some(1.0));
+    assert_eq!(value(&metrics, &series("skyconf_gateway_upstream_connections")), Some(1.0));
     assert_eq!(status["stream_limit"], 4);
 
     // The queue is full: the next call ends at once.
@@ -759,15 +756,15 @@ async fn with_every_stream_in_use_calls_wait_in_a_bounded_queue_with_a_deadline(
     eventually_async("the counts", async || {
         let (status, metrics) = gateway_numbers(&server, &upstream).await;
         status["unsent"] == serde_json::json!({"deadline": 3, "full": 1, "left": 1})
-            && metric(&metrics, &unsent("deadline")) == Some(3.0)
-            && metric(&metrics, &unsent("full")) == Some(1.0)
-            && metric(&metrics, &unsent("left")) == Some(1.0)
+            && value(&metrics, &unsent("deadline")) == Some(3.0)
+            && value(&metrics, &unsent("full")) == Some(1.0)
+            && value(&metrics, &unsent("left")) == Some(1.0)
             && status["queued_calls"] == 0
     })
     .await;
     let metrics = gateway_numbers(&server, &upstream).await.1;
     let no_stream = format!("skyconf_gateway_calls_total{{upstream=\"{}\",outcome=\"no_stream\"}}", upstream.addr);
-    assert_eq!(metric(&metrics, &no_stream), Some(4.0), "{metrics}");
+    assert_eq!(value(&metrics, &no_stream), Some(4.0), "{metrics}");
 }
 
 /// Connections opened beyond the kept ones while the OAP's streams were all in use are closed

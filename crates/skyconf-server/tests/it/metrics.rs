@@ -57,8 +57,9 @@ impl Source for Scripted {
     }
 }
 
-/// The value of the one series whose line starts with `series`.
-fn value(text: &str, series: &str) -> Option<f64> {
+/// The value of the one series whose line starts with `series` (its name and labels) in the
+/// text of `/metrics`, if any.
+pub(crate) fn value(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
