@@ -410,16 +410,23 @@ fn check_deadline(target: &str, upstream: &Upstream) {
     assert_eq!(upstream.ended_call(KEEP_ALIVE).time_remaining, None, "no deadline invented on the way");
 }
 
-/// A client that cancels its open stream: the upstream sees the call cancelled.
-fn check_cancel(target: &str, upstream: &Upstream) {
-    let mut held = HeldClient::start(target, &["segments", "--count", "3"]);
-    held.wait_sent();
-    upstream.wait_until("three segments arrived", |calls| calls.iter().any(|c| c.messages.len() == 3));
+/// Has `held` cancel its open trace-segment stream: the client sees CANCELLED and the upstream
+/// the call terminated. The call as the upstream saw it, for what else a test asserts of it.
+fn cancel_trace_stream(mut held: HeldClient, upstream: &Upstream) -> Call {
     held.say("cancel");
     let result = held.result();
     assert_eq!(result["code"], "CANCELLED", "{result}");
     let call = upstream.ended_call(TRACE_COLLECT);
     assert_eq!(call.terminated, Some(true), "cancelled at the upstream: {call:?}");
+    call
+}
+
+/// A client that cancels its open stream: the upstream sees the call cancelled.
+fn check_cancel(target: &str, upstream: &Upstream) {
+    let held = HeldClient::start(target, &["segments", "--count", "3"]);
+    held.wait_sent();
+    upstream.wait_until("three segments arrived", |calls| calls.iter().any(|c| c.messages.len() == 3));
+    let call = cancel_trace_stream(held, upstream);
     // (grpcio's server may end the request stream of a cancelled call as if half-closed, and
     // the handler may then try to answer; the cancellation stops it before it can finish.)
     assert!(call.status.is_none(), "the upstream never finished the call: {call:?}");
@@ -587,7 +594,7 @@ fn a_stalled_oap_pushes_back_to_the_agent_and_skyconf_buffers_little() {
     let before = status_kib(server.pid(), "VmRSS:");
     let peak_before = status_kib(server.pid(), "VmHWM:");
 
-    let mut held = HeldClient::start(&server.grpc_addr, &["flood", "--total", &TOTAL.to_string()]);
+    let held = HeldClient::start(&server.grpc_addr, &["flood", "--total", &TOTAL.to_string()]);
     // The client takes another MiB each time flow control lets it; it is blocked once no MiB
     // has gone for 3 s.
     let mut pushed = 0;
@@ -608,10 +615,7 @@ fn a_stalled_oap_pushes_back_to_the_agent_and_skyconf_buffers_little() {
     );
     eprintln!("stalled OAP: the client pushed {pushed} bytes; skyconf grew by {grown} KiB");
     upstream.wait_until("the stalled call is open", |calls| calls.iter().any(|c| c.path == TRACE_COLLECT));
-    held.say("cancel");
-    assert_eq!(held.result()["code"], "CANCELLED");
-    let call = upstream.ended_call(TRACE_COLLECT);
-    assert_eq!(call.terminated, Some(true), "{call:?}");
+    let call = cancel_trace_stream(held, &upstream);
     assert!(call.messages.is_empty(), "the stalled upstream never read: {call:?}");
 }
 
