@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use crate::common::{FakeCds, Managed, ManagementMessage, after_polls};
-use skyconf_agent::{Agent, AgentOptions, Registry};
+use skyconf_agent::{Agent, AgentHandle, AgentOptions, AgentStatus, Registry};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 const SVC: &str = "svc";
@@ -18,6 +19,14 @@ fn named() -> AgentOptions {
         .property("zone", "eu-1")
         .property("ipv4", "10.0.0.1")
         .property("ipv4", "10.0.0.2")
+}
+
+/// The agent of `options` started on `fake`: the instant it started, its handle and its status.
+fn start(options: AgentOptions, fake: &FakeCds) -> (Instant, AgentHandle, watch::Receiver<AgentStatus>) {
+    let t0 = Instant::now();
+    let handle = Agent::new(options, Registry::new(), fake.clone()).spawn();
+    let status = handle.status();
+    (t0, handle, status)
 }
 
 /// The calls as (seconds since `t0`, polls before, which).
@@ -37,9 +46,7 @@ fn calls(managed: &[Managed], t0: Instant) -> Vec<(u64, usize, &'static str)> {
 #[tokio::test(start_paused = true)]
 async fn a_named_agent_reports_before_its_first_poll_then_keeps_alive_every_interval() {
     let fake = FakeCds::default();
-    let t0 = Instant::now();
-    let handle = Agent::new(named(), Registry::new(), fake.clone()).spawn();
-    let mut status = handle.status();
+    let (t0, handle, mut status) = start(named(), &fake);
     after_polls(&mut status, 1).await;
     let ManagementMessage::Report(report) = &fake.management()[0].call else { panic!("a report first") };
     assert_eq!((report.service.as_str(), report.service_instance.as_str()), (SVC, "checkout-1"));
@@ -64,9 +71,7 @@ async fn a_named_agent_reports_before_its_first_poll_then_keeps_alive_every_inte
 async fn keep_alives_keep_their_schedule_while_polls_are_held() {
     let fake = FakeCds::default();
     fake.set_hold(Some(Duration::from_secs(29)));
-    let t0 = Instant::now();
-    let handle = Agent::new(named(), Registry::new(), fake.clone()).spawn();
-    let mut status = handle.status();
+    let (t0, handle, mut status) = start(named(), &fake);
     after_polls(&mut status, 5).await;
     assert_eq!(Instant::now() - t0, Duration::from_secs(145), "held polls, one after the other");
     let managed = calls(&fake.management(), t0);
@@ -80,10 +85,8 @@ async fn keep_alives_keep_their_schedule_while_polls_are_held() {
 #[tokio::test(start_paused = true)]
 async fn after_ten_keep_alives_the_properties_are_reported_again() {
     let fake = FakeCds::default();
-    let t0 = Instant::now();
     let options = named().interval(Duration::from_secs(30));
-    let handle = Agent::new(options, Registry::new(), fake.clone()).spawn();
-    let mut status = handle.status();
+    let (t0, handle, mut status) = start(options, &fake);
     after_polls(&mut status, 12).await;
     let kinds: Vec<&str> = calls(&fake.management(), t0).into_iter().map(|(_, _, kind)| kind).collect();
     let mut expected = vec!["report"];
@@ -108,9 +111,7 @@ async fn an_agent_without_an_instance_name_sends_no_management_calls() {
 async fn failing_management_calls_never_stop_the_polls_and_the_report_is_retried_with_each_poll() {
     let fake = FakeCds::default();
     fake.set_management_down(true);
-    let t0 = Instant::now();
-    let handle = Agent::new(named(), Registry::new(), fake.clone()).spawn();
-    let mut status = handle.status();
+    let (t0, handle, mut status) = start(named(), &fake);
     let after = after_polls(&mut status, 3).await;
     assert_eq!(Instant::now() - t0, Duration::from_secs(40), "polls keep their interval");
     assert_eq!(after.failures_in_a_row, 0);
@@ -135,9 +136,7 @@ async fn failing_management_calls_never_stop_the_polls_and_the_report_is_retried
 #[tokio::test(start_paused = true)]
 async fn a_lost_connection_reports_the_properties_again_before_the_next_poll() {
     let fake = FakeCds::default();
-    let t0 = Instant::now();
-    let handle = Agent::new(named(), Registry::new(), fake.clone()).spawn();
-    let mut status = handle.status();
+    let (t0, handle, mut status) = start(named(), &fake);
     after_polls(&mut status, 1).await;
     fake.set_down(true);
     let failed = after_polls(&mut status, 2).await;
