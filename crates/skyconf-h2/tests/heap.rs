@@ -3,10 +3,13 @@
 //! connection state), the clients on a thread of their own that allocates nothing per
 //! connection. Prints the figures; fails if they grow several times past today's.
 
+mod common;
+
 use std::convert::Infallible;
 use std::io::{Read, Write};
 
 use bytes::Bytes;
+use common::raw::{PREFACE, frame, headers, settings, settings_ack};
 use http::{Request, Response};
 use skyconf_h2::{RecvBody, ServiceFn, Settings};
 use skyconf_heapcount::{Counting, in_use};
@@ -15,14 +18,6 @@ use skyconf_heapcount::{Counting, in_use};
 static ALLOCATOR: Counting = Counting;
 
 const CONNECTIONS: usize = 200;
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
 
 /// Reads frames until a PING ACK: everything sent before the PING has been handled.
 fn sync(socket: &mut std::net::TcpStream) {
@@ -37,17 +32,6 @@ fn sync(socket: &mut std::net::TcpStream) {
             return;
         }
     }
-}
-
-fn block(path: &str) -> Vec<u8> {
-    let mut block = Vec::new();
-    for (name, value) in [(":method", "POST"), (":scheme", "http"), (":authority", "t"), (":path", path)] {
-        block.extend([0, name.len() as u8]);
-        block.extend_from_slice(name.as_bytes());
-        block.push(value.len() as u8);
-        block.extend_from_slice(value.as_bytes());
-    }
-    block
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
@@ -81,9 +65,9 @@ async fn heap_per_idle_connection_and_per_held_call() {
             .map(|_| {
                 let mut socket = std::net::TcpStream::connect(addr).unwrap();
                 socket.set_nodelay(true).unwrap();
-                let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-                hello.extend(frame(4, 0, 0, &[]));
-                hello.extend(frame(4, 1, 0, &[]));
+                let mut hello = PREFACE.to_vec();
+                hello.extend(settings(&[]));
+                hello.extend(settings_ack());
                 socket.write_all(&hello).unwrap();
                 sync(&mut socket);
                 socket
@@ -97,7 +81,7 @@ async fn heap_per_idle_connection_and_per_held_call() {
     let idle = in_use();
     let sockets = tokio::task::spawn_blocking(move || {
         for socket in &mut sockets {
-            socket.write_all(&frame(1, 5, 1, &block("/hold"))).unwrap();
+            socket.write_all(&headers(1, "/hold", true)).unwrap();
             sync(socket);
         }
         sockets
