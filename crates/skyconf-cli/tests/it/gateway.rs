@@ -489,17 +489,14 @@ fn a_cancelled_stream_is_cancelled_at_the_oap() {
 /// and unchanged.
 #[test]
 fn large_segments_pass_byte_for_byte() {
-    if !grpcio_available() {
-        return;
-    }
-    let upstream = Upstream::start("oap-1", &json!({}));
-    let server = gateway(&[upstream.addr()]);
-    let result = client(&server.grpc_addr, &["segments", "--count", "5", "--size", "1500000"]);
-    assert_eq!(result["code"], "OK", "{result}");
-    let call = upstream.ended_call(TRACE_COLLECT);
-    assert_eq!(call.messages.len(), 5);
-    assert_eq!(call.messages, strings(&result["requests"]), "the segments at the upstream");
-    assert_eq!(strings(&result["responses"]), call.replies);
+    through_a_gateway(&json!({}), |target, upstream| {
+        let result = client(target, &["segments", "--count", "5", "--size", "1500000"]);
+        assert_eq!(result["code"], "OK", "{result}");
+        let call = upstream.ended_call(TRACE_COLLECT);
+        assert_eq!(call.messages.len(), 5);
+        assert_eq!(call.messages, strings(&result["requests"]), "the segments at the upstream");
+        assert_eq!(strings(&result["responses"]), call.replies);
+    });
 }
 
 /// An OAP killed while a trace stream to it is open: the stream ends with UNAVAILABLE, and new
