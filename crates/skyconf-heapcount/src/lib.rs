@@ -3,15 +3,23 @@
 //!
 //! A crate of its own, depended on only as a dev-dependency: the binaries that measure sit below
 //! skyconf-testkit (skyconf-h2 is a dependency of the server the testkit starts), so the testkit
-//! cannot hold it. A binary installs it with
+//! cannot hold it. A binary installs it as its global allocator and reads [`in_use`] before and
+//! after the thing it measures:
 //!
-//! ```ignore
+//! ```
 //! #[global_allocator]
 //! static ALLOCATOR: skyconf_heapcount::Counting = skyconf_heapcount::Counting;
+//!
+//! fn main() {
+//!     let before = skyconf_heapcount::in_use();
+//!     let kept = vec![0u8; 4096];
+//!     assert!(skyconf_heapcount::in_use() - before >= 4096);
+//!     drop(kept);
+//! }
 //! ```
 //!
-//! and reads [`in_use`] before and after the thing it measures. The count is process-wide: the
-//! binary keeps other work from allocating between its two readings.
+//! The count is process-wide: the binary keeps other work from allocating between its two
+//! readings.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
