@@ -58,11 +58,6 @@ impl Member {
     fn spawn(&mut self, binary: &Path, tls: Option<&TestCerts>, initial_cluster: &str) {
         let client = self.client_url(tls.is_some());
         let peer = self.peer_url();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("etcd.log"))
-            .expect("a log file");
         let mut command = Command::new(binary);
         if let Some(tls) = tls {
             command
@@ -74,19 +69,16 @@ impl Member {
                 .arg(&tls.ca)
                 .arg("--client-cert-auth");
         }
-        let child = command
+        command
             .args(["--name", &self.name, "--data-dir"])
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", initial_cluster, "--initial-cluster-token", "skyconf-test"])
             .args(["--logger", "zap", "--log-level", "warn"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("a log file"))
-            .stderr(log)
-            .spawn()
-            .expect("etcd starts");
-        self.child = Some(child);
+            .stdin(Stdio::null());
+        super::output_to(&mut command, &self.dir.path().join("etcd.log"));
+        self.child = Some(command.spawn().expect("etcd starts"));
     }
 
     /// Polls etcd's `/health` until it says healthy (for a cluster member: a leader is known and

@@ -13,6 +13,9 @@ pub mod prometheus;
 pub mod rnacos;
 pub mod zookeeper;
 
+use std::path::Path;
+use std::process::Command;
+
 /// One machine, shared by every test of a test binary: a test that loads it heavily (a cluster
 /// of store processes and several servers) holds this shared, a test that measures latency holds
 /// it exclusively, so the measurement does not count the other test's load.
@@ -24,4 +27,11 @@ pub static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(())
 pub(crate) fn skip_unless_required(require: &str, missing: &str, skipping: &str) {
     assert!(std::env::var_os(require).is_none(), "{require} is set but {missing}");
     eprintln!("{skipping}");
+}
+
+/// Sends what `command`'s process prints, both streams, to the file `log`, appending: a restarted
+/// process's log follows its earlier one.
+pub(crate) fn output_to<'a>(command: &'a mut Command, log: &Path) -> &'a mut Command {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("a log file");
+    command.stdout(log.try_clone().expect("a log file")).stderr(log)
 }

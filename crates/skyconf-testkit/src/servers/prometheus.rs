@@ -59,18 +59,15 @@ impl PrometheusServer {
     fn spawn(&mut self, binary: &std::path::Path, target: SocketAddr) {
         let config = self.dir.path().join("prometheus.yml");
         std::fs::write(&config, scrape_config(target)).expect("the configuration is written");
-        let log = std::fs::File::create(self.dir.path().join("prometheus.log")).expect("a log file");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", self.dir.path().join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
             .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("a log file"))
-            .stderr(log)
-            .spawn()
-            .expect("prometheus starts");
-        self.child = Some(child);
+            .stdin(Stdio::null());
+        super::output_to(&mut command, &self.dir.path().join("prometheus.log"));
+        self.child = Some(command.spawn().expect("prometheus starts"));
     }
 
     /// Polls `/-/ready` until it answers 200; false when the process exited or took too long.

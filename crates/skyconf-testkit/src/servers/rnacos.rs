@@ -112,7 +112,6 @@ impl Rnacos {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("a log file");
         let mut command = Command::new(&self.binary);
         // Its working directory is the temporary one: rnacos reads a `.env` file from there.
         command
@@ -127,9 +126,8 @@ impl Rnacos {
             .env("RNACOS_HTTP_WORKERS", "2")
             .env("RNACOS_ENABLE_METRICS", "false")
             .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("a log file"))
-            .stderr(log);
+            .stdin(Stdio::null());
+        super::output_to(&mut command, &self.log_path());
         if let Some((username, password)) = &self.login {
             command
                 .env("RNACOS_ENABLE_OPEN_API_AUTH", "true")
