@@ -561,7 +561,7 @@ impl Drop for Proxy {
 
 /// The `etcd` binary; `None` (after saying why) when it is missing and not required.
 fn binary_or_skip() -> Option<PathBuf> {
-    let binary = find_binary();
+    let binary = super::find_program(None, "etcd", Some(PathBuf::from("/usr/bin/etcd")));
     if binary.is_none() {
         super::skip_unless_required(
             "SKYCONF_REQUIRE_ETCD",
@@ -570,15 +570,6 @@ fn binary_or_skip() -> Option<PathBuf> {
         );
     }
     binary
-}
-
-fn find_binary() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("etcd"))
-        .find(|p| p.is_file());
-    on_path.or_else(|| Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.is_file()))
 }
 
 /// A temporary directory for etcd's data, in memory where the machine has /dev/shm: etcd fsyncs

@@ -116,7 +116,8 @@ fn scrape_config(target: SocketAddr) -> String {
 
 /// The binary; `None` (after saying why) when it is missing and not required.
 fn binary_or_skip() -> Option<PathBuf> {
-    let binary = find_binary();
+    let fallback = PathBuf::from("/usr/bin/prometheus");
+    let binary = super::find_program(Some("SKYCONF_PROMETHEUS_BIN"), "prometheus", Some(fallback));
     if binary.is_none() {
         super::skip_unless_required(
             REQUIRE,
@@ -125,18 +126,6 @@ fn binary_or_skip() -> Option<PathBuf> {
         );
     }
     binary
-}
-
-fn find_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("SKYCONF_PROMETHEUS_BIN") {
-        return Some(PathBuf::from(path)).filter(|p| p.is_file());
-    }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("prometheus"))
-        .find(|p| p.is_file());
-    on_path.or_else(|| Some(PathBuf::from("/usr/bin/prometheus")).filter(|p| p.is_file()))
 }
 
 fn free_port() -> u16 {

@@ -220,16 +220,10 @@ impl Drop for Rnacos {
     }
 }
 
-/// The rnacos binary, if installed.
+/// The rnacos binary, if installed (`cargo install rnacos` puts it in `~/.cargo/bin`).
 fn find_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("SKYCONF_RNACOS") {
-        return Some(PathBuf::from(path));
-    }
-    let on_path = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join("rnacos")).collect::<Vec<_>>())
-        .unwrap_or_default();
     let in_cargo = std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo/bin/rnacos"));
-    on_path.into_iter().chain(in_cargo).find(|path| path.is_file())
+    super::find_program(Some("SKYCONF_RNACOS"), "rnacos", in_cargo)
 }
 
 /// Two free loopback ports.
