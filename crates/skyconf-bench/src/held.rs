@@ -60,12 +60,8 @@ pub(super) struct Args {
     /// Keys per service of the synthetic document.
     #[arg(long, default_value_t = 6)]
     keys: usize,
-    /// Each agent's poll period (the Java agent's `collector.get_agent_dynamic_config_interval`).
-    #[arg(long, value_parser = parse_duration, default_value = "20s")]
-    interval: Duration,
-    /// Each call's deadline (the Java agent's `collector.grpc_upstream_timeout`).
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
-    deadline: Duration,
+    #[command(flatten)]
+    timing: Timing,
     /// Writes to time.
     #[arg(long, default_value_t = 5)]
     writes: usize,
@@ -104,10 +100,15 @@ pub(super) struct Receipt {
     at: Instant,
 }
 
-/// When an agent polls: the Java agent's fixed rate and per-call deadline.
-#[derive(Debug, Clone, Copy)]
+/// When an agent polls: the Java agent's fixed rate and per-call deadline (`--interval`,
+/// `--deadline`).
+#[derive(Debug, Clone, Copy, clap::Args)]
 pub(super) struct Timing {
+    /// Each agent's poll period (the Java agent's `collector.get_agent_dynamic_config_interval`).
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
     pub(super) interval: Duration,
+    /// Each call's deadline (the Java agent's `collector.grpc_upstream_timeout`).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
     pub(super) deadline: Duration,
 }
 
@@ -218,7 +219,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn bench(args: Args) -> anyhow::Result<ExitCode> {
-    let target = outlasting(&args.target, args.deadline);
+    let target = outlasting(&args.target, args.timing.deadline);
     let services = target.services;
     let server = args.server_pid.map(Proc);
     let admin = match &args.admin_addr {
@@ -247,9 +248,8 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
 
     // The agents: each polls its service at a fixed rate with the Java agent's deadline, echoing
     // the digest of the last command, and reports every command it receives.
-    let timing = Timing { interval: args.interval, deadline: args.deadline };
     let Fleet { stats, stop, mut receipts, mut tasks, .. } =
-        Fleet::spawn(&target, clients, services, timing, 0x9E37_79B9_7F4A_7C15);
+        Fleet::spawn(&target, clients, services, args.timing, 0x9E37_79B9_7F4A_7C15);
 
     // Every agent has the first document.
     let mut holding = Holding::new(args.agents, services);
@@ -332,8 +332,8 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
         "agents": args.agents,
         "services": services,
         "keys": args.keys,
-        "interval_s": args.interval.as_secs_f64(),
-        "deadline_s": args.deadline.as_secs_f64(),
+        "interval_s": args.timing.interval.as_secs_f64(),
+        "deadline_s": args.timing.deadline.as_secs_f64(),
         "connect_seconds": round3(connect_seconds),
         "first_document_seconds": round3(first_poll_seconds),
         "held_polls": {"steady": held_at_steady, "at_each_write": held_at_write},

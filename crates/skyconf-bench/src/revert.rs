@@ -58,12 +58,8 @@ pub(super) struct Args {
     /// Rollouts to start and revert.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
-    /// Each agent's poll period (the Java agent's `collector.get_agent_dynamic_config_interval`).
-    #[arg(long, value_parser = parse_duration, default_value = "20s")]
-    interval: Duration,
-    /// Each call's deadline (the Java agent's `collector.grpc_upstream_timeout`).
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
-    deadline: Duration,
+    #[command(flatten)]
+    timing: Timing,
     /// How long one step (every agent holding a digest, the wave applied) may take before the
     /// run fails.
     #[arg(long, value_parser = parse_duration, default_value = "120s")]
@@ -93,7 +89,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn bench(args: Args) -> anyhow::Result<ExitCode> {
-    let target = outlasting(&args.target, args.deadline);
+    let target = outlasting(&args.target, args.timing.deadline);
     let services = target.services;
     let admin = RolloutApi::new(&args.admin_addr)?;
     let gate = StandIn::start().await?;
@@ -125,9 +121,8 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
     }
     bar.finish_and_clear();
 
-    let timing = Timing { interval: args.interval, deadline: args.deadline };
     let Fleet { stats, stop, mut receipts, mut tasks, started } =
-        Fleet::spawn(&target, channels.into_iter().map(Client::new), services, timing, 0x5EED_0F4E_7E47);
+        Fleet::spawn(&target, channels.into_iter().map(Client::new), services, args.timing, 0x5EED_0F4E_7E47);
     let mut holding = Holding::new(args.agents, services);
     holding.wait_all(&mut receipts, &before, started, args.patience, "the first document").await?;
     let first_document_seconds = started.elapsed().as_secs_f64();
@@ -201,8 +196,8 @@ async fn bench(args: Args) -> anyhow::Result<ExitCode> {
         "services": services,
         "keys": args.keys,
         "rounds": args.rounds,
-        "interval_s": args.interval.as_secs_f64(),
-        "deadline_s": args.deadline.as_secs_f64(),
+        "interval_s": args.timing.interval.as_secs_f64(),
+        "deadline_s": args.timing.deadline.as_secs_f64(),
         "connect_seconds": round3(connect_seconds),
         "first_document_seconds": round3(first_document_seconds),
         "start_to_all_ms": spread(|r| r.start_to_all_ms),

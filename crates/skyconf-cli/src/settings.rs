@@ -363,21 +363,29 @@ impl ConfigFile {
     }
 }
 
-/// The keys of skyconf's own sections that hold settings of their own, each with the keys it
-/// takes (the names the derive gives the struct's fields, so the two cannot disagree). The
-/// structs also deny unknown fields; this check comes first only to say which key was meant.
+/// skyconf's own sections that hold settings of their own, each with the keys it takes (the
+/// names the derive gives the struct's fields, so the two cannot disagree). The structs also deny
+/// unknown fields; [`check_own_keys`] comes first only to say which key was meant.
+fn own_sections() -> [(&'static str, &'static [&'static str]); 12] {
+    [
+        ("skyconf", field_names::<SkyconfSection>()),
+        ("skyconf.security", field_names::<SecuritySection>()),
+        ("skyconf.security.admin", field_names::<AdminSecuritySection>()),
+        ("skyconf.security.tls", field_names::<TlsSection>()),
+        ("skyconf.security.tls.grpc", field_names::<TlsSettings>()),
+        ("skyconf.security.tls.admin", field_names::<TlsSettings>()),
+        ("skyconf.security.tls.opamp", field_names::<TlsSettings>()),
+        ("skyconf.limits", field_names::<LimitsSection>()),
+        ("skyconf.gateway", field_names::<GatewaySection>()),
+        ("skyconf.gateway.tls", field_names::<UpstreamTlsSettings>()),
+        ("skyconf.holdPolls", field_names::<HoldSection>()),
+        ("skyconf.opamp", field_names::<OpampSection>()),
+    ]
+}
+
+/// The keys the own section at `path` takes; `None` for anything else.
 fn own_section_keys(path: &str) -> Option<&'static [&'static str]> {
-    Some(match path {
-        "skyconf" => field_names::<SkyconfSection>(),
-        "skyconf.security" => field_names::<SecuritySection>(),
-        "skyconf.security.admin" => field_names::<AdminSecuritySection>(),
-        "skyconf.security.tls" => field_names::<TlsSection>(),
-        "skyconf.security.tls.grpc" | "skyconf.security.tls.admin" | "skyconf.security.tls.opamp" => {
-            field_names::<TlsSettings>()
-        }
-        "skyconf.limits" => field_names::<LimitsSection>(),
-        _ => return None,
-    })
+    own_sections().into_iter().find(|(section, _)| *section == path).map(|(_, keys)| keys)
 }
 
 /// Refuses a key skyconf does not know anywhere under `skyconf:` (the OAP's sections stay
@@ -511,10 +519,11 @@ pub(crate) fn canonical_selector(name: &str) -> anyhow::Result<&'static StoreEnt
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    /// An environment that holds `pairs` and nothing else, for [`ConfigFile::parse`].
+    pub(crate) fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
     }
 
@@ -663,6 +672,14 @@ skyconf:
                 "grpcMaxConcurrentStreams",
             ),
             ("skyconf:\n  GrpcAddr: 0.0.0.0:1\n", "skyconf.GrpcAddr", "grpcAddr"),
+            ("skyconf:\n  gateway:\n    upstream: [oap:11800]\n", "skyconf.gateway.upstream", "upstreams"),
+            (
+                "skyconf:\n  gateway:\n    tls: {ca: /ca.pem, serverNam: oap}\n",
+                "skyconf.gateway.tls.serverNam",
+                "serverName",
+            ),
+            ("skyconf:\n  holdPolls:\n    capSec: 30\n", "skyconf.holdPolls.capSec", "capSecs"),
+            ("skyconf:\n  opamp:\n    adr: 0.0.0.0:4320\n", "skyconf.opamp.adr", "addr"),
         ] {
             let err = ConfigFile::parse(text, "c.yaml", &env(&[])).unwrap_err().to_string();
             assert!(err.starts_with("c.yaml: "), "{err}");
@@ -718,17 +735,7 @@ skyconf:
         assert_eq!(own.grpc_addr, Some("0.0.0.0:11800".parse().unwrap()));
         assert_eq!(file.string("configuration.selector").as_deref(), Some("file"));
         // Every key, set or shown switched off (`#key:`), so the file documents each setting.
-        let sections: [(&str, &[&str]); 16] = [
-            ("skyconf", field_names::<SkyconfSection>()),
-            ("skyconf.security", field_names::<SecuritySection>()),
-            ("skyconf.security.admin", field_names::<AdminSecuritySection>()),
-            ("skyconf.security.tls", field_names::<TlsSection>()),
-            ("skyconf.security.tls.*", field_names::<TlsSettings>()),
-            ("skyconf.limits", field_names::<LimitsSection>()),
-            ("skyconf.gateway", field_names::<GatewaySection>()),
-            ("skyconf.gateway.tls", field_names::<UpstreamTlsSettings>()),
-            ("skyconf.holdPolls", field_names::<HoldSection>()),
-            ("skyconf.opamp", field_names::<OpampSection>()),
+        let stores: [(&str, &[&str]); 6] = [
             ("configuration.file", field_names::<skyconf_sources::file::FileSettings>()),
             ("configuration.etcd", field_names::<skyconf_sources::etcd::EtcdSettings>()),
             ("configuration.zookeeper", field_names::<skyconf_sources::zookeeper::ZookeeperSettings>()),
@@ -742,7 +749,7 @@ skyconf:
                 line.starts_with(&format!("{key}:"))
             })
         };
-        for (section, keys) in sections {
+        for (section, keys) in own_sections().into_iter().chain(stores) {
             assert!(!keys.is_empty(), "{section}");
             for key in keys {
                 assert!(mentioned(key), "examples/skyconf.yaml does not show `{section}.{key}`");

@@ -86,10 +86,7 @@ mod tests {
     use skyconf_sources::zookeeper::ZookeeperSettings;
 
     use super::*;
-
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
-    }
+    use crate::settings::tests::env;
 
     #[test]
     fn later_layers_win_and_values_are_typed_leniently() {

@@ -10,12 +10,15 @@
 //! - `?` stands for exactly one character other than `/`;
 //! - `*` stands for any run of characters (none included) that holds no `/`, so it stays within one
 //!   path segment;
-//! - `**` stands for any run of characters (none included), `/` included, so it spans segments;
-//! - every other character stands for itself (case matters).
+//! - `**` (or any longer run of `*`) stands for any run of characters (none included), `/`
+//!   included, so it spans segments;
+//! - every other character stands for itself (case matters);
+//! - and one rule of the Java agent's matcher: a pattern that ends with a single `*` also matches
+//!   a name with one more `/` at its end.
 //!
 //! A name is ignored when any pattern matches it. So `/eureka/**` ignores `/eureka/apps` and
-//! `/eureka/apps/x` (and `/eureka/`), but not `/eureka`; `/api/*` ignores `/api/users` but not
-//! `/api/users/7`.
+//! `/eureka/apps/x` (and `/eureka/`), but not `/eureka`; `/api/*` ignores `/api/users` and
+//! `/api/users/`, but not `/api/users/7`. The agent (`skyconf-agent`) matches with this same type.
 //!
 //! `agent.ignore_suffix` is a comma-separated list of suffixes: an operation name is ignored when
 //! the text from its last `.` to its end is exactly one of them (`/a/b.js` ends in `.js`; a name
@@ -30,7 +33,7 @@ enum Token {
     One,
     /// `*`: any run without `/`.
     Segment,
-    /// `**`: any run.
+    /// `**` (or any longer run of `*`): any run.
     Any,
 }
 
@@ -42,20 +45,22 @@ pub struct PathPattern {
 }
 
 impl PathPattern {
-    /// The pattern written as `text`.
+    /// The pattern written as `text`; every text is a valid pattern.
     pub fn new(text: &str) -> Self {
         let mut tokens = Vec::with_capacity(text.len());
-        let mut chars = text.chars().peekable();
-        while let Some(c) = chars.next() {
-            tokens.push(match c {
+        for c in text.chars() {
+            let token = match c {
                 '?' => Token::One,
-                '*' if chars.peek() == Some(&'*') => {
-                    chars.next();
-                    Token::Any
-                }
-                '*' => Token::Segment,
+                '*' => match tokens.last_mut() {
+                    Some(last @ (Token::Segment | Token::Any)) => {
+                        *last = Token::Any;
+                        continue;
+                    }
+                    _ => Token::Segment,
+                },
                 c => Token::Char(c),
-            });
+            };
+            tokens.push(token);
         }
         Self { text: text.to_owned(), tokens }
     }
@@ -65,44 +70,59 @@ impl PathPattern {
         &self.text
     }
 
-    /// Whether `name` (a path, an operation name) matches the whole pattern. Runs in time
-    /// proportional to the pattern's length times the name's: the set of places in `name` the
-    /// pattern read so far can end at is carried token by token.
+    /// Whether `name` (a path, an operation name) matches the whole pattern. The pattern runs as
+    /// a small automaton over the name's characters, carrying the set of pattern positions
+    /// reached: time proportional to the pattern's length times the name's, with no backtracking.
     pub fn matches(&self, name: &str) -> bool {
-        let chars: Vec<char> = name.chars().collect();
-        let mut at = vec![false; chars.len() + 1];
-        at[0] = true;
-        for token in &self.tokens {
-            let mut next = vec![false; chars.len() + 1];
-            match token {
-                Token::Char(c) => {
-                    for i in 0..chars.len() {
-                        next[i + 1] = at[i] && chars[i] == *c;
-                    }
-                }
-                Token::One => {
-                    for i in 0..chars.len() {
-                        next[i + 1] = at[i] && chars[i] != '/';
-                    }
-                }
-                Token::Segment => {
-                    for i in 0..=chars.len() {
-                        next[i] = at[i] || (i > 0 && next[i - 1] && chars[i - 1] != '/');
-                    }
-                }
-                Token::Any => {
-                    let first = at.iter().position(|&reached| reached);
-                    if let Some(first) = first {
-                        next[first..].iter_mut().for_each(|n| *n = true);
-                    }
-                }
+        let n = self.tokens.len();
+        let mut current = vec![false; n + 1];
+        let mut next = vec![false; n + 1];
+        current[0] = true;
+        self.close(&mut current);
+        // The Java rule: a final single `*` also takes one trailing `/`.
+        let trailing_slash_ok = self.tokens.last() == Some(&Token::Segment) && name.ends_with('/');
+        for (at, c) in name.char_indices() {
+            if trailing_slash_ok && current[n] && at + 1 == name.len() {
+                return true;
             }
-            if !next.contains(&true) {
+            next.fill(false);
+            let mut any = false;
+            for (i, token) in self.tokens.iter().enumerate() {
+                if !current[i] {
+                    continue;
+                }
+                let to = match token {
+                    Token::Char(t) if *t == c => i + 1,
+                    Token::One if c != '/' => i + 1,
+                    Token::Segment if c != '/' => i,
+                    Token::Any => i,
+                    _ => continue,
+                };
+                next[to] = true;
+                any = true;
+            }
+            if !any {
                 return false;
             }
-            at = next;
+            self.close(&mut next);
+            std::mem::swap(&mut current, &mut next);
         }
-        at[chars.len()]
+        current[n]
+    }
+
+    /// Adds the positions reachable by letting stars match nothing.
+    fn close(&self, states: &mut [bool]) {
+        for (i, token) in self.tokens.iter().enumerate() {
+            if states[i] && matches!(token, Token::Segment | Token::Any) {
+                states[i + 1] = true;
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for PathPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
     }
 }
 
@@ -239,5 +259,61 @@ mod tests {
         assert!(!pattern.matches(&name));
         assert!(PathPattern::new("/**/a").matches(&name));
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    /// The Java agent's truth table (behaviour reference §5.5 item 16), then edge cases.
+    #[test]
+    fn truth_table() {
+        let cases: &[(&str, &str, bool)] = &[
+            ("/eureka/*", "/eureka/apps", true),
+            ("/eureka/*", "/eureka/", true),
+            ("/eureka/*", "/eureka/apps/", true),
+            ("/eureka/**", "/eureka/apps/", true),
+            ("/eureka/*/", "/eureka/apps/", true),
+            ("/eureka/*/", "/eureka/", false),
+            ("/eureka/*/", "/eureka/apps/list", false),
+            ("/eureka/**", "/eureka/", true),
+            ("/eureka/**", "/eureka/apps/test", true),
+            ("/eureka/**", "/eureka/apps/test/", true),
+            ("eureka/apps/?", "eureka/apps/list", false),
+            ("eureka/apps/?", "eureka/apps/", false),
+            ("eureka/apps/?", "eureka/apps/a", true),
+            ("eureka/**/lists", "eureka/apps/lists", true),
+            ("eureka/**/lists", "eureka/apps/test/lists", true),
+            ("eureka/**/lists", "eureka/apps/test/", false),
+            ("eureka/**/lists", "eureka/apps/test", false),
+            ("eureka/**/test/**", "eureka/apps/test/list", true),
+            ("eureka/**/test/**", "eureka/apps/foo/test/list/bar", true),
+            ("eureka/**/test/**", "eureka/apps/foo/test/list/bar/", true),
+            ("eureka/**/test/**", "eureka/test/list", false),
+            ("/eureka/**/b/**/*.txt", "/eureka/a/aa/aaa/b/bb/bbb/xxxxxx.txt", true),
+            ("/eureka/**/b/**/*.txt", "/eureka/a/aa/aaa/b/bb/bbb/xxxxxx", false),
+            ("abc/*", "abc/foo/bar", false),
+            // Edge cases.
+            ("/eureka/*", "/eureka/apps/list/", false),
+            ("/eureka/*", "/eureka", false),
+            ("/eureka/*", "/eureka/apps//", false),
+            ("/a/b", "/a/b/", false),
+            ("/a/?", "/a/x/", false),
+            ("", "", true),
+            ("", "/", false),
+            ("*", "", true),
+            ("**", "/any/thing", true),
+            ("***", "/any/thing", true),
+            ("GET:/api/*", "GET:/api/users", true),
+            ("/a/*/c", "/a/b/c", true),
+            ("/a/*/c", "/a/b/x/c", false),
+            ("/é/?", "/é/ü", true),
+        ];
+        for &(pattern, path, expected) in cases {
+            assert_eq!(PathPattern::new(pattern).matches(path), expected, "{pattern} vs {path}");
+        }
+    }
+
+    #[test]
+    fn many_globstars_stay_fast() {
+        let pattern = PathPattern::new(&"**a".repeat(30));
+        let path = "a".repeat(29) + &"b".repeat(10_000);
+        assert!(!pattern.matches(&path));
     }
 }

@@ -23,6 +23,9 @@ struct UpstreamMetrics(Arc<Upstreams>);
 /// One labelled series per OAP (and outcome).
 type Series<'a> = Vec<(Vec<(&'static str, &'a str)>, u64)>;
 
+/// One label value and what it counts of an OAP's stats.
+type Part = (&'static str, fn(&MemberStats) -> u64);
+
 fn encode(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
@@ -49,12 +52,23 @@ impl Collector for UpstreamMetrics {
         let per = |value: fn(&MemberStats) -> u64| -> Series<'_> {
             stats.iter().map(|(addr, s)| (vec![("upstream", *addr)], value(s))).collect()
         };
-        let mut calls: Series<'_> = Vec::new();
-        for (addr, s) in &stats {
-            calls.push((vec![("upstream", *addr), ("outcome", "forwarded")], s.forwarded));
-            calls.push((vec![("upstream", *addr), ("outcome", "failed")], s.failed));
-            calls.push((vec![("upstream", *addr), ("outcome", "no_stream")], s.unsent.deadline + s.unsent.full));
-        }
+        // One series per OAP and part, OAP by OAP, each part under `label`.
+        let by = |label: &'static str, parts: &[Part]| -> Series<'_> {
+            stats
+                .iter()
+                .flat_map(|(addr, s)| {
+                    parts.iter().map(move |(part, value)| (vec![("upstream", *addr), (label, *part)], value(s)))
+                })
+                .collect()
+        };
+        let mut calls = by(
+            "outcome",
+            &[
+                ("forwarded", |s| s.forwarded),
+                ("failed", |s| s.failed),
+                ("no_stream", |s| s.unsent.deadline + s.unsent.full),
+            ],
+        );
         calls.push((vec![("upstream", ""), ("outcome", "no_upstream")], upstreams.no_upstream()));
         encode(
             &mut encoder,
@@ -63,11 +77,7 @@ impl Collector for UpstreamMetrics {
             MetricType::Counter,
             calls,
         )?;
-        let mut refused: Series<'_> = Vec::new();
-        for (addr, s) in &stats {
-            refused.push((vec![("upstream", *addr), ("reason", "oversized")], s.answers_oversized));
-            refused.push((vec![("upstream", *addr), ("reason", "malformed")], s.answers_malformed));
-        }
+        let refused = by("reason", &[("oversized", |s| s.answers_oversized), ("malformed", |s| s.answers_malformed)]);
         encode(
             &mut encoder,
             "skyconf_gateway_answers_refused",
@@ -75,12 +85,10 @@ impl Collector for UpstreamMetrics {
             MetricType::Counter,
             refused,
         )?;
-        let mut unsent: Series<'_> = Vec::new();
-        for (addr, s) in &stats {
-            unsent.push((vec![("upstream", *addr), ("reason", "deadline")], s.unsent.deadline));
-            unsent.push((vec![("upstream", *addr), ("reason", "full")], s.unsent.full));
-            unsent.push((vec![("upstream", *addr), ("reason", "left")], s.unsent.left));
-        }
+        let unsent = by(
+            "reason",
+            &[("deadline", |s| s.unsent.deadline), ("full", |s| s.unsent.full), ("left", |s| s.unsent.left)],
+        );
         encode(
             &mut encoder,
             "skyconf_gateway_unsent_calls",

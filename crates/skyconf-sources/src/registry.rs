@@ -22,6 +22,17 @@ pub trait StoreConfig: DeserializeOwned + Default {
 
     /// Checks the settings and opens the store; nothing is contacted yet.
     fn open(self, limits: Limits) -> Result<Box<dyn DynSource>, SettingsError>;
+
+    /// These settings cannot work, for the reason `message` gives.
+    fn invalid(message: impl Into<String>) -> SettingsError {
+        SettingsError::new(Self::SELECTOR, message)
+    }
+}
+
+/// How a secret setting prints in a settings type's `Debug`: empty when unset, else hidden, so
+/// that it stays out of logs and panics.
+pub(crate) fn redacted(secret: &str) -> &'static str {
+    if secret.is_empty() { "" } else { "<redacted>" }
 }
 
 /// A [`StoreConfig`] as data.
@@ -62,7 +73,7 @@ fn open_from<C: StoreConfig>(settings: serde_json::Value, limits: Limits) -> Res
     let settings: C = if settings.is_null() {
         C::default()
     } else {
-        serde_json::from_value(settings).map_err(|e| SettingsError::new(C::SELECTOR, e.to_string()))?
+        serde_json::from_value(settings).map_err(|e| C::invalid(e.to_string()))?
     };
     settings.open(limits)
 }

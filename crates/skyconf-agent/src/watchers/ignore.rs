@@ -9,7 +9,8 @@ use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;
 
-use super::path_pattern::PathPattern;
+use skyconf_core::ignore::PathPattern;
+
 use super::{IGNORE_SUFFIX, TRACE_IGNORE_PATH, TypedWatcher};
 
 /// The Java agent's default `agent.ignore_suffix`.

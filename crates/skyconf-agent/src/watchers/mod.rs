@@ -29,7 +29,6 @@ macro_rules! watch_through {
 }
 
 mod ignore;
-pub mod path_pattern;
 mod sampling;
 
 use std::fmt::Display;
@@ -40,6 +39,8 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 
 pub use ignore::{DEFAULT_IGNORE_SUFFIX, IgnorePath, IgnoreSuffix, PathPatterns, SuffixList};
 pub use sampling::{GoFloat, SAMPLING_WINDOW, SampleNPer3Secs, SampleRate, SpanLimit};
+/// One `agent.trace.ignore_path` pattern, matched as the Java agent matches it.
+pub use skyconf_core::ignore::PathPattern;
 
 use crate::registry::{ChangeEvent, EventType, Watcher, WatcherError, WatcherKind};
 

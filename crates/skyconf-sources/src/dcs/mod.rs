@@ -52,16 +52,15 @@ pub struct DcsSource {
 impl DcsSource {
     /// A client for the server in `settings`; the connection is made lazily.
     pub fn new(settings: DcsSettings) -> Result<Self, SettingsError> {
-        let invalid = |message: String| SettingsError::new(DcsSettings::SELECTOR, message);
         // The OAP's own messages.
         if settings.host.is_empty() {
-            return Err(invalid("No host setting.".into()));
+            return Err(DcsSettings::invalid("No host setting."));
         }
         if settings.port == 0 {
-            return Err(invalid("No port setting.".into()));
+            return Err(DcsSettings::invalid("No port setting."));
         }
         let endpoint = Endpoint::from_shared(format!("http://{}:{}", settings.host, settings.port))
-            .map_err(|e| invalid(e.to_string()))?
+            .map_err(|e| DcsSettings::invalid(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(30));
         Ok(Self { channel: endpoint.connect_lazy(), settings, remembered: Mutex::new(Remembered::default()) })

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::EtcdSource;
+use crate::registry::redacted;
 use crate::{DynSource, Limits, SettingsError, StoreConfig};
 
 /// The OAP's etcd settings (`configuration: etcd:` in its `application.yml`) with its defaults,
@@ -70,7 +71,7 @@ impl std::fmt::Debug for EtcdSettings {
             .field("namespace", &self.namespace)
             .field("authentication", &self.authentication)
             .field("user", &self.user)
-            .field("password", &if self.password.is_empty() { "" } else { "<redacted>" })
+            .field("password", &redacted(&self.password))
             .field("period", &self.period)
             .field("authority", &self.authority)
             .field("ca_file", &self.ca_file)
@@ -102,25 +103,20 @@ impl StoreConfig for EtcdSettings {
     }
 }
 
-/// Settings that cannot work.
-fn invalid(message: impl Into<String>) -> SettingsError {
-    SettingsError::new(EtcdSettings::SELECTOR, message)
-}
-
 impl EtcdSettings {
     /// The endpoint URLs, trimmed, in order. Fails like the OAP on an empty list.
     pub(crate) fn endpoint_list(&self) -> Result<Vec<String>, SettingsError> {
         let list: Vec<String> =
             self.endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).map(str::to_owned).collect();
         if list.is_empty() {
-            return Err(invalid("endpoints must not be empty"));
+            return Err(Self::invalid("endpoints must not be empty"));
         }
         for endpoint in &list {
             let Some((scheme, rest)) = endpoint.split_once("://") else {
-                return Err(invalid(format!("endpoint `{endpoint}` must start with http:// or https://")));
+                return Err(Self::invalid(format!("endpoint `{endpoint}` must start with http:// or https://")));
             };
             if !matches!(scheme, "http" | "https") || rest.is_empty() {
-                return Err(invalid(format!("endpoint `{endpoint}` must start with http:// or https://")));
+                return Err(Self::invalid(format!("endpoint `{endpoint}` must start with http:// or https://")));
             }
         }
         Ok(list)
@@ -137,13 +133,13 @@ impl EtcdSettings {
     pub(crate) fn validate(&self) -> Result<(), SettingsError> {
         self.endpoint_list()?;
         if self.authentication && self.user.is_empty() {
-            return Err(invalid("authentication is on but no user is set"));
+            return Err(Self::invalid("authentication is on but no user is set"));
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
-            return Err(invalid("certFile and keyFile go together"));
+            return Err(Self::invalid("certFile and keyFile go together"));
         }
         if self.connect_timeout_ms == 0 {
-            return Err(invalid("connectTimeoutMs must be positive"));
+            return Err(Self::invalid("connectTimeoutMs must be positive"));
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ impl StoreConfig for FileSettings {
     const MUST_LOAD_AT_START: bool = true;
 
     fn open(self, limits: Limits) -> Result<Box<dyn DynSource>, SettingsError> {
-        let path = self.path.ok_or_else(|| SettingsError::new(Self::SELECTOR, "the file store needs a `path`"))?;
+        let path = self.path.ok_or_else(|| Self::invalid("the file store needs a `path`"))?;
         Ok(Box::new(FileSource::open(path).with_limits(limits)))
     }
 }

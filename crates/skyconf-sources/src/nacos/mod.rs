@@ -43,10 +43,9 @@ use self::client::{Auth, Client, Listened};
 use self::layout::{Held, is_valid_name};
 use self::records::{DEFAULT_SESSION_TTL, NacosRecords};
 pub use self::settings::NacosSettings;
-use self::settings::invalid;
 use crate::{
     Backoff, Expect, KeySet, Limits, Reporter, Revision, Session, SessionEnd, SettingsError, Source, SourceError,
-    StoreContent, Update, supervise,
+    StoreConfig as _, StoreContent, Update, supervise,
 };
 
 /// How long the server may hold a listener request before answering "no change".
@@ -76,24 +75,28 @@ impl NacosSource {
     pub fn with_limits(settings: NacosSettings, limits: &Limits) -> Result<Self, SettingsError> {
         let bases = settings.bases();
         if bases.is_empty() {
-            return Err(invalid("serverAddr cannot be empty"));
+            return Err(NacosSettings::invalid("serverAddr cannot be empty"));
         }
         if let Some(bad) = bases.iter().find(|b| !b.starts_with("http://") && !b.starts_with("https://")) {
-            return Err(invalid(format!(
+            return Err(NacosSettings::invalid(format!(
                 "serverAddr `{bad}` must be host[:port], http://host[:port] or https://host[:port]"
             )));
         }
         if settings.group.is_empty() {
-            return Err(invalid("group cannot be empty"));
+            return Err(NacosSettings::invalid("group cannot be empty"));
         }
         for (what, value) in [("group", &settings.group), ("namespace", &settings.namespace)] {
             if !value.is_empty() && !is_valid_name(value) {
-                return Err(invalid(format!("{what} `{value}` may only hold letters, digits, `_`, `-`, `.` and `:`")));
+                return Err(NacosSettings::invalid(format!(
+                    "{what} `{value}` may only hold letters, digits, `_`, `-`, `.` and `:`"
+                )));
             }
         }
         if !settings.username.is_empty() && !settings.access_key.is_empty() {
             // The OAP's own message.
-            return Err(invalid("Nacos Auth method should choose either username or accessKey, not both"));
+            return Err(NacosSettings::invalid(
+                "Nacos Auth method should choose either username or accessKey, not both",
+            ));
         }
         let namespace = if settings.namespace.is_empty() { "public" } else { &settings.namespace };
         let describe = format!("nacos {} group {} namespace {namespace}", bases.join(","), settings.group);
@@ -105,7 +108,7 @@ impl NacosSource {
             describe.clone(),
             limits.max_value_bytes,
         )
-        .map_err(|e| invalid(format!("cannot set up the client: {e}")))?;
+        .map_err(|e| NacosSettings::invalid(format!("cannot set up the client: {e}")))?;
         let records = records_for(&settings, &describe, DEFAULT_SESSION_TTL)?;
         Ok(Self {
             settings,
@@ -238,7 +241,7 @@ fn records_for(settings: &NacosSettings, describe: &str, ttl: Duration) -> Resul
         describe.to_owned(),
         Limits::default().max_value_bytes,
     )
-    .map_err(|e| invalid(format!("cannot set up the client: {e}")))?;
+    .map_err(|e| NacosSettings::invalid(format!("cannot set up the client: {e}")))?;
     Ok(Arc::new(NacosRecords::new(client, describe.to_owned(), ttl)))
 }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::NacosSource;
+use crate::registry::redacted;
 use crate::{DynSource, Limits, SettingsError, StoreConfig};
 
 /// The Nacos store's settings: the OAP's `configuration.nacos` settings, with its names and
@@ -42,7 +43,6 @@ pub struct NacosSettings {
 // The password and the secret key stay out of logs and panics.
 impl std::fmt::Debug for NacosSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redacted = |secret: &str| if secret.is_empty() { "" } else { "<redacted>" };
         f.debug_struct("NacosSettings")
             .field("server_addr", &self.server_addr)
             .field("port", &self.port)
@@ -127,11 +127,6 @@ impl NacosSettings {
         // The OAP would refuse 0 (a fixed-rate schedule needs a positive period); skyconf uses 1 s.
         Duration::from_secs(self.period.max(1))
     }
-}
-
-/// Settings that cannot work.
-pub(super) fn invalid(message: impl Into<String>) -> SettingsError {
-    SettingsError::new(NacosSettings::SELECTOR, message)
 }
 
 #[cfg(test)]

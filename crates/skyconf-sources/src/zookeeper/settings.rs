@@ -53,25 +53,20 @@ impl StoreConfig for ZookeeperSettings {
     }
 }
 
-/// Settings that cannot work.
-fn invalid(message: impl Into<String>) -> SettingsError {
-    SettingsError::new(ZookeeperSettings::SELECTOR, message)
-}
-
 impl ZookeeperSettings {
     /// The namespace as a path prefix: no trailing `/`, and empty for the root.
     pub(crate) fn namespace_prefix(&self) -> Result<String, SettingsError> {
         let namespace = self.namespace.trim();
         if namespace.is_empty() {
-            return Err(invalid("namespace must not be empty"));
+            return Err(Self::invalid("namespace must not be empty"));
         }
         if !namespace.starts_with('/') {
-            return Err(invalid(format!("namespace `{namespace}` must start with `/`")));
+            return Err(Self::invalid(format!("namespace `{namespace}` must start with `/`")));
         }
         let prefix = namespace.trim_end_matches('/');
         let bad_segment = prefix.split('/').skip(1).any(|s| s.is_empty() || s == "." || s == "..");
         if bad_segment || prefix.contains('\0') {
-            return Err(invalid(format!("namespace `{namespace}` is not a valid znode path")));
+            return Err(Self::invalid(format!("namespace `{namespace}` is not a valid znode path")));
         }
         Ok(prefix.to_owned())
     }
@@ -80,7 +75,7 @@ impl ZookeeperSettings {
     pub(crate) fn connect_string(&self) -> Result<String, SettingsError> {
         let hosts = self.host_port.trim();
         if hosts.is_empty() || hosts.split(',').any(|h| h.trim().is_empty()) {
-            return Err(invalid(format!("hostPort `{hosts}` must list host:port pairs")));
+            return Err(Self::invalid(format!("hostPort `{hosts}` must list host:port pairs")));
         }
         Ok(hosts.split(',').map(str::trim).collect::<Vec<_>>().join(","))
     }

@@ -58,11 +58,6 @@ impl Member {
     fn spawn(&mut self, binary: &Path, tls: Option<&TestCerts>, initial_cluster: &str) {
         let client = self.client_url(tls.is_some());
         let peer = self.peer_url();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("etcd.log"))
-            .expect("a log file");
         let mut command = Command::new(binary);
         if let Some(tls) = tls {
             command
@@ -74,19 +69,16 @@ impl Member {
                 .arg(&tls.ca)
                 .arg("--client-cert-auth");
         }
-        let child = command
+        command
             .args(["--name", &self.name, "--data-dir"])
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", initial_cluster, "--initial-cluster-token", "skyconf-test"])
             .args(["--logger", "zap", "--log-level", "warn"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("a log file"))
-            .stderr(log)
-            .spawn()
-            .expect("etcd starts");
-        self.child = Some(child);
+            .stdin(Stdio::null());
+        super::output_to(&mut command, &self.dir.path().join("etcd.log"));
+        self.child = Some(command.spawn().expect("etcd starts"));
     }
 
     /// Polls etcd's `/health` until it says healthy (for a cluster member: a leader is known and
@@ -569,7 +561,7 @@ impl Drop for Proxy {
 
 /// The `etcd` binary; `None` (after saying why) when it is missing and not required.
 fn binary_or_skip() -> Option<PathBuf> {
-    let binary = find_binary();
+    let binary = super::find_program(None, "etcd", Some(PathBuf::from("/usr/bin/etcd")));
     if binary.is_none() {
         super::skip_unless_required(
             "SKYCONF_REQUIRE_ETCD",
@@ -578,15 +570,6 @@ fn binary_or_skip() -> Option<PathBuf> {
         );
     }
     binary
-}
-
-fn find_binary() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("etcd"))
-        .find(|p| p.is_file());
-    on_path.or_else(|| Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.is_file()))
 }
 
 /// A temporary directory for etcd's data, in memory where the machine has /dev/shm: etcd fsyncs

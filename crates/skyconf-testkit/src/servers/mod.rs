@@ -13,6 +13,9 @@ pub mod prometheus;
 pub mod rnacos;
 pub mod zookeeper;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
 /// One machine, shared by every test of a test binary: a test that loads it heavily (a cluster
 /// of store processes and several servers) holds this shared, a test that measures latency holds
 /// it exclusively, so the measurement does not count the other test's load.
@@ -24,4 +27,23 @@ pub static MACHINE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(())
 pub(crate) fn skip_unless_required(require: &str, missing: &str, skipping: &str) {
     assert!(std::env::var_os(require).is_none(), "{require} is set but {missing}");
     eprintln!("{skipping}");
+}
+
+/// Where the program `name` is: the path in the variable `var` when it is set (nothing else is
+/// tried then), else the first `name` on `PATH`, else `fallback`; only an existing file counts.
+pub(crate) fn find_program(var: Option<&str>, name: &str, fallback: Option<PathBuf>) -> Option<PathBuf> {
+    if let Some(path) = var.and_then(std::env::var_os) {
+        return Some(PathBuf::from(path)).filter(|p| p.is_file());
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join(name)).collect::<Vec<_>>())
+        .unwrap_or_default();
+    on_path.into_iter().chain(fallback).find(|p| p.is_file())
+}
+
+/// Sends what `command`'s process prints, both streams, to the file `log`, appending: a restarted
+/// process's log follows its earlier one.
+pub(crate) fn output_to<'a>(command: &'a mut Command, log: &Path) -> &'a mut Command {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("a log file");
+    command.stdout(log.try_clone().expect("a log file")).stderr(log)
 }

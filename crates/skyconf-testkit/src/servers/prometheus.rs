@@ -59,18 +59,15 @@ impl PrometheusServer {
     fn spawn(&mut self, binary: &std::path::Path, target: SocketAddr) {
         let config = self.dir.path().join("prometheus.yml");
         std::fs::write(&config, scrape_config(target)).expect("the configuration is written");
-        let log = std::fs::File::create(self.dir.path().join("prometheus.log")).expect("a log file");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", self.dir.path().join("data").display()))
             .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
             .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("a log file"))
-            .stderr(log)
-            .spawn()
-            .expect("prometheus starts");
-        self.child = Some(child);
+            .stdin(Stdio::null());
+        super::output_to(&mut command, &self.dir.path().join("prometheus.log"));
+        self.child = Some(command.spawn().expect("prometheus starts"));
     }
 
     /// Polls `/-/ready` until it answers 200; false when the process exited or took too long.
@@ -119,7 +116,8 @@ fn scrape_config(target: SocketAddr) -> String {
 
 /// The binary; `None` (after saying why) when it is missing and not required.
 fn binary_or_skip() -> Option<PathBuf> {
-    let binary = find_binary();
+    let fallback = PathBuf::from("/usr/bin/prometheus");
+    let binary = super::find_program(Some("SKYCONF_PROMETHEUS_BIN"), "prometheus", Some(fallback));
     if binary.is_none() {
         super::skip_unless_required(
             REQUIRE,
@@ -128,18 +126,6 @@ fn binary_or_skip() -> Option<PathBuf> {
         );
     }
     binary
-}
-
-fn find_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("SKYCONF_PROMETHEUS_BIN") {
-        return Some(PathBuf::from(path)).filter(|p| p.is_file());
-    }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join("prometheus"))
-        .find(|p| p.is_file());
-    on_path.or_else(|| Some(PathBuf::from("/usr/bin/prometheus")).filter(|p| p.is_file()))
 }
 
 fn free_port() -> u16 {

@@ -112,7 +112,6 @@ impl Rnacos {
     }
 
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).expect("a log file");
         let mut command = Command::new(&self.binary);
         // Its working directory is the temporary one: rnacos reads a `.env` file from there.
         command
@@ -127,9 +126,8 @@ impl Rnacos {
             .env("RNACOS_HTTP_WORKERS", "2")
             .env("RNACOS_ENABLE_METRICS", "false")
             .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("a log file"))
-            .stderr(log);
+            .stdin(Stdio::null());
+        super::output_to(&mut command, &self.log_path());
         if let Some((username, password)) = &self.login {
             command
                 .env("RNACOS_ENABLE_OPEN_API_AUTH", "true")
@@ -222,16 +220,10 @@ impl Drop for Rnacos {
     }
 }
 
-/// The rnacos binary, if installed.
+/// The rnacos binary, if installed (`cargo install rnacos` puts it in `~/.cargo/bin`).
 fn find_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("SKYCONF_RNACOS") {
-        return Some(PathBuf::from(path));
-    }
-    let on_path = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join("rnacos")).collect::<Vec<_>>())
-        .unwrap_or_default();
     let in_cargo = std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo/bin/rnacos"));
-    on_path.into_iter().chain(in_cargo).find(|path| path.is_file())
+    super::find_program(Some("SKYCONF_RNACOS"), "rnacos", in_cargo)
 }
 
 /// Two free loopback ports.

@@ -153,20 +153,17 @@ impl Drop for ZkServer {
 /// logging to `log`, under a shell wrapper that kills the JVM (SIGKILL) when the returned stdin is
 /// closed or the test process dies; does not wait for it to serve.
 fn spawn_jvm(main_class: &str, jvm_options: &[&str], config: &Path, log: &Path) -> (Child, ChildStdin) {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
     let script = "java \"$@\" & pid=$!; read -r _; kill -9 $pid; wait $pid; exit 0";
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    command
         .args(["-c", script, "zookeeper"])
         .args(["-Xmx256m", "-XX:+UseSerialGC", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"])
         .args(jvm_options)
         .args(["-cp", &format!("{JAR}:{LOGGER_JAR}")])
         .arg(main_class)
         .arg(config)
-        .stdin(Stdio::piped())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("sh runs");
+        .stdin(Stdio::piped());
+    let mut child = super::output_to(&mut command, log).spawn().expect("sh runs");
     let stdin = child.stdin.take().unwrap();
     (child, stdin)
 }
