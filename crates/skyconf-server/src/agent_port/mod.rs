@@ -34,6 +34,24 @@ use tonic::transport::server::Connected;
 /// What a call on the agent port is answered with.
 type Answer = Result<Response<Body>, Infallible>;
 
+/// A service that answers calls on the agent port: the routes, or a [`Direct`] service. Every
+/// connection's task calls a clone of it, hence `Send` and `'static`, its futures too.
+pub trait AgentService:
+    tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<T> AgentService for T where
+    T: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
 /// One gRPC service called straight from the port, before the routes: the one every agent calls
 /// every 20 s (CDS), which tonic's router (axum's path matching) would cost about 2,000
 /// instructions per call. It honours the client's `grpc-timeout` itself (CDS merges it with its
@@ -66,10 +84,8 @@ pub async fn serve<I, IO, S, D>(
     I: Stream<Item = std::io::Result<IO>>,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     IO::ConnectInfo: Sync,
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    D::Future: Send + 'static,
+    S: AgentService + Sync,
+    D: AgentService + Sync,
 {
     let routes = Arc::new(routes);
     let direct = direct.map(Arc::new);
@@ -124,10 +140,8 @@ struct Calls<S, D, C> {
 impl<S, D, C, B> hyper::service::Service<Request<B>> for Calls<S, D, C>
 where
     B: http_body::Body<Data = Bytes, Error: Into<tonic::codegen::StdError>> + Send + 'static,
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    D::Future: Send + 'static,
+    S: AgentService,
+    D: AgentService,
     C: Clone + Send + Sync + 'static,
 {
     type Response = Response<Body>;

@@ -16,22 +16,20 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
-use http::{Request, Response};
+use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::body::Body;
 use tonic::transport::server::Connected;
 
-use super::{Answer, Calls, Direct};
+use super::{AgentService, Answer, Calls, Direct};
 
 /// One connection's calls, as `skyconf_h2` calls them.
 struct OwnCalls<S, D, C>(Calls<S, D, C>);
 
 impl<S, D, C> skyconf_h2::Service for OwnCalls<S, D, C>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    D::Future: Send + 'static,
+    S: AgentService,
+    D: AgentService,
     C: Clone + Send + Sync + 'static,
 {
     type Body = Body;
@@ -81,10 +79,8 @@ pub(super) async fn serve<I, IO, S, D>(
     I: Stream<Item = std::io::Result<IO>>,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     IO::ConnectInfo: Sync,
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    D::Future: Send + 'static,
+    S: AgentService + Sync,
+    D: AgentService + Sync,
 {
     // Every connection holds a receiver: the sender's `closed` completes when all have ended.
     let (stopping, stopped) = tokio::sync::watch::channel(false);

@@ -419,6 +419,29 @@ mod tests {
             (Arc::new(svc), stop)
         }
 
+        /// A service holding polls with the default bounds that tells `fleet` of its agents.
+        fn holding_for(
+            served: &Arc<ServedTable>,
+            fleet: &Arc<crate::fleet::Fleet>,
+        ) -> (Arc<CdsService>, CancellationToken) {
+            let stop = CancellationToken::new();
+            let svc = CdsService::new(Arc::clone(served), CdsOptions::default())
+                .with_holding(HoldOptions::default(), stop.clone())
+                .with_fleet(Arc::clone(fleet));
+            (Arc::new(svc), stop)
+        }
+
+        /// The connection of an agent at 10.0.0.1:`port`.
+        fn connection(port: u16) -> AgentConnection {
+            AgentConnection {
+                tcp: tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], port))),
+                },
+                state: Arc::new(agent_state()),
+            }
+        }
+
         fn request(
             uuid: &str,
             metadata: &[(&'static str, &'static str)],
@@ -600,22 +623,12 @@ mod tests {
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_the_client_cancels_is_no_longer_held_in_the_fleet() {
             let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let stop = CancellationToken::new();
             let fleet = Arc::new(crate::fleet::Fleet::new(crate::fleet::FleetOptions {
                 expire_after: Duration::ZERO,
                 ..crate::fleet::FleetOptions::default()
             }));
-            let svc = CdsService::new(Arc::clone(&served), CdsOptions::default())
-                .with_holding(HoldOptions::default(), stop.clone())
-                .with_fleet(Arc::clone(&fleet));
-            let svc = Arc::new(svc);
-            let connection = AgentConnection {
-                tcp: tonic::transport::server::TcpConnectInfo {
-                    local_addr: None,
-                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], 7))),
-                },
-                state: Arc::new(agent_state()),
-            };
+            let (svc, _stop) = holding_for(&served, &fleet);
+            let connection = connection(7);
             let held = [("grpc-timeout", "30S")];
             assert!(start(&svc, request("", &held, Some(&connection))).await.await.unwrap().is_some());
             let call = start(&svc, request(&current(&served), &held, Some(&connection))).await;
@@ -633,13 +646,6 @@ mod tests {
             let hold = HoldOptions { max_held: 3, max_held_per_connection: 2, ..HoldOptions::default() };
             let (svc, _stop) = holding(&served, hold);
             let digest = current(&served);
-            let connection = |port| AgentConnection {
-                tcp: tonic::transport::server::TcpConnectInfo {
-                    local_addr: None,
-                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], port))),
-                },
-                state: Arc::new(agent_state()),
-            };
             let (a, b) = (connection(1), connection(2));
             let held = [("grpc-timeout", "30S")];
             let _a1 = start(&svc, request(&digest, &held, Some(&a))).await;
@@ -677,17 +683,8 @@ mod tests {
         async fn a_held_poll_keeps_no_more_than_its_waiter_and_deadline() {
             let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
             let fleet = Arc::new(crate::fleet::Fleet::new(crate::fleet::FleetOptions::default()));
-            let svc = CdsService::new(Arc::clone(&served), CdsOptions::default())
-                .with_holding(HoldOptions::default(), CancellationToken::new())
-                .with_fleet(Arc::clone(&fleet));
-            let svc = Arc::new(svc);
-            let connection = AgentConnection {
-                tcp: tonic::transport::server::TcpConnectInfo {
-                    local_addr: None,
-                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], 7))),
-                },
-                state: Arc::new(agent_state()),
-            };
+            let (svc, _stop) = holding_for(&served, &fleet);
+            let connection = connection(7);
             let held = [("grpc-timeout", "30S"), ("user-agent", "grpc-java-netty/1.68.1")];
             let request = server::testing::http_request(request(&current(&served), &held, Some(&connection)));
             let mut call = tower::Service::call(&mut CdsServer::shared(&svc), request);
