@@ -413,6 +413,18 @@ mod tests {
         const V5: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
         const OTHER: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n  other:\n    k: v\n";
 
+        /// The [`V4`] table, served.
+        fn served_v4() -> Arc<ServedTable> {
+            Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()))
+        }
+
+        /// The [`V4`] table served by a service holding polls with the default bounds.
+        fn holding_v4() -> (Arc<ServedTable>, Arc<CdsService>, CancellationToken) {
+            let served = served_v4();
+            let (svc, stop) = holding(&served, HoldOptions::default());
+            (served, svc, stop)
+        }
+
         fn holding(served: &Arc<ServedTable>, hold: HoldOptions) -> (Arc<CdsService>, CancellationToken) {
             let stop = CancellationToken::new();
             let svc = CdsService::new(Arc::clone(served), CdsOptions::default()).with_holding(hold, stop.clone());
@@ -484,8 +496,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_gets_the_change_at_once_and_another_services_change_keeps_it_held() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let digest = current(&served);
             let started = Instant::now();
             let call = start(&svc, request(&digest, &[("grpc-timeout", "30S")], None)).await;
@@ -507,8 +518,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_is_answered_unchanged_the_margin_before_its_deadline() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let started = Instant::now();
             let call = start(&svc, request(&current(&served), &[("grpc-timeout", "30S")], None)).await;
             assert_eq!(call.await.unwrap(), None, "unchanged");
@@ -521,8 +531,7 @@ mod tests {
         #[tokio::test(start_paused = true)]
         async fn the_java_agents_timing_becomes_a_continuous_long_poll_that_never_meets_its_deadline() {
             // Fixed rate of 20 s, a deadline of 30 s per call, as the Java agent schedules it.
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let (interval, deadline) = (Duration::from_secs(20), Duration::from_secs(30));
             let mut uuid = String::new();
             let mut next = Instant::now();
@@ -566,8 +575,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn without_a_deadline_only_the_go_agent_is_held_and_only_up_to_the_cap() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let digest = current(&served);
             let started = Instant::now();
             let call = start(&svc, request(&digest, &[("user-agent", "grpcurl/v1.9.1 grpc-go/1.61.0")], None)).await;
@@ -588,8 +596,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn shutdown_releases_every_held_poll_unchanged() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, stop) = holding(&served, HoldOptions::default());
+            let (served, svc, stop) = holding_v4();
             let digest = current(&served);
             let mut calls = Vec::new();
             for _ in 0..5 {
@@ -607,8 +614,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_the_client_cancels_is_counted_and_gives_its_place_back() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let call = start(&svc, request(&current(&served), &[("grpc-timeout", "30S")], None)).await;
             assert_eq!(svc.held().get(), 1);
             call.abort();
@@ -622,7 +628,7 @@ mod tests {
         /// longer held, so its row ages from that moment like any other.
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_the_client_cancels_is_no_longer_held_in_the_fleet() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let served = served_v4();
             let fleet = Arc::new(crate::fleet::Fleet::new(crate::fleet::FleetOptions {
                 expire_after: Duration::ZERO,
                 ..crate::fleet::FleetOptions::default()
@@ -642,7 +648,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn held_polls_are_bounded_per_connection_and_in_total() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let served = served_v4();
             let hold = HoldOptions { max_held: 3, max_held_per_connection: 2, ..HoldOptions::default() };
             let (svc, _stop) = holding(&served, hold);
             let digest = current(&served);
@@ -681,7 +687,7 @@ mod tests {
         /// decoding or the state of the lookup before it. A change that keeps more shows here.
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_keeps_no_more_than_its_waiter_and_deadline() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let served = served_v4();
             let fleet = Arc::new(crate::fleet::Fleet::new(crate::fleet::FleetOptions::default()));
             let (svc, _stop) = holding_for(&served, &fleet);
             let connection = connection(7);
@@ -700,7 +706,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn no_poll_is_held_when_every_answer_is_a_change() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let served = served_v4();
             let svc = CdsService::new(Arc::clone(&served), CdsOptions { disable_message_digest: true })
                 .with_holding(HoldOptions::default(), CancellationToken::new());
             let svc = Arc::new(svc);
