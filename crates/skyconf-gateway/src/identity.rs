@@ -120,7 +120,8 @@ mod tests {
     use crate::upstream::Pin as UpstreamPin;
     use http_body_util::BodyExt;
     use prost::Message;
-    use skyconf_proto::v3::{InstancePingPkg, InstanceProperties, KeyStringValuePair};
+    use skyconf_proto::fixtures::instance_properties;
+    use skyconf_proto::v3::{InstancePingPkg, InstanceProperties};
     use std::sync::{Arc, Mutex};
 
     fn framed(message: &impl Message) -> Vec<u8> {
@@ -129,19 +130,6 @@ mod tests {
         out.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
         out.extend_from_slice(&encoded);
         out
-    }
-
-    fn properties() -> InstanceProperties {
-        InstanceProperties {
-            service: "order".into(),
-            service_instance: "pod-1@10.0.0.7".into(),
-            properties: vec![
-                KeyStringValuePair { key: "hostname".into(), value: "pod-1".into() },
-                KeyStringValuePair { key: "ipv4".into(), value: "10.0.0.7".into() },
-                KeyStringValuePair { key: "ipv4".into(), value: "172.17.0.1".into() },
-            ],
-            ..Default::default()
-        }
     }
 
     #[test]
@@ -201,7 +189,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_bytes_pass_unchanged_and_the_identity_is_recorded_however_the_message_is_split() {
-        let bytes = framed(&properties());
+        let bytes = framed(&instance_properties());
         for chunk in [1, 2, 4, 5, 6, 7, 13, bytes.len()] {
             let (out, agent) = through_tap(bytes.clone(), chunk, ManagementCall::ReportInstanceProperties).await;
             assert_eq!(out, bytes, "chunks of {chunk}");
@@ -212,7 +200,7 @@ mod tests {
 
     #[tokio::test]
     async fn compressed_or_undecodable_messages_pass_and_are_not_recorded() {
-        let mut compressed = framed(&properties());
+        let mut compressed = framed(&instance_properties());
         compressed[0] = 1;
         let (out, agent) = through_tap(compressed.clone(), 3, ManagementCall::ReportInstanceProperties).await;
         assert_eq!(out, compressed);

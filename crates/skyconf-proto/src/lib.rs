@@ -5,7 +5,8 @@
 //!   and `ManagementService`;
 //! - [`dcs`]: SkyWalking's package-less `ConfigurationService` (`/ConfigurationService/call` and
 //!   `/ConfigurationService/callGroup`), which an OAP polls for its dynamic configuration;
-//! - `etcd` (feature `etcd`): the subset of etcd's v3 API the etcd store uses (KV with Txn, Watch, Auth, Lease), client side only.
+//! - `etcd` (feature `etcd`): the subset of etcd's v3 API the etcd store uses (KV with Txn, Watch, Auth, Lease), client side only;
+//! - `fixtures` (feature `fixtures`): sample messages for tests.
 
 /// `skywalking.v3`: configuration discovery and instance management.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
@@ -33,6 +34,27 @@ pub mod etcd {
     #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
     pub mod etcdserverpb {
         tonic::include_proto!("etcdserverpb");
+    }
+}
+
+#[cfg(feature = "fixtures")]
+/// Sample messages for tests.
+pub mod fixtures {
+    use crate::v3::{InstanceProperties, KeyStringValuePair};
+
+    /// A `reportInstanceProperties` as a Java agent sends it: service `order`, instance
+    /// `pod-1@10.0.0.7`, its host name and two IPv4 addresses under the same key, in that order.
+    pub fn instance_properties() -> InstanceProperties {
+        InstanceProperties {
+            service: "order".into(),
+            service_instance: "pod-1@10.0.0.7".into(),
+            properties: vec![
+                KeyStringValuePair { key: "hostname".into(), value: "pod-1".into() },
+                KeyStringValuePair { key: "ipv4".into(), value: "10.0.0.7".into() },
+                KeyStringValuePair { key: "ipv4".into(), value: "172.17.0.1".into() },
+            ],
+            ..Default::default()
+        }
     }
 }
 

@@ -110,20 +110,10 @@ impl ManagementService for Management {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skyconf_proto::v3::KeyStringValuePair;
 
     #[test]
     fn decoding_keeps_every_property_in_order_and_the_agent_version() {
-        let properties = InstanceProperties {
-            service: "order".into(),
-            service_instance: "pod-1@10.0.0.7".into(),
-            properties: vec![
-                KeyStringValuePair { key: "hostname".into(), value: "pod-1".into() },
-                KeyStringValuePair { key: "ipv4".into(), value: "10.0.0.7".into() },
-                KeyStringValuePair { key: "ipv4".into(), value: "172.17.0.1".into() },
-            ],
-            ..Default::default()
-        };
+        let properties = skyconf_proto::fixtures::instance_properties();
         let identity = InstanceIdentity::of_properties(&properties.encode_to_vec(), Some("9.3.0".into())).unwrap();
         assert_eq!(identity.service, "order");
         assert_eq!(identity.properties.len(), 3);

@@ -404,11 +404,11 @@ mod tests {
         let releases = Arc::new(ReleaseLog::in_memory(crate::releases::DEFAULT_RETENTION));
         let mut reloader = reloader.with_releases(Arc::clone(&releases));
         assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Installed(2));
-        let (release, version) = (releases.latest().unwrap().id, served.snapshot().version);
+        let (release, version) = (releases.latest().unwrap().meta.id, served.snapshot().version);
         assert!(matches!(reloader.apply(Some("configurations:\n  a: {k: }\n")), Outcome::Rejected(_)));
         assert_eq!(reloader.apply(Some("configurations:\n  a: {k: w}\n")), Outcome::Restored);
         assert!(served.last_rejection().is_none(), "the refusal is over");
-        assert_eq!(releases.latest().unwrap().id, release, "no release that changes nothing");
+        assert_eq!(releases.latest().unwrap().meta.id, release, "no release that changes nothing");
         assert_eq!(served.snapshot().version, version, "nor a new version");
         assert_eq!(reloader.apply(Some(GOOD)), Outcome::Installed(version + 1), "a real change still is one");
     }

@@ -143,7 +143,7 @@ impl SharedHistory {
                 .list()
                 .into_iter()
                 .rev()
-                .filter(|r| r.id > shared_up_to && r.store_revision == Some(r.id))
+                .filter(|r| r.meta.id > shared_up_to && r.meta.store_revision == Some(r.meta.id))
                 .collect();
             for release in pending {
                 tokio::select! {
@@ -157,7 +157,7 @@ impl SharedHistory {
                         }
                     }
                 }
-                shared_up_to = shared_up_to.max(release.id);
+                shared_up_to = shared_up_to.max(release.meta.id);
             }
             if last_install.elapsed() <= LOOK_FOR_GAPS_FOR {
                 self.fill_gaps().await;
@@ -180,8 +180,8 @@ impl SharedHistory {
     async fn fill_gaps(&self) {
         let Ok(names) = self.records.names(KIND).await else { return };
         let kept = self.releases.list();
-        let Some(oldest) = kept.last().map(|r| r.id) else { return };
-        let kept: std::collections::HashSet<u64> = kept.iter().map(|r| r.id).collect();
+        let Some(oldest) = kept.last().map(|r| r.meta.id) else { return };
+        let kept: std::collections::HashSet<u64> = kept.iter().map(|r| r.meta.id).collect();
         let missing =
             names.iter().filter_map(|name| name.parse::<u64>().ok()).filter(|id| *id > oldest && !kept.contains(id));
         let mut shared = Vec::new();
@@ -198,8 +198,8 @@ impl SharedHistory {
 
     /// Puts one release in the shared history, or takes the history's attribution of it.
     async fn share(&self, release: &ReleaseSummary) -> Shared {
-        let name = record_name(release.id);
-        if !crate::releases::written_through_admin(&release.origin) {
+        let name = record_name(release.meta.id);
+        if !crate::releases::written_through_admin(&release.meta.origin) {
             // Another replica's write, or the store's own change: the writer's record, if one comes.
             let deadline = tokio::time::Instant::now() + WAIT_FOR_WRITER;
             loop {
@@ -221,7 +221,7 @@ impl SharedHistory {
                 Shared::Adopted
             }
             Err(error) => {
-                tracing::warn!(release = release.id, %error, "Cannot put a release in the shared history; it stays in this replica's.");
+                tracing::warn!(release = release.meta.id, %error, "Cannot put a release in the shared history; it stays in this replica's.");
                 Shared::Failed
             }
         }
@@ -238,15 +238,15 @@ impl SharedHistory {
 
     /// The shared form of a kept release, with its text (read off the async threads).
     async fn record_of(&self, release: &ReleaseSummary) -> Option<SharedRelease> {
-        let (releases, id) = (Arc::clone(&self.releases), release.id);
+        let (releases, id) = (Arc::clone(&self.releases), release.meta.id);
         let document = tokio::task::spawn_blocking(move || releases.document(id)).await.ok()?.ok()??;
         Some(SharedRelease {
             id,
-            at_ms: release.at_ms,
-            author: release.author.clone(),
-            message: release.message.clone(),
-            origin: release.origin.clone(),
-            rollback_of: release.rollback_of,
+            at_ms: release.meta.at_ms,
+            author: release.meta.author.clone(),
+            message: release.meta.message.clone(),
+            origin: release.meta.origin.clone(),
+            rollback_of: release.meta.rollback_of,
             document,
         })
     }

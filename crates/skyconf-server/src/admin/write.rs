@@ -281,7 +281,7 @@ fn answer(published: Published) -> Response {
                 served_after_ms: Some(served_after.as_millis() as u64),
                 changes,
                 release: Some(release(&served)),
-                version: Some(served.version),
+                version: Some(served.meta.version),
                 warnings,
                 replaced_refused,
                 ..WriteAnswer::default()

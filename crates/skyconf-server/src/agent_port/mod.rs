@@ -34,6 +34,24 @@ use tonic::transport::server::Connected;
 /// What a call on the agent port is answered with.
 type Answer = Result<Response<Body>, Infallible>;
 
+/// A service that answers calls on the agent port: the routes, or a [`Direct`] service. Every
+/// connection's task calls a clone of it, hence `Send` and `'static`, its futures too.
+pub trait AgentService:
+    tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<T> AgentService for T where
+    T: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
 /// One gRPC service called straight from the port, before the routes: the one every agent calls
 /// every 20 s (CDS), which tonic's router (axum's path matching) would cost about 2,000
 /// instructions per call. It honours the client's `grpc-timeout` itself (CDS merges it with its
@@ -66,24 +84,20 @@ pub async fn serve<I, IO, S, D>(
     I: Stream<Item = std::io::Result<IO>>,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     IO::ConnectInfo: Sync,
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    D::Future: Send + 'static,
+    S: AgentService + Sync,
+    D: AgentService + Sync,
 {
-    let routes = Arc::new(routes);
-    let direct = direct.map(Arc::new);
+    let connections = connections(incoming, Arc::new(routes), direct.map(Arc::new), stop);
     let builder = match http2 {
         http2::Server::Hyper(builder) => builder,
-        http2::Server::Own(settings) => return own::serve(incoming, routes, direct, settings, stop).await,
+        http2::Server::Own(settings) => return own::serve(connections, settings).await,
     };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     {
         // Dropped when the loop ends: the listener closes at once, and a client connecting
         // during the shutdown is refused instead of left waiting.
-        let mut accepted = std::pin::pin!(accepted(incoming, stop));
-        while let Some(io) = accepted.next().await {
-            let calls = Calls { routes: Arc::clone(&routes), direct: direct.clone(), connection: io.connect_info() };
+        let mut connections = std::pin::pin!(connections);
+        while let Some((io, calls)) = connections.next().await {
             let connection = graceful.watch(builder.serve_connection(TokioIo::new(io), calls));
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
@@ -96,15 +110,26 @@ pub async fn serve<I, IO, S, D>(
     graceful.shutdown().await;
 }
 
-/// The connections `incoming` yields until `stop` completes; one that could not be taken up is
-/// logged and skipped. Dropping the stream closes the listener.
-fn accepted<I, IO>(incoming: I, stop: impl Future<Output = ()>) -> impl Stream<Item = IO>
+/// The connections `incoming` yields until `stop` completes, each with the calls it serves
+/// (`routes` and `direct`, shared, and its own info); one that could not be taken up is logged
+/// and skipped. Dropping the stream closes the listener.
+fn connections<I, IO, S, D>(
+    incoming: I,
+    routes: Arc<S>,
+    direct: Option<Arc<Direct<D>>>,
+    stop: impl Future<Output = ()>,
+) -> impl Stream<Item = (IO, Calls<S, D, IO::ConnectInfo>)>
 where
     I: Stream<Item = std::io::Result<IO>>,
+    IO: Connected,
 {
-    incoming.take_until(stop).filter_map(|next| {
+    incoming.take_until(stop).filter_map(move |next| {
         std::future::ready(match next {
-            Ok(io) => Some(io),
+            Ok(io) => {
+                let calls =
+                    Calls { routes: Arc::clone(&routes), direct: direct.clone(), connection: io.connect_info() };
+                Some((io, calls))
+            }
             Err(error) => {
                 tracing::debug!(%error, "An agent connection could not be taken up.");
                 None
@@ -124,10 +149,8 @@ struct Calls<S, D, C> {
 impl<S, D, C, B> hyper::service::Service<Request<B>> for Calls<S, D, C>
 where
     B: http_body::Body<Data = Bytes, Error: Into<tonic::codegen::StdError>> + Send + 'static,
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    D::Future: Send + 'static,
+    S: AgentService,
+    D: AgentService,
     C: Clone + Send + Sync + 'static,
 {
     type Response = Response<Body>;

@@ -16,22 +16,19 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
-use http::{Request, Response};
+use http::Request;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::body::Body;
-use tonic::transport::server::Connected;
 
-use super::{Answer, Calls, Direct};
+use super::{AgentService, Answer, Calls};
 
 /// One connection's calls, as `skyconf_h2` calls them.
 struct OwnCalls<S, D, C>(Calls<S, D, C>);
 
 impl<S, D, C> skyconf_h2::Service for OwnCalls<S, D, C>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    D::Future: Send + 'static,
+    S: AgentService,
+    D: AgentService,
     C: Clone + Send + Sync + 'static,
 {
     type Body = Body;
@@ -70,29 +67,22 @@ impl http_body::Body for ResetAsH2 {
     }
 }
 
-/// [`super::serve`] on the own server.
-pub(super) async fn serve<I, IO, S, D>(
-    incoming: I,
-    routes: Arc<S>,
-    direct: Option<Arc<Direct<D>>>,
+/// [`super::serve`] on the own server: serves every connection of `connections` with its calls.
+pub(super) async fn serve<IO, S, D, C>(
+    connections: impl Stream<Item = (IO, Calls<S, D, C>)>,
     settings: Arc<skyconf_h2::Settings>,
-    stop: impl Future<Output = ()>,
 ) where
-    I: Stream<Item = std::io::Result<IO>>,
-    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-    IO::ConnectInfo: Sync,
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    D: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + Sync + 'static,
-    D::Future: Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AgentService + Sync,
+    D: AgentService + Sync,
+    C: Clone + Send + Sync + 'static,
 {
     // Every connection holds a receiver: the sender's `closed` completes when all have ended.
     let (stopping, stopped) = tokio::sync::watch::channel(false);
     {
-        let mut accepted = std::pin::pin!(super::accepted(incoming, stop));
-        while let Some(io) = accepted.next().await {
-            let calls =
-                OwnCalls(Calls { routes: Arc::clone(&routes), direct: direct.clone(), connection: io.connect_info() });
+        let mut connections = std::pin::pin!(connections);
+        while let Some((io, calls)) = connections.next().await {
+            let calls = OwnCalls(calls);
             let settings = Arc::clone(&settings);
             // Held until the connection ends (not only until its shutdown begins).
             let running = stopped.clone();

@@ -164,14 +164,12 @@ struct HeldGauge(Arc<std::sync::OnceLock<Arc<HeldCount>>>);
 impl prometheus_client::collector::Collector for HeldGauge {
     fn encode(&self, mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let held = self.0.get().map_or(0, |count| count.get() as u64);
-        encoder
-            .encode_descriptor(
-                "skyconf_held_polls",
-                "fetchConfigurations calls held now, waiting for a change",
-                None,
-                prometheus_client::metrics::MetricType::Gauge,
-            )?
-            .encode_gauge(&held)
+        crate::metrics::encode_gauge(
+            &mut encoder,
+            "skyconf_held_polls",
+            "fetchConfigurations calls held now, waiting for a change",
+            &held,
+        )
     }
 }
 

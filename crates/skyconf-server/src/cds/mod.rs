@@ -413,10 +413,45 @@ mod tests {
         const V5: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 20\n";
         const OTHER: &str = "configurations:\n  svc:\n    agent.sample_n_per_3_secs: 10\n  other:\n    k: v\n";
 
+        /// The [`V4`] table, served.
+        fn served_v4() -> Arc<ServedTable> {
+            Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()))
+        }
+
+        /// The [`V4`] table served by a service holding polls with the default bounds.
+        fn holding_v4() -> (Arc<ServedTable>, Arc<CdsService>, CancellationToken) {
+            let served = served_v4();
+            let (svc, stop) = holding(&served, HoldOptions::default());
+            (served, svc, stop)
+        }
+
         fn holding(served: &Arc<ServedTable>, hold: HoldOptions) -> (Arc<CdsService>, CancellationToken) {
             let stop = CancellationToken::new();
             let svc = CdsService::new(Arc::clone(served), CdsOptions::default()).with_holding(hold, stop.clone());
             (Arc::new(svc), stop)
+        }
+
+        /// A service holding polls with the default bounds that tells `fleet` of its agents.
+        fn holding_for(
+            served: &Arc<ServedTable>,
+            fleet: &Arc<crate::fleet::Fleet>,
+        ) -> (Arc<CdsService>, CancellationToken) {
+            let stop = CancellationToken::new();
+            let svc = CdsService::new(Arc::clone(served), CdsOptions::default())
+                .with_holding(HoldOptions::default(), stop.clone())
+                .with_fleet(Arc::clone(fleet));
+            (Arc::new(svc), stop)
+        }
+
+        /// The connection of an agent at 10.0.0.1:`port`.
+        fn connection(port: u16) -> AgentConnection {
+            AgentConnection {
+                tcp: tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], port))),
+                },
+                state: Arc::new(agent_state()),
+            }
         }
 
         fn request(
@@ -461,8 +496,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_gets_the_change_at_once_and_another_services_change_keeps_it_held() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let digest = current(&served);
             let started = Instant::now();
             let call = start(&svc, request(&digest, &[("grpc-timeout", "30S")], None)).await;
@@ -484,8 +518,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_is_answered_unchanged_the_margin_before_its_deadline() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let started = Instant::now();
             let call = start(&svc, request(&current(&served), &[("grpc-timeout", "30S")], None)).await;
             assert_eq!(call.await.unwrap(), None, "unchanged");
@@ -498,8 +531,7 @@ mod tests {
         #[tokio::test(start_paused = true)]
         async fn the_java_agents_timing_becomes_a_continuous_long_poll_that_never_meets_its_deadline() {
             // Fixed rate of 20 s, a deadline of 30 s per call, as the Java agent schedules it.
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let (interval, deadline) = (Duration::from_secs(20), Duration::from_secs(30));
             let mut uuid = String::new();
             let mut next = Instant::now();
@@ -543,8 +575,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn without_a_deadline_only_the_go_agent_is_held_and_only_up_to_the_cap() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let digest = current(&served);
             let started = Instant::now();
             let call = start(&svc, request(&digest, &[("user-agent", "grpcurl/v1.9.1 grpc-go/1.61.0")], None)).await;
@@ -565,8 +596,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn shutdown_releases_every_held_poll_unchanged() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, stop) = holding(&served, HoldOptions::default());
+            let (served, svc, stop) = holding_v4();
             let digest = current(&served);
             let mut calls = Vec::new();
             for _ in 0..5 {
@@ -584,8 +614,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_the_client_cancels_is_counted_and_gives_its_place_back() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let (svc, _stop) = holding(&served, HoldOptions::default());
+            let (served, svc, _stop) = holding_v4();
             let call = start(&svc, request(&current(&served), &[("grpc-timeout", "30S")], None)).await;
             assert_eq!(svc.held().get(), 1);
             call.abort();
@@ -599,23 +628,13 @@ mod tests {
         /// longer held, so its row ages from that moment like any other.
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_the_client_cancels_is_no_longer_held_in_the_fleet() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
-            let stop = CancellationToken::new();
+            let served = served_v4();
             let fleet = Arc::new(crate::fleet::Fleet::new(crate::fleet::FleetOptions {
                 expire_after: Duration::ZERO,
                 ..crate::fleet::FleetOptions::default()
             }));
-            let svc = CdsService::new(Arc::clone(&served), CdsOptions::default())
-                .with_holding(HoldOptions::default(), stop.clone())
-                .with_fleet(Arc::clone(&fleet));
-            let svc = Arc::new(svc);
-            let connection = AgentConnection {
-                tcp: tonic::transport::server::TcpConnectInfo {
-                    local_addr: None,
-                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], 7))),
-                },
-                state: Arc::new(agent_state()),
-            };
+            let (svc, _stop) = holding_for(&served, &fleet);
+            let connection = connection(7);
             let held = [("grpc-timeout", "30S")];
             assert!(start(&svc, request("", &held, Some(&connection))).await.await.unwrap().is_some());
             let call = start(&svc, request(&current(&served), &held, Some(&connection))).await;
@@ -629,17 +648,10 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn held_polls_are_bounded_per_connection_and_in_total() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let served = served_v4();
             let hold = HoldOptions { max_held: 3, max_held_per_connection: 2, ..HoldOptions::default() };
             let (svc, _stop) = holding(&served, hold);
             let digest = current(&served);
-            let connection = |port| AgentConnection {
-                tcp: tonic::transport::server::TcpConnectInfo {
-                    local_addr: None,
-                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], port))),
-                },
-                state: Arc::new(agent_state()),
-            };
             let (a, b) = (connection(1), connection(2));
             let held = [("grpc-timeout", "30S")];
             let _a1 = start(&svc, request(&digest, &held, Some(&a))).await;
@@ -675,19 +687,10 @@ mod tests {
         /// decoding or the state of the lookup before it. A change that keeps more shows here.
         #[tokio::test(start_paused = true)]
         async fn a_held_poll_keeps_no_more_than_its_waiter_and_deadline() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let served = served_v4();
             let fleet = Arc::new(crate::fleet::Fleet::new(crate::fleet::FleetOptions::default()));
-            let svc = CdsService::new(Arc::clone(&served), CdsOptions::default())
-                .with_holding(HoldOptions::default(), CancellationToken::new())
-                .with_fleet(Arc::clone(&fleet));
-            let svc = Arc::new(svc);
-            let connection = AgentConnection {
-                tcp: tonic::transport::server::TcpConnectInfo {
-                    local_addr: None,
-                    remote_addr: Some(std::net::SocketAddr::from(([10, 0, 0, 1], 7))),
-                },
-                state: Arc::new(agent_state()),
-            };
+            let (svc, _stop) = holding_for(&served, &fleet);
+            let connection = connection(7);
             let held = [("grpc-timeout", "30S"), ("user-agent", "grpc-java-netty/1.68.1")];
             let request = server::testing::http_request(request(&current(&served), &held, Some(&connection)));
             let mut call = tower::Service::call(&mut CdsServer::shared(&svc), request);
@@ -703,7 +706,7 @@ mod tests {
 
         #[tokio::test(start_paused = true)]
         async fn no_poll_is_held_when_every_answer_is_a_change() {
-            let served = Arc::new(ServedTable::new(skyconf_core::read(V4).unwrap()));
+            let served = served_v4();
             let svc = CdsService::new(Arc::clone(&served), CdsOptions { disable_message_digest: true })
                 .with_holding(HoldOptions::default(), CancellationToken::new());
             let svc = Arc::new(svc);

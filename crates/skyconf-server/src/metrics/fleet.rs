@@ -18,6 +18,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
+use super::encode_gauge;
 use crate::fleet::{AgentState, Fleet, StateCounts};
 use crate::served::ServedTable;
 
@@ -161,26 +162,23 @@ impl FleetGauges {
         let refresh = self.identities.load();
         let Some(refresh) = refresh.as_ref() else { return Ok(()) };
         let counts = refresh();
-        let gauge = |encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64| {
-            encoder.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&value)
-        };
-        gauge(
+        encode_gauge(
             encoder,
             "skyconf_fleet_identified",
             "Agent connections whose instance identity is known",
-            counts.identified,
+            &counts.identified,
         )?;
-        gauge(
+        encode_gauge(
             encoder,
             "skyconf_fleet_identity_bytes",
             "Bytes of text (names, properties, agent versions) the known instance identities hold",
-            counts.bytes,
+            &counts.bytes,
         )?;
-        gauge(
+        encode_gauge(
             encoder,
             "skyconf_fleet_anonymous_pollers",
             "(service, peer) pairs polling from a connection that never said which instance it is, where every agent is expected to",
-            counts.anonymous,
+            &counts.anonymous,
         )?;
         encoder
             .encode_descriptor(

@@ -20,7 +20,8 @@ mod state;
 
 use std::sync::Arc;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -35,6 +36,17 @@ use crate::store_view::StoreView;
 
 /// The content type of the exposition.
 pub(crate) const CONTENT_TYPE_OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Encodes gauge `name` with one unlabelled series of `value`, as a collector reads it at
+/// scrape time.
+pub(crate) fn encode_gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: &impl EncodeGaugeValue,
+) -> Result<(), std::fmt::Error> {
+    encoder.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(value)
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DcsLabels {

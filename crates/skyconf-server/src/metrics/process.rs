@@ -87,7 +87,7 @@ impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let stats = self.read();
         let mut gauge = |name: &str, help: &str, value: Option<f64>| match value {
-            Some(value) => encoder.encode_descriptor(name, help, None, MetricType::Gauge)?.encode_gauge(&value),
+            Some(value) => super::encode_gauge(&mut encoder, name, help, &value),
             None => Ok(()),
         };
         gauge(

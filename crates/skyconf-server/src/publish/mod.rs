@@ -316,7 +316,7 @@ impl Publisher {
             }
             Published::DryRun { .. } | Published::Unchanged { .. } | Published::Served { .. } => {}
         }
-        self.releases.find_after(base, hash.as_deref()).map(|release| release.id).ok_or_else(|| {
+        self.releases.find_after(base, hash.as_deref()).map(|release| release.meta.id).ok_or_else(|| {
             PublishError::NotServed("the document was served but its release is not in the history".into())
         })
     }
@@ -368,7 +368,7 @@ impl Publisher {
         basis: Basis,
     ) -> Result<Published, PublishError> {
         let latest = self.releases.latest();
-        let latest_id = latest.as_ref().map_or(0, |r| r.id);
+        let latest_id = latest.as_ref().map_or(0, |r| r.meta.id);
         // The newest release must be the one served: a release is recorded just before its table
         // is installed, and an If-Match on a table about to be replaced must not pass.
         let served_id = self.releases.served_as(snapshot.version).unwrap_or(0);
@@ -387,13 +387,13 @@ impl Publisher {
                 opamp_changes: skyconf_core::opamp_diff::opamp_diff(&snapshot.table, &proposal.table),
                 document: proposal.text,
                 document_sha256: hash,
-                base_release: latest.map(|r| r.id),
+                base_release: latest.map(|r| r.meta.id),
                 warnings: proposal.warnings,
             });
         }
         // The served text is a write while the store holds a refused document: it replaces it.
         let served_text = snapshot.ready()
-            && latest.as_ref().is_some_and(|l| l.document_sha256 == hash)
+            && latest.as_ref().is_some_and(|l| l.meta.document_sha256 == hash)
             && snapshot.table == proposal.table;
         if served_text && self.refused_in_store().is_none() {
             return Ok(Published::Unchanged {
@@ -505,10 +505,10 @@ impl Publisher {
                     && self.store.content().agent_configurations() == proposal.text.as_deref()
             });
             if let Some(release) = restored.cloned().or_else(|| self.releases.find_after(latest_id, hash.as_deref()))
-                && self.served.snapshot().version >= release.version
+                && self.served.snapshot().version >= release.meta.version
             {
                 let served_after = started.elapsed();
-                let durability = self.releases.durable(release.id, deadline).await;
+                let durability = self.releases.durable(release.meta.id, deadline).await;
                 return Ok(Published::Served {
                     changes,
                     release,
@@ -571,7 +571,7 @@ impl Publisher {
         loop {
             let snapshot = self.served.snapshot();
             let behind = match (self.releases.served_as(snapshot.version), self.releases.latest()) {
-                (Some(served), Some(latest)) => served < latest.id,
+                (Some(served), Some(latest)) => served < latest.meta.id,
                 _ => false,
             };
             if !behind {

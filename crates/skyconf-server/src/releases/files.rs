@@ -92,12 +92,12 @@ impl ReleaseLog {
                 continue;
             }
             let checked = read_release_file(&path).and_then(|file| match named {
-                Some(id) if id == file.release.id && id <= MAX_ID && name == format!("{id:020}.json") => Ok(file),
+                Some(id) if id == file.release.meta.id && id <= MAX_ID && name == format!("{id:020}.json") => Ok(file),
                 _ => Err(ReleaseError::Format {
                     path: path.display().to_string(),
                     message: format!(
                         "it holds release {} under another name, or an id above {MAX_ID}",
-                        file.release.id
+                        file.release.meta.id
                     ),
                 }),
             });
@@ -106,11 +106,11 @@ impl ReleaseLog {
                 Err(error) => quarantine(&path, &error),
             }
         }
-        releases.sort_by_key(|r| r.id);
+        releases.sort_by_key(|r| r.meta.id);
         let mut last_changes = HashMap::new();
         for release in &releases {
             for change in &release.changes {
-                last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+                last_changes.insert(change.service.clone(), (release.meta.id, release.meta.at_ms));
             }
         }
         let releases: VecDeque<_> = releases.iter().map(|r| Arc::new(ReleaseSummary::of(r))).collect();
@@ -138,7 +138,8 @@ impl ReleaseLog {
             let file = ReleaseFile { format: 1, release: (**release).clone(), document: text.map(str::to_owned) };
             match serde_json::to_vec_pretty(&file) {
                 Ok(bytes) => {
-                    let (state, persisted, id) = (Arc::clone(&self.state), Arc::clone(&self.persisted), release.id);
+                    let (state, persisted, id) =
+                        (Arc::clone(&self.state), Arc::clone(&self.persisted), release.meta.id);
                     let done = Box::new(move |result: std::io::Result<()>| {
                         match result {
                             Ok(()) => {
@@ -152,13 +153,13 @@ impl ReleaseLog {
                         }
                         persisted.send_modify(|n| *n = n.wrapping_add(1));
                     });
-                    persister.write(release_path(dir, release.id), bytes, Some(done));
+                    persister.write(release_path(dir, release.meta.id), bytes, Some(done));
                 }
                 Err(error) => {
                     self.lock()
                         .unsaved
-                        .insert(release.id, format!("release {} could not be encoded: {error}", release.id));
-                    tracing::error!(release = release.id, %error, "Cannot encode the release; it is kept in memory.")
+                        .insert(release.meta.id, format!("release {} could not be encoded: {error}", release.meta.id));
+                    tracing::error!(release = release.meta.id, %error, "Cannot encode the release; it is kept in memory.")
                 }
             }
             self.delete_files(&evicted);

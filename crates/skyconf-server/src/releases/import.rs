@@ -18,13 +18,16 @@ impl ReleaseLog {
         }
         let (previous_id, next_id) = {
             let state = self.lock();
-            let position = state.releases.partition_point(|r| r.id < shared.id);
-            if state.releases.get(position).is_some_and(|r| r.id == shared.id)
+            let position = state.releases.partition_point(|r| r.meta.id < shared.id);
+            if state.releases.get(position).is_some_and(|r| r.meta.id == shared.id)
                 || (position == 0 && !state.releases.is_empty())
             {
                 return Ok(false);
             }
-            (position.checked_sub(1).map(|i| state.releases[i].id), state.releases.get(position).map(|r| r.id))
+            (
+                position.checked_sub(1).map(|i| state.releases[i].meta.id),
+                state.releases.get(position).map(|r| r.meta.id),
+            )
         };
         let table = match &shared.document {
             Some(text) => skyconf_core::read(text)?,
@@ -32,16 +35,18 @@ impl ReleaseLog {
         };
         let previous = previous_id.and_then(|id| self.table_of(id)).unwrap_or_default();
         let release = Arc::new(Release {
-            id: shared.id,
-            at_ms: shared.at_ms,
-            author: shared.author.clone(),
-            message: shared.message.clone(),
-            origin: shared.origin.clone(),
-            rollback_of: shared.rollback_of,
-            // Never served by this replica in this run.
-            version: 0,
-            document_sha256: shared.document.as_deref().map(document_hash),
-            store_revision: Some(shared.id),
+            meta: ReleaseMeta {
+                id: shared.id,
+                at_ms: shared.at_ms,
+                author: shared.author.clone(),
+                message: shared.message.clone(),
+                origin: shared.origin.clone(),
+                rollback_of: shared.rollback_of,
+                // Never served by this replica in this run.
+                version: 0,
+                document_sha256: shared.document.as_deref().map(document_hash),
+                store_revision: Some(shared.id),
+            },
             digests: digests(&table),
             changes: diff(&previous, &table),
             opamp_changes: opamp_diff(&previous, &table),
@@ -51,13 +56,13 @@ impl ReleaseLog {
         let Some(next_id) = next_id else {
             let appended = {
                 let mut state = self.lock();
-                if state.releases.back().is_some_and(|l| l.id >= shared.id) {
+                if state.releases.back().is_some_and(|l| l.meta.id >= shared.id) {
                     return Ok(false);
                 }
                 self.append(&mut state, &release, chunked)
             };
             self.save(&release, document, appended);
-            tracing::info!(release = release.id, origin = %release.origin, "Imported a release from the shared history.");
+            tracing::info!(release = release.meta.id, origin = %release.meta.origin, "Imported a release from the shared history.");
             return Ok(true);
         };
         // Between two kept releases: the next one changed from this one, not from the one before.
@@ -78,29 +83,29 @@ impl ReleaseLog {
         let next = Arc::new(next);
         let evicted = {
             let mut state = self.lock();
-            let position = state.releases.partition_point(|r| r.id < shared.id);
-            if state.releases.get(position).map(|r| r.id) != Some(next_id) {
+            let position = state.releases.partition_point(|r| r.meta.id < shared.id);
+            if state.releases.get(position).map(|r| r.meta.id) != Some(next_id) {
                 return Ok(false); // the log changed meanwhile; the next sync tries again
             }
             state.releases.insert(position, Arc::new(ReleaseSummary::of(&release)));
             state.releases[position + 1] = Arc::new(ReleaseSummary::of(&next));
             for change in &before {
                 let still = next.changes.iter().any(|c| c.service == change.service);
-                if !still && state.last_changes.get(&change.service).is_some_and(|(id, _)| *id == next.id) {
+                if !still && state.last_changes.get(&change.service).is_some_and(|(id, _)| *id == next.meta.id) {
                     state.last_changes.remove(&change.service);
                 }
             }
             for change in &release.changes {
-                let newer = state.last_changes.get(&change.service).is_some_and(|(id, _)| *id > release.id);
+                let newer = state.last_changes.get(&change.service).is_some_and(|(id, _)| *id > release.meta.id);
                 if !newer {
-                    state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+                    state.last_changes.insert(change.service.clone(), (release.meta.id, release.meta.at_ms));
                 }
             }
-            if let Some(kept) = state.documents.get_mut(&next.id) {
+            if let Some(kept) = state.documents.get_mut(&next.meta.id) {
                 kept.release = Arc::new(next.without_digests());
             }
-            state.documents.insert(release.id, Kept::new(&release, chunked));
-            state.next_id = state.next_id.max(release.id.saturating_add(1));
+            state.documents.insert(release.meta.id, Kept::new(&release, chunked));
+            state.next_id = state.next_id.max(release.meta.id.saturating_add(1));
             self.evict(&mut state)
         };
         let summary = Arc::new(ReleaseSummary::of(&release));
@@ -108,10 +113,10 @@ impl ReleaseLog {
         if let (Some(dir), Some(persister)) = (&self.dir, &self.persister) {
             let file = ReleaseFile { format: 1, release: (*next).clone(), document: next_document };
             if let Ok(bytes) = serde_json::to_vec_pretty(&file) {
-                persister.write(release_path(dir, next.id), bytes, None);
+                persister.write(release_path(dir, next.meta.id), bytes, None);
             }
         }
-        tracing::info!(release = release.id, origin = %release.origin, "Inserted a release this replica missed, from the shared history.");
+        tracing::info!(release = release.meta.id, origin = %release.meta.origin, "Inserted a release this replica missed, from the shared history.");
         Ok(true)
     }
 
@@ -119,28 +124,24 @@ impl ReleaseLog {
     /// from where), so every replica shows the same. False when it is not kept or already says so.
     /// Rewrites its file: call it off the async threads.
     pub fn amend(&self, id: u64, shared: &SharedRelease) -> bool {
-        let apply = |release: &mut Release| {
-            release.at_ms = shared.at_ms;
-            release.author.clone_from(&shared.author);
-            release.message.clone_from(&shared.message);
-            release.origin.clone_from(&shared.origin);
-            release.rollback_of = shared.rollback_of;
+        let apply = |meta: &mut ReleaseMeta| {
+            meta.at_ms = shared.at_ms;
+            meta.author.clone_from(&shared.author);
+            meta.message.clone_from(&shared.message);
+            meta.origin.clone_from(&shared.origin);
+            meta.rollback_of = shared.rollback_of;
         };
         let kept = {
             let mut state = self.lock();
-            let Ok(index) = state.releases.binary_search_by_key(&id, |r| r.id) else { return false };
+            let Ok(index) = state.releases.binary_search_by_key(&id, |r| r.meta.id) else { return false };
             let old = &state.releases[index];
-            if (old.at_ms, &old.author, &old.message, &old.origin, old.rollback_of)
+            if (old.meta.at_ms, &old.meta.author, &old.meta.message, &old.meta.origin, old.meta.rollback_of)
                 == (shared.at_ms, &shared.author, &shared.message, &shared.origin, shared.rollback_of)
             {
                 return false;
             }
             let mut summary = (**old).clone();
-            summary.at_ms = shared.at_ms;
-            summary.author.clone_from(&shared.author);
-            summary.message.clone_from(&shared.message);
-            summary.origin.clone_from(&shared.origin);
-            summary.rollback_of = shared.rollback_of;
+            apply(&mut summary.meta);
             state.releases[index] = Arc::new(summary);
             for (changed_in, at_ms) in state.last_changes.values_mut() {
                 if *changed_in == id {
@@ -149,7 +150,7 @@ impl ReleaseLog {
             }
             state.documents.get_mut(&id).map(|kept| {
                 let mut release = (*kept.release).clone();
-                apply(&mut release);
+                apply(&mut release.meta);
                 kept.release = Arc::new(release);
                 (Arc::clone(&kept.release), kept.document.clone())
             })
@@ -163,7 +164,7 @@ impl ReleaseLog {
                     .ok()
                     .map(|(release, document, _)| ReleaseFile { format: 1, release, document }),
                 None => read_release_file(&release_path(dir, id)).ok().map(|mut file| {
-                    apply(&mut file.release);
+                    apply(&mut file.release.meta);
                     file
                 }),
             };

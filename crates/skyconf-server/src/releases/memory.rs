@@ -84,31 +84,33 @@ impl ReleaseLog {
             let mut state = self.lock();
             // A store revision is unique by itself: it need only follow the kept releases (the
             // reservation ahead guards local ids, which a restart could otherwise reissue).
-            let newest = state.releases.back().map_or(0, |r| r.id);
+            let newest = state.releases.back().map_or(0, |r| r.meta.id);
             let id = match store_revision {
                 Some(revision) if revision > newest && revision <= MAX_ID => revision,
                 _ => state.next_id,
             };
             let release = Arc::new(Release {
-                id,
-                at_ms: now_ms(),
-                author: attribution.author,
-                message: attribution.message,
-                origin: attribution.origin,
-                rollback_of: attribution.rollback_of,
-                version,
-                document_sha256: hash,
-                store_revision,
+                meta: ReleaseMeta {
+                    id,
+                    at_ms: now_ms(),
+                    author: attribution.author,
+                    message: attribution.message,
+                    origin: attribution.origin,
+                    rollback_of: attribution.rollback_of,
+                    version,
+                    document_sha256: hash,
+                    store_revision,
+                },
                 digests: digests(table),
                 changes: diff(previous, table),
                 opamp_changes: opamp_diff(previous, table),
             });
-            Self::serve_as(&mut state, version, release.id, self.retention);
+            Self::serve_as(&mut state, version, release.meta.id, self.retention);
             let appended = self.append(&mut state, &release, chunked);
             (release, appended)
         };
         let summary = self.save(&release, text, appended);
-        tracing::info!(release = release.id, version, origin = %release.origin, changed = release.changes.len(), "Recorded a release.");
+        tracing::info!(release = release.meta.id, version, origin = %release.meta.origin, changed = release.changes.len(), "Recorded a release.");
         summary
     }
 
@@ -120,14 +122,14 @@ impl ReleaseLog {
         document: Option<ChunkedText>,
     ) -> Appended {
         // Never wraps: ids above MAX_ID are refused at start-up, so this cannot saturate.
-        state.next_id = state.next_id.max(release.id.saturating_add(1));
+        state.next_id = state.next_id.max(release.meta.id.saturating_add(1));
         let summary = Arc::new(ReleaseSummary::of(release));
         state.releases.push_back(Arc::clone(&summary));
         for change in &release.changes {
-            state.last_changes.insert(change.service.clone(), (release.id, release.at_ms));
+            state.last_changes.insert(change.service.clone(), (release.meta.id, release.meta.at_ms));
         }
         // Until its file is on disk (for good without a data directory).
-        state.documents.insert(release.id, Kept::new(release, document));
+        state.documents.insert(release.meta.id, Kept::new(release, document));
         let reserve = self.reserve_more(state);
         Appended { summary, evicted: self.evict(state), reserve }
     }
@@ -144,11 +146,11 @@ impl ReleaseLog {
     ) {
         let latest = self.latest();
         let hash = text.map(document_hash);
-        if let Some(latest) = latest.as_ref().filter(|l| l.document_sha256 == hash) {
-            Self::serve_as(&mut self.lock(), version, latest.id, self.retention);
+        if let Some(latest) = latest.as_ref().filter(|l| l.meta.document_sha256 == hash) {
+            Self::serve_as(&mut self.lock(), version, latest.meta.id, self.retention);
             return;
         }
-        let previous = latest.and_then(|l| self.table_of(l.id)).unwrap_or_default();
+        let previous = latest.and_then(|l| self.table_of(l.meta.id)).unwrap_or_default();
         self.record(&previous, table, text, version, store_revision, origin);
     }
 
@@ -170,12 +172,12 @@ impl ReleaseLog {
         let mut evicted = Vec::new();
         while state.releases.len() > self.retention {
             if let Some(old) = state.releases.pop_front() {
-                state.documents.remove(&old.id);
-                state.unsaved.remove(&old.id);
-                evicted.push(old.id);
+                state.documents.remove(&old.meta.id);
+                state.unsaved.remove(&old.meta.id);
+                evicted.push(old.meta.id);
             }
         }
-        if let Some(oldest) = state.releases.front().map(|r| r.id)
+        if let Some(oldest) = state.releases.front().map(|r| r.meta.id)
             && !evicted.is_empty()
         {
             state.last_changes.retain(|_, (id, _)| *id >= oldest);
@@ -200,7 +202,7 @@ impl ReleaseLog {
     /// `None`), and how many are kept in all.
     pub fn page(&self, before: Option<u64>, limit: usize) -> (Vec<Arc<ReleaseSummary>>, usize) {
         let state = self.lock();
-        let end = before.map_or(state.releases.len(), |b| state.releases.partition_point(|r| r.id < b));
+        let end = before.map_or(state.releases.len(), |b| state.releases.partition_point(|r| r.meta.id < b));
         let page = state.releases.range(..end).rev().take(limit).cloned().collect();
         (page, state.releases.len())
     }
@@ -208,7 +210,7 @@ impl ReleaseLog {
     /// One release's summary.
     pub fn get(&self, id: u64) -> Option<Arc<ReleaseSummary>> {
         let state = self.lock();
-        let index = state.releases.binary_search_by_key(&id, |r| r.id).ok()?;
+        let index = state.releases.binary_search_by_key(&id, |r| r.meta.id).ok()?;
         state.releases.get(index).cloned()
     }
 
@@ -220,13 +222,13 @@ impl ReleaseLog {
     /// The release before `id`, if it is still kept.
     pub fn previous(&self, id: u64) -> Option<Arc<ReleaseSummary>> {
         let state = self.lock();
-        let index = state.releases.partition_point(|r| r.id < id);
+        let index = state.releases.partition_point(|r| r.meta.id < id);
         index.checked_sub(1).and_then(|i| state.releases.get(i).cloned())
     }
 
     /// The newest release after `after` whose document has `hash` (`None`: a delete).
     pub fn find_after(&self, after: u64, hash: Option<&str>) -> Option<Arc<ReleaseSummary>> {
-        self.lock().releases.iter().rev().take_while(|r| r.id > after).find(|r| r.hash() == hash).cloned()
+        self.lock().releases.iter().rev().take_while(|r| r.meta.id > after).find(|r| r.hash() == hash).cloned()
     }
 
     /// The newest kept release that changed `service`'s digest: its id and time.
@@ -268,7 +270,7 @@ impl ReleaseLog {
     /// Where release `id` is kept; the lock is held only to find out.
     pub(super) fn kept(&self, id: u64) -> Stored {
         let state = self.lock();
-        if state.releases.binary_search_by_key(&id, |r| r.id).is_err() {
+        if state.releases.binary_search_by_key(&id, |r| r.meta.id).is_err() {
             return Stored::Gone;
         }
         if let Some(kept) = state.documents.get(&id) {
@@ -297,7 +299,7 @@ impl ReleaseLog {
         }
         let like = {
             let state = self.lock();
-            state.releases.back().and_then(|r| state.documents.get(&r.id)).and_then(|k| k.document.clone())
+            state.releases.back().and_then(|r| state.documents.get(&r.meta.id)).and_then(|k| k.document.clone())
         };
         Some(ChunkedText::new(text, like.as_ref()))
     }

@@ -136,12 +136,14 @@ pub(crate) fn written_through_admin(origin: &str) -> bool {
     origin == ORIGIN_API || origin.starts_with(ORIGIN_ROLLOUT)
 }
 
-/// One accepted document.
+/// What identifies a release and says where it came from: the part of it the log keeps in
+/// memory whole, in [`Release`] and in [`ReleaseSummary`] alike.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct Release {
+pub struct ReleaseMeta {
     /// Increases with every release, across restarts. With a store that orders its changes
-    /// (etcd, ZooKeeper) it is the store's revision of the document ([`Release::store_revision`]),
-    /// so every replica on the same store names a release alike; otherwise it increases by one.
+    /// (etcd, ZooKeeper) it is the store's revision of the document
+    /// ([`ReleaseMeta::store_revision`]), so every replica on the same store names a release
+    /// alike; otherwise it increases by one.
     pub id: u64,
     /// When it was accepted (Unix milliseconds).
     pub at_ms: u64,
@@ -161,6 +163,14 @@ pub struct Release {
     /// the store has revisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_revision: Option<u64>,
+}
+
+/// One accepted document.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Release {
+    /// Its id, time, attribution and hash.
+    #[serde(flatten)]
+    pub meta: ReleaseMeta,
     /// Every service's digest in this release.
     pub digests: BTreeMap<String, String>,
     /// What changed against the previous release.
@@ -179,25 +189,9 @@ pub(crate) const MAX_SUMMARY_CHANGES: usize = 20;
 /// file ([`ReleaseLog::full`]), so memory does not grow with the size of the documents.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct ReleaseSummary {
-    /// See [`Release::id`].
-    pub id: u64,
-    /// See [`Release::at_ms`].
-    pub at_ms: u64,
-    /// See [`Release::author`].
-    pub author: Option<String>,
-    /// See [`Release::message`].
-    pub message: Option<String>,
-    /// See [`Release::origin`].
-    pub origin: String,
-    /// See [`Release::rollback_of`].
-    pub rollback_of: Option<u64>,
-    /// See [`Release::version`].
-    pub version: u64,
-    /// See [`Release::document_sha256`].
-    pub document_sha256: Option<String>,
-    /// See [`Release::store_revision`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub store_revision: Option<u64>,
+    /// The release's id, time, attribution and hash.
+    #[serde(flatten)]
+    pub meta: ReleaseMeta,
     /// How many services the document configures.
     pub services: usize,
     /// How many services' digests changed.
@@ -222,15 +216,7 @@ pub struct ChangeSummary {
 impl ReleaseSummary {
     fn of(release: &Release) -> Self {
         Self {
-            id: release.id,
-            at_ms: release.at_ms,
-            author: release.author.clone(),
-            message: release.message.clone(),
-            origin: release.origin.clone(),
-            rollback_of: release.rollback_of,
-            version: release.version,
-            document_sha256: release.document_sha256.clone(),
-            store_revision: release.store_revision,
+            meta: release.meta.clone(),
             services: release.digests.len(),
             changed: release.changes.len(),
             changes: release
@@ -252,7 +238,7 @@ impl ReleaseSummary {
     }
 
     fn hash(&self) -> Option<&str> {
-        self.document_sha256.as_deref()
+        self.meta.document_sha256.as_deref()
     }
 }
 
@@ -260,15 +246,7 @@ impl Release {
     /// A copy without the digests (never copying them).
     fn without_digests(&self) -> Self {
         Self {
-            id: self.id,
-            at_ms: self.at_ms,
-            author: self.author.clone(),
-            message: self.message.clone(),
-            origin: self.origin.clone(),
-            rollback_of: self.rollback_of,
-            version: self.version,
-            document_sha256: self.document_sha256.clone(),
-            store_revision: self.store_revision,
+            meta: self.meta.clone(),
             digests: BTreeMap::new(),
             changes: self.changes.clone(),
             opamp_changes: self.opamp_changes.clone(),

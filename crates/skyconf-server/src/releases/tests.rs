@@ -19,26 +19,26 @@ fn releases_survive_a_restart_and_old_ones_are_dropped() {
     let ann = Attribution { author: Some("ann".into()), origin: "api".into(), ..Default::default() };
     log.record(&table(V1), &table(V2), Some(V2), 2, None, ann);
     log.record(&table(V2), &AgentConfigurations::default(), None, 3, None, "file x");
-    assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [3, 2]);
+    assert_eq!(log.list().iter().map(|r| r.meta.id).collect::<Vec<_>>(), [3, 2]);
     log.flush();
 
     let reopened = ReleaseLog::open(dir.path(), 2).unwrap();
     let two = reopened.get(2).unwrap();
-    assert_eq!((two.author.as_deref(), two.origin.as_str()), (Some("ann"), "api"));
+    assert_eq!((two.meta.author.as_deref(), two.meta.origin.as_str()), (Some("ann"), "api"));
     assert_eq!(reopened.document(2).unwrap(), Some(Some(V2.to_owned())));
     assert_eq!(reopened.document(3).unwrap(), Some(None), "a delete has no text");
     assert_eq!(reopened.document(1).unwrap(), None, "past retention");
     assert_eq!(std::fs::read_dir(dir.path().join("releases")).unwrap().count(), 2);
-    assert_eq!(reopened.previous(3).unwrap().id, 2);
+    assert_eq!(reopened.previous(3).unwrap().meta.id, 2);
     assert_eq!(reopened.last_change("c").unwrap().0, 3);
-    assert_eq!(reopened.find_after(1, Some(&document_hash(V2))).unwrap().id, 2);
+    assert_eq!(reopened.find_after(1, Some(&document_hash(V2))).unwrap().meta.id, 2);
     assert!(reopened.find_after(2, Some(&document_hash(V2))).is_none());
 
     reopened.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
-    let id = reopened.latest().unwrap().id;
+    let id = reopened.latest().unwrap().meta.id;
     assert!(id > 3, "ids keep increasing across restarts (with gaps up to RESERVE), got {id}");
     reopened.record_start(&table(V1), Some(V1), 1, None, "file x");
-    assert_eq!(reopened.latest().unwrap().id, id, "an unchanged start records nothing");
+    assert_eq!(reopened.latest().unwrap().meta.id, id, "an unchanged start records nothing");
 }
 
 #[test]
@@ -50,7 +50,7 @@ fn an_unreadable_file_is_quarantined_and_its_id_never_reissued() {
     assert!(log.list().is_empty());
     assert!(dir.path().join("releases/00000000000000000009.json.corrupt").exists(), "moved aside");
     let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
-    assert!(release.id > 9, "above the corrupt file's id, got {}", release.id);
+    assert!(release.meta.id > 9, "above the corrupt file's id, got {}", release.meta.id);
 }
 
 /// F11: a release whose id was corrupted to u64::MAX made the next id wrap to 0, then 1, and
@@ -72,11 +72,11 @@ fn a_corrupt_id_is_quarantined_and_ids_never_wrap() {
     let one = std::fs::read_to_string(dir.path().join("releases/00000000000000000001.json")).unwrap();
 
     let log = ReleaseLog::open(dir.path(), 10).unwrap();
-    assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [2, 1]);
+    assert_eq!(log.list().iter().map(|r| r.meta.id).collect::<Vec<_>>(), [2, 1]);
     assert!(dir.path().join("releases/00000000000000000003.json.corrupt").exists());
     assert!(dir.path().join("releases/99999999999999999999.json.corrupt").exists());
     let next = log.record(&AgentConfigurations::default(), &table(V2), Some(V2), 1, None, "file x");
-    assert!(next.id > 3, "above every id in a file name, the corrupt one's included: {}", next.id);
+    assert!(next.meta.id > 3, "above every id in a file name, the corrupt one's included: {}", next.meta.id);
     log.flush();
     assert_eq!(std::fs::read_to_string(dir.path().join("releases/00000000000000000001.json")).unwrap(), one);
     let current = log.served_as(1).unwrap();
@@ -98,10 +98,10 @@ async fn a_release_that_cannot_be_written_is_reported_and_its_id_never_reissued(
         let text = format!("configurations:\n  a: {{k: {version}}}\n");
         let release = log.record(&AgentConfigurations::default(), &table(&text), Some(&text), version, None, "file x");
         assert!(
-            matches!(log.durable(release.id, deadline).await, Durability::Failed(why) if why.contains("file could not be written"))
+            matches!(log.durable(release.meta.id, deadline).await, Durability::Failed(why) if why.contains("file could not be written"))
         );
-        assert_eq!(log.document(release.id).unwrap(), Some(Some(text)), "kept in memory");
-        ids.push(release.id);
+        assert_eq!(log.document(release.meta.id).unwrap(), Some(Some(text)), "kept in memory");
+        ids.push(release.meta.id);
     }
     assert_eq!(log.unsaved(), 3);
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
@@ -111,8 +111,8 @@ async fn a_release_that_cannot_be_written_is_reported_and_its_id_never_reissued(
     std::fs::remove_file(dir.path().join("releases")).unwrap();
     let log = ReleaseLog::open(dir.path(), 10).unwrap();
     let release = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
-    assert!(release.id > ids[2], "{} reissued after {ids:?}", release.id);
-    assert_eq!(log.durable(release.id, deadline).await, Durability::Durable);
+    assert!(release.meta.id > ids[2], "{} reissued after {ids:?}", release.meta.id);
+    assert_eq!(log.durable(release.meta.id, deadline).await, Durability::Durable);
     assert_eq!(log.unsaved(), 0);
 }
 
@@ -126,19 +126,22 @@ fn with_a_last_good_copy_a_release_is_durable_once_a_copy_holds_it() {
     log.keep_last_good();
     let one = log.record(&AgentConfigurations::default(), &table(V1), Some(V1), 1, None, "file x");
     log.flush();
-    assert_eq!(log.durability(one.id), Durability::Pending, "its file is on disk, no copy yet");
-    log.last_good_written(one.id, Ok(()));
-    assert_eq!(log.durability(one.id), Durability::Durable);
+    assert_eq!(log.durability(one.meta.id), Durability::Pending, "its file is on disk, no copy yet");
+    log.last_good_written(one.meta.id, Ok(()));
+    assert_eq!(log.durability(one.meta.id), Durability::Durable);
     let two = log.record(&table(V1), &table(V2), Some(V2), 2, None, "file x");
     log.flush();
-    log.last_good_written(two.id, Err("cannot write last-good.json: disk full".into()));
-    assert_eq!(log.durability(two.id), Durability::Failed("cannot write last-good.json: disk full".into()));
-    assert_eq!(log.durability(one.id), Durability::Durable);
+    log.last_good_written(two.meta.id, Err("cannot write last-good.json: disk full".into()));
+    assert_eq!(log.durability(two.meta.id), Durability::Failed("cannot write last-good.json: disk full".into()));
+    assert_eq!(log.durability(one.meta.id), Durability::Durable);
     let three = log.record(&table(V2), &table(V1), Some(V1), 3, None, "file x");
     log.flush();
-    assert_eq!(log.durability(three.id), Durability::Pending, "an older failure is not this release's");
-    log.last_good_written(three.id, Ok(()));
-    assert_eq!((log.durability(two.id), log.durability(three.id)), (Durability::Durable, Durability::Durable));
+    assert_eq!(log.durability(three.meta.id), Durability::Pending, "an older failure is not this release's");
+    log.last_good_written(three.meta.id, Ok(()));
+    assert_eq!(
+        (log.durability(two.meta.id), log.durability(three.meta.id)),
+        (Durability::Durable, Durability::Durable)
+    );
 }
 
 /// F7: with a data directory, memory keeps summaries only; the full release (digests and
@@ -153,9 +156,9 @@ fn with_a_data_dir_memory_keeps_summaries_and_details_come_from_the_file() {
     assert_eq!((release.services, release.changed, release.changes.len()), (200, 200, MAX_SUMMARY_CHANGES));
     log.flush();
     assert!(log.lock().documents.is_empty(), "nothing but the summary stays in memory");
-    let (full, document) = log.full(release.id).unwrap().unwrap();
+    let (full, document) = log.full(release.meta.id).unwrap().unwrap();
     assert_eq!((full.digests.len(), full.changes.len(), document.as_deref()), (200, 200, Some(big.as_str())));
-    assert_eq!(log.last_change("s7"), Some((release.id, release.at_ms)));
+    assert_eq!(log.last_change("s7"), Some((release.meta.id, release.meta.at_ms)));
     let (page, total) = log.page(None, 5);
     assert_eq!((page.len(), total), (1, 1));
 }
@@ -184,7 +187,7 @@ fn in_memory_releases_share_their_texts_and_give_back_the_same_digests() {
         let text = document(edit * 37);
         let next = table(&text);
         let summary = log.record(&previous, &next, Some(&text), edit as u64 + 1, None, "mem");
-        recorded.push((summary.id, text, digests(&next)));
+        recorded.push((summary.meta.id, text, digests(&next)));
         previous = next;
     }
     for (id, text, digests) in &recorded {
@@ -229,16 +232,16 @@ fn a_shared_release_missed_here_is_imported_in_its_place_on_disk_too() {
     assert!(log.import(&shared(20, v3)).unwrap(), "between two kept releases");
     assert!(!log.import(&shared(20, v3)).unwrap(), "once");
     assert!(!log.import(&shared(5, v3)).unwrap(), "older than every kept release: retention dropped it");
-    assert_eq!(log.list().iter().map(|r| r.id).collect::<Vec<_>>(), [30, 20, 10]);
+    assert_eq!(log.list().iter().map(|r| r.meta.id).collect::<Vec<_>>(), [30, 20, 10]);
     let missed = log.get(20).unwrap();
-    assert_eq!((missed.author.as_deref(), missed.at_ms, missed.changed), (Some("alice"), 7, 2), "a and b");
+    assert_eq!((missed.meta.author.as_deref(), missed.meta.at_ms, missed.changed), (Some("alice"), 7, 2), "a and b");
     assert_eq!(log.get(30).unwrap().changed, 1, "from V3 to V2 only c is new (a's digest is V3's)");
     assert_eq!(log.last_change("b"), Some((20, 7)), "b last changed (went away) in the missed release");
     log.flush();
     let reopened = ReleaseLog::open(dir.path(), 50).unwrap();
-    assert_eq!(reopened.list().iter().map(|r| r.id).collect::<Vec<_>>(), [30, 20, 10]);
+    assert_eq!(reopened.list().iter().map(|r| r.meta.id).collect::<Vec<_>>(), [30, 20, 10]);
     assert_eq!(reopened.get(30).unwrap().changed, 1, "the next release's file was rewritten");
     assert!(log.amend(30, &shared(30, V2)));
     log.flush();
-    assert_eq!(ReleaseLog::open(dir.path(), 50).unwrap().get(30).unwrap().author.as_deref(), Some("alice"));
+    assert_eq!(ReleaseLog::open(dir.path(), 50).unwrap().get(30).unwrap().meta.author.as_deref(), Some("alice"));
 }

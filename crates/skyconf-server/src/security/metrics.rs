@@ -6,12 +6,12 @@ use std::sync::{Arc, OnceLock};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use super::drain::Drain;
+use crate::metrics::encode_gauge;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimitLabels {
@@ -118,24 +118,20 @@ impl Collector for EdgeGauges {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         if let Some(drain) = self.connections.get() {
             let open = drain.open_sockets() as u64;
-            encoder
-                .encode_descriptor(
-                    "skyconf_grpc_connections",
-                    "Connections to the gRPC port open now (closing ones included)",
-                    None,
-                    MetricType::Gauge,
-                )?
-                .encode_gauge(&open)?;
+            encode_gauge(
+                &mut encoder,
+                "skyconf_grpc_connections",
+                "Connections to the gRPC port open now (closing ones included)",
+                &open,
+            )?;
         }
         if let Some(pending) = self.pending.get() {
-            encoder
-                .encode_descriptor(
-                    "skyconf_grpc_pending_streams",
-                    "gRPC calls whose request message has not arrived yet",
-                    None,
-                    MetricType::Gauge,
-                )?
-                .encode_gauge(&(pending.load(Ordering::Relaxed) as u64))?;
+            encode_gauge(
+                &mut encoder,
+                "skyconf_grpc_pending_streams",
+                "gRPC calls whose request message has not arrived yet",
+                &(pending.load(Ordering::Relaxed) as u64),
+            )?;
         }
         Ok(())
     }

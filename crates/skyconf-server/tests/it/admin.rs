@@ -473,8 +473,8 @@ async fn a_document_write_is_served_and_recorded_with_author_and_message() {
     assert_eq!(body["release"]["id"], 2);
     assert_eq!(s.served.snapshot().table.get("order").unwrap().get("agent.sample_n_per_3_secs"), Some("20"));
     let release = s.releases.get(2).unwrap();
-    assert_eq!((release.author.as_deref(), release.message.as_deref()), (Some("ann"), Some("sample more")));
-    assert_eq!(release.origin, "api");
+    assert_eq!((release.meta.author.as_deref(), release.meta.message.as_deref()), (Some("ann"), Some("sample more")));
+    assert_eq!(release.meta.origin, "api");
 
     let (status, body) = call(&s.router, get("/api/v1/releases/2")).await;
     assert_eq!(status, 200);
@@ -770,11 +770,11 @@ async fn per_service_writes_keep_other_services_digests() {
         added.entries(),
         [("agent.sample_n_per_3_secs".into(), "5".into()), ("agent.ignore_suffix".into(), ".a, \"b\"\n".into())]
     );
-    assert_eq!(s.releases.latest().unwrap().author.as_deref(), Some("carl"));
+    assert_eq!(s.releases.latest().unwrap().meta.author.as_deref(), Some("carl"));
 
     s.ok_json("DELETE", "/api/v1/services/pay", json!({"message": "pay is retired"})).await;
     assert!(s.served.snapshot().table.get("pay").is_none());
-    assert_eq!(s.releases.latest().unwrap().message.as_deref(), Some("pay is retired"));
+    assert_eq!(s.releases.latest().unwrap().meta.message.as_deref(), Some("pay is retired"));
     let (status, _) = call(&s.router, Request::delete("/api/v1/services/pay").body(Body::empty()).unwrap()).await;
     assert_eq!(status, 404);
 }
@@ -919,8 +919,8 @@ async fn a_rollback_restores_the_exact_document_and_digests() {
     assert_eq!(body["release"]["rollback_of"], 1);
     assert_eq!(s.digests(), before);
     let latest = s.releases.latest().unwrap();
-    assert_eq!((latest.id, latest.author.as_deref(), latest.rollback_of), (3, Some("dana"), Some(1)));
-    assert_eq!(latest.message.as_deref(), Some("Roll back to release 1"));
+    assert_eq!((latest.meta.id, latest.meta.author.as_deref(), latest.meta.rollback_of), (3, Some("dana"), Some(1)));
+    assert_eq!(latest.meta.message.as_deref(), Some("Roll back to release 1"));
     assert_eq!(s.releases.document(3).unwrap(), Some(Some(V1.to_owned())), "the exact text, comments too");
 
     assert_eq!(
@@ -958,7 +958,7 @@ async fn the_etag_names_the_content_returned_even_while_a_release_is_being_insta
     let v2 = "configurations:\n  order:\n    k: from-the-store\n";
     let (current, next) = (s.served.snapshot(), skyconf_core::read(v2).unwrap());
     s.releases.record(&current.table, &next, Some(v2), current.version + 1, None, "memory");
-    assert_eq!(s.releases.latest().unwrap().id, 2, "recorded, not yet installed");
+    assert_eq!(s.releases.latest().unwrap().meta.id, 2, "recorded, not yet installed");
 
     let response = s.router.clone().oneshot(get("/api/v1/services/order")).await.unwrap();
     assert_eq!(response.headers()["etag"], "\"1\"", "the served content is release 1's");

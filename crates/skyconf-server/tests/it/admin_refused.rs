@@ -97,7 +97,7 @@ async fn a_per_service_write_replaces_a_document_refused_in_etcd() {
 /// write that replaces the refused document (the store holds the served text again), records no
 /// release, and says which refused document it replaced. The answer.
 async fn write_served_text(running: &Server) -> Value {
-    let newest = running.releases.latest().map(|r| r.id);
+    let newest = running.releases.latest().map(|r| r.meta.id);
     eventually("the document put into the store is refused", || running.served.last_rejection().is_some()).await;
     let yaml = [("Content-Type", "application/yaml")];
     let reply = running.admin().send("PUT", "/api/v1/configurations", &yaml, V1).await;
@@ -108,7 +108,7 @@ async fn write_served_text(running: &Server) -> Value {
     assert!(answer["replaced_refused"]["error"].as_str().is_some_and(|e| e.contains("4:1: ")), "{answer}");
     assert_eq!(answer["release"]["id"].as_u64(), newest, "the served release: {answer}");
     assert!(running.served.last_rejection().is_none(), "the refusal is over");
-    assert_eq!(running.releases.latest().map(|r| r.id), newest, "no release that changes nothing");
+    assert_eq!(running.releases.latest().map(|r| r.meta.id), newest, "no release that changes nothing");
     answer
 }
 

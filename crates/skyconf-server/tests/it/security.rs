@@ -770,7 +770,7 @@ mod browser {
         let (_dir, server) = start(AllowedHosts::default()).await;
         let addr = server.admin_addr;
         let host = format!("Host: {addr}");
-        let before = server.releases.latest().map(|r| r.id);
+        let before = server.releases.latest().map(|r| r.meta.id);
         // The review's form: text/plain from another origin, as Chromium sends it.
         let form = r#"{"author":"csrf","message":"x=""}"#;
         let cases = [
@@ -787,7 +787,7 @@ mod browser {
             let (status, _) = request(addr, "POST", "/api/v1/releases/1/rollback", headers, form).await;
             assert_eq!(status, 403, "{headers:?}");
         }
-        assert_eq!(server.releases.latest().map(|r| r.id), before, "nothing was written");
+        assert_eq!(server.releases.latest().map(|r| r.meta.id), before, "nothing was written");
 
         // The page's own writes (same origin, JSON) and the CLI's curl (a custom header) pass.
         let own = [host.clone(), "Content-Type: application/json".into(), format!("Origin: http://{addr}")];

@@ -115,12 +115,12 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
     let running = Server::start(FileSource::new(&path), config).await;
     let cds = running.cds().await;
     let before = cds.fetch(SERVICE, "").await.expect("a first fetch gets the command");
-    let first_release = running.releases.latest().unwrap().id;
+    let first_release = running.releases.latest().unwrap().meta.id;
 
     // A hand edit of the file: the page must show it, then roll it back.
     std::fs::write(&path, V2).unwrap();
     let give_up = Instant::now() + Duration::from_secs(10);
-    while running.releases.latest().unwrap().id == first_release {
+    while running.releases.latest().unwrap().meta.id == first_release {
         assert!(Instant::now() < give_up, "the edit was never recorded");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -147,7 +147,7 @@ async fn roll_back_in_a_browser(tokens: Option<(&str, &str)>) {
     assert_eq!(after.config, before.config, "and exactly the values");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), V1, "the file itself is back, written by atomic rename");
     let latest = running.releases.latest().unwrap();
-    assert_eq!(latest.rollback_of, Some(first_release));
+    assert_eq!(latest.meta.rollback_of, Some(first_release));
     running.stop().await.unwrap();
 }
 
@@ -180,11 +180,13 @@ fn strings(args: &[&str]) -> Vec<String> {
 
 /// Writes `text` to `path` and waits for the release it becomes; its id.
 async fn edit(running: &Server, path: &Path, text: &str) -> u64 {
-    let before = running.releases.latest().map(|r| r.id);
+    let before = running.releases.latest().map(|r| r.meta.id);
     std::fs::write(path, text).unwrap();
-    skyconf_testkit::server::eventually("the edit is recorded", || running.releases.latest().map(|r| r.id) != before)
-        .await;
-    running.releases.latest().unwrap().id
+    skyconf_testkit::server::eventually("the edit is recorded", || {
+        running.releases.latest().map(|r| r.meta.id) != before
+    })
+    .await;
+    running.releases.latest().unwrap().meta.id
 }
 
 /// Finding 4 of the usability review: typing in the service editor, then clicking elsewhere or
@@ -272,7 +274,7 @@ async fn the_page_opens_on_an_overview_with_the_gateway_oaps_and_fits_800_px() {
         status["gateway"]["upstreams"][0]["up"] == true && services["services"][0]["applied"] == 2
     })
     .await;
-    let release = running.releases.latest().unwrap().id.to_string();
+    let release = running.releases.latest().unwrap().meta.id.to_string();
     let args = ["--scenario", "overview", "--agents", "2", "--down-upstream", &down, "--rollback-to", &release];
     let out = page_test(&running, strings(&args)).await;
     assert!(out.contains("OAP 1/2 up"), "{out}");
@@ -301,7 +303,7 @@ async fn the_page_pages_sorts_filters_links_and_compares_releases() {
     let running =
         Server::start(FileSource::new(&path), ServeConfig { data_dir: Some(dir.path().join("data")), ..loopback() })
             .await;
-    let first = running.releases.latest().unwrap().id;
+    let first = running.releases.latest().unwrap().meta.id;
     edit(&running, &path, &document(20, "300")).await;
     edit(&running, &path, &document(20, "500")).await;
     let last = edit(&running, &path, &document(30, "500")).await;

@@ -178,7 +178,7 @@ pub(crate) async fn releases(
         retention: admin.releases.retention() as u64,
         total: total as u64,
         limit: limit as u64,
-        next_before: if more { page.last().map(|r| r.id) } else { None },
+        next_before: if more { page.last().map(|r| r.meta.id) } else { None },
         releases: page.iter().map(|r| ReleaseSummary::clone(r)).collect(),
     }))
 }
@@ -223,8 +223,8 @@ pub(crate) async fn release(
     Ok(Json(ReleaseDetail {
         release,
         document,
-        previous: admin.releases.previous(id).map(|p| p.id),
-        current: admin.releases.latest().is_some_and(|l| l.id == id),
+        previous: admin.releases.previous(id).map(|p| p.meta.id),
+        current: admin.releases.latest().is_some_and(|l| l.meta.id == id),
     }))
 }
 
@@ -317,7 +317,8 @@ pub(crate) async fn history(
             if !named && release.changed <= MAX_SUMMARY_CHANGES {
                 continue;
             }
-            let Some(changes) = releases.changes(release.id).map_err(|e| AppError::Unavailable(e.to_string()))? else {
+            let Some(changes) = releases.changes(release.meta.id).map_err(|e| AppError::Unavailable(e.to_string()))?
+            else {
                 continue;
             };
             if let Some(change) = changes.into_iter().find(|c| c.service == service) {
@@ -333,7 +334,7 @@ pub(crate) async fn history(
     .map_err(|e| AppError::Internal(format!("reading the history of `{name}`: {e}")))??;
     let more = entries.len() > limit;
     entries.truncate(limit);
-    let next_before = if more { entries.last().map(|(r, _)| r.id) } else { None };
+    let next_before = if more { entries.last().map(|(r, _)| r.meta.id) } else { None };
     Ok(Json(History {
         name,
         retention: admin.releases.retention() as u64,

@@ -252,7 +252,7 @@ pub(crate) async fn services(State(admin): State<Admin>) -> Json<Services> {
         .collect();
     Json(Services {
         version: snapshot.version,
-        release: admin.releases.latest().map(|r| r.id),
+        release: admin.releases.latest().map(|r| r.meta.id),
         services,
         unconfigured,
         replica: own_id(&admin),

@@ -248,7 +248,7 @@ pub(crate) async fn status(State(admin): State<Admin>) -> Json<Status> {
         services: snapshot.table.len() as u64,
         store: admin.store.status(),
         writable: admin.writer.is_some(),
-        release: admin.releases.latest().map(|r| r.id),
+        release: admin.releases.latest().map(|r| r.meta.id),
         retention: admin.releases.retention() as u64,
         unsaved_releases: admin.releases.unsaved() as u64,
         last_rejection: last_rejection(&admin),
