@@ -42,9 +42,15 @@ fn bad_percent_escape(path: &str) -> Option<&str> {
 
 /// A `{name}` path segment that names a service: one the served document holds, whatever its
 /// length or characters (a document may hold names the rules below refuse, and each must still be
-/// readable, editable and deletable), or a valid new name.
-#[derive(Debug)]
-pub(super) struct ServiceName(pub(super) String);
+/// readable, editable and deletable), or a valid new name. Every route that takes it describes
+/// its `{name}` with this type.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(names("name"), parameter_in = Path)]
+pub(super) struct ServiceName(
+    /// The service (percent-encoded): a configured one, or a new name of at most 512 bytes without control characters.
+    #[param(pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512)]
+    pub(super) String,
+);
 
 impl FromRequestParts<Admin> for ServiceName {
     type Rejection = AppError;
@@ -60,8 +66,13 @@ impl FromRequestParts<Admin> for ServiceName {
 
 /// A `{name}` path segment that a read looks up as it is: agents may poll for names a write
 /// would refuse (control characters, longer than the limit), and each must still be readable.
-#[derive(Debug)]
-pub(super) struct AnyServiceName(pub(super) String);
+/// Every route that takes it describes its `{name}` with this type.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(names("name"), parameter_in = Path)]
+pub(super) struct AnyServiceName(
+    /// The service (percent-encoded).
+    pub(super) String,
+);
 
 impl FromRequestParts<Admin> for AnyServiceName {
     type Rejection = AppError;

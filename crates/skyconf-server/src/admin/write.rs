@@ -431,8 +431,7 @@ struct ServiceBody {
     operation_id = "put_service",
     security(("bearer" = [])),
     params(
-        ("name" = String, Path, description = "The service (percent-encoded): a configured one, or a new name of at most \
-            512 bytes without control characters.", pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512),
+        ServiceName,
         WriteParams,
         WriteHeaders,
     ),
@@ -467,8 +466,7 @@ pub(super) async fn put_service(
     operation_id = "patch_service",
     security(("bearer" = [])),
     params(
-        ("name" = String, Path, description = "The service (percent-encoded): a configured one, or a new name of at most \
-            512 bytes without control characters.", pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512),
+        ServiceName,
         WriteParams,
         WriteHeaders,
     ),
@@ -528,7 +526,7 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     operation_id = "delete_service",
     security(("bearer" = [])),
     params(
-        ("name" = String, Path, description = "The service (percent-encoded)."),
+        AnyServiceName,
         WriteParams,
         WriteHeaders,
     ),

@@ -290,7 +290,7 @@ pub(crate) async fn compare(
     tag = "read",
     operation_id = "history",
     security(("bearer" = [])),
-    params(("name" = String, Path, description = "The service (percent-encoded)."), HistoryParams),
+    params(AnyServiceName, HistoryParams),
     responses(
         (status = 200, description = "The kept releases that changed it, newest first.", body = History),
         (status = 400, description = "A bad percent-escape in the name, or a bad or unknown query parameter.", body = ErrorBody),

@@ -232,7 +232,7 @@ pub(crate) async fn services(State(admin): State<Admin>) -> Json<Services> {
     tag = "read",
     operation_id = "service",
     security(("bearer" = [])),
-    params(("name" = String, Path, description = "The service (percent-encoded).")),
+    params(AnyServiceName),
     responses(
         (status = 200, description = "The service, its configuration and its agents.", body = ServiceDetail,
             headers(("ETag" = String, description = "`\"<release id>\"` of the served release, for `If-Match`."))),
