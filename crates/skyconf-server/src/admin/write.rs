@@ -68,7 +68,9 @@ use skyconf_core::warnings::Warning;
 use utoipa::ToSchema;
 
 use super::AppError;
-use super::extract::{AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body};
+use super::extract::{
+    AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body, optional_json_body,
+};
 use super::openapi::{ErrorBody, WriteHeaders, WriteParams, WriteUnavailable};
 use crate::publish::{
     Basis, HeldDecided, Proposal, PublishError, Published, Publisher, ReplacedRefused, ServiceEdit,
@@ -128,14 +130,6 @@ fn attribution(
 struct NoteBody {
     author: Option<String>,
     message: Option<String>,
-}
-
-fn note(body: &[u8]) -> Result<NoteBody, AppError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(NoteBody::default());
-    }
-    // `null` is no body, as the description has it (the body is optional and nullable).
-    json_body::<Option<NoteBody>>(body).map(Option::unwrap_or_default)
 }
 
 /// Whether the body is JSON: `Content-Type: application/json`, parameters aside, in any case
@@ -545,7 +539,7 @@ pub(super) async fn delete_service(
     AnyServiceName(name): AnyServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let body = note(&body)?;
+    let body: NoteBody = optional_json_body(&body)?;
     let attribution = attribution(&headers, body.author, body.message, None)?;
     Ok(answer(publisher.write_service(&name, ServiceEdit::Remove, attribution, publish_options(options)).await?))
 }
@@ -576,7 +570,7 @@ pub(super) async fn rollback(
     ReleaseId(id): ReleaseId,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let body = note(&body)?;
+    let body: NoteBody = optional_json_body(&body)?;
     let message = body
         .message
         .or_else(|| header_text(&headers, MESSAGE_HEADER).ok().flatten())
