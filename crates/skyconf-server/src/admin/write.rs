@@ -124,11 +124,16 @@ fn attribution(
     Ok(Attribution { author, message, rollback_of, origin: crate::releases::ORIGIN_API.to_owned() })
 }
 
-/// The optional JSON body of a delete or rollback.
-#[derive(Debug, Default, serde::Deserialize)]
+/// The optional body of `DELETE /api/v1/services/{name}` and of a rollback.
+#[derive(Debug, Default, serde::Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = NoteRequest)]
 struct NoteBody {
+    /// Who makes the change.
+    #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$", max_length = 256)]
     author: Option<String>,
+    /// Why.
+    #[schema(pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$", max_length = 4096)]
     message: Option<String>,
 }
 
@@ -302,11 +307,17 @@ fn answer(published: Published) -> Response {
 }
 
 /// The JSON form of `PUT /api/v1/configurations`.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = DocumentRequest)]
 struct DocumentBody {
+    /// The whole document as YAML text.
     document: String,
+    /// Who makes the change (at most 256 bytes, no control characters; wins over `X-Skyconf-Author`).
+    #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$", max_length = 256)]
     author: Option<String>,
+    /// Why (at most 4096 bytes, no control characters but newlines and tabs; wins over `X-Skyconf-Message`).
+    #[schema(pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$", max_length = 4096)]
     message: Option<String>,
 }
 
@@ -381,7 +392,7 @@ pub(crate) enum HeldAnswers {
     request_body(
         description = "The whole document: YAML text (any content type but JSON), or JSON with `document`.",
         content(
-            (super::openapi::DocumentRequest = "application/json"),
+            (DocumentBody = "application/json"),
             (String = "application/yaml"),
         ),
     ),
@@ -524,7 +535,7 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
         WriteParams,
         WriteHeaders,
     ),
-    request_body(content = Option<super::openapi::NoteRequest>, content_type = "application/json",
+    request_body(content = Option<NoteBody>, content_type = "application/json",
         description = "Optional: who and why."),
     responses(
         WriteAnswers,
@@ -556,7 +567,7 @@ pub(super) async fn delete_service(
         WriteParams,
         WriteHeaders,
     ),
-    request_body(content = Option<super::openapi::NoteRequest>, content_type = "application/json",
+    request_body(content = Option<NoteBody>, content_type = "application/json",
         description = "Optional: who and why."),
     responses(
         WriteAnswers,
