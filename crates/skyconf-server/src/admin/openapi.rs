@@ -73,6 +73,9 @@ use crate::store_view::StoreStatus;
         super::opamp::agents,
         super::opamp::effective,
     ),
+    // The schemas the paths do not bring in themselves: those only other schemas name, and the
+    // bodies of `IntoResponses` answer sets (`WriteAnswers`, `HeldAnswers`), which utoipa does
+    // not collect.
     components(schemas(
         ChangeKind,
         KeyChange,
@@ -87,7 +90,10 @@ use crate::store_view::StoreStatus;
         InstanceStatus,
         InstanceService,
         AnonymousPoller,
-        ErrorBody
+        ErrorBody,
+        super::write::WriteAnswer,
+        super::write::HeldAnswer,
+        WriteUnavailable
     )),
     modifiers(&BearerAuth, &YamlDocument),
     tags(
@@ -330,6 +336,34 @@ mod tests {
         // The web page is HTML for people, not part of the API.
         assert!(routed.remove(&("get".to_owned(), "/".to_owned())));
         assert_eq!(routed, described());
+    }
+
+    /// Every `$ref` under `value`.
+    fn refs<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                out.extend(map.get("$ref").and_then(serde_json::Value::as_str));
+                map.values().for_each(|v| refs(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_reference_in_the_description_names_a_schema_it_holds() {
+        let doc: serde_json::Value = serde_json::from_str(json()).unwrap();
+        let mut found = Vec::new();
+        refs(&doc, &mut found);
+        assert!(!found.is_empty());
+        let dangling: std::collections::BTreeSet<&str> = found
+            .into_iter()
+            .filter(|r| {
+                let name = r.strip_prefix("#/components/schemas/").unwrap_or(r);
+                doc["components"]["schemas"].get(name).is_none()
+            })
+            .collect();
+        assert!(dangling.is_empty(), "references without a schema: {dangling:?}");
     }
 
     #[test]
