@@ -42,9 +42,15 @@ fn bad_percent_escape(path: &str) -> Option<&str> {
 
 /// A `{name}` path segment that names a service: one the served document holds, whatever its
 /// length or characters (a document may hold names the rules below refuse, and each must still be
-/// readable, editable and deletable), or a valid new name.
-#[derive(Debug)]
-pub(super) struct ServiceName(pub(super) String);
+/// readable, editable and deletable), or a valid new name. Every route that takes it describes
+/// its `{name}` with this type.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(names("name"), parameter_in = Path)]
+pub(super) struct ServiceName(
+    /// The service (percent-encoded): a configured one, or a new name of at most 512 bytes without control characters.
+    #[param(pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512)]
+    pub(super) String,
+);
 
 impl FromRequestParts<Admin> for ServiceName {
     type Rejection = AppError;
@@ -60,8 +66,13 @@ impl FromRequestParts<Admin> for ServiceName {
 
 /// A `{name}` path segment that a read looks up as it is: agents may poll for names a write
 /// would refuse (control characters, longer than the limit), and each must still be readable.
-#[derive(Debug)]
-pub(super) struct AnyServiceName(pub(super) String);
+/// Every route that takes it describes its `{name}` with this type.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(names("name"), parameter_in = Path)]
+pub(super) struct AnyServiceName(
+    /// The service (percent-encoded).
+    pub(super) String,
+);
 
 impl FromRequestParts<Admin> for AnyServiceName {
     type Rejection = AppError;
@@ -152,12 +163,7 @@ impl FromRequest<Admin> for HeldRequest {
             return Err(AppError::BadRequest("this route takes no query parameters; nothing was changed".into()));
         }
         let body = body_bytes(admin, Bytes::from_request(request, admin).await)?;
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Self { since_ms: None });
-        }
-        // `null` is no body, as the description has it (the body is optional and nullable).
-        let body: Option<HeldBody> = json_body(&body)?;
-        Ok(Self { since_ms: body.and_then(|b| b.since_ms) })
+        Ok(Self { since_ms: optional_json_body::<HeldBody>(&body)?.since_ms })
     }
 }
 
@@ -172,6 +178,15 @@ pub(super) fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T
         return Err(AppError::BadRequest("the body is not the expected JSON: not an object".into()));
     }
     serde_json::from_value(value).map_err(|e| AppError::BadRequest(format!("the body is not the expected JSON: {e}")))
+}
+
+/// An optional JSON request body, read by [`json_body`]: no body (or only white space) and
+/// `null` are both `T::default()`, as the description has it (the body is optional and nullable).
+pub(super) fn optional_json_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, AppError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    json_body::<Option<T>>(body).map(Option::unwrap_or_default)
 }
 
 /// A JSON value as serde_json reads it, but for an object that names a key more than once.

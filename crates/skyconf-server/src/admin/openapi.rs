@@ -3,9 +3,12 @@
 //! It is generated, not written: every handler carries a `#[utoipa::path]` with its method,
 //! path, parameters, bodies and status codes, and answers with types that derive both
 //! `Serialize` and `ToSchema`, next to it (`read/`, `rollouts.rs`, `error.rs`), so what is sent
-//! is what is described. This file holds [`ApiDoc`] (the list of paths), its modifiers, and the
-//! schemas of the write routes (`write.rs`) and of `/readyz`, whose answers are still built as
-//! JSON values there. The contract test (`tests/contract/run.sh`, schemathesis against a real
+//! is what is described; likewise a request body is described by the type that reads it (a whole
+//! document's JSON form, a note, a held decision). This file holds [`ApiDoc`] (the list of paths),
+//! its modifiers, the write parameters and headers, and the schemas that no one type reads or
+//! builds: the per-service write bodies (`write.rs` reads `PUT`'s and `PATCH`'s with one type and
+//! checks each value itself) and `/readyz`, whose answer is still built as a JSON value there.
+//! The contract test (`tests/contract/run.sh`, schemathesis against a real
 //! server) checks every answer against the description, and a unit test checks that the
 //! router's route table and the description name the same routes.
 
@@ -70,6 +73,9 @@ use crate::store_view::StoreStatus;
         super::opamp::agents,
         super::opamp::effective,
     ),
+    // The schemas the paths do not bring in themselves: those only other schemas name, and the
+    // bodies of `IntoResponses` answer sets (`WriteAnswers`, `HeldAnswers`), which utoipa does
+    // not collect.
     components(schemas(
         ChangeKind,
         KeyChange,
@@ -84,7 +90,10 @@ use crate::store_view::StoreStatus;
         InstanceStatus,
         InstanceService,
         AnonymousPoller,
-        ErrorBody
+        ErrorBody,
+        super::write::WriteAnswer,
+        super::write::HeldAnswer,
+        WriteUnavailable
     )),
     modifiers(&BearerAuth, &YamlDocument),
     tags(
@@ -211,20 +220,6 @@ pub(crate) struct Readiness {
     held: Option<Held>,
 }
 
-/// The JSON form of `PUT /api/v1/configurations`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct DocumentRequest {
-    /// The whole document as YAML text.
-    document: String,
-    /// Who makes the change (at most 256 bytes, no control characters; wins over `X-Skyconf-Author`).
-    #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$", max_length = 256)]
-    author: Option<String>,
-    /// Why (at most 4096 bytes, no control characters but newlines and tabs; wins over `X-Skyconf-Message`).
-    #[schema(pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$", max_length = 4096)]
-    message: Option<String>,
-}
-
 /// The body of `PUT /api/v1/services/{name}`.
 #[derive(Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -246,18 +241,6 @@ pub(crate) struct ServicePatch {
     /// The settings to change: a string sets the key (in place), `null` removes it; other keys
     /// and their order stay.
     config: std::collections::BTreeMap<String, Option<String>>,
-    /// Who makes the change.
-    #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$", max_length = 256)]
-    author: Option<String>,
-    /// Why.
-    #[schema(pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$", max_length = 4096)]
-    message: Option<String>,
-}
-
-/// The optional body of `DELETE /api/v1/services/{name}` and of a rollback.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NoteRequest {
     /// Who makes the change.
     #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$", max_length = 256)]
     author: Option<String>,
@@ -353,6 +336,34 @@ mod tests {
         // The web page is HTML for people, not part of the API.
         assert!(routed.remove(&("get".to_owned(), "/".to_owned())));
         assert_eq!(routed, described());
+    }
+
+    /// Every `$ref` under `value`.
+    fn refs<'a>(value: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                out.extend(map.get("$ref").and_then(serde_json::Value::as_str));
+                map.values().for_each(|v| refs(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_reference_in_the_description_names_a_schema_it_holds() {
+        let doc: serde_json::Value = serde_json::from_str(json()).unwrap();
+        let mut found = Vec::new();
+        refs(&doc, &mut found);
+        assert!(!found.is_empty());
+        let dangling: std::collections::BTreeSet<&str> = found
+            .into_iter()
+            .filter(|r| {
+                let name = r.strip_prefix("#/components/schemas/").unwrap_or(r);
+                doc["components"]["schemas"].get(name).is_none()
+            })
+            .collect();
+        assert!(dangling.is_empty(), "references without a schema: {dangling:?}");
     }
 
     #[test]

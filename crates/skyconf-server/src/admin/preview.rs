@@ -150,7 +150,7 @@ impl Asked {
     operation_id = "layers",
     security(("bearer" = [])),
     params(
-        ("name" = String, Path, description = "The service (percent-encoded)."),
+        AnyServiceName,
         ("instance" = Option<String>, Query, description = "An instance name: its targeting group and rollout wave apply."),
         ("property" = Option<Vec<String>>, Query, description = "A reported property, `key=value`; repeat for more."),
         ("agent_version" = Option<String>, Query, description = "The instance's agent version."),

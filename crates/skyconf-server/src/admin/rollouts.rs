@@ -11,8 +11,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
-use super::extract::WriteRequest;
-use super::extract::json_body;
+use super::extract::{WriteRequest, json_body, optional_json_body};
 use super::read::ReadFailures;
 use super::{Admin, AppError};
 use crate::opamp::backend::ConfigStatusView;
@@ -325,17 +324,10 @@ enum Decision {
 /// Takes `decision` about rollout `id`, as the operator the optional body names.
 async fn decide(admin: &Admin, id: &str, body: &[u8], decision: Decision) -> Result<Json<RolloutAnswer>, AppError> {
     let rollouts = rollouts(admin)?;
-    let author = operator(body)?.author;
+    let author = optional_json_body::<Operator>(body)?.author;
     let rollout = match decision {
         Decision::Promote => rollouts.promote(id, author.as_deref()).await?,
         Decision::Abort => rollouts.abort(id, author.as_deref()).await?,
     };
     Ok(Json(answer(rollouts, Some(rollout))))
-}
-
-fn operator(body: &[u8]) -> Result<Operator, AppError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Operator::default());
-    }
-    json_body::<Option<Operator>>(body).map(Option::unwrap_or_default)
 }

@@ -68,7 +68,9 @@ use skyconf_core::warnings::Warning;
 use utoipa::ToSchema;
 
 use super::AppError;
-use super::extract::{AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body};
+use super::extract::{
+    AnyServiceName, HeldRequest, ReleaseId, ServiceName, WriteOptions, WriteRequest, json_body, optional_json_body,
+};
 use super::openapi::{ErrorBody, WriteHeaders, WriteParams, WriteUnavailable};
 use crate::publish::{
     Basis, HeldDecided, Proposal, PublishError, Published, Publisher, ReplacedRefused, ServiceEdit,
@@ -122,20 +124,17 @@ fn attribution(
     Ok(Attribution { author, message, rollback_of, origin: crate::releases::ORIGIN_API.to_owned() })
 }
 
-/// The optional JSON body of a delete or rollback.
-#[derive(Debug, Default, serde::Deserialize)]
+/// The optional body of `DELETE /api/v1/services/{name}` and of a rollback.
+#[derive(Debug, Default, serde::Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = NoteRequest)]
 struct NoteBody {
+    /// Who makes the change.
+    #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$", max_length = 256)]
     author: Option<String>,
+    /// Why.
+    #[schema(pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$", max_length = 4096)]
     message: Option<String>,
-}
-
-fn note(body: &[u8]) -> Result<NoteBody, AppError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(NoteBody::default());
-    }
-    // `null` is no body, as the description has it (the body is optional and nullable).
-    json_body::<Option<NoteBody>>(body).map(Option::unwrap_or_default)
 }
 
 /// Whether the body is JSON: `Content-Type: application/json`, parameters aside, in any case
@@ -308,11 +307,17 @@ fn answer(published: Published) -> Response {
 }
 
 /// The JSON form of `PUT /api/v1/configurations`.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = DocumentRequest)]
 struct DocumentBody {
+    /// The whole document as YAML text.
     document: String,
+    /// Who makes the change (at most 256 bytes, no control characters; wins over `X-Skyconf-Author`).
+    #[schema(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$", max_length = 256)]
     author: Option<String>,
+    /// Why (at most 4096 bytes, no control characters but newlines and tabs; wins over `X-Skyconf-Message`).
+    #[schema(pattern = r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$", max_length = 4096)]
     message: Option<String>,
 }
 
@@ -387,7 +392,7 @@ pub(crate) enum HeldAnswers {
     request_body(
         description = "The whole document: YAML text (any content type but JSON), or JSON with `document`.",
         content(
-            (super::openapi::DocumentRequest = "application/json"),
+            (DocumentBody = "application/json"),
             (String = "application/yaml"),
         ),
     ),
@@ -431,8 +436,7 @@ struct ServiceBody {
     operation_id = "put_service",
     security(("bearer" = [])),
     params(
-        ("name" = String, Path, description = "The service (percent-encoded): a configured one, or a new name of at most \
-            512 bytes without control characters.", pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512),
+        ServiceName,
         WriteParams,
         WriteHeaders,
     ),
@@ -467,8 +471,7 @@ pub(super) async fn put_service(
     operation_id = "patch_service",
     security(("bearer" = [])),
     params(
-        ("name" = String, Path, description = "The service (percent-encoded): a configured one, or a new name of at most \
-            512 bytes without control characters.", pattern = r"^[^\x00-\x1f\x7f-\x9f]+$", max_length = 512),
+        ServiceName,
         WriteParams,
         WriteHeaders,
     ),
@@ -528,11 +531,11 @@ fn not_a_string(key: &str, value: &Value) -> AppError {
     operation_id = "delete_service",
     security(("bearer" = [])),
     params(
-        ("name" = String, Path, description = "The service (percent-encoded)."),
+        AnyServiceName,
         WriteParams,
         WriteHeaders,
     ),
-    request_body(content = Option<super::openapi::NoteRequest>, content_type = "application/json",
+    request_body(content = Option<NoteBody>, content_type = "application/json",
         description = "Optional: who and why."),
     responses(
         WriteAnswers,
@@ -547,7 +550,7 @@ pub(super) async fn delete_service(
     AnyServiceName(name): AnyServiceName,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let body = note(&body)?;
+    let body: NoteBody = optional_json_body(&body)?;
     let attribution = attribution(&headers, body.author, body.message, None)?;
     Ok(answer(publisher.write_service(&name, ServiceEdit::Remove, attribution, publish_options(options)).await?))
 }
@@ -564,7 +567,7 @@ pub(super) async fn delete_service(
         WriteParams,
         WriteHeaders,
     ),
-    request_body(content = Option<super::openapi::NoteRequest>, content_type = "application/json",
+    request_body(content = Option<NoteBody>, content_type = "application/json",
         description = "Optional: who and why."),
     responses(
         WriteAnswers,
@@ -578,7 +581,7 @@ pub(super) async fn rollback(
     ReleaseId(id): ReleaseId,
     WriteRequest { options, headers, body }: WriteRequest,
 ) -> Result<Response, AppError> {
-    let body = note(&body)?;
+    let body: NoteBody = optional_json_body(&body)?;
     let message = body
         .message
         .or_else(|| header_text(&headers, MESSAGE_HEADER).ok().flatten())

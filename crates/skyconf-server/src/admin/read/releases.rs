@@ -12,6 +12,7 @@ use super::{Admin, ReadFailures, etag};
 use crate::admin::AppError;
 use crate::admin::error::ErrorBody;
 use crate::admin::extract::{AnyServiceName, ParsedQuery, ReleaseId, page_limit};
+use crate::publish::PublishError;
 use crate::releases::{MAX_SUMMARY_CHANGES, Release, ReleaseLog, ReleaseSummary};
 
 /// How many release summaries a page holds by default, and at most.
@@ -183,16 +184,6 @@ pub(crate) async fn releases(
     }))
 }
 
-/// Reads a release's text off the async threads.
-pub(crate) async fn document_of(admin: &Admin, id: u64) -> Result<Option<String>, AppError> {
-    let releases = std::sync::Arc::clone(&admin.releases);
-    let text = tokio::task::spawn_blocking(move || releases.document(id))
-        .await
-        .map_err(|e| AppError::Internal(format!("reading release {id}: {e}")))?
-        .map_err(|e| AppError::Unavailable(e.to_string()))?;
-    text.ok_or_else(|| AppError::NotFound(format!("release {id} is not kept")))
-}
-
 /// `GET /api/v1/releases/{id}`.
 #[utoipa::path(
     get,
@@ -290,7 +281,7 @@ pub(crate) async fn compare(
     tag = "read",
     operation_id = "history",
     security(("bearer" = [])),
-    params(("name" = String, Path, description = "The service (percent-encoded)."), HistoryParams),
+    params(AnyServiceName, HistoryParams),
     responses(
         (status = 200, description = "The kept releases that changed it, newest first.", body = History),
         (status = 400, description = "A bad percent-escape in the name, or a bad or unknown query parameter.", body = ErrorBody),
@@ -368,11 +359,11 @@ pub(crate) async fn configurations(State(admin): State<Admin>) -> Result<impl In
     let snapshot = admin.served.snapshot();
     let release = admin.releases.served_as(snapshot.version);
     let document = match release {
-        Some(id) => document_of(&admin, id).await.map_err(|e| match e {
-            AppError::NotFound(_) => {
+        Some(id) => admin.publisher.release_document(id).await.map_err(|e| match e {
+            PublishError::NotFound(_) => {
                 AppError::Unavailable(format!("release {id} was just replaced and dropped; ask again"))
             }
-            other => other,
+            other => other.into(),
         })?,
         None => None,
     };

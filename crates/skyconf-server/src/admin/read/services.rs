@@ -50,18 +50,9 @@ pub(crate) struct ServiceRow {
     /// The release that last changed it, when kept.
     #[schema(required = true)]
     last_change: Option<LastChange>,
-    /// Agents seen (not counting pollers seen once).
-    agents: u64,
-    /// Agents holding the current digest.
-    applied: u64,
-    /// Agents not holding it yet.
-    behind: u64,
-    /// Agents that failed to apply it.
-    stuck: u64,
-    /// Pollers seen once.
-    new: u64,
-    /// Pollers that never said which instance they are, where every agent is expected to.
-    anonymous: u64,
+    /// Its agents per state, summed over the replicas.
+    #[serde(flatten)]
+    counts: StateCounts,
 }
 
 /// A polled service without configuration in `GET /api/v1/services`.
@@ -71,18 +62,9 @@ pub(crate) struct UnconfiguredRow {
     name: String,
     /// The EMPTY answer's digest.
     digest: String,
-    /// Agents seen (not counting pollers seen once).
-    agents: u64,
-    /// Agents holding the current digest.
-    applied: u64,
-    /// Agents not holding it yet.
-    behind: u64,
-    /// Agents that failed to apply it.
-    stuck: u64,
-    /// Pollers seen once.
-    new: u64,
-    /// Pollers that never said which instance they are, where every agent is expected to.
-    anonymous: u64,
+    /// Its agents per state, summed over the replicas.
+    #[serde(flatten)]
+    counts: StateCounts,
 }
 
 /// The release that last changed a service.
@@ -220,35 +202,18 @@ pub(crate) async fn services(State(admin): State<Admin>) -> Json<Services> {
     let services = snapshot
         .table
         .services()
-        .map(|s| {
-            let c = counts.remove(s.name()).unwrap_or_default();
-            ServiceRow {
-                name: s.name().to_owned(),
-                digest: s.digest().as_str().to_owned(),
-                keys: s.entries().len() as u64,
-                last_change: last_change(&admin, s.name()),
-                agents: c.agents as u64,
-                applied: c.applied as u64,
-                behind: c.behind as u64,
-                stuck: c.stuck as u64,
-                new: c.new as u64,
-                anonymous: c.anonymous as u64,
-            }
+        .map(|s| ServiceRow {
+            name: s.name().to_owned(),
+            digest: s.digest().as_str().to_owned(),
+            keys: s.entries().len() as u64,
+            last_change: last_change(&admin, s.name()),
+            counts: counts.remove(s.name()).unwrap_or_default(),
         })
         .collect();
     let unconfigured = counts
-        .iter()
+        .into_iter()
         .take(MAX_UNCONFIGURED_LISTED)
-        .map(|(name, c)| UnconfiguredRow {
-            name: name.clone(),
-            digest: Digest::empty().as_str().to_owned(),
-            agents: c.agents as u64,
-            applied: c.applied as u64,
-            behind: c.behind as u64,
-            stuck: c.stuck as u64,
-            new: c.new as u64,
-            anonymous: c.anonymous as u64,
-        })
+        .map(|(name, counts)| UnconfiguredRow { name, digest: Digest::empty().as_str().to_owned(), counts })
         .collect();
     Json(Services {
         version: snapshot.version,
@@ -267,7 +232,7 @@ pub(crate) async fn services(State(admin): State<Admin>) -> Json<Services> {
     tag = "read",
     operation_id = "service",
     security(("bearer" = [])),
-    params(("name" = String, Path, description = "The service (percent-encoded).")),
+    params(AnyServiceName),
     responses(
         (status = 200, description = "The service, its configuration and its agents.", body = ServiceDetail,
             headers(("ETag" = String, description = "`\"<release id>\"` of the served release, for `If-Match`."))),
