@@ -3,8 +3,9 @@
 //! of a list of paths (operation names) an agent would not trace under a value.
 //!
 //! `agent.trace.ignore_path` is a list of patterns separated by commas (a blank value is no
-//! pattern at all); the list is cut at every comma and the pieces are taken as they are, so a
-//! space after a comma is read as part of the next pattern ([`pattern_problem`] says so). Each
+//! pattern at all); the list is cut as Java's `String.split(",")` cuts it ([`split_list`]: at every
+//! comma, a comma at the end dropped) and the pieces are taken as they are, so a space after a
+//! comma is read as part of the next pattern ([`pattern_problem`] says so). Each
 //! pattern is matched against the whole operation name of a trace's first span (which may carry a
 //! method, as in `GET:/path`), character by character, where:
 //! - `?` stands for exactly one character other than `/`;
@@ -126,7 +127,21 @@ impl std::fmt::Display for PathPattern {
     }
 }
 
-/// An `agent.trace.ignore_path` value: its patterns, cut at every comma.
+/// The items of a comma-separated list as the Java agent reads it (`String.split(",")`): no
+/// trimming; empty items at the end are dropped, an empty item anywhere else stays (so `/a/**,`
+/// holds one pattern, `/a/**,,/b/**` three, the middle one empty).
+pub fn split_list(text: &str) -> Vec<&str> {
+    let mut items: Vec<&str> = text.split(',').collect();
+    while items.len() > 1 && items.last() == Some(&"") {
+        items.pop();
+    }
+    if items == [""] && text.contains(',') {
+        items.clear();
+    }
+    items
+}
+
+/// An `agent.trace.ignore_path` value: its patterns, as [`split_list`] cuts them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IgnorePaths(Vec<PathPattern>);
 
@@ -136,7 +151,7 @@ impl IgnorePaths {
         if value.trim().is_empty() {
             return Self(Vec::new());
         }
-        Self(value.split(',').map(PathPattern::new).collect())
+        Self(split_list(value).into_iter().map(PathPattern::new).collect())
     }
 
     /// The patterns, as written.
@@ -155,12 +170,12 @@ impl IgnorePaths {
 pub struct IgnoreSuffixes(Vec<String>);
 
 impl IgnoreSuffixes {
-    /// The suffixes of `value`, cut at every comma.
+    /// The suffixes of `value`, as [`split_list`] cuts them.
     pub fn parse(value: &str) -> Self {
         if value.is_empty() {
             return Self(Vec::new());
         }
-        Self(value.split(',').map(str::to_owned).collect())
+        Self(split_list(value).into_iter().map(str::to_owned).collect())
     }
 
     /// The suffix that makes the agent ignore `name`, if any.
@@ -170,11 +185,17 @@ impl IgnoreSuffixes {
     }
 }
 
+/// What is wrong with each pattern of an `agent.trace.ignore_path` value that probably does not
+/// mean what it says ([`pattern_problem`]), its items cut as the agent cuts them.
+pub fn list_problems(value: &str) -> Vec<String> {
+    split_list(value).into_iter().filter_map(pattern_problem).collect()
+}
+
 /// A pattern that probably does not mean what it says: space around it (the agent does not trim),
-/// or nothing at all between two commas.
+/// or nothing at all between two commas or before the first (a comma at the end is dropped).
 pub fn pattern_problem(pattern: &str) -> Option<String> {
     if pattern.is_empty() {
-        Some("an empty pattern (two commas in a row, or a comma at an end) matches only an empty name".to_owned())
+        Some("an empty pattern (two commas in a row, or a comma at the start) matches only an empty name".to_owned())
     } else if pattern.trim() != pattern {
         Some(format!(
             "`{pattern}` has space around it; the agent does not trim patterns, so it only matches names with that space"
@@ -241,6 +262,18 @@ mod tests {
         assert!(spaced.ignored_by("/actuator/info").is_none(), "the second pattern starts with a space");
         assert!(pattern_problem(spaced.patterns()[1].as_str()).is_some());
         assert!(IgnorePaths::parse("").patterns().is_empty());
+    }
+
+    #[test]
+    fn splits_like_java() {
+        assert_eq!(split_list(".a,.b"), [".a", ".b"]);
+        assert_eq!(split_list(".a,,.b,,"), [".a", "", ".b"]);
+        assert_eq!(split_list(""), [""]);
+        assert!(split_list(",,").is_empty());
+        assert_eq!(split_list(" .a, .b"), [" .a", " .b"]);
+        assert_eq!(IgnorePaths::parse("/eureka/**,").patterns().len(), 1, "a comma at the end is dropped");
+        let empty = "an empty pattern (two commas in a row, or a comma at the start) matches only an empty name";
+        assert_eq!(list_problems(",/a,,/b,"), [empty; 2]);
     }
 
     #[test]

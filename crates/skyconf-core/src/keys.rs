@@ -83,11 +83,12 @@ pub fn value_problem(kind: ValueKind, value: &str) -> Option<String> {
             Ok(_) => None,
         },
         ValueKind::JavaIgnorePaths => {
-            let problems: Vec<String> = value.split(',').filter_map(crate::ignore::pattern_problem).collect();
+            let problems = crate::ignore::list_problems(value);
             (!problems.is_empty()).then(|| problems.join("; "))
         }
         ValueKind::JavaSuffixes => {
-            let problems: Vec<String> = value.split(',').filter_map(suffix_problem).collect();
+            let problems: Vec<String> =
+                crate::ignore::split_list(value).into_iter().filter_map(suffix_problem).collect();
             (!problems.is_empty()).then(|| problems.join("; "))
         }
         ValueKind::Text => None,
@@ -141,6 +142,10 @@ mod tests {
         assert!(value_problem(ValueKind::JavaIgnorePaths, "/eureka/**,/actuator/**").is_none());
         assert!(value_problem(ValueKind::JavaIgnorePaths, "/eureka/**, /actuator/**").unwrap().contains("space"));
         assert!(value_problem(ValueKind::JavaIgnorePaths, "/a,,/b").unwrap().contains("empty pattern"));
+        assert!(value_problem(ValueKind::JavaIgnorePaths, ",/a").unwrap().contains("empty pattern"));
+        // The agent drops a comma at the end (Java's `String.split`): nothing to warn about.
+        assert_eq!(value_problem(ValueKind::JavaIgnorePaths, "/eureka/**,"), None);
+        assert_eq!(value_problem(ValueKind::JavaSuffixes, ".jpg,.css,,"), None);
         assert!(value_problem(ValueKind::JavaSuffixes, ".jpg,.css").is_none());
         assert!(value_problem(ValueKind::JavaSuffixes, ".jpg,css").unwrap().contains("does not start with `.`"));
         assert!(value_problem(ValueKind::JavaSuffixes, ".tar.gz").unwrap().contains("second `.`"));

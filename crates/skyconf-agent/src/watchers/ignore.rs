@@ -2,31 +2,20 @@
 //! trace-ignore plugin's `agent.trace.ignore_path` (path patterns). Both decide, from a trace's
 //! first operation name, that the trace is not recorded.
 //!
-//! Lists are split on `,` without trimming, and trailing empty items are dropped, as Java's
-//! `String.split(",")` does: `/a/**, /b/**` holds the pattern ` /b/**`, leading space included.
+//! Lists are split as the server's preview splits them ([`split_list`]: on `,` without trimming,
+//! trailing empty items dropped, as Java's `String.split(",")` does): `/a/**, /b/**` holds the
+//! pattern ` /b/**`, leading space included.
 
 use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;
 
-use skyconf_core::ignore::PathPattern;
+use skyconf_core::ignore::{PathPattern, split_list};
 
 use super::{IGNORE_SUFFIX, TRACE_IGNORE_PATH, TypedWatcher};
 
 /// The Java agent's default `agent.ignore_suffix`.
 pub const DEFAULT_IGNORE_SUFFIX: &str = ".jpg,.jpeg,.js,.css,.png,.bmp,.gif,.ico,.mp3,.mp4,.html,.svg";
-
-/// Splits as Java's `String.split(",")`: no trimming, trailing empty items dropped.
-fn split_java(text: &str) -> Vec<&str> {
-    let mut items: Vec<&str> = text.split(',').collect();
-    while items.len() > 1 && items.last() == Some(&"") {
-        items.pop();
-    }
-    if items == [""] && text.contains(',') {
-        items.clear();
-    }
-    items
-}
 
 /// A comma-separated list of suffixes such as `.jpg,.css`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +39,7 @@ impl SuffixList {
 impl FromStr for SuffixList {
     type Err = Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Self { source: s.to_owned(), suffixes: split_java(s).into_iter().map(str::to_owned).collect() })
+        Ok(Self { source: s.to_owned(), suffixes: split_list(s).into_iter().map(str::to_owned).collect() })
     }
 }
 
@@ -112,7 +101,7 @@ impl FromStr for PathPatterns {
     type Err = Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let patterns =
-            if s.trim().is_empty() { Vec::new() } else { split_java(s).into_iter().map(PathPattern::new).collect() };
+            if s.trim().is_empty() { Vec::new() } else { split_list(s).into_iter().map(PathPattern::new).collect() };
         Ok(Self { source: s.to_owned(), patterns })
     }
 }
@@ -157,15 +146,6 @@ mod tests {
     use super::*;
     use crate::registry::Watcher;
     use crate::watchers::tests::{delete, modify};
-
-    #[test]
-    fn splits_like_java() {
-        assert_eq!(split_java(".a,.b"), [".a", ".b"]);
-        assert_eq!(split_java(".a,,.b,,"), [".a", "", ".b"]);
-        assert_eq!(split_java(""), [""]);
-        assert!(split_java(",,").is_empty());
-        assert_eq!(split_java(" .a, .b"), [" .a", " .b"]);
-    }
 
     #[test]
     fn suffixes_follow_the_server() {

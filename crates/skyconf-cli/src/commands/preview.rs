@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
-use skyconf_core::ignore::pattern_problem;
+use skyconf_core::ignore::list_problems;
 use skyconf_core::keys::TRACE_IGNORE_PATH;
 use skyconf_core::layers::{ignored_paths, provenance};
 use skyconf_core::targeting::InstanceRef;
@@ -74,7 +74,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .iter()
         .find(|(k, _)| *k == TRACE_IGNORE_PATH)
         .filter(|(_, v)| !v.trim().is_empty())
-        .map(|(_, v)| v.split(',').filter_map(pattern_problem).collect())
+        .map(|(_, v)| list_problems(v))
         .unwrap_or_default();
     let settings: Vec<Value> =
         found.settings.iter().map(|s| json!({"key": s.key, "value": s.value, "layer": s.layer.to_string()})).collect();

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use skyconf_core::AgentConfigurations;
 use skyconf_core::answer::Answers;
 use skyconf_core::codec::DiscoveryCommand;
-use skyconf_core::ignore::pattern_problem;
+use skyconf_core::ignore::list_problems;
 use skyconf_core::keys::TRACE_IGNORE_PATH;
 use skyconf_core::layers::{Sourced, ignored_paths, provenance};
 use skyconf_core::table::Layer;
@@ -238,7 +238,7 @@ pub(super) async fn preview(
         })
         .collect();
     let warnings = match sent.iter().find(|(k, _)| *k == TRACE_IGNORE_PATH) {
-        Some((_, value)) if !value.trim().is_empty() => value.split(',').filter_map(pattern_problem).collect(),
+        Some((_, value)) if !value.trim().is_empty() => list_problems(value),
         _ => Vec::new(),
     };
     layers.ignored = ignored;
