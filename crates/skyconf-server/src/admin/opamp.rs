@@ -67,6 +67,7 @@ pub(crate) struct ReplicaOpampAgent {
     get,
     path = "/api/v1/opamp/agents",
     tag = "read",
+    operation_id = "opamp_agents",
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The OpAMP agents with a live session, on every replica: description, health, the remote configuration status they last reported, their effective configuration's hash, and what they are offered now.", body = OpampAgents),
@@ -124,6 +125,7 @@ pub(crate) struct OpampEffective {
     get,
     path = "/api/v1/opamp/agents/{uid}/effective",
     tag = "read",
+    operation_id = "opamp_effective",
     security(("bearer" = [])),
     params(("uid" = String, Path, description = "The agent's instance uid, hex, as `GET /api/v1/opamp/agents` lists it.")),
     responses(
