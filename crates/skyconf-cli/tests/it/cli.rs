@@ -487,7 +487,8 @@ fn gateway_settings_that_cannot_work_stop_the_start_with_a_reason() {
     let config = write(&dir, "skyconf.yaml", "skyconf:\n  gateway:\n    upstreams: [oap]\n");
     serve(&[], Some(&config)).stderr(predicate::str::contains("upstream `oap`: expected HOST:PORT"));
     let config = write(&dir, "skyconf.yaml", "skyconf:\n  gateway:\n    upstream: [oap:11800]\n");
-    serve(&[], Some(&config)).stderr(predicate::str::contains("unknown field `upstream`, expected one of `upstreams`"));
+    serve(&[], Some(&config))
+        .stderr(predicate::str::contains("unknown setting `skyconf.gateway.upstream` (did you mean `upstreams`?)"));
     let config = write(
         &dir,
         "skyconf.yaml",
