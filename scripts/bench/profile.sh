@@ -13,7 +13,9 @@
 # by CALLS, start-up excluded: where a call's instructions go). Give it a binary
 # with line tables (`cargo build --profile profiling`: target/profiling/skyconf), as bench.sh does;
 # the release binary has its function names but no file and line. KEEP_BASE=1 keeps the smaller
-# run's profile too (OUT_DIR/NAME.base.callgrind), for a closer look at a difference.
+# run's profile too (OUT_DIR/NAME.base.callgrind), for a closer look at a difference. HEADER='name:
+# value' adds a header to every call (`HEADER='grpc-timeout: 30S'`: the Java agent's deadline, so
+# every call may be held, as a stock agent's poll may).
 set -euo pipefail
 out=$1 name=$2 port=$3 body=$4 calls=$5
 shift 5
@@ -36,7 +38,9 @@ run() {
   local vg=$!
   # Under valgrind a server takes a while to listen.
   wait_port "$port" 120
-  h2load -n "$n" -c 32 -m 16 -t 1 -H 'content-type: application/grpc' -H 'te: trailers' -d "$body" \
+  local extra=()
+  [ -n "${HEADER:-}" ] && extra=(-H "$HEADER")
+  h2load -n "$n" -c 32 -m 16 -t 1 -H 'content-type: application/grpc' -H 'te: trailers' "${extra[@]}" -d "$body" \
     "http://127.0.0.1:$port/skywalking.v3.ConfigurationDiscoveryService/fetchConfigurations" >"$file.h2load.txt"
   grep -q "$n succeeded" "$file.h2load.txt" || { echo "profile.sh: calls failed, see $file.h2load.txt" >&2; kill "$vg"; return 1; }
   # SIGTERM: background jobs of a script ignore SIGINT, and callgrind writes its file on SIGTERM.
