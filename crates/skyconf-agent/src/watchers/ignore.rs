@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;
 
-use skyconf_core::ignore::{PathPattern, split_list};
+use skyconf_core::ignore::{IgnorePaths, PathPattern, split_list};
 
 use super::{IGNORE_SUFFIX, TRACE_IGNORE_PATH, TypedWatcher};
 
@@ -78,31 +78,30 @@ impl IgnoreSuffix {
 
 watch_through!(IgnoreSuffix => list);
 
-/// A comma-separated list of [`PathPattern`]s; blank means none.
+/// A comma-separated list of [`PathPattern`]s; blank means none. Read as the server's preview
+/// reads it ([`IgnorePaths`]), so the two cannot disagree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathPatterns {
     source: String,
-    patterns: Vec<PathPattern>,
+    patterns: IgnorePaths,
 }
 
 impl PathPatterns {
     /// Whether any pattern matches `path`.
     pub fn matches(&self, path: &str) -> bool {
-        self.patterns.iter().any(|p| p.matches(path))
+        self.patterns.ignored_by(path).is_some()
     }
 
     /// The patterns.
     pub fn patterns(&self) -> &[PathPattern] {
-        &self.patterns
+        self.patterns.patterns()
     }
 }
 
 impl FromStr for PathPatterns {
     type Err = Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let patterns =
-            if s.trim().is_empty() { Vec::new() } else { split_list(s).into_iter().map(PathPattern::new).collect() };
-        Ok(Self { source: s.to_owned(), patterns })
+        Ok(Self { source: s.to_owned(), patterns: IgnorePaths::parse(s) })
     }
 }
 
