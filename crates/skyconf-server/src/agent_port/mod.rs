@@ -10,7 +10,10 @@
 //! `CANCELLED` once that deadline passes (the client has given up on it by then; its handler is
 //! dropped). When `stop` completes, the listener is closed, every open connection is asked to
 //! finish (GOAWAY: no new calls, the open ones end) and [`serve`] returns once all have ended
-//! (`crate::security::drain` bounds how long that takes).
+//! (`crate::security::drain` bounds how long that takes). A connection the kernel had completed
+//! but not yet handed to the server is reset with the listener, as one attempted later is
+//! refused: it has had no SETTINGS from the server, and gRPC's Java and Go clients send no call on
+//! a connection before those arrive.
 
 pub mod http2;
 pub mod own;
