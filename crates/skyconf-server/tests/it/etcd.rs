@@ -242,7 +242,8 @@ async fn a_restart_with_etcd_down_serves_the_persisted_table_until_etcd_is_back(
     running.stop().await.unwrap();
 }
 
-/// The headline number: an etcd write reaches a polling agent within 100 ms (p99 of 50 writes).
+/// The headline number: an etcd write reaches a polling agent within 100 ms (p99 of 200 writes:
+/// two may be slower, as a loaded machine makes a few).
 /// On a multi-threaded runtime like the real server's, so the polling client does not take turns
 /// with the server on one thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,8 +253,8 @@ async fn propagation_etcd_writes_are_served_within_100_ms() {
     let (running, client) = serve(settings(&etcd), None).await;
     let mut current = client.digest("svc").await;
     assert_eq!(current.as_deref(), Some(GOOD_DIGEST));
-    let mut delays = Vec::with_capacity(50);
-    for n in 0..50 {
+    let mut delays = Vec::with_capacity(200);
+    for n in 0..200 {
         let written = Instant::now();
         admin.put(AGENT_KEY, numbered(100 + n)).await;
         let (digest, seen) = client.wait_for_new_digest("svc", current.as_deref()).await;
@@ -261,7 +262,7 @@ async fn propagation_etcd_writes_are_served_within_100_ms() {
         current = digest;
     }
     let p = percentiles(&mut delays);
-    eprintln!("etcd put → served by fetchConfigurations, 50 writes: {p}");
+    eprintln!("etcd put → served by fetchConfigurations, 200 writes: {p}");
     assert!(p.p99 <= Duration::from_millis(100), "p99 over 100 ms: {delays:?}");
     running.stop().await.unwrap();
 }

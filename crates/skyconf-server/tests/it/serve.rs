@@ -38,7 +38,8 @@ async fn answers_as_the_oap_does_over_grpc() {
 }
 
 /// The file store's headline number: a file replaced by rename (as editors, ConfigMap mounts and
-/// `skyconf`'s own writes do) reaches a polling agent within 100 ms (p99 of 50 edits). A file
+/// `skyconf`'s own writes do) reaches a polling agent within 100 ms (p99 of 200 edits: two may be
+/// slower, as a loaded machine makes a few). A file
 /// written in place is held back until it has been quiet for `IN_PLACE_SETTLE` (it may be half
 /// written), and is served soon after. On a multi-threaded runtime like the real server's, so the
 /// polling client does not take turns with the server on one thread.
@@ -47,8 +48,8 @@ async fn propagation_file_edits_are_served_within_100_ms() {
     let (dir, path) = temp_file("agent.yaml", GOOD);
     let (running, client) = serve(&path).await;
     let mut current = client.digest("svc").await.unwrap();
-    let mut delays = Vec::with_capacity(50);
-    for n in 0..50 {
+    let mut delays = Vec::with_capacity(200);
+    for n in 0..200 {
         let written = Instant::now();
         let staged = dir.path().join(".agent.yaml.swp");
         std::fs::write(&staged, numbered(n)).unwrap();
@@ -58,10 +59,10 @@ async fn propagation_file_edits_are_served_within_100_ms() {
         current = digest.unwrap();
     }
     let p = percentiles(&mut delays);
-    eprintln!("file replaced by rename → served by fetchConfigurations, 50 edits: {p}");
+    eprintln!("file replaced by rename → served by fetchConfigurations, 200 edits: {p}");
     assert!(p.p99 <= Duration::from_millis(100), "p99 over 100 ms: {delays:?}");
 
-    for n in 50..53 {
+    for n in 200..203 {
         let written = Instant::now();
         std::fs::write(&path, numbered(n)).unwrap();
         let (digest, seen) = client.wait_for_new_digest("svc", Some(&current)).await;
