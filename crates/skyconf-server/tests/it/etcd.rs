@@ -243,9 +243,8 @@ async fn a_restart_with_etcd_down_serves_the_persisted_table_until_etcd_is_back(
 }
 
 /// The headline number: an etcd write reaches a polling agent within 100 ms (p99 of 200 writes:
-/// two may be slower, as a loaded machine makes a few).
-/// On a multi-threaded runtime like the real server's, so the polling client does not take turns
-/// with the server on one thread.
+/// two may be slower, as a loaded machine makes a few). On a multi-threaded runtime like the real
+/// server's, so the polling client does not take turns with the server on one thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn propagation_etcd_writes_are_served_within_100_ms() {
     let _alone = MACHINE.write().await;

@@ -39,10 +39,10 @@ async fn answers_as_the_oap_does_over_grpc() {
 
 /// The file store's headline number: a file replaced by rename (as editors, ConfigMap mounts and
 /// `skyconf`'s own writes do) reaches a polling agent within 100 ms (p99 of 200 edits: two may be
-/// slower, as a loaded machine makes a few). A file
-/// written in place is held back until it has been quiet for `IN_PLACE_SETTLE` (it may be half
-/// written), and is served soon after. On a multi-threaded runtime like the real server's, so the
-/// polling client does not take turns with the server on one thread.
+/// slower, as a loaded machine makes a few). A file written in place is held back until it has
+/// been quiet for `IN_PLACE_SETTLE` (it may be half written), and is served soon after. On a
+/// multi-threaded runtime like the real server's, so the polling client does not take turns with
+/// the server on one thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn propagation_file_edits_are_served_within_100_ms() {
     let (dir, path) = temp_file("agent.yaml", GOOD);
