@@ -30,7 +30,8 @@ pub trait StoreConfig: DeserializeOwned + Default {
 }
 
 /// How a secret setting prints in a settings type's `Debug`: empty when unset, else hidden, so
-/// that it stays out of logs and panics.
+/// that it stays out of logs and panics. Only the stores with secret settings use it.
+#[cfg(any(feature = "etcd", feature = "nacos"))]
 pub(crate) fn redacted(secret: &str) -> &'static str {
     if secret.is_empty() { "" } else { "<redacted>" }
 }
