@@ -178,6 +178,11 @@ impl IgnoreSuffixes {
         Self(split_list(value).into_iter().map(str::to_owned).collect())
     }
 
+    /// The suffixes, as written.
+    pub fn suffixes(&self) -> &[String] {
+        &self.0
+    }
+
     /// The suffix that makes the agent ignore `name`, if any.
     pub fn ignored_by(&self, name: &str) -> Option<&str> {
         let suffix = &name[name.rfind('.')?..];

@@ -2,44 +2,45 @@
 //! trace-ignore plugin's `agent.trace.ignore_path` (path patterns). Both decide, from a trace's
 //! first operation name, that the trace is not recorded.
 //!
-//! Lists are split as the server's preview splits them ([`split_list`]: on `,` without trimming,
-//! trailing empty items dropped, as Java's `String.split(",")` does): `/a/**, /b/**` holds the
-//! pattern ` /b/**`, leading space included.
+//! Lists are split as the server's preview splits them (`skyconf_core::ignore::split_list`: on
+//! `,` without trimming, trailing empty items dropped, as Java's `String.split(",")` does):
+//! `/a/**, /b/**` holds the pattern ` /b/**`, leading space included.
 
 use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;
 
-use skyconf_core::ignore::{IgnorePaths, PathPattern, split_list};
+use skyconf_core::ignore::{IgnorePaths, IgnoreSuffixes, PathPattern};
 
 use super::{IGNORE_SUFFIX, TRACE_IGNORE_PATH, TypedWatcher};
 
 /// The Java agent's default `agent.ignore_suffix`.
 pub const DEFAULT_IGNORE_SUFFIX: &str = ".jpg,.jpeg,.js,.css,.png,.bmp,.gif,.ico,.mp3,.mp4,.html,.svg";
 
-/// A comma-separated list of suffixes such as `.jpg,.css`.
+/// A comma-separated list of suffixes such as `.jpg,.css`. Read and matched as the server's
+/// preview reads and matches it ([`IgnoreSuffixes`]), so the two cannot disagree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SuffixList {
     source: String,
-    suffixes: Vec<String>,
+    suffixes: IgnoreSuffixes,
 }
 
 impl SuffixList {
     /// Whether the text from the last `.` of `operation_name` on is one of the suffixes.
     pub fn matches(&self, operation_name: &str) -> bool {
-        operation_name.rfind('.').is_some_and(|i| self.suffixes.iter().any(|s| *s == operation_name[i..]))
+        self.suffixes.ignored_by(operation_name).is_some()
     }
 
-    /// The suffixes.
+    /// The suffixes (none for an empty list).
     pub fn suffixes(&self) -> &[String] {
-        &self.suffixes
+        self.suffixes.suffixes()
     }
 }
 
 impl FromStr for SuffixList {
     type Err = Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Self { source: s.to_owned(), suffixes: split_list(s).into_iter().map(str::to_owned).collect() })
+        Ok(Self { source: s.to_owned(), suffixes: IgnoreSuffixes::parse(s) })
     }
 }
 
