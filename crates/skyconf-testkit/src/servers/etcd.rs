@@ -18,6 +18,7 @@ use skyconf_proto::etcd::etcdserverpb::kv_client::KvClient;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
+use super::free_port;
 use crate::server::AdminClient;
 
 /// How long etcd may take to start answering.
@@ -578,10 +579,6 @@ fn data_dir() -> tempfile::TempDir {
     let shm = std::path::Path::new("/dev/shm");
     let builder = tempfile::Builder::new().prefix("skyconf-etcd-").tempdir_in(shm).ok().filter(|_| shm.is_dir());
     builder.unwrap_or_else(|| tempfile::tempdir().expect("a temp dir"))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A GET on loopback; the body, or `None` when nothing answers.

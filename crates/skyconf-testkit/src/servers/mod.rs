@@ -41,6 +41,11 @@ pub(crate) fn find_program(var: Option<&str>, name: &str, fallback: Option<PathB
     on_path.into_iter().chain(fallback).find(|p| p.is_file())
 }
 
+/// A loopback port free now (the kernel's choice), for a store process to listen on.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().unwrap().port()
+}
+
 /// Sends what `command`'s process prints, both streams, to the file `log`, appending: a restarted
 /// process's log follows its earlier one.
 pub(crate) fn output_to<'a>(command: &'a mut Command, log: &Path) -> &'a mut Command {

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::free_port;
 use crate::server::AdminClient;
 
 /// How long Prometheus may take to say it is ready.
@@ -126,10 +127,6 @@ fn binary_or_skip() -> Option<PathBuf> {
         );
     }
     binary
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 #[cfg(test)]

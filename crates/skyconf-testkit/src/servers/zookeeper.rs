@@ -6,13 +6,14 @@
 //! never outlives the test process, even one that aborts.
 
 use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::free_port;
 use zookeeper_client as zk;
 
 /// The jar of Debian's `zookeeper` package; its manifest lists the jars it needs.
@@ -178,10 +179,6 @@ fn serving_mode(addr: SocketAddr) -> Option<String> {
     stream.write_all(b"srvr").ok()?;
     stream.read_to_string(&mut reply).ok()?;
     reply.lines().find_map(|line| line.strip_prefix("Mode: ")).map(|mode| mode.trim().to_owned())
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A three-server ZooKeeper ensemble on loopback: three JVMs (`QuorumPeerMain`), each with its
