@@ -63,6 +63,12 @@ pub(crate) fn value(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// The value of `series` in what `running` exposes now, read in-process (no HTTP); 0 when it
+/// is not there.
+pub(crate) fn now(running: &skyconf_server::Running, series: &str) -> u64 {
+    value(&running.metrics.encode(), series).map_or(0, |v| v as u64)
+}
+
 #[tokio::test]
 async fn fetches_are_counted_by_outcome() {
     let (source, _script) = Scripted::new(GOOD);

@@ -297,6 +297,7 @@ pub(crate) mod connections {
 
     use super::GOOD;
     use crate::grpc_frame;
+    use crate::metrics::now as metric;
 
     /// The bound of every wait for something that must happen.
     const BOUND: Duration = Duration::from_secs(5);
@@ -598,12 +599,6 @@ pub(crate) mod connections {
             assert!(tokio::time::Instant::now() < give_up, "not within {BOUND:?}: {what}");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    }
-
-    fn metric(server: &Server, line_start: &str) -> u64 {
-        let text = server.metrics.encode();
-        let line = text.lines().find(|l| l.starts_with(line_start) && l[line_start.len()..].starts_with(' '));
-        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0)
     }
 
     async fn start_with(security: SecurityConfig, hold: skyconf_server::HoldOptions) -> (tempfile::TempDir, Server) {

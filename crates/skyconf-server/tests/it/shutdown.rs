@@ -104,16 +104,8 @@ async fn hold_polls(
     (client, calls)
 }
 
-/// The value of the gauge `name` (0 when it is not reported).
-fn gauge(running: &Running, name: &str) -> usize {
-    let text = running.metrics.encode();
-    let line =
-        text.lines().find(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' '))).unwrap_or_default();
-    line.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or(0)
-}
-
 fn held_now(running: &Running) -> usize {
-    gauge(running, "skyconf_held_polls")
+    crate::metrics::now(running, "skyconf_held_polls") as usize
 }
 
 /// 20 shutdowns, each with 240 held polls on 6 connections (Java and Go agents, four of the
@@ -227,7 +219,10 @@ async fn a_stop_takes_under_a_second_whatever_is_open() {
     // The client sends its call with its preface, before the server has even accepted the
     // connection: a stop before that resets the connection with the listener (the module docs
     // of `agent_port`), which is not the case this test is about.
-    eventually("the call waiting for its message", || gauge(&server, "skyconf_grpc_pending_streams") == 1).await;
+    eventually("the call waiting for its message", || {
+        crate::metrics::now(&server, "skyconf_grpc_pending_streams") == 1
+    })
+    .await;
 
     let began = Instant::now();
     tokio::time::timeout(BOUND, server.stop()).await.expect("the server stops").unwrap();
