@@ -141,20 +141,27 @@ class Driver:
     def text(self, element):
         return self.call("GET", self.s(f"/element/{element}/text"))
 
-    def click(self, css):
-        # The page re-renders its tables when data arrives, so an element found a moment ago
-        # may be gone by the click: find it again.
+    def at(self, css, action):
+        """ACTION on the first element CSS matches, and its answer. The page re-renders its
+        tables and cards when data arrives, so an element found a moment ago may be gone by the
+        time it is read or clicked: then it is found again."""
         for attempt in range(20):
             elements = self.find(css)
             if not elements:
-                raise Failure(f"nothing to click at {css}")
+                raise Failure(f"nothing at {css}")
             try:
-                self.call("POST", self.s(f"/element/{elements[0]}/click"), {})
-                return
+                return action(elements[0])
             except Failure as e:
                 if "stale element" not in str(e) or attempt == 19:
                     raise
             time.sleep(0.05)
+
+    def text_at(self, css):
+        """The text of the first element CSS matches."""
+        return self.at(css, self.text)
+
+    def click(self, css):
+        self.at(css, lambda element: self.call("POST", self.s(f"/element/{element}/click"), {}))
 
     def answer_prompt(self, text, seconds=20):
         """Waits for the page's prompt, types TEXT into it and accepts it; returns its message."""
@@ -169,7 +176,7 @@ class Driver:
         return message
 
     def send_keys(self, css, text):
-        self.call("POST", self.s(f"/element/{self.find(css)[0]}/value"), {"text": text})
+        self.at(css, lambda element: self.call("POST", self.s(f"/element/{element}/value"), {"text": text}))
 
     def screenshot(self, path):
         import base64
@@ -222,7 +229,7 @@ def run(a, driver):
     driver.click(row)
     driver.wait_for(lambda: cell_value(driver, a.key) == a.value, 10,
                     f"{a.key} of {a.service} does not show {a.value} (shows {cell_value(driver, a.key)!r})")
-    title = driver.text(driver.find("#service-title")[0])
+    title = driver.text_at("#service-title")
 
     release_row = f'#releases tr[data-release="{a.rollback_to}"]'
     driver.wait_for(lambda: driver.find(release_row), 10, f"release {a.rollback_to} is not listed")
@@ -425,7 +432,7 @@ def run_editing(a, driver):
     driver.send_keys("#document-edit", "configurations:\n  broken:\n    key: [1, 2\n")
     driver.wait_for(lambda: driver.script("return document.getElementById('document-check').dataset.state") == "bad", 10,
                     "a broken document is not refused as one types")
-    check = driver.text(driver.find("#document-check")[0])
+    check = driver.text_at("#document-check")
     if not check.startswith("✗ 4:1: "):
         raise Failure(f"the refusal does not name the line and column as `skyconf validate` does (LINE:COLUMN): {check!r}")
     marked = driver.script("const p = document.querySelector('#document-check pre'); return p ? p.dataset.line : null")
@@ -481,7 +488,7 @@ def run_refused(a, driver):
     loaded(driver, a.url)
     driver.wait_for(lambda: driver.script("return document.getElementById('status').dataset.refused") == "true", 10,
                     "the header does not say the document is refused")
-    header = driver.text(driver.find("#status")[0])
+    header = driver.text_at("#status")
     if "refused" not in header:
         raise Failure(f"header: {header!r}")
     # One counter, the release; a file is watched, not connected; the table version on hover.
@@ -491,7 +498,7 @@ def run_refused(a, driver):
         raise Failure(f"header: {header!r}, its title: {title!r}")
     row = f'#unconfigured tr[data-service="{a.unconfigured}"]'
     driver.wait_for(lambda: driver.find(row), 10, f"{a.unconfigured} is not listed as unconfigured")
-    text = driver.text(driver.find(row)[0])
+    text = driver.text_at(row)
     if "1 agent" not in text or "1 agents" in text:
         raise Failure(f"unconfigured row: {text!r}")
     return {"ok": True, "header": header, "unconfigured": text}
@@ -502,7 +509,7 @@ def run_overview(a, driver):
     and the gateway's OAPs (one up, one not); the header stays on one line at 800 px, without a
     horizontal scroll; a release without author says so, alike in the list and in the release."""
     loaded(driver, a.url)
-    if driver.text(driver.find("#service-title")[0]) != "Overview" or not shown(driver, "overview"):
+    if driver.text_at("#service-title") != "Overview" or not shown(driver, "overview"):
         raise Failure("the first load shows no overview")
     counted = lambda: driver.script("return document.getElementById('overview-agents').dataset.agents")
     driver.wait_for(lambda: counted() == str(a.agents), 10, f"the overview counts {counted()} agents, not {a.agents}")
@@ -511,24 +518,24 @@ def run_overview(a, driver):
         20, "the overview does not show one OAP up and one unreachable")
     if [u for u, up in oaps if up == "false"] != [a.down_upstream]:
         raise Failure(f"the OAPs: {oaps}")
-    gateway = driver.text(driver.find("#gateway")[0])
+    gateway = driver.text_at("#gateway")
     if gateway != "OAP 1/2 up: 1 unreachable" or a.down_upstream not in driver.script("return document.getElementById('gateway').title"):
         raise Failure(f"the header's gateway: {gateway!r}")
-    change = driver.text(driver.find("#overview-change")[0])
+    change = driver.text_at("#overview-change")
     if f"release #{a.rollback_to}" not in change or "no author (file)" not in change:
         raise Failure(f"the last change: {change!r}")
-    store = driver.text(driver.find("#overview-store")[0])
+    store = driver.text_at("#overview-store")
     if not store.startswith("file ") or "· watching, last read" not in store or "connected" in store or "serving release #" not in store:
         raise Failure(f"the store: {store!r}")
     if not shown(driver, "release-hint"):
         raise Failure("the release panel says nothing before a release is picked")
-    author = driver.text(driver.find(f'#releases tr[data-release="{a.rollback_to}"] td:nth-child(3)')[0])
+    author = driver.text_at(f'#releases tr[data-release="{a.rollback_to}"] td:nth-child(3)')
     shoot(a, driver, "page-overview.png")
 
     # The release's own line spells its author as the list does.
     driver.click(f'#releases tr[data-release="{a.rollback_to}"]')
-    driver.wait_for(lambda: "no author (file)" in driver.text(driver.find("#release-meta")[0]), 10,
-                    f"the release's line: {driver.text(driver.find('#release-meta')[0])!r}")
+    driver.wait_for(lambda: "no author (file)" in driver.text_at("#release-meta"), 10,
+                    f"the release's line: {driver.text_at('#release-meta')!r}")
     if author != "no author (file)" or shown(driver, "release-hint"):
         raise Failure(f"the list's author cell: {author!r}")
 
@@ -552,7 +559,7 @@ def service_rows(driver):
 def run_browse(a, driver):
     from urllib.parse import quote
     loaded(driver, a.url)
-    count = driver.wait_for(lambda: driver.text(driver.find("#services-count")[0]), 10, "no service count")
+    count = driver.wait_for(lambda: driver.text_at("#services-count"), 10, "no service count")
     if count != f"{a.services} services":
         raise Failure(f"the count says {count!r}")
     rows = service_rows(driver)
@@ -569,7 +576,7 @@ def run_browse(a, driver):
     driver.click("#service-filter")
     driver.send_keys("#service-filter", a.service[:6].upper())
     driver.wait_for(lambda: service_rows(driver) == [a.service], 5, f"the filter shows {service_rows(driver)}")
-    filtered = driver.text(driver.find("#services-count")[0])
+    filtered = driver.text_at("#services-count")
     clear(driver, "service-filter")
     driver.wait_for(lambda: len(service_rows(driver)) == 100, 5, "clearing the filter")
 
@@ -602,8 +609,9 @@ def run_browse(a, driver):
         raise Failure("a failed copy does not show the digest")
 
     # A history row opens its release, and the URL follows.
-    first = driver.find("#history tr[data-history]")[0]
-    history_id = driver.script("return arguments[0].dataset.history", {ELEMENT: first})
+    history_id = driver.script("const row = document.querySelector('#history tr[data-history]'); return row && row.dataset.history")
+    if not history_id:
+        raise Failure("the history lists no release")
     driver.click(f'#history tr[data-history="{history_id}"]')
     driver.wait_for(lambda: driver.script("return location.hash") == f"#/releases/{history_id}", 5, "the URL does not follow a click")
     driver.wait_for(lambda: driver.script("return document.getElementById('release-title').textContent").startswith(f"Release #{history_id}"), 10,
@@ -616,7 +624,7 @@ def run_browse(a, driver):
                     "the comparison URL does not open it")
     cell = f'#release-changes [data-change="{a.service}"] tr[data-key="{a.key}"]'
     driver.wait_for(lambda: driver.find(cell), 10, f"the comparison does not show {a.key} of {a.service}")
-    change = driver.text(driver.find(cell)[0])
+    change = driver.text_at(cell)
     driver.script("document.getElementById('release-detail').scrollIntoView()")
     no_horizontal_scroll(driver, "with a comparison open")
     shoot(a, driver, "page-release-diff.png")
@@ -683,7 +691,7 @@ def run_instances(a, driver):
     driver.wait_for(lambda: shown(driver, "instances-view") and driver.find(row), 5, "the header's link does not open the view")
     services_row = f'#services tr[data-service="{a.service}"]'
     driver.wait_for(lambda: driver.find(services_row), 10, f"{a.service} is not in the services table")
-    fleet = driver.text(driver.find(services_row)[0])
+    fleet = driver.text_at(services_row)
     if "anonymous" not in fleet:
         raise Failure(f"the services table does not count the anonymous poller: {fleet!r}")
     return {"ok": True, "cells": seen, "anonymous": anonymous, "services_row": fleet}
@@ -694,7 +702,7 @@ def run_instances_paged(a, driver):
     rows = "#instances tr[data-instance]"
     driver.wait_for(lambda: shown(driver, "instances-view") and len(driver.find(rows)) == 100, 10,
                     "the first page does not show 100 instances")
-    count = driver.text(driver.find("#instances-count")[0])
+    count = driver.text_at("#instances-count")
     if f"1–100 of {a.total}" not in count:
         raise Failure(f"the first page counts {count!r}")
     if shown(driver, "instances-prev") or not shown(driver, "instances-next"):
@@ -708,7 +716,7 @@ def run_instances_paged(a, driver):
                     f"the next page does not show the other {a.total - 100} with {a.instance}")
     if shown(driver, "instances-next") or not shown(driver, "instances-prev"):
         raise Failure("the last page shows a next button, or no previous button")
-    second = driver.text(driver.find("#instances-count")[0])
+    second = driver.text_at("#instances-count")
     driver.click("#instances-prev")
     driver.wait_for(lambda: len(driver.find(rows)) == 100 and not shown(driver, "instances-prev"), 10,
                     "previous does not show the first page again")
@@ -729,10 +737,10 @@ def run_replicas(a, driver):
     driver.wait_for(lambda: driver.find(row), 10, f"no agent of {a.peer_replica} is listed for {a.service}")
     if not replica_column_shown(driver, "#agents"):
         raise Failure("the agents table has no replica column")
-    cell = driver.text(driver.find(f"{row} td.replica")[0])
+    cell = driver.text_at(f"{row} td.replica")
     if cell != a.peer_replica:
         raise Failure(f"the replica cell shows {cell!r}")
-    header = driver.text(driver.find("#replicas")[0])
+    header = driver.text_at("#replicas")
     if a.replica not in header or "2 replicas" not in header:
         raise Failure(f"the header: {header!r}")
     no_horizontal_scroll(driver, "with the replica column")
@@ -773,7 +781,7 @@ def run_opamp(a, driver):
     for ok, what in checks:
         if not ok:
             raise Failure(f"{what}: {seen}")
-    unmatched_text = lambda: driver.text(driver.find("#opamp-unmatched")[0]) if shown(driver, "opamp-unmatched") else ""
+    unmatched_text = lambda: driver.text_at("#opamp-unmatched") if shown(driver, "opamp-unmatched") else ""
     driver.wait_for(lambda: f"group {a.unmatched}:" in unmatched_text(), 10, f"the view does not say no agent is in {a.unmatched}")
     unmatched = unmatched_text()
     if replica_column_shown(driver, "#opamp-agents"):
@@ -790,7 +798,7 @@ def run_opamp(a, driver):
     # The applied agent's effective configuration, opened: its file and contents.
     driver.click(f"{applied} td.effective summary")
     effective_file = f'{applied} td.effective [data-file="sampling.json"] pre'
-    driver.wait_for(lambda: driver.find(effective_file) and a.effective_body in driver.text(driver.find(effective_file)[0]), 10,
+    driver.wait_for(lambda: driver.find(effective_file) and a.effective_body in driver.text_at(effective_file), 10,
                     "opening the effective configuration does not show its file")
     driver.click("#opamp-close")
     driver.wait_for(lambda: not shown(driver, "opamp-view"), 5, "close does not hide the view")
@@ -804,10 +812,10 @@ def run_opamp(a, driver):
         driver.wait_for(lambda: shown(driver, "rollout-opamp") and driver.find(f'#rollout-opamp-groups [data-group="{a.reverted_group}"]')
                         and shown(driver, "rollout-after-revert") and driver.find(back), 10,
                         "the reverted rollout's card does not show its OpAMP group and what its agent went back to")
-        reverted = driver.text(driver.find(back)[0])
+        reverted = driver.text_at(back)
         if "had before" not in reverted:
             raise Failure(f"the row after the revert: {reverted!r}")
-        if a.reverted_group not in driver.text(driver.find("#rollout-meta")[0]):
+        if a.reverted_group not in driver.text_at("#rollout-meta"):
             raise Failure("the rollout's line does not name its OpAMP group")
         shoot(a, driver, "page-rollout-opamp.png")
     return {"ok": True, "cells": seen, "unmatched": unmatched, "after_revert": reverted}
@@ -829,7 +837,7 @@ def run_service_view(a, driver):
                           10, "the running rollout is not shown")
     if box != a.rollout:
         raise Failure(f"the service shows rollout {box}, not {a.rollout}")
-    rollout_text = driver.text(driver.find("#service-running-rollout")[0])
+    rollout_text = driver.text_at("#service-running-rollout")
     driver.click('#service-running-rollout a[href="#/rollouts"]')
     driver.wait_for(lambda: shown(driver, "rollouts-view"), 5, "the rollout's link does not open the Rollouts view")
 
@@ -860,7 +868,7 @@ def run_service_view(a, driver):
     others = a.others.split(",")
     if [n for n in names if n in others] != others:
         raise Failure(f"services not sorted by the numbers in their names: {names}")
-    header = driver.text(driver.find("#replicas")[0])
+    header = driver.text_at("#replicas")
     if header:
         raise Failure(f"a single replica's header names it: {header!r}")
     loaded(driver, a.url + "#/services/" + quote(others[0], safe=""))
@@ -940,10 +948,10 @@ def start_rollout(driver, previous_id):
         raise Failure(f"not wave 1 of 2: {r}")
     if len(r["agents"]) != 1 or not r["agents"][0]["applied"] or r["count"] != "1 reached, 1 applied":
         raise Failure(f"wave 1 does not show exactly 1 agent reached and applied: {r}")
-    header = driver.text(driver.find("#rollouts-active")[0])
+    header = driver.text_at("#rollouts-active")
     if "wave 1 of 2" not in header:
         raise Failure(f"the header's rollout badge: {header!r}")
-    promote = driver.text(driver.find("#rollout-promote")[0])
+    promote = driver.text_at("#rollout-promote")
     if not shown(driver, "rollout-promote") or promote != "Promote to wave 2 of 2" or not shown(driver, "rollout-abort"):
         raise Failure(f"promote/abort buttons: {promote!r}")
     return note[3:], r
@@ -1001,7 +1009,7 @@ def run_rollouts(a, driver):
     events = driver.script("return [...document.querySelectorAll('#rollout-events tr')].map(t => t.dataset.kind)")
     if "started" not in events or "passed" not in events:
         raise Failure(f"the events: {events}")
-    meta = driver.text(driver.find("#rollout-meta")[0])
+    meta = driver.text_at("#rollout-meta")
     if a.author not in meta or "canary first" not in meta or "advance manual" not in meta:
         raise Failure(f"the rollout's line: {meta!r}")
     driver.script("document.getElementById('rollouts-view').scrollIntoView()")
@@ -1056,7 +1064,7 @@ def run_rollouts(a, driver):
     fill_rollout_form(driver, a.waves, "0", "manual")
     _, r = start_rollout(driver, first)
     second = r["id"]
-    services = driver.text(driver.find("#rollout-meta")[0])
+    services = driver.text_at("#rollout-meta")
     if f"1 service: {a.service}" not in services:
         raise Failure(f"the second rollout's line: {services!r}")
     step("service-wave-1", rollout=second, instance=r["agents"][0]["instance"])
